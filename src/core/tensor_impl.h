@@ -1,0 +1,125 @@
+/* Private: the tensor and storage objects and the helpers every layer uses.
+ * Internal functions carry the cti_ prefix and are not exported from the
+ * shared library. */
+#ifndef CTEN_TENSOR_IMPL_H
+#define CTEN_TENSOR_IMPL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "tensor/core.h"
+#include "tensor/types.h"
+
+/* How a device type allocates and frees storage bytes. The CPU's lives in
+ * core; other backends register theirs at init. */
+typedef struct cti_allocator {
+    /* Returns NULL on failure, setting no error (the caller does). */
+    void *(*alloc)(size_t nbytes, int device_index);
+    void (*free)(void *ptr, size_t nbytes, int device_index);
+} cti_allocator;
+
+void cti_register_allocator(ct_device_type type, const cti_allocator *a);
+
+typedef struct cti_storage {
+    atomic_int refcount;
+    ct_device device;
+    void *data;
+    size_t nbytes;
+    /* Bumped by every in-place write; autograd compares it with the value it
+     * saved to catch tensors modified before backward. */
+    atomic_uint version;
+    /* data lives in the same block as this struct (small CPU tensors). */
+    bool inline_data;
+} cti_storage;
+
+struct ct_autograd_meta; /* defined by the autograd layer */
+
+struct ct_tensor {
+    atomic_int refcount;
+    int ndim;
+    ct_dtype dtype;
+    /* A scalar operand promoted like a Python number (tensor-scalar ops). */
+    bool wrapped_number;
+    cti_storage *storage;
+    int64_t offset; /* elements */
+    int64_t shape[CT_MAX_DIMS];
+    int64_t stride[CT_MAX_DIMS]; /* elements */
+    /* The scope owning this handle's reference, and its slot there. */
+    struct ct_scope *scope;
+    int64_t scope_slot;
+    struct ct_autograd_meta *autograd;
+};
+
+/* ---- errors: set the thread's last error, return the status (or NULL) ---- */
+ct_status cti_error(ct_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void *cti_error_null(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Formats t for messages: "[2, 3] float32 cpu" ("NULL" for NULL). Returns a
+ * pointer into a small thread-local ring of buffers (8 live at a time). */
+const char *cti_desc(const ct_tensor *t);
+/* Shape only: "[2, 3]", same ring. */
+const char *cti_shape_s(int ndim, const int64_t *shape);
+
+/* ---- element access --------------------------------------------------------- */
+static inline char *cti_data(const ct_tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)ct_dtype_size(t->dtype);
+}
+int64_t cti_numel(int ndim, const int64_t *shape);
+bool cti_is_contiguous(const ct_tensor *t);
+/* Wraps a dim into [0, ndim); sets an error naming op and returns -1 if out of range. */
+int cti_wrap_dim(const char *op, int dim, int ndim);
+/* numel * elsize with overflow check; false (error set, naming op) on overflow
+ * or a negative size. */
+bool cti_checked_nbytes(const char *op, int ndim, const int64_t *shape, ct_dtype dt,
+                        size_t *nbytes);
+void cti_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+
+/* ---- tensors ------------------------------------------------------------------- */
+/* A new contiguous tensor with uninitialized data, registered in the current
+ * scope. Errors (bad shape, overflow, OOM) name op. */
+ct_tensor *cti_tensor_new(const char *op, int ndim, const int64_t *shape, ct_dtype dtype,
+                          ct_device device);
+/* A new handle on base's storage with the given geometry (no checks),
+ * registered in the current scope. */
+ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape,
+                           const int64_t *stride, int64_t offset);
+/* Marks t's storage as written in place. */
+static inline void cti_bump_version(ct_tensor *t) {
+    atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed);
+}
+
+/* ---- shapes and types ---------------------------------------------------------- */
+/* Broadcasts two shapes (NumPy rules). Error naming op on mismatch. */
+ct_status cti_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb,
+                               const int64_t *sb, int *nout, int64_t *out);
+/* PyTorch's result_type over n operands (wrapped_number and 0-d rules). */
+ct_dtype cti_result_type(int n, ct_tensor *const *ts);
+/* Whether a value of dtype from may be written into dtype to by an in-place op
+ * (PyTorch's canCast: no float into integer, no integer into bool). */
+bool cti_can_cast(ct_dtype from, ct_dtype to);
+/* Computes strides for viewing t as shape without a copy (torch's
+ * computeStride); false when impossible. */
+bool cti_view_strides(const ct_tensor *t, int ndim, const int64_t *shape, int64_t *stride);
+
+/* ---- scopes ---------------------------------------------------------------------- */
+/* Registers a freshly created handle with the thread's innermost scope. */
+void cti_scope_adopt(ct_tensor *t);
+
+/* ---- random numbers ------------------------------------------------------------- */
+struct ct_generator {
+    uint64_t seed;
+    uint64_t offset;
+};
+/* Fills out[0..3] with the Philox-4x32-10 block for counter block_index. */
+void cti_philox_block(uint64_t seed, uint64_t block_index, uint32_t out[4]);
+
+/* ---- allocation statistics (CPU storage), read by tests ---------------------------- */
+typedef struct cti_alloc_stats {
+    int64_t live_tensors;  /* handles alive */
+    int64_t live_storages; /* storages alive */
+    int64_t live_bytes;    /* CPU storage bytes alive */
+} cti_alloc_stats;
+cti_alloc_stats cti_get_alloc_stats(void);
+
+#endif

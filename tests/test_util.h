@@ -1,0 +1,220 @@
+/* Shared helpers for the cmocka tests: fresh random inputs, float64 copies of
+ * tensors, closeness and error assertions. Include after cmocka.h. */
+#ifndef CTEN_TEST_UTIL_H
+#define CTEN_TEST_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tensor/tensor.h"
+
+/* Seed: CT_TEST_SEED from the environment, else drawn from the clock; printed
+ * once so a failure can be replayed. */
+static uint64_t tu_state_;
+static inline void tu_seed(void) {
+    const char *e = getenv("CT_TEST_SEED");
+    uint64_t s = e ? strtoull(e, NULL, 0)
+                   : ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid() ^
+                         (uint64_t)clock();
+    if (s == 0) s = 1;
+    tu_state_ = s;
+    fprintf(stderr, "[ seed     ] CT_TEST_SEED=%llu\n", (unsigned long long)s);
+}
+static inline uint64_t tu_next(void) { /* xorshift64* */
+    if (tu_state_ == 0) tu_seed();
+    tu_state_ ^= tu_state_ >> 12;
+    tu_state_ ^= tu_state_ << 25;
+    tu_state_ ^= tu_state_ >> 27;
+    return tu_state_ * 2685821657736338717ull;
+}
+static inline double tu_uniform(double lo, double hi) {
+    return lo + (hi - lo) * ((double)(tu_next() >> 11) * (1.0 / 9007199254740992.0));
+}
+static inline int64_t tu_randint(int64_t lo, int64_t hi) { /* [lo, hi) */
+    return lo + (int64_t)(tu_next() % (uint64_t)(hi - lo));
+}
+
+static inline int64_t tu_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+/* Rounds v to what dtype can hold, as the library stores it. */
+static inline double tu_round(double v, ct_dtype dt) {
+    switch (dt) {
+    case CT_F32: return (double)(float)v;
+    case CT_F16: return ct_f16_to_f32(ct_f32_to_f16((float)v));
+    case CT_BF16: return ct_bf16_to_f32(ct_f32_to_bf16((float)v));
+    case CT_I32: case CT_I64: return (double)(int64_t)v;
+    case CT_BOOL: return v != 0.0;
+    default: return v;
+    }
+}
+
+/* Writes n doubles into a buffer of dtype. */
+static inline void tu_pack(const double *src, int64_t n, ct_dtype dt, void *dst) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = src[i];
+        switch (dt) {
+        case CT_F32: ((float *)dst)[i] = (float)v; break;
+        case CT_F64: ((double *)dst)[i] = v; break;
+        case CT_F16: ((uint16_t *)dst)[i] = ct_f32_to_f16((float)v); break;
+        case CT_BF16: ((uint16_t *)dst)[i] = ct_f32_to_bf16((float)v); break;
+        case CT_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
+        case CT_I64: ((int64_t *)dst)[i] = (int64_t)v; break;
+        case CT_BOOL: ((uint8_t *)dst)[i] = v != 0.0; break;
+        default: break;
+        }
+    }
+}
+static inline void tu_unpack(const void *src, int64_t n, ct_dtype dt, double *dst) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case CT_F32: dst[i] = ((const float *)src)[i]; break;
+        case CT_F64: dst[i] = ((const double *)src)[i]; break;
+        case CT_F16: dst[i] = ct_f16_to_f32(((const uint16_t *)src)[i]); break;
+        case CT_BF16: dst[i] = ct_bf16_to_f32(((const uint16_t *)src)[i]); break;
+        case CT_I32: dst[i] = ((const int32_t *)src)[i]; break;
+        case CT_I64: dst[i] = (double)((const int64_t *)src)[i]; break;
+        case CT_BOOL: dst[i] = ((const uint8_t *)src)[i]; break;
+        default: dst[i] = NAN; break;
+        }
+    }
+}
+
+/* A CPU tensor of dtype holding vals (n = numel(shape)). */
+static inline ct_tensor *tu_from_f64(const double *vals, int ndim, const int64_t *shape,
+                                     ct_dtype dt) {
+    int64_t n = tu_numel(ndim, shape);
+    void *buf = malloc((size_t)(n > 0 ? n : 1) * 8);
+    tu_pack(vals, n, dt, buf);
+    ct_tensor *t = ct_tensor_from_data(buf, dt, ndim, shape);
+    free(buf);
+    return t;
+}
+
+/* Fresh uniform values in [lo, hi), rounded to dtype (integers: whole
+ * numbers in [lo, hi)). Caller frees. */
+static inline double *tu_rand_vals(int64_t n, ct_dtype dt, double lo, double hi) {
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == CT_BOOL) v[i] = (double)(tu_next() & 1);
+        else if (!ct_dtype_is_floating(dt)) v[i] = (double)tu_randint((int64_t)lo, (int64_t)hi);
+        else v[i] = tu_round(tu_uniform(lo, hi), dt);
+    }
+    return v;
+}
+
+/* A random CPU tensor; *vals (if not NULL) receives its values in row-major
+ * order as doubles (caller frees). */
+static inline ct_tensor *tu_rand(int ndim, const int64_t *shape, ct_dtype dt, double lo,
+                                 double hi, double **vals) {
+    int64_t n = tu_numel(ndim, shape);
+    double *v = tu_rand_vals(n, dt, lo, hi);
+    ct_tensor *t = tu_from_f64(v, ndim, shape, dt);
+    if (vals) *vals = v;
+    else free(v);
+    return t;
+}
+
+/* t's values in row-major order as doubles (caller frees). */
+static inline double *tu_values(const ct_tensor *t) {
+    int64_t n = ct_tensor_numel(t);
+    ct_dtype dt = ct_tensor_dtype(t);
+    size_t nb = (size_t)(n > 0 ? n : 1) * ct_dtype_size(dt);
+    void *buf = malloc(nb);
+    double *out = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    ct_status s = ct_tensor_copy_to_host(t, buf, nb);
+    if (s != CT_OK) {
+        fprintf(stderr, "tu_values: %s\n", ct_last_error());
+        for (int64_t i = 0; i < n; i++) out[i] = NAN;
+    } else {
+        tu_unpack(buf, n, dt, out);
+    }
+    free(buf);
+    return out;
+}
+
+/* The same values as t in a non-contiguous layout: a transposed view of a
+ * larger storage (dims reversed, and every other element of the last dim used),
+ * so strides differ from t's in every dim of size > 1. */
+static inline ct_tensor *tu_noncontig(ct_tensor *t) {
+    int nd = ct_tensor_ndim(t);
+    if (nd == 0) return ct_tensor_retain(t);
+    const int64_t *sh = ct_tensor_shape(t);
+    int64_t rshape[CT_MAX_DIMS], perm[CT_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        rshape[i] = sh[nd - 1 - i];
+        perm[i] = nd - 1 - i;
+    }
+    rshape[nd - 1] *= 2; /* room for a step-2 slice */
+    ct_tensor *big = ct_tensor_zeros(nd, rshape, ct_tensor_dtype(t), ct_tensor_device(t));
+    ct_tensor *sl = ct_slice(big, nd - 1, 0, rshape[nd - 1], 2);
+    ct_tensor *v = ct_permute(sl, nd, perm);
+    ct_copy_(v, t);
+    ct_tensor_release(sl);
+    ct_tensor_release(big);
+    return v;
+}
+
+/* Asserts |got - ref| <= atol + rtol * |ref| elementwise (NaN matches NaN,
+ * infinities must match exactly). */
+#define tu_assert_close(got, ref, n, rtol, atol) \
+    tu_assert_close_((got), (ref), (n), (rtol), (atol), __FILE__, __LINE__)
+static inline void tu_assert_close_(const double *got, const double *ref, int64_t n, double rtol,
+                                    double atol, const char *file, int line) {
+    for (int64_t i = 0; i < n; i++) {
+        double g = got[i], r = ref[i];
+        bool ok;
+        if (isnan(r)) ok = isnan(g);
+        else if (isinf(r)) ok = g == r;
+        else ok = fabs(g - r) <= atol + rtol * fabs(r);
+        if (!ok) {
+            fprintf(stderr, "%s:%d: element %lld: got %.17g, expected %.17g (rtol %g atol %g)\n",
+                    file, line, (long long)i, g, r, rtol, atol);
+            _fail(file, line);
+        }
+    }
+}
+
+/* Default tolerances per dtype for results of a few roundings. */
+static inline double tu_rtol(ct_dtype dt) {
+    switch (dt) {
+    case CT_F64: return 1e-12;
+    case CT_F32: return 1e-5;
+    case CT_F16: return 2e-3;
+    case CT_BF16: return 1.6e-2;
+    default: return 0;
+    }
+}
+
+/* Asserts a failed call: status s equals expected and the message contains
+ * every one of the given words. */
+#define tu_assert_error(s, expected, ...)                                           \
+    do {                                                                            \
+        const char *tu_words_[] = {__VA_ARGS__, NULL};                              \
+        assert_int_equal((int)(s), (int)(expected));                                \
+        for (int tu_i_ = 0; tu_words_[tu_i_]; tu_i_++) {                            \
+            if (!strstr(ct_last_error(), tu_words_[tu_i_])) {                       \
+                fprintf(stderr, "message \"%s\" lacks \"%s\"\n", ct_last_error(),   \
+                        tu_words_[tu_i_]);                                          \
+                fail();                                                             \
+            }                                                                       \
+        }                                                                           \
+    } while (0)
+/* For calls returning a tensor: asserts NULL, then the status and words. */
+#define tu_assert_null_error(t, expected, ...)                                      \
+    do {                                                                            \
+        assert_null(t);                                                             \
+        tu_assert_error(ct_last_status(), expected, __VA_ARGS__);                   \
+    } while (0)
+
+static const ct_dtype tu_float_dtypes[] = {CT_F32, CT_F64, CT_F16, CT_BF16};
+static const ct_dtype tu_all_dtypes[] = {CT_F32, CT_F64, CT_F16, CT_BF16, CT_I32, CT_I64, CT_BOOL};
+
+#endif
