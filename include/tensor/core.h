@@ -86,8 +86,8 @@ ct_tensor *ct_tensor_eye(int64_t n, int64_t m, ct_dtype dtype, ct_device device)
 /* ---- random numbers -----------------------------------------------------------
  * Generators are Philox-4x32-10 counter-based streams (Salmon et al., SC'11):
  * the key is the 64-bit seed, the counter advances by one per 4 draws of 32
- * bits. Uniform floats take the top 24 (f32) or 53 (f64) bits of a draw;
- * normals use Box-Muller on two uniforms. Same seed, same sequence, on every
+ * bits. Uniform f32/f16/bf16 values take the top 24 bits of one draw, f64
+ * values 53 bits of two; normals use Box-Muller on two uniforms. Same seed, same sequence, on every
  * run and machine. gen == NULL uses the process-wide default generator
  * (seeded 0 until ct_manual_seed). */
 ct_generator *ct_generator_new(uint64_t seed);

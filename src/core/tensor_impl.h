@@ -89,6 +89,12 @@ static inline void cti_bump_version(ct_tensor *t) {
     atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed);
 }
 
+/* Resolves one -1 in shape and returns a view of t with it, or NULL. When
+ * t's strides cannot express the shape, *viewable is false and no error is
+ * set (ct_reshape copies then); other failures set an error naming op. */
+ct_tensor *cti_try_view(const char *op, ct_tensor *t, int ndim, const int64_t *shape,
+                        bool *viewable);
+
 /* ---- shapes and types ---------------------------------------------------------- */
 /* Broadcasts two shapes (NumPy rules). Error naming op on mismatch. */
 ct_status cti_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb,
@@ -105,6 +111,10 @@ bool cti_view_strides(const ct_tensor *t, int ndim, const int64_t *shape, int64_
 /* ---- scopes ---------------------------------------------------------------------- */
 /* Registers a freshly created handle with the thread's innermost scope. */
 void cti_scope_adopt(ct_tensor *t);
+/* Removes t from its scope without releasing it. */
+void cti_scope_forget(ct_tensor *t);
+/* Set by the autograd layer: frees a handle's autograd record on release. */
+extern void (*cti_autograd_free_hook)(ct_tensor *t);
 
 /* ---- random numbers ------------------------------------------------------------- */
 struct ct_generator {

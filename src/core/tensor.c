@@ -1,0 +1,182 @@
+/* Tensor handles and storages: allocation, reference counts, properties.
+ *
+ * A new tensor is one block [storage | handle | data] when its data is small,
+ * so creating and dropping a small result costs one malloc and one free; the
+ * embedded handle keeps a reference on its storage, and the block is freed
+ * when the storage's last reference goes. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tensor_impl.h"
+
+#define CTI_INLINE_MAX 1024 /* bytes of data kept in the storage's block */
+#define CTI_ALIGN 64        /* alignment of separately allocated data */
+
+static atomic_llong live_tensors, live_storages, live_bytes;
+
+cti_alloc_stats cti_get_alloc_stats(void) {
+    cti_alloc_stats s = {atomic_load(&live_tensors), atomic_load(&live_storages),
+                         atomic_load(&live_bytes)};
+    return s;
+}
+
+/* ---- allocators ---------------------------------------------------------------- */
+static void *cpu_alloc(size_t nbytes, int index) {
+    (void)index;
+    void *p = NULL;
+    size_t n = (nbytes + CTI_ALIGN - 1) / CTI_ALIGN * CTI_ALIGN;
+    if (posix_memalign(&p, CTI_ALIGN, n ? n : CTI_ALIGN) != 0) return NULL;
+    return p;
+}
+static void cpu_free(void *p, size_t nbytes, int index) {
+    (void)nbytes;
+    (void)index;
+    free(p);
+}
+static const cti_allocator cpu_allocator = {cpu_alloc, cpu_free};
+static const cti_allocator *allocators[CT_NUM_DEVICE_TYPES] = {&cpu_allocator};
+
+void cti_register_allocator(ct_device_type type, const cti_allocator *a) {
+    if ((unsigned)type < CT_NUM_DEVICE_TYPES && type != CT_DEVICE_CPU) allocators[type] = a;
+}
+
+/* A block holding a storage and, when embed is set, the first handle and
+ * inline data after it. */
+typedef struct block {
+    cti_storage storage;
+    struct ct_tensor handle;
+} block;
+
+#define CTI_BLOCK_DATA_OFFSET ((sizeof(block) + 63) / 64 * 64)
+
+static void storage_release(cti_storage *s) {
+    if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (s->device.type == CT_DEVICE_CPU) atomic_fetch_sub(&live_bytes, (long long)s->nbytes);
+    if (!s->inline_data && s->data) allocators[s->device.type]->free(s->data, s->nbytes, s->device.index);
+    atomic_fetch_sub_explicit(&live_storages, 1, memory_order_relaxed);
+    free(s); /* the block starts with the storage */
+}
+
+static void init_geometry(ct_tensor *t, int ndim, const int64_t *shape, ct_dtype dtype) {
+    atomic_init(&t->refcount, 1);
+    t->ndim = ndim;
+    t->dtype = dtype;
+    t->wrapped_number = false;
+    t->offset = 0;
+    if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+    cti_contiguous_strides(ndim, shape, t->stride);
+    t->scope = NULL;
+    t->scope_slot = -1;
+    t->autograd = NULL;
+}
+
+ct_tensor *cti_tensor_new(const char *op, int ndim, const int64_t *shape, ct_dtype dtype,
+                          ct_device device) {
+    size_t nbytes;
+    if (!cti_checked_nbytes(op, ndim, shape, dtype, &nbytes)) return NULL;
+    if ((unsigned)device.type >= CT_NUM_DEVICE_TYPES || !allocators[device.type]) {
+        char d[32];
+        return cti_error_null(CT_ERR_DEVICE, "%s: device %s is not available", op,
+                              ct_device_str(device, d, sizeof d));
+    }
+    bool inl = device.type == CT_DEVICE_CPU && nbytes <= CTI_INLINE_MAX;
+    block *b = malloc(CTI_BLOCK_DATA_OFFSET + (inl ? nbytes : 0));
+    if (!b) return cti_error_null(CT_ERR_OOM, "%s: out of memory allocating a tensor", op);
+    cti_storage *s = &b->storage;
+    if (inl) {
+        s->data = (char *)b + CTI_BLOCK_DATA_OFFSET;
+    } else {
+        s->data = allocators[device.type]->alloc(nbytes, device.index);
+        if (!s->data) {
+            free(b);
+            char d[32];
+            return cti_error_null(CT_ERR_OOM, "%s: out of memory allocating %zu bytes for %s %s on %s",
+                                  op, nbytes, cti_shape_s(ndim, shape), ct_dtype_name(dtype),
+                                  ct_device_str(device, d, sizeof d));
+        }
+    }
+    atomic_init(&s->refcount, 1);
+    atomic_init(&s->version, 0);
+    s->device = device;
+    s->nbytes = nbytes;
+    s->inline_data = inl;
+    ct_tensor *t = &b->handle;
+    init_geometry(t, ndim, shape, dtype);
+    t->storage = s;
+    atomic_fetch_add_explicit(&live_storages, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    if (device.type == CT_DEVICE_CPU) atomic_fetch_add_explicit(&live_bytes, (long long)nbytes, memory_order_relaxed);
+    cti_scope_adopt(t);
+    return t;
+}
+
+static bool is_embedded(const ct_tensor *t) {
+    return (const char *)t == (const char *)t->storage + offsetof(block, handle);
+}
+
+ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape,
+                           const int64_t *stride, int64_t offset) {
+    ct_tensor *t = malloc(sizeof *t);
+    if (!t) return cti_error_null(CT_ERR_OOM, "out of memory allocating a tensor view");
+    atomic_init(&t->refcount, 1);
+    t->ndim = ndim;
+    t->dtype = base->dtype;
+    t->wrapped_number = false;
+    t->offset = offset;
+    if (ndim > 0) {
+        memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+        memcpy(t->stride, stride, (size_t)ndim * sizeof(int64_t));
+    }
+    t->scope = NULL;
+    t->scope_slot = -1;
+    t->autograd = NULL;
+    t->storage = base->storage;
+    atomic_fetch_add_explicit(&t->storage->refcount, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    cti_scope_adopt(t);
+    return t;
+}
+
+ct_tensor *ct_tensor_retain(ct_tensor *t) {
+    if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+    return t;
+}
+
+void (*cti_autograd_free_hook)(ct_tensor *t);
+
+void ct_tensor_release(ct_tensor *t) {
+    if (!t) return;
+    if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (t->scope) cti_scope_forget(t);
+    if (t->autograd && cti_autograd_free_hook) cti_autograd_free_hook(t);
+    atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    cti_storage *s = t->storage;
+    if (!is_embedded(t)) free(t);
+    storage_release(s);
+}
+
+/* ---- properties ---------------------------------------------------------------- */
+int ct_tensor_ndim(const ct_tensor *t) { return t ? t->ndim : -1; }
+const int64_t *ct_tensor_shape(const ct_tensor *t) { return t ? t->shape : NULL; }
+const int64_t *ct_tensor_strides(const ct_tensor *t) { return t ? t->stride : NULL; }
+int64_t ct_tensor_numel(const ct_tensor *t) { return t ? cti_numel(t->ndim, t->shape) : 0; }
+int64_t ct_tensor_offset(const ct_tensor *t) { return t ? t->offset : 0; }
+ct_dtype ct_tensor_dtype(const ct_tensor *t) { return t ? t->dtype : CT_NUM_DTYPES; }
+ct_device ct_tensor_device(const ct_tensor *t) {
+    return t ? t->storage->device : (ct_device){CT_DEVICE_CPU, -1};
+}
+bool ct_tensor_is_contiguous(const ct_tensor *t) { return t && cti_is_contiguous(t); }
+bool ct_tensor_shares_storage(const ct_tensor *a, const ct_tensor *b) {
+    return a && b && a->storage == b->storage;
+}
+void *ct_tensor_data_ptr(const ct_tensor *t) { return t ? cti_data(t) : NULL; }
+
+int64_t ct_tensor_size(const ct_tensor *t, int dim) {
+    if (!t) {
+        cti_error(CT_ERR_INVALID_ARG, "ct_tensor_size: tensor is NULL");
+        return -1;
+    }
+    int d = cti_wrap_dim("ct_tensor_size", dim, t->ndim);
+    if (d < 0) return -1;
+    return t->ndim == 0 ? 1 : t->shape[d];
+}
