@@ -1,14 +1,258 @@
+/* The dispatcher: table queries, missing kernels, trace, profile, error
+ * channel, info. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "dispatch/dispatch_impl.h"
 #include "test_util.h"
 
-static void test_placeholder(void **state) { (void)state; skip(); }
+static cti_alloc_stats base_stats;
+
+static int setup(void **state) {
+    (void)state;
+    base_stats = cti_get_alloc_stats();
+    ct_clear_error();
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    cti_alloc_stats s = cti_get_alloc_stats();
+    assert_int_equal(s.live_tensors, base_stats.live_tensors);
+    assert_int_equal(s.live_storages, base_stats.live_storages);
+    return 0;
+}
+
+static void test_op_names_unique(void **state) {
+    (void)state;
+    for (int a = 0; a < CT_NUM_OPS; a++) {
+        assert_string_not_equal(ct_op_name((ct_op)a), "invalid");
+        for (int b = a + 1; b < CT_NUM_OPS; b++)
+            assert_string_not_equal(ct_op_name((ct_op)a), ct_op_name((ct_op)b));
+    }
+    assert_string_equal(ct_op_name(CT_NUM_OPS), "invalid");
+    assert_string_equal(ct_op_name((ct_op)-1), "invalid");
+}
+
+static void test_supports(void **state) {
+    (void)state;
+    assert_true(ct_supports(CT_OP_ADD, CT_DEVICE_CPU, CT_F32));
+    assert_true(ct_supports(CT_OP_MM, CT_DEVICE_CPU, CT_F64));
+    assert_false(ct_supports(CT_OP_ADD, CT_DEVICE_CUDA, CT_F32));
+    assert_false(ct_supports(CT_NUM_OPS, CT_DEVICE_CPU, CT_F32));
+    assert_false(ct_supports(CT_OP_ADD, CT_NUM_DEVICE_TYPES, CT_F32));
+    assert_false(ct_supports(CT_OP_ADD, CT_DEVICE_CPU, CT_NUM_DTYPES));
+    assert_non_null(ct_kernel_name(CT_OP_ADD, CT_DEVICE_CPU, CT_F32));
+    assert_null(ct_kernel_name(CT_OP_MM, CT_DEVICE_CPU, CT_I32));
+    /* Every op has at least one CPU kernel. */
+    for (int op = 0; op < CT_NUM_OPS; op++) {
+        bool any = false;
+        for (int dt = 0; dt < CT_NUM_DTYPES; dt++) any |= ct_supports((ct_op)op, CT_DEVICE_CPU, (ct_dtype)dt);
+        if (!any) fprintf(stderr, "op %s has no CPU kernel\n", ct_op_name((ct_op)op));
+        assert_true(any);
+    }
+}
+
+static void test_missing_kernel_error(void **state) {
+    (void)state;
+    ct_tensor *a = ct_tensor_zeros(CT_SHAPE(2, 2), CT_I32, CT_CPU);
+    ct_call c;
+    cti_call_init(&c, CT_OP_MM);
+    c.in[0] = a;
+    c.in[1] = a;
+    c.nin = 2;
+    c.out[0] = a;
+    c.nout = 1;
+    ct_status s = cti_dispatch(&c, CT_CPU, CT_I32);
+    tu_assert_error(s, CT_ERR_UNSUPPORTED, "ct_mm", "no kernel", "cpu", "int32");
+    c.op = CT_NUM_OPS;
+    s = cti_dispatch(&c, CT_CPU, CT_F32);
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "invalid op");
+    ct_tensor_release(a);
+}
+
+/* Runs fn with stderr redirected to a temporary file; returns its content. */
+static char *capture_stderr(void (*fn)(void)) {
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    fn();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long n = ftell(tmp);
+    fseek(tmp, 0, SEEK_END);
+    n = ftell(tmp);
+    rewind(tmp);
+    char *buf = calloc((size_t)n + 1, 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, tmp), (size_t)n);
+    fclose(tmp);
+    return buf;
+}
+
+static void run_traced_add(void) {
+    ct_set_trace(true);
+    ct_tensor *a = ct_tensor_ones(CT_SHAPE(2, 3), CT_F32, CT_CPU);
+    ct_tensor *b = ct_tensor_ones(CT_SHAPE(3), CT_F32, CT_CPU);
+    ct_tensor *c = ct_add(a, b);
+    ct_tensor *d = ct_mm(a, ct_t(a));
+    ct_set_trace(false);
+    ct_tensor *e = ct_add(a, b); /* not traced */
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+    ct_tensor_release(c);
+    ct_tensor_release(d);
+    ct_tensor_release(e);
+}
+
+static void test_trace(void **state) {
+    (void)state;
+    ct_scope *s = ct_scope_begin();
+    char *out = capture_stderr(run_traced_add);
+    ct_scope_end(s);
+    /* One line for the add: op, device, dtype, shapes, kernel, time. */
+    char *line = strstr(out, "[cten] add ");
+    assert_non_null(line);
+    char *eol = strchr(line, '\n');
+    assert_non_null(eol);
+    *eol = '\0';
+    assert_non_null(strstr(line, "cpu"));
+    assert_non_null(strstr(line, "float32"));
+    assert_non_null(strstr(line, "in=[2, 3] [3]"));
+    assert_non_null(strstr(line, "out=[2, 3]"));
+    assert_non_null(strstr(line, "kernel="));
+    assert_non_null(strstr(line, " us"));
+    /* The matmul names the BLAS routine that ran. */
+    assert_non_null(strstr(eol + 1, "[cten] mm "));
+    assert_non_null(strstr(eol + 1, "cblas_sgemm"));
+    /* The untraced add printed nothing more. */
+    assert_null(strstr(eol + 1, "[cten] add "));
+    free(out);
+}
+
+static void test_profile(void **state) {
+    (void)state;
+    ct_profile_reset();
+    ct_set_profile(true);
+    ct_tensor *a = ct_tensor_ones(CT_SHAPE(4, 4), CT_F64, CT_CPU);
+    for (int i = 0; i < 7; i++) {
+        ct_tensor *b = ct_mul(a, a);
+        ct_tensor_release(b);
+    }
+    ct_set_profile(false);
+    FILE *tmp = tmpfile();
+    ct_profile_print(tmp);
+    long n = ftell(tmp);
+    rewind(tmp);
+    char *buf = calloc((size_t)n + 1, 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, tmp), (size_t)n);
+    fclose(tmp);
+    char *row = strstr(buf, "cten profile: mul ");
+    assert_non_null(row);
+    assert_non_null(strstr(row, "float64"));
+    int calls = 0;
+    char name[32], dev[16], dt[16];
+    assert_int_equal(sscanf(row, "cten profile: %31s %15s %15s %d", name, dev, dt, &calls), 4);
+    assert_int_equal(calls, 7);
+    free(buf);
+    ct_profile_reset();
+    ct_tensor_release(a);
+}
+
+static void test_error_channel(void **state) {
+    (void)state;
+    ct_clear_error();
+    assert_int_equal(ct_last_status(), CT_OK);
+    assert_string_equal(ct_last_error(), "");
+    ct_tensor *a = ct_tensor_zeros(CT_SHAPE(3, 4), CT_F32, CT_CPU);
+    ct_tensor *b = ct_tensor_zeros(CT_SHAPE(5, 6), CT_F32, CT_CPU);
+    ct_tensor *c = ct_matmul(a, b);
+    tu_assert_null_error(c, CT_ERR_SHAPE, "ct_matmul", "[3, 4]", "[5, 6]");
+    /* A failing call nested in another keeps the cause in the message. */
+    ct_tensor *d = ct_relu(ct_matmul(a, b));
+    tu_assert_null_error(d, CT_ERR_INVALID_ARG, "ct_relu", "NULL", "ct_matmul", "[5, 6]");
+    /* Success does not clear the channel; ct_clear_error does. */
+    ct_tensor *e = ct_relu(a);
+    assert_non_null(e);
+    assert_int_equal(ct_last_status(), CT_ERR_INVALID_ARG);
+    ct_clear_error();
+    assert_int_equal(ct_last_status(), CT_OK);
+    assert_string_equal(ct_status_name(CT_ERR_SHAPE), "CT_ERR_SHAPE");
+    assert_string_equal(ct_status_name(CT_OK), "CT_OK");
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+    ct_tensor_release(e);
+}
+
+static void *thread_error(void *arg) {
+    (void)arg;
+    /* Each thread has its own channel. */
+    ct_clear_error();
+    ct_tensor *x = ct_tensor_zeros(-1, NULL, CT_F32, CT_CPU);
+    return (void *)(intptr_t)(x == NULL && ct_last_status() == CT_ERR_SHAPE);
+}
+
+static void test_error_thread_local(void **state) {
+    (void)state;
+    ct_clear_error();
+    pthread_t th;
+    void *ok = NULL;
+    assert_int_equal(pthread_create(&th, NULL, thread_error, NULL), 0);
+    pthread_join(th, &ok);
+    assert_true(ok != NULL);
+    assert_int_equal(ct_last_status(), CT_OK);
+}
+
+static void test_info(void **state) {
+    (void)state;
+    FILE *tmp = tmpfile();
+    ct_print_info(tmp);
+    long n = ftell(tmp);
+    rewind(tmp);
+    char *buf = calloc((size_t)n + 1, 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, tmp), (size_t)n);
+    fclose(tmp);
+    assert_non_null(strstr(buf, "cten " CT_VERSION_STRING));
+    assert_non_null(strstr(buf, "BLAS"));
+    assert_non_null(strstr(buf, "OpenBLAS"));
+    assert_non_null(strstr(buf, "threads"));
+    free(buf);
+    assert_true(ct_backend_available(CT_DEVICE_CPU));
+    assert_int_equal(ct_device_count(CT_DEVICE_CPU), 1);
+    assert_non_null(strstr(ct_blas_info(), "OpenBLAS"));
+}
+
+static void test_device_strings(void **state) {
+    (void)state;
+    char buf[32];
+    assert_string_equal(ct_device_str(CT_CPU, buf, sizeof buf), "cpu");
+    assert_string_equal(ct_device_str(CT_CUDA(1), buf, sizeof buf), "cuda:1");
+    assert_true(ct_device_eq(CT_CPU, CT_CPU));
+    assert_false(ct_device_eq(CT_CPU, CT_CUDA(0)));
+    assert_false(ct_device_eq(CT_CUDA(0), CT_CUDA(1)));
+    /* Tensors on a device whose backend is not built cannot be made. */
+    ct_tensor *t = ct_tensor_zeros(CT_SHAPE(2), CT_F32, CT_CUDA(0));
+    if (!ct_backend_available(CT_DEVICE_CUDA)) tu_assert_null_error(t, CT_ERR_DEVICE, "cuda:0");
+    ct_tensor_release(t);
+}
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_placeholder)};
+    tu_seed();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_op_names_unique, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_supports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_kernel_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_profile, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_channel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_thread_local, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_info, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_strings, setup, teardown),
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

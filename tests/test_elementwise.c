@@ -4,11 +4,1146 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdatomic.h>
+
 #include "test_util.h"
 
-static void test_placeholder(void **state) { (void)state; skip(); }
+#include "backends/cpu/cpu_impl.h"
+
+#define N_FLOAT 4
+#define N_ALL 7
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static double tol_of(ct_dtype dt) { return tu_rtol(dt); }
+
+/* Asserts dtype, shape and values of got against ref (already rounded to the
+ * output dtype where the caller wants it). */
+static void check_tensor(ct_tensor *got, ct_dtype dt, int nd, const int64_t *shape,
+                         const double *ref, double rtol, double atol) {
+    assert_non_null(got);
+    assert_int_equal(ct_tensor_dtype(got), dt);
+    assert_int_equal(ct_tensor_ndim(got), nd);
+    for (int d = 0; d < nd; d++) assert_int_equal(ct_tensor_shape(got)[d], shape[d]);
+    int64_t n = tu_numel(nd, shape);
+    double *v = tu_values(got);
+    tu_assert_close(v, ref, n, rtol, atol);
+    free(v);
+}
+
+/* Row-major index of the element of an operand of shape (nd_in, sh_in) that
+ * output element `lin` of shape (nd, sh) reads under broadcasting. */
+static int64_t bcast_index(int64_t lin, int nd, const int64_t *sh, int nd_in,
+                           const int64_t *sh_in) {
+    int64_t idx = 0, mul = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t i = lin % sh[d];
+        lin /= sh[d];
+        int di = d - (nd - nd_in);
+        if (di >= 0) {
+            if (sh_in[di] != 1) idx += i * mul;
+            mul *= sh_in[di];
+        }
+    }
+    return idx;
+}
+
+static int bcast(int na, const int64_t *sa, int nb, const int64_t *sb, int64_t *out) {
+    int nd = na > nb ? na : nb;
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - na), db = d - (nd - nb);
+        int64_t x = da >= 0 ? sa[da] : 1, y = db >= 0 ? sb[db] : 1;
+        out[d] = x == 1 ? y : x;
+    }
+    return nd;
+}
+
+static ct_tensor *maybe_noncontig(ct_tensor *t, bool nc) {
+    if (!nc) return t;
+    ct_tensor *v = tu_noncontig(t);
+    ct_tensor_release(t);
+    return v;
+}
+
+/* ---- unary ------------------------------------------------------------------------------- */
+typedef ct_tensor *(*un_fn)(ct_tensor *);
+typedef double (*un_ref)(double);
+typedef struct un_case {
+    const char *name;
+    un_fn fn;
+    un_ref ref;
+    double lo, hi;
+} un_case;
+
+static ct_tensor *gelu_none(ct_tensor *x) { return ct_gelu(x, CT_GELU_NONE); }
+static ct_tensor *gelu_tanh(ct_tensor *x) { return ct_gelu(x, CT_GELU_TANH); }
+static double r_neg(double x) { return -x; }
+static double r_abs(double x) { return fabs(x); }
+static double r_rsqrt(double x) { return 1 / sqrt(x); }
+static double r_sigmoid(double x) { return 1 / (1 + exp(-x)); }
+static double r_relu(double x) { return x > 0 ? x : 0; }
+static double r_gelu(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+static double r_gelu_tanh(double x) {
+    return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double r_silu(double x) { return x / (1 + exp(-x)); }
+static double r_recip(double x) { return 1 / x; }
+static double r_square(double x) { return x * x; }
+static double r_sign(double x) { return (x > 0) - (x < 0); }
+
+static const un_case float_unary[] = {
+    {"neg", ct_neg, r_neg, -3, 3},
+    {"abs", ct_abs, r_abs, -3, 3},
+    {"exp", ct_exp, exp, -4, 4},
+    {"log", ct_log, log, 0.05, 10},
+    {"sqrt", ct_sqrt, sqrt, 0, 10},
+    {"rsqrt", ct_rsqrt, r_rsqrt, 0.05, 10},
+    {"sin", ct_sin, sin, -3, 3},
+    {"cos", ct_cos, cos, -3, 3},
+    {"tanh", ct_tanh, tanh, -3, 3},
+    {"sigmoid", ct_sigmoid, r_sigmoid, -6, 6},
+    {"relu", ct_relu, r_relu, -3, 3},
+    {"gelu", gelu_none, r_gelu, -4, 4},
+    {"gelu_tanh", gelu_tanh, r_gelu_tanh, -4, 4},
+    {"silu", ct_silu, r_silu, -6, 6},
+    {"reciprocal", ct_reciprocal, r_recip, 0.1, 5},
+    {"square", ct_square, r_square, -3, 3},
+    {"sign", ct_sign, r_sign, -3, 3},
+};
+#define N_FLOAT_UNARY (sizeof float_unary / sizeof float_unary[0])
+
+static void run_unary_case(const un_case *c, ct_dtype dt, ct_dtype out_dt, int nd,
+                           const int64_t *shape, bool nc) {
+    double *v;
+    ct_tensor *x = maybe_noncontig(tu_rand(nd, shape, dt, c->lo, c->hi, &v), nc);
+    int64_t n = tu_numel(nd, shape);
+    double *ref = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) ref[i] = tu_round(c->ref(v[i]), out_dt);
+    ct_tensor *y = c->fn(x);
+    if (!y) fprintf(stderr, "%s %s: %s\n", c->name, ct_dtype_name(dt), ct_last_error());
+    double tol = ct_dtype_is_floating(out_dt) ? tol_of(out_dt) : 0;
+    check_tensor(y, out_dt, nd, shape, ref, tol, tol);
+    ct_tensor_release(y);
+    ct_tensor_release(x);
+    free(ref);
+    free(v);
+}
+
+static void test_unary_float(void **state) {
+    (void)state;
+    static const int64_t s3[] = {3, 5, 7}, s1[] = {37}, s0[] = {4, 0};
+    for (size_t k = 0; k < N_FLOAT_UNARY; k++) {
+        for (int d = 0; d < N_FLOAT; d++) {
+            ct_dtype dt = tu_float_dtypes[d];
+            run_unary_case(&float_unary[k], dt, dt, 3, s3, false);
+            run_unary_case(&float_unary[k], dt, dt, 3, s3, true);
+            run_unary_case(&float_unary[k], dt, dt, 1, s1, false);
+            run_unary_case(&float_unary[k], dt, dt, 0, NULL, false);
+            run_unary_case(&float_unary[k], dt, dt, 2, s0, false);
+        }
+    }
+}
+
+/* Integer and bool inputs: float math gives float32, the rest keep the dtype. */
+static void test_unary_int(void **state) {
+    (void)state;
+    static const int64_t s2[] = {6, 9};
+    const char *keep[] = {"neg", "abs", "relu", "square", "sign"};
+    for (size_t k = 0; k < N_FLOAT_UNARY; k++) {
+        const un_case *c = &float_unary[k];
+        bool keeps = false;
+        for (size_t j = 0; j < sizeof keep / sizeof keep[0]; j++)
+            keeps |= strcmp(c->name, keep[j]) == 0;
+        un_case ic = *c;
+        if (ic.lo < 1 && ic.lo > 0) ic.lo = 1; /* no zeros where the math needs positives */
+        if (ic.lo == 0) ic.lo = 1;
+        ic.hi = ic.hi < 4 ? 4 : ic.hi;
+        for (int nc = 0; nc < 2; nc++) {
+            run_unary_case(&ic, CT_I32, keeps ? CT_I32 : CT_F32, 2, s2, nc);
+            run_unary_case(&ic, CT_I64, keeps ? CT_I64 : CT_F32, 2, s2, nc);
+            if (!keeps) run_unary_case(&ic, CT_BOOL, CT_F32, 2, s2, nc);
+        }
+    }
+    /* bool: sign keeps bool, square gives int64 (pow(x, 2)), neg is refused. */
+    run_unary_case(&float_unary[16], CT_BOOL, CT_BOOL, 2, s2, true);
+    run_unary_case(&float_unary[15], CT_BOOL, CT_I64, 2, s2, false);
+    ct_tensor *b = tu_rand(2, s2, CT_BOOL, 0, 2, NULL);
+    ct_clear_error();
+    tu_assert_null_error(ct_neg(b), CT_ERR_DTYPE, "ct_neg", "bool");
+    tu_assert_null_error(ct_abs(b), CT_ERR_DTYPE, "ct_abs", "bool");
+    tu_assert_null_error(ct_relu(b), CT_ERR_DTYPE, "ct_relu", "bool");
+    tu_assert_error(ct_neg_(b), CT_ERR_DTYPE, "ct_neg_", "bool");
+    ct_tensor_release(b);
+    /* Wrapping as in PyTorch: neg/abs of INT32_MIN stay INT32_MIN. */
+    int32_t m = INT32_MIN;
+    ct_tensor *t = ct_tensor_from_data(&m, CT_I32, CT_SHAPE(1));
+    ct_tensor *r = ct_neg(t);
+    double *v = tu_values(r);
+    assert_true(v[0] == (double)INT32_MIN);
+    free(v);
+    ct_tensor_release(r);
+    r = ct_abs(t);
+    v = tu_values(r);
+    assert_true(v[0] == (double)INT32_MIN);
+    free(v);
+    ct_tensor_release(r);
+    ct_tensor_release(t);
+}
+
+static void test_logical_not(void **state) {
+    (void)state;
+    static const int64_t s2[] = {5, 8};
+    for (int d = 0; d < N_ALL; d++) {
+        ct_dtype dt = tu_all_dtypes[d];
+        for (int nc = 0; nc < 2; nc++) {
+            /* Integers in [-2, 3) contain zeros; floats get some exact zeros. */
+            double *v;
+            ct_tensor *x = tu_rand(2, s2, dt, -2, 3, &v);
+            if (ct_dtype_is_floating(dt)) {
+                ct_tensor_release(x);
+                for (int i = 0; i < 40; i += 3) v[i] = 0;
+                x = tu_from_f64(v, 2, s2, dt);
+            }
+            x = maybe_noncontig(x, nc);
+            double ref[40];
+            for (int i = 0; i < 40; i++) ref[i] = v[i] == 0;
+            ct_tensor *y = ct_logical_not(x);
+            check_tensor(y, CT_BOOL, 2, s2, ref, 0, 0);
+            ct_tensor_release(y);
+            ct_tensor_release(x);
+            free(v);
+        }
+    }
+}
+
+/* ---- binary ------------------------------------------------------------------------------- */
+typedef ct_tensor *(*bin_fn)(ct_tensor *, ct_tensor *);
+typedef double (*bin_ref)(double, double);
+typedef enum { R_SAME, R_FLOATIFY, R_BOOL } res_rule;
+typedef struct bin_case {
+    const char *name;
+    bin_fn fn;
+    bin_ref ref;
+    res_rule rule;
+    double lo, hi;     /* a's range */
+    double blo, bhi;   /* b's range */
+    bool no_bool;      /* refuses (or has no kernel for) bool */
+} bin_case;
+
+static double r_add(double a, double b) { return a + b; }
+static double r_sub(double a, double b) { return a - b; }
+static double r_mul(double a, double b) { return a * b; }
+static double r_div(double a, double b) { return a / b; }
+static double r_max(double a, double b) { return a > b ? a : b; }
+static double r_min(double a, double b) { return a < b ? a : b; }
+static double r_eq(double a, double b) { return a == b; }
+static double r_ne(double a, double b) { return a != b; }
+static double r_lt(double a, double b) { return a < b; }
+static double r_le(double a, double b) { return a <= b; }
+static double r_gt(double a, double b) { return a > b; }
+static double r_ge(double a, double b) { return a >= b; }
+static double r_and(double a, double b) { return a != 0 && b != 0; }
+static double r_or(double a, double b) { return a != 0 || b != 0; }
+static double r_pow(double a, double b) { return pow(a, b); }
+/* Integer powers: negative exponents truncate 1 / a^-b. */
+static double r_ipow(double a, double b) {
+    if (b < 0) return a == 1 ? 1 : a == -1 ? (fmod(b, 2) != 0 ? -1 : 1) : 0;
+    return pow(a, b);
+}
+/* bool arithmetic: add is or, mul is and. */
+static double r_bool_add(double a, double b) { return a != 0 || b != 0; }
+
+static const bin_case bin_cases[] = {
+    {"add", ct_add, r_add, R_SAME, -5, 5, -5, 5, false},
+    {"sub", ct_sub, r_sub, R_SAME, -5, 5, -5, 5, true},
+    {"mul", ct_mul, r_mul, R_SAME, -5, 5, -5, 5, false},
+    {"div", ct_div, r_div, R_FLOATIFY, -5, 5, 1, 5, false},
+    {"maximum", ct_maximum, r_max, R_SAME, -3, 3, -3, 3, false},
+    {"minimum", ct_minimum, r_min, R_SAME, -3, 3, -3, 3, false},
+    {"eq", ct_eq, r_eq, R_BOOL, -2, 2, -2, 2, false},
+    {"ne", ct_ne, r_ne, R_BOOL, -2, 2, -2, 2, false},
+    {"lt", ct_lt, r_lt, R_BOOL, -2, 2, -2, 2, false},
+    {"le", ct_le, r_le, R_BOOL, -2, 2, -2, 2, false},
+    {"gt", ct_gt, r_gt, R_BOOL, -2, 2, -2, 2, false},
+    {"ge", ct_ge, r_ge, R_BOOL, -2, 2, -2, 2, false},
+    {"logical_and", ct_logical_and, r_and, R_BOOL, -2, 2, -2, 2, false},
+    {"logical_or", ct_logical_or, r_or, R_BOOL, -2, 2, -2, 2, false},
+    {"pow", ct_pow, r_pow, R_SAME, 0.5, 2, -2, 3, true},
+};
+#define N_BIN (sizeof bin_cases / sizeof bin_cases[0])
+
+static ct_dtype out_dtype(const bin_case *c, ct_dtype rt) {
+    if (c->rule == R_BOOL) return CT_BOOL;
+    if (c->rule == R_FLOATIFY && !ct_dtype_is_floating(rt)) return CT_F32;
+    return rt;
+}
+
+/* Random values with some ties and zeros (comparisons and logical ops see
+ * both outcomes): float values are drawn from a coarse grid. */
+static ct_tensor *bin_operand(int nd, const int64_t *sh, ct_dtype dt, double lo, double hi,
+                              bool grid, double **vals) {
+    int64_t n = tu_numel(nd, sh);
+    double *v = tu_rand_vals(n, dt, lo, hi);
+    if (grid && ct_dtype_is_floating(dt))
+        for (int64_t i = 0; i < n; i++) v[i] = tu_round(floor(v[i] * 2) / 2, dt);
+    ct_tensor *t = tu_from_f64(v, nd, sh, dt);
+    *vals = v;
+    return t;
+}
+
+static void run_binary_case(const bin_case *c, ct_dtype da, int na, const int64_t *sa,
+                            ct_dtype db, int nb, const int64_t *sb, bool nc) {
+    double *va, *vb;
+    bool grid = c->rule == R_BOOL || c->fn == ct_maximum || c->fn == ct_minimum;
+    ct_tensor *a = maybe_noncontig(bin_operand(na, sa, da, c->lo, c->hi, grid, &va), nc);
+    ct_tensor *b = maybe_noncontig(bin_operand(nb, sb, db, c->blo, c->bhi, grid, &vb), nc);
+    ct_tensor *ts[2] = {a, b};
+    ct_dtype rt = cti_result_type(2, ts);
+    ct_dtype od = out_dtype(c, rt);
+    int64_t sh[CT_MAX_DIMS];
+    int nd = bcast(na, sa, nb, sb, sh);
+    int64_t n = tu_numel(nd, sh);
+    double *ref = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    bool bool_arith = rt == CT_BOOL && c->rule == R_SAME;
+    for (int64_t i = 0; i < n; i++) {
+        double x = va[bcast_index(i, nd, sh, na, sa)], y = vb[bcast_index(i, nd, sh, nb, sb)];
+        double r;
+        if (bool_arith && c->fn == ct_add) r = r_bool_add(x, y);
+        else if (c->fn == ct_pow && !ct_dtype_is_floating(rt)) r = r_ipow(x, y);
+        else r = c->ref(x, y);
+        ref[i] = tu_round(r, od);
+    }
+    ct_tensor *y = c->fn(a, b);
+    if (!y)
+        fprintf(stderr, "%s(%s, %s): %s\n", c->name, ct_dtype_name(da), ct_dtype_name(db),
+                ct_last_error());
+    double tol = ct_dtype_is_floating(od) ? tol_of(od) : 0;
+    check_tensor(y, od, nd, sh, ref, tol, tol);
+    ct_tensor_release(y);
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+    free(ref);
+    free(va);
+    free(vb);
+}
+
+typedef struct shape_pair {
+    int na;
+    int64_t sa[4];
+    int nb;
+    int64_t sb[4];
+} shape_pair;
+
+static const shape_pair pairs[] = {
+    {2, {3, 4}, 2, {3, 4}},       {2, {3, 4}, 1, {4}},          {2, {3, 1}, 2, {1, 4}},
+    {3, {2, 3, 4}, 2, {3, 1}},    {0, {0}, 2, {2, 3}},          {2, {2, 3}, 0, {0}},
+    {2, {0, 3}, 2, {1, 3}},       {1, {0}, 0, {0}},             {1, {1}, 1, {5}},
+    {3, {5, 1, 3}, 3, {1, 4, 1}}, {4, {2, 1, 3, 1}, 3, {4, 1, 5}}, {2, {1, 1}, 1, {1}},
+    {3, {2, 0, 3}, 3, {2, 1, 3}}, {0, {0}, 0, {0}},             {1, {7}, 2, {3, 1}},
+};
+#define N_PAIRS (sizeof pairs / sizeof pairs[0])
+
+static void test_binary_same_dtype(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_BIN; k++) {
+        const bin_case *c = &bin_cases[k];
+        for (int d = 0; d < N_ALL; d++) {
+            ct_dtype dt = tu_all_dtypes[d];
+            if (dt == CT_BOOL && c->no_bool) continue;
+            for (size_t p = 0; p < N_PAIRS; p++)
+                for (int nc = 0; nc < 2; nc++)
+                    run_binary_case(c, dt, pairs[p].na, pairs[p].sa, dt, pairs[p].nb,
+                                    pairs[p].sb, nc);
+        }
+    }
+}
+
+/* Mixed dtypes: promotion (incl. 0-d operands) and conversion of inputs. */
+static void test_binary_mixed(void **state) {
+    (void)state;
+    static const int64_t s2[] = {4, 6}, s1[] = {6};
+    for (size_t k = 0; k < N_BIN; k++) {
+        const bin_case *c = &bin_cases[k];
+        for (int i = 0; i < N_ALL; i++) {
+            for (int j = 0; j < N_ALL; j++) {
+                ct_dtype da = tu_all_dtypes[i], db = tu_all_dtypes[j];
+                if (c->no_bool && (da == CT_BOOL || db == CT_BOOL)) continue;
+                if (c->fn == ct_pow && !ct_dtype_is_floating(da) && !ct_dtype_is_floating(db))
+                    continue; /* integer powers are tested apart */
+                run_binary_case(c, da, 2, s2, db, 1, s1, false);
+                run_binary_case(c, da, 2, s2, db, 0, NULL, true);
+                run_binary_case(c, da, 0, NULL, db, 1, s1, false);
+            }
+        }
+    }
+}
+
+static void test_broadcast_errors(void **state) {
+    (void)state;
+    ct_tensor *a = tu_rand(CT_SHAPE(3), CT_F32, -1, 1, NULL);
+    ct_tensor *b = tu_rand(CT_SHAPE(4), CT_F32, -1, 1, NULL);
+    ct_tensor *c = tu_rand(CT_SHAPE(2, 3), CT_F32, -1, 1, NULL);
+    ct_tensor *d = tu_rand(CT_SHAPE(3, 2), CT_F32, -1, 1, NULL);
+    tu_assert_null_error(ct_add(a, b), CT_ERR_SHAPE, "ct_add", "[3]", "[4]");
+    tu_assert_null_error(ct_mul(c, d), CT_ERR_SHAPE, "ct_mul", "[2, 3]", "[3, 2]");
+    tu_assert_null_error(ct_lt(c, d), CT_ERR_SHAPE, "ct_lt");
+    tu_assert_null_error(ct_add(a, NULL), CT_ERR_INVALID_ARG, "ct_add", "NULL");
+    tu_assert_null_error(ct_div(NULL, a), CT_ERR_INVALID_ARG, "ct_div", "NULL");
+    tu_assert_null_error(ct_exp(NULL), CT_ERR_INVALID_ARG, "ct_exp", "NULL");
+    tu_assert_null_error(ct_add_scalar(NULL, 1), CT_ERR_INVALID_ARG, "ct_add_scalar", "NULL");
+    tu_assert_null_error(ct_gelu(a, (ct_gelu_approx)7), CT_ERR_INVALID_ARG, "ct_gelu", "7");
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+    ct_tensor_release(c);
+    ct_tensor_release(d);
+}
+
+/* ---- type promotion (cases checked against PyTorch) ---------------------------------------- */
+static ct_dtype dtype_of_result(ct_tensor *t) {
+    assert_non_null(t);
+    ct_dtype d = ct_tensor_dtype(t);
+    ct_tensor_release(t);
+    return d;
+}
+
+static void test_promotion(void **state) {
+    (void)state;
+    ct_tensor *i32 = tu_rand(CT_SHAPE(5), CT_I32, -9, 9, NULL);
+    ct_tensor *i64 = tu_rand(CT_SHAPE(5), CT_I64, -9, 9, NULL);
+    ct_tensor *f16 = tu_rand(CT_SHAPE(5), CT_F16, -1, 1, NULL);
+    ct_tensor *bf16 = tu_rand(CT_SHAPE(5), CT_BF16, -1, 1, NULL);
+    ct_tensor *f32 = tu_rand(CT_SHAPE(5), CT_F32, -1, 1, NULL);
+    ct_tensor *b = tu_rand(CT_SHAPE(5), CT_BOOL, 0, 2, NULL);
+    ct_tensor *f64_0d = ct_tensor_scalar(0.1, CT_F64, CT_CPU);
+    ct_tensor *f32_0d = ct_tensor_scalar(2.5, CT_F32, CT_CPU);
+    ct_tensor *i64_0d = ct_tensor_scalar(3, CT_I64, CT_CPU);
+
+    assert_int_equal(dtype_of_result(ct_add_scalar(i32, 2)), CT_I32);
+    assert_int_equal(dtype_of_result(ct_mul_scalar(i32, 2.5)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_mul_scalar(i64, 2.0)), CT_I64);
+    assert_int_equal(dtype_of_result(ct_mul_scalar(f16, 3.0)), CT_F16);
+    assert_int_equal(dtype_of_result(ct_add_scalar(b, 1)), CT_I64);
+    assert_int_equal(dtype_of_result(ct_add_scalar(b, 0.5)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_add(b, b)), CT_BOOL);
+    assert_int_equal(dtype_of_result(ct_add(i32, f32_0d)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_add(f16, f64_0d)), CT_F16);
+    assert_int_equal(dtype_of_result(ct_add(f16, f32)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_add(f16, bf16)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_add(i32, i64_0d)), CT_I32);
+    assert_int_equal(dtype_of_result(ct_add(i32, i64)), CT_I64);
+    assert_int_equal(dtype_of_result(ct_div(i32, i64)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_div_scalar(i32, 2)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_lt(i32, f16)), CT_BOOL);
+    assert_int_equal(dtype_of_result(ct_pow_scalar(i32, 2)), CT_I32);
+    assert_int_equal(dtype_of_result(ct_pow_scalar(i32, 0.5)), CT_F32);
+    assert_int_equal(dtype_of_result(ct_maximum(b, i32)), CT_I32);
+
+    /* f16 * 1e5 overflows to inf in float16. */
+    ct_tensor *big = ct_mul_scalar(f16, 1e5);
+    double *vf = tu_values(f16), *vb = tu_values(big);
+    for (int i = 0; i < 5; i++) {
+        if (fabs(vf[i]) * 1e5 > 65520) assert_true(isinf(vb[i]) && (vb[i] > 0) == (vf[i] > 0));
+        else assert_true(fabs(vb[i] - tu_round(vf[i] * 1e5, CT_F16)) <= 2e-3 * fabs(vb[i]));
+    }
+    free(vf);
+    free(vb);
+    ct_tensor_release(big);
+
+    /* f16 + 0-d f64 0.1: the scalar keeps float32 precision, result rounded once. */
+    ct_tensor *r = ct_add(f16, f64_0d);
+    vf = tu_values(f16);
+    vb = tu_values(r);
+    for (int i = 0; i < 5; i++)
+        assert_true(vb[i] == tu_round((double)((float)vf[i] + 0.1f), CT_F16));
+    free(vf);
+    free(vb);
+    ct_tensor_release(r);
+
+    /* int32 + 2 stays int32 with exact values; int32 * 2.5 is float. */
+    r = ct_add_scalar(i32, 2);
+    double *vi = tu_values(i32), *vr = tu_values(r);
+    for (int i = 0; i < 5; i++) assert_true(vr[i] == vi[i] + 2);
+    free(vr);
+    ct_tensor_release(r);
+    r = ct_mul_scalar(i32, 2.5);
+    vr = tu_values(r);
+    for (int i = 0; i < 5; i++) assert_true(vr[i] == vi[i] * 2.5);
+    free(vr);
+    free(vi);
+    ct_tensor_release(r);
+
+    /* A scalar that does not fit the integer dtype. */
+    ct_clear_error();
+    tu_assert_null_error(ct_add_scalar(i32, 3e9), CT_ERR_OVERFLOW, "ct_add_scalar", "int32");
+    /* 1e19 is no int64: it is a float scalar, and the result float32. */
+    assert_int_equal(dtype_of_result(ct_mul_scalar(i64, 1e19)), CT_F32);
+
+    ct_tensor_release(i32);
+    ct_tensor_release(i64);
+    ct_tensor_release(f16);
+    ct_tensor_release(bf16);
+    ct_tensor_release(f32);
+    ct_tensor_release(b);
+    ct_tensor_release(f64_0d);
+    ct_tensor_release(f32_0d);
+    ct_tensor_release(i64_0d);
+}
+
+/* ---- scalar ops ------------------------------------------------------------------------- */
+typedef ct_tensor *(*sc_fn)(ct_tensor *, double);
+typedef struct sc_case {
+    const char *name;
+    sc_fn fn;
+    bin_ref ref;
+    res_rule rule;
+    bool reverse;
+} sc_case;
+static double r_rsub(double a, double b) { return b - a; }
+static const sc_case sc_cases[] = {
+    {"add_scalar", ct_add_scalar, r_add, R_SAME, false},
+    {"sub_scalar", ct_sub_scalar, r_sub, R_SAME, false},
+    {"rsub_scalar", ct_rsub_scalar, r_rsub, R_SAME, false},
+    {"mul_scalar", ct_mul_scalar, r_mul, R_SAME, false},
+    {"div_scalar", ct_div_scalar, r_div, R_FLOATIFY, false},
+    {"pow_scalar", ct_pow_scalar, r_pow, R_SAME, false},
+    {"maximum_scalar", ct_maximum_scalar, r_max, R_SAME, false},
+    {"minimum_scalar", ct_minimum_scalar, r_min, R_SAME, false},
+    {"eq_scalar", ct_eq_scalar, r_eq, R_BOOL, false},
+    {"ne_scalar", ct_ne_scalar, r_ne, R_BOOL, false},
+    {"lt_scalar", ct_lt_scalar, r_lt, R_BOOL, false},
+    {"le_scalar", ct_le_scalar, r_le, R_BOOL, false},
+    {"gt_scalar", ct_gt_scalar, r_gt, R_BOOL, false},
+    {"ge_scalar", ct_ge_scalar, r_ge, R_BOOL, false},
+};
+
+static void test_scalar_ops(void **state) {
+    (void)state;
+    static const int64_t s2[] = {7, 5};
+    const double scalars[] = {2, -3, 0.75, 1.5};
+    const ct_dtype dts[] = {CT_F32, CT_F64, CT_F16, CT_BF16, CT_I32, CT_I64};
+    for (size_t k = 0; k < sizeof sc_cases / sizeof sc_cases[0]; k++) {
+        const sc_case *c = &sc_cases[k];
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+            for (size_t si = 0; si < 4; si++) {
+                ct_dtype dt = dts[d];
+                double s = scalars[si];
+                bool is_pow = c->fn == ct_pow_scalar;
+                if (is_pow && !ct_dtype_is_floating(dt) && s < 0) continue;
+                double lo = is_pow ? 0.5 : -4, hi = is_pow ? 3 : 4;
+                double *v;
+                ct_tensor *x = maybe_noncontig(tu_rand(2, s2, dt, lo, hi, &v), si & 1);
+                bool sint = s == trunc(s);
+                ct_dtype rt = ct_dtype_is_floating(dt) ? dt : (sint ? dt : CT_F32);
+                ct_dtype od = c->rule == R_BOOL ? CT_BOOL
+                              : (c->rule == R_FLOATIFY && !ct_dtype_is_floating(rt)) ? CT_F32
+                                                                                       : rt;
+                /* Reduced-precision kernels use the scalar in float32. */
+                double sv = (dt == CT_F16 || dt == CT_BF16) ? (double)(float)s : s;
+                double ref[35];
+                for (int i = 0; i < 35; i++) ref[i] = tu_round(c->ref(v[i], sv), od);
+                ct_tensor *y = c->fn(x, s);
+                if (!y) fprintf(stderr, "%s %s: %s\n", c->name, ct_dtype_name(dt), ct_last_error());
+                double tol = ct_dtype_is_floating(od) ? tol_of(od) : 0;
+                check_tensor(y, od, 2, s2, ref, tol, tol);
+                ct_tensor_release(y);
+                ct_tensor_release(x);
+                free(v);
+            }
+        }
+    }
+    ct_tensor *i = tu_rand(CT_SHAPE(3), CT_I32, 1, 5, NULL);
+    ct_tensor *b = tu_rand(CT_SHAPE(3), CT_BOOL, 0, 2, NULL);
+    tu_assert_null_error(ct_pow_scalar(i, -1), CT_ERR_INVALID_ARG, "ct_pow_scalar",
+                         "negative");
+    tu_assert_null_error(ct_sub_scalar(b, 1), CT_ERR_DTYPE, "ct_sub_scalar", "bool");
+    tu_assert_null_error(ct_rsub_scalar(b, 1), CT_ERR_DTYPE, "ct_rsub_scalar", "bool");
+    ct_tensor_release(i);
+    ct_tensor_release(b);
+}
+
+/* ---- add_alpha, bool arithmetic, integer pow -------------------------------------------- */
+static void test_add_alpha(void **state) {
+    (void)state;
+    static const int64_t sa[] = {4, 5}, sb[] = {5};
+    const double alphas[] = {0.5, -2, 3};
+    for (int d = 0; d < 6; d++) {
+        ct_dtype dt = tu_all_dtypes[d];
+        for (int k = 0; k < 3; k++) {
+            double alpha = alphas[k];
+            for (int sub = 0; sub < 2; sub++) {
+                double *va, *vb;
+                ct_tensor *a = maybe_noncontig(tu_rand(2, sa, dt, -5, 5, &va), k & 1);
+                ct_tensor *b = tu_rand(1, sb, dt, -5, 5, &vb);
+                ct_tensor *y = sub ? ct_sub_alpha(a, b, alpha) : ct_add_alpha(a, b, alpha);
+                if (!ct_dtype_is_floating(dt) && alpha != trunc(alpha)) {
+                    tu_assert_null_error(y, CT_ERR_INVALID_ARG, sub ? "ct_sub_alpha" : "ct_add_alpha",
+                                         "alpha", "integer");
+                } else {
+                    /* Reduced precision computes alpha * b in float32. */
+                    double ref[20];
+                    for (int i = 0; i < 20; i++)
+                        ref[i] = tu_round(va[i] + (sub ? -alpha : alpha) * vb[i % 5], dt);
+                    double tol = ct_dtype_is_floating(dt) ? tol_of(dt) : 0;
+                    check_tensor(y, dt, 2, sa, ref, tol, tol);
+                    ct_tensor_release(y);
+                }
+                ct_tensor_release(a);
+                ct_tensor_release(b);
+                free(va);
+                free(vb);
+            }
+        }
+    }
+}
+
+static void test_bool_arith(void **state) {
+    (void)state;
+    const double av[] = {0, 0, 1, 1}, bv[] = {0, 1, 0, 1};
+    ct_tensor *a = tu_from_f64(av, CT_SHAPE(4), CT_BOOL);
+    ct_tensor *b = tu_from_f64(bv, CT_SHAPE(4), CT_BOOL);
+    const double r_or_[] = {0, 1, 1, 1}, r_and_[] = {0, 0, 0, 1};
+    static const int64_t s4[] = {4};
+    ct_tensor *y = ct_add(a, b);
+    check_tensor(y, CT_BOOL, 1, s4, r_or_, 0, 0);
+    ct_tensor_release(y);
+    y = ct_mul(a, b);
+    check_tensor(y, CT_BOOL, 1, s4, r_and_, 0, 0);
+    ct_tensor_release(y);
+    y = ct_maximum(a, b);
+    check_tensor(y, CT_BOOL, 1, s4, r_or_, 0, 0);
+    ct_tensor_release(y);
+    y = ct_minimum(a, b);
+    check_tensor(y, CT_BOOL, 1, s4, r_and_, 0, 0);
+    ct_tensor_release(y);
+    y = ct_add_alpha(a, b, 0);
+    check_tensor(y, CT_BOOL, 1, s4, av, 0, 0);
+    ct_tensor_release(y);
+    tu_assert_null_error(ct_sub(a, b), CT_ERR_DTYPE, "ct_sub", "bool");
+    ct_tensor *f = tu_rand(CT_SHAPE(4), CT_F32, -1, 1, NULL);
+    tu_assert_null_error(ct_sub(f, b), CT_ERR_DTYPE, "ct_sub", "bool");
+    tu_assert_error(ct_sub_(f, b), CT_ERR_DTYPE, "ct_sub_", "bool");
+    y = ct_pow(a, b);
+    tu_assert_null_error(y, CT_ERR_UNSUPPORTED, "pow", "bool");
+    ct_tensor_release(f);
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+}
+
+static void test_int_pow(void **state) {
+    (void)state;
+    const double base[] = {2, -3, 1, -1, -1, 0, 5, 7, 3, -2};
+    const double ex[] = {10, 3, -5, -3, -4, 4, -1, 0, 40, 63};
+    for (int d = 0; d < 2; d++) {
+        ct_dtype dt = d ? CT_I64 : CT_I32;
+        ct_tensor *a = tu_from_f64(base, CT_SHAPE(10), dt);
+        ct_tensor *b = tu_from_f64(ex, CT_SHAPE(10), dt);
+        ct_tensor *y = ct_pow(a, b);
+        assert_non_null(y);
+        assert_int_equal(ct_tensor_dtype(y), dt);
+        double *v = tu_values(y);
+        for (int i = 0; i < 10; i++) {
+            /* Reference: repeated multiplication wrapping in the dtype's width. */
+            int64_t r;
+            if (ex[i] < 0) r = base[i] == 1 ? 1 : base[i] == -1 ? (((int64_t)ex[i] & 1) ? -1 : 1) : 0;
+            else {
+                uint64_t acc = 1;
+                for (int k = 0; k < (int)ex[i]; k++) acc *= (uint64_t)(int64_t)base[i];
+                r = dt == CT_I32 ? (int64_t)(int32_t)(uint32_t)acc : (int64_t)acc;
+            }
+            if (v[i] != (double)r)
+                fprintf(stderr, "pow %g^%g: got %g want %lld\n", base[i], ex[i], v[i], (long long)r);
+            assert_true(v[i] == (double)r);
+        }
+        free(v);
+        ct_tensor_release(y);
+        ct_tensor_release(a);
+        ct_tensor_release(b);
+    }
+}
+
+/* ---- NaN ---------------------------------------------------------------------------------- */
+static void test_nan(void **state) {
+    (void)state;
+    const double av[] = {NAN, 1, NAN, -2, INFINITY};
+    const double bv[] = {1, NAN, NAN, 3, -INFINITY};
+    static const int64_t s5[] = {5};
+    for (int d = 0; d < N_FLOAT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        ct_tensor *a = tu_from_f64(av, CT_SHAPE(5), dt);
+        ct_tensor *b = tu_from_f64(bv, CT_SHAPE(5), dt);
+        const double rmax[] = {NAN, NAN, NAN, 3, INFINITY}, rmin[] = {NAN, NAN, NAN, -2, -INFINITY};
+        ct_tensor *y = ct_maximum(a, b);
+        check_tensor(y, dt, 1, s5, rmax, 0, 0);
+        ct_tensor_release(y);
+        y = ct_minimum(a, b);
+        check_tensor(y, dt, 1, s5, rmin, 0, 0);
+        ct_tensor_release(y);
+        y = ct_maximum_scalar(a, 0);
+        const double rms[] = {NAN, 1, NAN, 0, INFINITY};
+        check_tensor(y, dt, 1, s5, rms, 0, 0);
+        ct_tensor_release(y);
+        const double rrelu[] = {NAN, 1, NAN, 0, INFINITY};
+        y = ct_relu(a);
+        check_tensor(y, dt, 1, s5, rrelu, 0, 0);
+        ct_tensor_release(y);
+        const double rsign[] = {0, 1, 0, -1, 1}; /* PyTorch: sign(NaN) = 0 */
+        y = ct_sign(a);
+        check_tensor(y, dt, 1, s5, rsign, 0, 0);
+        ct_tensor_release(y);
+        const double rclamp[] = {NAN, 1, NAN, -1, 1.5};
+        y = ct_clamp(a, -1, 1.5);
+        check_tensor(y, dt, 1, s5, rclamp, 0, 0);
+        ct_tensor_release(y);
+        const double rallnan[] = {NAN, NAN, NAN, NAN, NAN};
+        y = ct_clamp(a, NAN, 1);
+        check_tensor(y, dt, 1, s5, rallnan, 0, 0);
+        ct_tensor_release(y);
+        const double req[] = {0, 0, 0, 0, 0}, rne[] = {1, 1, 1, 1, 1};
+        y = ct_eq(a, b);
+        check_tensor(y, CT_BOOL, 1, s5, req, 0, 0);
+        ct_tensor_release(y);
+        y = ct_ne(a, b);
+        check_tensor(y, CT_BOOL, 1, s5, rne, 0, 0);
+        ct_tensor_release(y);
+        ct_tensor_release(a);
+        ct_tensor_release(b);
+    }
+}
+
+/* ---- where and clamp ------------------------------------------------------------------------ */
+static void test_where(void **state) {
+    (void)state;
+    static const int64_t sc[] = {4, 1, 6}, sa[] = {3, 1}, sb[] = {6};
+    for (int i = 0; i < N_ALL; i++) {
+        for (int j = 0; j < N_ALL; j += 2) {
+            ct_dtype da = tu_all_dtypes[i], db = tu_all_dtypes[(i + j) % N_ALL];
+            double *vc, *va, *vb;
+            ct_tensor *c = maybe_noncontig(tu_rand(3, sc, CT_BOOL, 0, 2, &vc), j & 2);
+            ct_tensor *a = maybe_noncontig(tu_rand(2, sa, da, -9, 9, &va), j & 2);
+            ct_tensor *b = tu_rand(1, sb, db, -9, 9, &vb);
+            ct_tensor *ab[2] = {a, b};
+            ct_dtype rt = cti_result_type(2, ab);
+            int64_t sh[] = {4, 3, 6};
+            double ref[72];
+            for (int64_t k = 0; k < 72; k++) {
+                double cv = vc[bcast_index(k, 3, sh, 3, sc)];
+                ref[k] = tu_round(cv != 0 ? va[bcast_index(k, 3, sh, 2, sa)]
+                                          : vb[bcast_index(k, 3, sh, 1, sb)],
+                                  rt);
+            }
+            ct_tensor *y = ct_where(c, a, b);
+            check_tensor(y, rt, 3, sh, ref, 0, 0);
+            ct_tensor_release(y);
+            ct_tensor_release(a);
+            ct_tensor_release(b);
+            ct_tensor_release(c);
+            free(vc);
+            free(va);
+            free(vb);
+        }
+    }
+    ct_tensor *f = tu_rand(CT_SHAPE(3), CT_F32, -1, 1, NULL);
+    ct_tensor *i = tu_rand(CT_SHAPE(3), CT_I32, -1, 1, NULL);
+    ct_tensor *b4 = tu_rand(CT_SHAPE(4), CT_BOOL, 0, 2, NULL);
+    tu_assert_null_error(ct_where(f, f, f), CT_ERR_DTYPE, "ct_where", "bool", "float32");
+    tu_assert_null_error(ct_where(i, f, f), CT_ERR_DTYPE, "ct_where", "int32");
+    tu_assert_null_error(ct_where(b4, f, f), CT_ERR_SHAPE, "ct_where");
+    tu_assert_null_error(ct_where(b4, NULL, f), CT_ERR_INVALID_ARG, "ct_where");
+    ct_tensor_release(f);
+    ct_tensor_release(i);
+    ct_tensor_release(b4);
+}
+
+static double clamp_ref(double x, double lo, double hi) {
+    if (isnan(x)) return x;
+    double t = x < lo ? lo : x;
+    return t > hi ? hi : t;
+}
+
+static void test_clamp(void **state) {
+    (void)state;
+    static const int64_t s2[] = {6, 7};
+    const double bounds[][2] = {{-1, 1}, {-INFINITY, 0.5}, {-0.25, INFINITY}, {1, -1},
+                                {-2.5, 2.5}, {-INFINITY, INFINITY}};
+    for (int d = 0; d < 6; d++) {
+        ct_dtype dt = tu_all_dtypes[d];
+        for (int k = 0; k < 6; k++) {
+            double lo = bounds[k][0], hi = bounds[k][1];
+            double *v;
+            ct_tensor *x = maybe_noncontig(tu_rand(2, s2, dt, -4, 4, &v), k & 1);
+            /* Integers: results lie in [min, max], so min rounds up, max down. */
+            double elo = ct_dtype_is_floating(dt) ? lo : ceil(lo);
+            double ehi = ct_dtype_is_floating(dt) ? hi : floor(hi);
+            double ref[42];
+            for (int i = 0; i < 42; i++) ref[i] = tu_round(clamp_ref(v[i], elo, ehi), dt);
+            ct_tensor *y = ct_clamp(x, lo, hi);
+            double tol = ct_dtype_is_floating(dt) ? tol_of(dt) : 0;
+            check_tensor(y, dt, 2, s2, ref, tol, 0);
+            ct_tensor_release(y);
+            assert_int_equal(ct_clamp_(x, lo, hi), CT_OK);
+            check_tensor(x, dt, 2, s2, ref, tol, 0);
+            ct_tensor_release(x);
+            free(v);
+        }
+    }
+    ct_tensor *b = tu_rand(CT_SHAPE(3), CT_BOOL, 0, 2, NULL);
+    ct_tensor *i = tu_rand(CT_SHAPE(3), CT_I32, -3, 3, NULL);
+    tu_assert_null_error(ct_clamp(b, 0, 1), CT_ERR_DTYPE, "ct_clamp", "bool");
+    tu_assert_null_error(ct_clamp(i, NAN, 1), CT_ERR_INVALID_ARG, "ct_clamp", "NaN");
+    tu_assert_error(ct_clamp_(b, 0, 1), CT_ERR_DTYPE, "ct_clamp_", "bool");
+    tu_assert_null_error(ct_clamp(NULL, 0, 1), CT_ERR_INVALID_ARG, "ct_clamp");
+    /* Huge bounds saturate to the integer range. */
+    ct_tensor *y = ct_clamp(i, -1e300, 1e300);
+    double *vi = tu_values(i), *vy = tu_values(y);
+    for (int k = 0; k < 3; k++) assert_true(vi[k] == vy[k]);
+    free(vi);
+    free(vy);
+    ct_tensor_release(y);
+    ct_tensor_release(b);
+    ct_tensor_release(i);
+}
+
+/* ---- in place ---------------------------------------------------------------------------- */
+typedef ct_status (*ip_fn)(ct_tensor *, ct_tensor *);
+typedef struct ip_case {
+    const char *name;
+    ip_fn fn;
+    bin_ref ref;
+} ip_case;
+
+static unsigned version_of(const ct_tensor *t) { return atomic_load(&t->storage->version); }
+
+static void test_inplace_binary(void **state) {
+    (void)state;
+    const ip_case cases[] = {{"add_", ct_add_, r_add}, {"sub_", ct_sub_, r_sub},
+                             {"mul_", ct_mul_, r_mul}, {"div_", ct_div_, r_div},
+                             {"pow_", ct_pow_, r_pow}};
+    static const int64_t sa[] = {5, 3, 4}, sb[] = {3, 1};
+    for (size_t k = 0; k < 5; k++) {
+        for (int d = 0; d < N_FLOAT; d++) {
+            for (int bd = 0; bd < 3; bd++) {
+                ct_dtype dt = tu_float_dtypes[d];
+                ct_dtype dtb = bd == 0 ? dt : bd == 1 ? CT_I32 : CT_F64;
+                double *va, *vb;
+                bool is_pow = cases[k].fn == ct_pow_;
+                ct_tensor *a = maybe_noncontig(tu_rand(3, sa, dt, is_pow ? 0.5 : -3, 3, &va), true);
+                ct_tensor *b = maybe_noncontig(
+                    tu_rand(2, sb, dtb, is_pow ? -2 : 1, 3, &vb), bd != 1);
+                ct_tensor *ab[2] = {a, b};
+                ct_dtype rt = cti_result_type(2, ab);
+                double ref[60];
+                for (int i = 0; i < 60; i++) {
+                    double r = cases[k].ref(va[i], vb[(i / 4) % 3]);
+                    /* A wider result type rounds there first, then into a. */
+                    ref[i] = tu_round(tu_round(r, rt), dt);
+                }
+                unsigned v0 = version_of(a);
+                assert_int_equal(cases[k].fn(a, b), CT_OK);
+                assert_true(version_of(a) != v0);
+                double tol = tol_of(dt);
+                check_tensor(a, dt, 3, sa, ref, tol, tol);
+                ct_tensor_release(a);
+                ct_tensor_release(b);
+                free(va);
+                free(vb);
+            }
+        }
+    }
+    /* Integer destinations. */
+    double *va, *vb;
+    ct_tensor *a = maybe_noncontig(tu_rand(CT_SHAPE(4, 6), CT_I64, -50, 50, &va), true);
+    ct_tensor *b = tu_rand(CT_SHAPE(6), CT_I32, -50, 50, &vb);
+    assert_int_equal(ct_mul_(a, b), CT_OK);
+    double ref[24];
+    for (int i = 0; i < 24; i++) ref[i] = va[i] * vb[i % 6];
+    static const int64_t s46[] = {4, 6};
+    check_tensor(a, CT_I64, 2, s46, ref, 0, 0);
+    assert_int_equal(ct_add_alpha_(a, b, -2), CT_OK);
+    for (int i = 0; i < 24; i++) ref[i] -= 2 * vb[i % 6];
+    check_tensor(a, CT_I64, 2, s46, ref, 0, 0);
+    ct_tensor *bb = tu_rand(CT_SHAPE(6), CT_BOOL, 0, 2, NULL);
+    double *vbb = tu_values(bb);
+    assert_int_equal(ct_add_(a, bb), CT_OK);
+    for (int i = 0; i < 24; i++) ref[i] += vbb[i % 6];
+    check_tensor(a, CT_I64, 2, s46, ref, 0, 0);
+    free(vbb);
+    ct_tensor_release(bb);
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+    free(va);
+    free(vb);
+}
+
+static void test_inplace_errors(void **state) {
+    (void)state;
+    ct_tensor *a31 = tu_rand(CT_SHAPE(3, 1), CT_F32, -1, 1, NULL);
+    ct_tensor *b34 = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
+    ct_tensor *i34 = tu_rand(CT_SHAPE(3, 4), CT_I32, -5, 5, NULL);
+    ct_tensor *b4 = tu_rand(CT_SHAPE(4), CT_BOOL, 0, 2, NULL);
+    double *before = tu_values(a31);
+    tu_assert_error(ct_add_(a31, b34), CT_ERR_SHAPE, "ct_add_", "output with shape [3, 1]",
+                    "doesn't match the broadcast shape [3, 4]");
+    double *after = tu_values(a31);
+    for (int i = 0; i < 3; i++) assert_true(before[i] == after[i]);
+    free(before);
+    free(after);
+    tu_assert_error(ct_add_(i34, b34), CT_ERR_DTYPE, "ct_add_", "float32", "int32");
+    tu_assert_error(ct_div_(i34, i34), CT_ERR_DTYPE, "ct_div_", "float32", "int32");
+    tu_assert_error(ct_mul_scalar_(i34, 2.5), CT_ERR_DTYPE, "ct_mul_scalar_", "float32",
+                    "int32");
+    assert_int_equal(ct_add_(b4, b4), CT_OK); /* bool += bool is allowed */
+    tu_assert_error(ct_add_scalar_(b4, 1), CT_ERR_DTYPE, "ct_add_scalar_", "int64", "bool");
+    tu_assert_error(ct_exp_(i34), CT_ERR_DTYPE, "ct_exp_", "float32", "int32");
+    tu_assert_error(ct_sqrt_(i34), CT_ERR_DTYPE, "ct_sqrt_");
+    tu_assert_error(ct_add_alpha_(i34, i34, 0.5), CT_ERR_INVALID_ARG, "ct_add_alpha_", "alpha");
+    tu_assert_error(ct_add_(NULL, b34), CT_ERR_INVALID_ARG, "ct_add_");
+    tu_assert_error(ct_add_scalar_(NULL, 1), CT_ERR_INVALID_ARG, "ct_add_scalar_");
+    /* An expanded destination repeats memory. */
+    ct_tensor *e = ct_expand(a31, CT_SHAPE(3, 4));
+    tu_assert_error(ct_add_(e, b34), CT_ERR_INVALID_ARG, "ct_add_", "memory");
+    tu_assert_error(ct_relu_(e), CT_ERR_INVALID_ARG, "ct_relu_");
+    ct_tensor_release(e);
+    ct_tensor_release(a31);
+    ct_tensor_release(b34);
+    ct_tensor_release(i34);
+    ct_tensor_release(b4);
+}
+
+/* b a view of a in another layout: the result must be as if b were read
+ * before any write. The reference is computed in float arithmetic (each step
+ * rounds as the kernel does). */
+static void check_f32(ct_tensor *t, const float *ref, int64_t n) {
+    double *v = tu_values(t);
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] != (double)ref[i]) fprintf(stderr, "element %lld: got %.9g, expected %.9g\n",
+                                            (long long)i, v[i], (double)ref[i]);
+        assert_true(v[i] == (double)ref[i]);
+    }
+    free(v);
+}
+
+static void test_inplace_alias(void **state) {
+    (void)state;
+    double *va;
+    ct_tensor *a = tu_rand(CT_SHAPE(6, 6), CT_F32, -3, 3, &va);
+    float x[36], ref[36];
+    for (int i = 0; i < 36; i++) x[i] = (float)va[i];
+    ct_tensor *at = ct_transpose(a, 0, 1);
+    assert_int_equal(ct_add_(a, at), CT_OK);
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++) ref[i * 6 + j] = x[i * 6 + j] + x[j * 6 + i];
+    check_f32(a, ref, 36);
+    ct_tensor_release(at);
+    /* Same layout: a *= a. */
+    for (int i = 0; i < 36; i++) ref[i] = ref[i] * ref[i];
+    assert_int_equal(ct_mul_(a, a), CT_OK);
+    check_f32(a, ref, 36);
+    /* A row of a broadcast over a. */
+    ct_tensor *row = ct_select(a, 0, 2);
+    float r2[6];
+    for (int j = 0; j < 6; j++) r2[j] = ref[12 + j];
+    for (int i = 0; i < 36; i++) ref[i] = ref[i] - r2[i % 6];
+    assert_int_equal(ct_sub_(a, row), CT_OK);
+    check_f32(a, ref, 36);
+    ct_tensor_release(row);
+    ct_tensor_release(a);
+    free(va);
+}
+
+static void test_inplace_unary_scalar(void **state) {
+    (void)state;
+    static const int64_t s2[] = {5, 7};
+    for (int d = 0; d < N_FLOAT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        double *v;
+        ct_tensor *x = maybe_noncontig(tu_rand(2, s2, dt, 0.1, 3, &v), true);
+        double ref[35];
+        double tol = tol_of(dt);
+        assert_int_equal(ct_neg_(x), CT_OK);
+        for (int i = 0; i < 35; i++) ref[i] = -v[i];
+        check_tensor(x, dt, 2, s2, ref, tol, tol);
+        assert_int_equal(ct_relu_(x), CT_OK);
+        for (int i = 0; i < 35; i++) ref[i] = 0;
+        check_tensor(x, dt, 2, s2, ref, tol, tol);
+        assert_int_equal(ct_add_scalar_(x, 2.25), CT_OK);
+        assert_int_equal(ct_mul_scalar_(x, 3), CT_OK);
+        assert_int_equal(ct_sub_scalar_(x, 0.75), CT_OK);
+        assert_int_equal(ct_div_scalar_(x, 2), CT_OK);
+        assert_int_equal(ct_sqrt_(x), CT_OK);
+        assert_int_equal(ct_exp_(x), CT_OK);
+        double e = tu_round(exp(tu_round(sqrt(tu_round((2.25 * 3 - 0.75) / 2, dt)), dt)), dt);
+        for (int i = 0; i < 35; i++) ref[i] = e;
+        check_tensor(x, dt, 2, s2, ref, 2 * tol, tol);
+        ct_tensor_release(x);
+        free(v);
+    }
+    /* Integer destination: integral scalars stay exact. */
+    double *v;
+    ct_tensor *x = maybe_noncontig(tu_rand(CT_SHAPE(3, 4), CT_I32, -20, 20, &v), true);
+    assert_int_equal(ct_mul_scalar_(x, -3), CT_OK);
+    assert_int_equal(ct_sub_scalar_(x, 7), CT_OK);
+    assert_int_equal(ct_relu_(x), CT_OK);
+    double ref[12];
+    for (int i = 0; i < 12; i++) ref[i] = fmax(v[i] * -3 - 7, 0);
+    static const int64_t s34[] = {3, 4};
+    check_tensor(x, CT_I32, 2, s34, ref, 0, 0);
+    ct_tensor_release(x);
+    free(v);
+}
+
+/* ---- threads and the parallel path ------------------------------------------------------ */
+typedef struct cover_ctx {
+    atomic_int *hits;
+    atomic_int chunks;
+    atomic_int bad_nested; /* nested calls that did not run inline in one piece */
+} cover_ctx;
+
+static void count_fn(int64_t b, int64_t e, void *ctx) {
+    (void)b;
+    (void)e;
+    ++*(int *)ctx;
+}
+static void cover_fn(int64_t b, int64_t e, void *ctx) {
+    cover_ctx *c = ctx;
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+    atomic_fetch_add(&c->chunks, 1);
+    int calls = 0;
+    cti_parallel_for(100000, 1, count_fn, &calls);
+    if (calls != 1) atomic_fetch_add(&c->bad_nested, 1);
+}
+
+static void test_parallel_for(void **state) {
+    (void)state;
+    const int64_t ns[] = {1, 7, 1000, 100003};
+    const int64_t grains[] = {1, 10, 4096};
+    for (int t = 1; t <= 3; t++) {
+        assert_int_equal(ct_set_num_threads(t), CT_OK);
+        for (int i = 0; i < 4; i++) {
+            for (int g = 0; g < 3; g++) {
+                int64_t n = ns[i];
+                atomic_int *hits = calloc((size_t)n, sizeof(atomic_int));
+                cover_ctx c = {hits, 0, 0};
+                cti_parallel_for(n, grains[g], cover_fn, &c);
+                for (int64_t k = 0; k < n; k++) assert_int_equal(atomic_load(&hits[k]), 1);
+                /* Chunks hold at least grain indices and never exceed the threads;
+                 * calls made from inside them run inline. */
+                int calls = atomic_load(&c.chunks);
+                if (calls > 1) assert_int_equal(atomic_load(&c.bad_nested), 0);
+                if (t > 1 && n >= 2 * grains[g]) assert_true(calls >= 2);
+                assert_true(calls >= 1 && calls <= t);
+                assert_true(calls == 1 || n / calls >= grains[g]);
+                free(hits);
+            }
+        }
+    }
+    assert_int_equal(ct_set_num_threads(2), CT_OK);
+}
+
+static void test_threads_setting(void **state) {
+    (void)state;
+    int n0 = ct_get_num_threads();
+    assert_true(n0 >= 1);
+    tu_assert_error(ct_set_num_threads(0), CT_ERR_INVALID_ARG, "ct_set_num_threads", "0");
+    tu_assert_error(ct_set_num_threads(-3), CT_ERR_INVALID_ARG, "ct_set_num_threads", "-3");
+    assert_int_equal(ct_get_num_threads(), n0);
+    assert_int_equal(ct_set_num_threads(1), CT_OK);
+    assert_int_equal(ct_get_num_threads(), 1);
+    assert_int_equal(ct_set_num_threads(2), CT_OK);
+    assert_int_equal(ct_get_num_threads(), 2);
+    assert_int_equal(ct_set_num_threads(n0), CT_OK);
+}
+
+/* Above CTI_GRAIN elements the work splits over the pool; non-contiguous and
+ * broadcast operands take the general iterator there. Results must match the
+ * reference and be bitwise the same with 1 and 2 threads. */
+static void test_parallel_large(void **state) {
+    (void)state;
+    static const int64_t sa[] = {257, 301}, sb[] = {301};
+    const int64_t n = 257 * 301;
+    assert_true(n > CTI_GRAIN);
+    for (int d = 0; d < N_FLOAT + 1; d++) {
+        ct_dtype dt = d < N_FLOAT ? tu_float_dtypes[d] : CT_I32;
+        double *va, *vb;
+        ct_tensor *a = maybe_noncontig(tu_rand(2, sa, dt, -3, 3, &va), true);
+        ct_tensor *b = tu_rand(1, sb, dt, -3, 3, &vb);
+        double *ref = malloc(sizeof(double) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) ref[i] = tu_round(va[i] * vb[i % 301], dt);
+        ct_tensor *r[2];
+        for (int t = 0; t < 2; t++) {
+            assert_int_equal(ct_set_num_threads(t + 1), CT_OK);
+            r[t] = ct_mul(a, b);
+            double tol = ct_dtype_is_floating(dt) ? tol_of(dt) : 0;
+            check_tensor(r[t], dt, 2, sa, ref, tol, tol);
+        }
+        double *v0 = tu_values(r[0]), *v1 = tu_values(r[1]);
+        assert_memory_equal(v0, v1, sizeof(double) * (size_t)n);
+        free(v0);
+        free(v1);
+        ct_tensor_release(r[0]);
+        ct_tensor_release(r[1]);
+        if (ct_dtype_is_floating(dt)) {
+            /* A unary op and an in-place op on a non-contiguous destination. */
+            ct_tensor *y = ct_tanh(a);
+            for (int64_t i = 0; i < n; i++) ref[i] = tu_round(tanh(va[i]), dt);
+            check_tensor(y, dt, 2, sa, ref, tol_of(dt), tol_of(dt));
+            ct_tensor_release(y);
+            assert_int_equal(ct_add_(a, b), CT_OK);
+            for (int64_t i = 0; i < n; i++) ref[i] = tu_round(va[i] + vb[i % 301], dt);
+            check_tensor(a, dt, 2, sa, ref, tol_of(dt), tol_of(dt));
+            /* Contiguous large operands: the flat path, split. */
+            ct_tensor *ca = ct_contiguous(a);
+            ct_tensor *y2 = ct_sub(ca, ca);
+            for (int64_t i = 0; i < n; i++) ref[i] = 0;
+            check_tensor(y2, dt, 2, sa, ref, 0, 0);
+            ct_tensor_release(y2);
+            ct_tensor_release(ca);
+        }
+        ct_tensor_release(a);
+        ct_tensor_release(b);
+        free(ref);
+        free(va);
+        free(vb);
+    }
+    assert_int_equal(ct_set_num_threads(2), CT_OK);
+}
+
+/* ---- kernels registered only where they make sense --------------------------------------- */
+static void test_registration(void **state) {
+    (void)state;
+    assert_true(ct_supports(CT_OP_EXP, CT_DEVICE_CPU, CT_F16));
+    assert_true(ct_supports(CT_OP_ADD, CT_DEVICE_CPU, CT_BOOL));
+    assert_false(ct_supports(CT_OP_EXP, CT_DEVICE_CPU, CT_I32));
+    assert_false(ct_supports(CT_OP_DIV, CT_DEVICE_CPU, CT_I64));
+    assert_false(ct_supports(CT_OP_NEG, CT_DEVICE_CPU, CT_BOOL));
+    assert_true(ct_supports(CT_OP_WHERE, CT_DEVICE_CPU, CT_BF16));
+    assert_true(ct_supports(CT_OP_GELU_TANH, CT_DEVICE_CPU, CT_BF16));
+}
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_placeholder)};
+    tu_seed();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unary_float),
+        cmocka_unit_test(test_unary_int),
+        cmocka_unit_test(test_logical_not),
+        cmocka_unit_test(test_binary_same_dtype),
+        cmocka_unit_test(test_binary_mixed),
+        cmocka_unit_test(test_broadcast_errors),
+        cmocka_unit_test(test_promotion),
+        cmocka_unit_test(test_scalar_ops),
+        cmocka_unit_test(test_add_alpha),
+        cmocka_unit_test(test_bool_arith),
+        cmocka_unit_test(test_int_pow),
+        cmocka_unit_test(test_nan),
+        cmocka_unit_test(test_where),
+        cmocka_unit_test(test_clamp),
+        cmocka_unit_test(test_inplace_binary),
+        cmocka_unit_test(test_inplace_errors),
+        cmocka_unit_test(test_inplace_alias),
+        cmocka_unit_test(test_inplace_unary_scalar),
+        cmocka_unit_test(test_parallel_for),
+        cmocka_unit_test(test_threads_setting),
+        cmocka_unit_test(test_parallel_large),
+        cmocka_unit_test(test_registration),
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
  * so creating and dropping a small result costs one malloc and one free; the
  * embedded handle keeps a reference on its storage, and the block is freed
  * when the storage's last reference goes. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,11 +13,54 @@
 #define CTI_INLINE_MAX 1024 /* bytes of data kept in the storage's block */
 #define CTI_ALIGN 64        /* alignment of separately allocated data */
 
-static atomic_llong live_tensors, live_storages, live_bytes;
+/* Allocation statistics. Each thread counts into its own block without
+ * locked instructions (a result's creation and release are on the hot path
+ * of every op); a reader sums the blocks. A thread's block stays in the list
+ * after it exits: its counts still describe tensors it made. */
+typedef struct stats_block {
+    atomic_llong tensors, storages, bytes;
+    struct stats_block *next;
+} stats_block;
+
+static stats_block *all_blocks;
+static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local stats_block *my_block;
+static stats_block fallback_block; /* used if a thread's block cannot be allocated */
+
+static stats_block *stats(void) {
+    if (my_block) return my_block;
+    stats_block *b = calloc(1, sizeof *b);
+    pthread_mutex_lock(&blocks_lock);
+    if (!b) {
+        b = &fallback_block;
+    } else {
+        b->next = all_blocks;
+        all_blocks = b;
+    }
+    pthread_mutex_unlock(&blocks_lock);
+    my_block = b;
+    return b;
+}
+
+/* Only the owning thread writes its counters (the fallback block is shared,
+ * a rare case where a lost update is acceptable). */
+static inline void bump(atomic_llong *c, long long d) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + d,
+                          memory_order_relaxed);
+}
 
 cti_alloc_stats cti_get_alloc_stats(void) {
-    cti_alloc_stats s = {atomic_load(&live_tensors), atomic_load(&live_storages),
-                         atomic_load(&live_bytes)};
+    cti_alloc_stats s = {0, 0, 0};
+    pthread_mutex_lock(&blocks_lock);
+    for (stats_block *b = all_blocks; b; b = b->next) {
+        s.live_tensors += atomic_load(&b->tensors);
+        s.live_storages += atomic_load(&b->storages);
+        s.live_bytes += atomic_load(&b->bytes);
+    }
+    s.live_tensors += atomic_load(&fallback_block.tensors);
+    s.live_storages += atomic_load(&fallback_block.storages);
+    s.live_bytes += atomic_load(&fallback_block.bytes);
+    pthread_mutex_unlock(&blocks_lock);
     return s;
 }
 
@@ -51,9 +95,11 @@ typedef struct block {
 
 static void storage_release(cti_storage *s) {
     if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
-    if (s->device.type == CT_DEVICE_CPU) atomic_fetch_sub(&live_bytes, (long long)s->nbytes);
-    if (!s->inline_data && s->data) allocators[s->device.type]->free(s->data, s->nbytes, s->device.index);
-    atomic_fetch_sub_explicit(&live_storages, 1, memory_order_relaxed);
+    stats_block *st = stats();
+    if (s->device.type == CT_DEVICE_CPU) bump(&st->bytes, -(long long)s->nbytes);
+    if (!s->inline_data && s->data)
+        allocators[s->device.type]->free(s->data, s->nbytes, s->device.index);
+    bump(&st->storages, -1);
     free(s); /* the block starts with the storage */
 }
 
@@ -103,9 +149,10 @@ ct_tensor *cti_tensor_new(const char *op, int ndim, const int64_t *shape, ct_dty
     ct_tensor *t = &b->handle;
     init_geometry(t, ndim, shape, dtype);
     t->storage = s;
-    atomic_fetch_add_explicit(&live_storages, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
-    if (device.type == CT_DEVICE_CPU) atomic_fetch_add_explicit(&live_bytes, (long long)nbytes, memory_order_relaxed);
+    stats_block *st = stats();
+    bump(&st->storages, 1);
+    bump(&st->tensors, 1);
+    if (device.type == CT_DEVICE_CPU) bump(&st->bytes, (long long)nbytes);
     cti_scope_adopt(t);
     return t;
 }
@@ -132,7 +179,7 @@ ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape
     t->autograd = NULL;
     t->storage = base->storage;
     atomic_fetch_add_explicit(&t->storage->refcount, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    bump(&stats()->tensors, 1);
     cti_scope_adopt(t);
     return t;
 }
@@ -149,7 +196,7 @@ void ct_tensor_release(ct_tensor *t) {
     if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
     if (t->scope) cti_scope_forget(t);
     if (t->autograd && cti_autograd_free_hook) cti_autograd_free_hook(t);
-    atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    bump(&stats()->tensors, -1);
     cti_storage *s = t->storage;
     if (!is_embedded(t)) free(t);
     storage_release(s);

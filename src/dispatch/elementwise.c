@@ -1,1 +1,678 @@
+/* Front ends of the elementwise ops: unary, binary (tensor-tensor and
+ * tensor-scalar), their in-place forms, where and clamp.
+ *
+ * A binary op finds the result type (PyTorch's result_type), the compute
+ * dtype its kernel runs in (true division and float math take integers to
+ * float32; comparisons compute in the promoted dtype and give bool) and the
+ * broadcast shape, converts operands whose dtype differs from the compute
+ * dtype, and dispatches on the compute dtype. float16/bfloat16 kernels read
+ * float32 0-d operands directly, so a scalar keeps float32 precision there as
+ * in PyTorch's opmath. The path for same-dtype, same-shape operands makes no
+ * calls beyond the result's allocation and the dispatch. */
+#include <math.h>
+
 #include "dispatch_impl.h"
+#include "tensor/ops.h"
+
+/* How a binary op maps its result type to the compute and output dtypes. */
+typedef enum bin_kind {
+    BK_ARITH,   /* compute = output = result type */
+    BK_DIV,     /* integers compute in float32 */
+    BK_COMPARE, /* compute in the result type, output bool */
+} bin_kind;
+
+typedef struct bin_spec {
+    const char *name;
+    ct_op op;
+    bin_kind kind;
+} bin_spec;
+
+static inline bool is_lowp(ct_dtype dt) { return dt == CT_F16 || dt == CT_BF16; }
+
+static inline ct_device dev_of(const ct_tensor *t) { return t->storage->device; }
+
+static inline bool same_device(const ct_tensor *a, const ct_tensor *b) {
+    ct_device x = dev_of(a), y = dev_of(b);
+    return x.type == y.type && x.index == y.index;
+}
+
+static inline bool same_shape(const ct_tensor *a, const ct_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+static ct_status check_two(const char *name, ct_tensor *a, ct_tensor *b) {
+    ct_tensor *ts[2] = {a, b};
+    if (!a || !b) return cti_check_not_null(name, 2, ts);
+    if (!same_device(a, b)) return cti_check_same_device(name, 2, ts);
+    return CT_OK;
+}
+
+static inline void set_params(ct_call *c, double f0, double f1, int64_t i0, int64_t i1) {
+    c->f[0] = f0;
+    c->f[1] = f1;
+    c->i[0] = i0;
+    c->i[1] = i1;
+}
+
+/* The compute dtype for a result type. */
+static inline ct_dtype compute_dtype(bin_kind kind, ct_dtype rt) {
+    if (kind == BK_DIV && !ct_dtype_is_floating(rt)) return CT_F32;
+    return rt;
+}
+
+/* t as an operand of a kernel computing in cd: t itself (no new reference)
+ * when it fits, else a converted copy in *tmp. */
+static ct_tensor *prep_operand(ct_tensor *t, ct_dtype cd, ct_tensor **tmp) {
+    *tmp = NULL;
+    if (t->dtype == cd) return t;
+    if (is_lowp(cd)) {
+        if (is_lowp(t->dtype) || t->dtype == CT_F32) return t;
+        if (t->ndim == 0 && t->dtype == CT_F64) return *tmp = ct_to_dtype(t, CT_F32);
+    }
+    return *tmp = ct_to_dtype(t, cd);
+}
+
+/* Whether alpha suits an integer or bool result (PyTorch refuses a
+ * fractional alpha there). */
+static ct_status check_alpha(const char *name, ct_dtype cd, double alpha) {
+    if (!ct_dtype_is_floating(cd) && (!isfinite(alpha) || alpha != trunc(alpha) ||
+                                      fabs(alpha) >= 9223372036854775808.0))
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: alpha must be an integer for a %s result, got %g", name,
+                         ct_dtype_name(cd), alpha);
+    return CT_OK;
+}
+
+static ct_status check_bool_sub(const char *name, ct_dtype da, ct_dtype db) {
+    if (da == CT_BOOL || db == CT_BOOL)
+        return cti_error(CT_ERR_DTYPE,
+                         "%s: subtraction with a bool tensor is not supported; use "
+                         "ct_logical_not to invert a mask",
+                         name);
+    return CT_OK;
+}
+
+/* Runs a kernel into out with inputs (a, b) converted to cd. */
+static ct_status run_binary(const bin_spec *sp, ct_tensor *out, ct_tensor *a, ct_tensor *b,
+                            ct_dtype cd, double alpha) {
+    ct_tensor *ta, *tb;
+    ct_tensor *ia = prep_operand(a, cd, &ta);
+    if (!ia) return ct_last_status();
+    ct_tensor *ib = prep_operand(b, cd, &tb);
+    if (!ib) {
+        ct_tensor_release(ta);
+        return ct_last_status();
+    }
+    ct_call c;
+    cti_call_init(&c, sp->op);
+    c.nin = 2;
+    c.nout = 1;
+    c.in[0] = ia;
+    c.in[1] = ib;
+    c.out[0] = out;
+    set_params(&c, alpha, 0, (int64_t)alpha, 0);
+    ct_status st = cti_dispatch(&c, dev_of(out), cd);
+    ct_tensor_release(ta);
+    ct_tensor_release(tb);
+    return st;
+}
+
+/* Output shape of a binary op into nd/shape. */
+static ct_status binary_shape(const char *name, const ct_tensor *a, const ct_tensor *b, int *nd,
+                              int64_t *shape) {
+    if (same_shape(a, b)) {
+        *nd = a->ndim;
+        for (int d = 0; d < a->ndim; d++) shape[d] = a->shape[d];
+        return CT_OK;
+    }
+    return cti_broadcast_shapes(name, a->ndim, a->shape, b->ndim, b->shape, nd, shape);
+}
+
+static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double alpha) {
+    if (check_two(sp->name, a, b) != CT_OK) return NULL;
+    ct_dtype rt = a->dtype;
+    if (b->dtype != rt) {
+        ct_tensor *ts[2] = {a, b};
+        rt = cti_result_type(2, ts);
+    }
+    ct_dtype cd = compute_dtype(sp->kind, rt);
+    ct_dtype od = sp->kind == BK_COMPARE ? CT_BOOL : cd;
+    if (sp->op == CT_OP_SUB && check_bool_sub(sp->name, a->dtype, b->dtype) != CT_OK) return NULL;
+    if ((sp->op == CT_OP_ADD || sp->op == CT_OP_SUB) && check_alpha(sp->name, cd, alpha) != CT_OK)
+        return NULL;
+    int nd;
+    int64_t shape[CT_MAX_DIMS];
+    if (binary_shape(sp->name, a, b, &nd, shape) != CT_OK) return NULL;
+    ct_tensor *out = cti_tensor_new(sp->name, nd, shape, od, dev_of(a));
+    if (!out) return NULL;
+    if (run_binary(sp, out, a, b, cd, alpha) != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- scalars ------------------------------------------------------------------------ */
+#define INT64_LIMIT 9223372036854775808.0 /* 2^63 */
+
+/* The dtype a Python number would get: integral finite values are int64,
+ * others float64. */
+static inline ct_dtype scalar_dtype(double s) {
+    return (isfinite(s) && s == trunc(s) && fabs(s) < INT64_LIMIT) ? CT_I64 : CT_F64;
+}
+
+/* result_type(t, wrapped scalar): the scalar only matters when it brings a
+ * higher category, and then as int64 or float32. */
+static inline ct_dtype scalar_result_type(ct_dtype t, ct_dtype sd) {
+    if (sd == CT_F64) return ct_dtype_is_floating(t) ? t : CT_F32;
+    return t == CT_BOOL ? CT_I64 : t;
+}
+
+/* A 0-d wrapped-number tensor holding s for a kernel computing in cd
+ * (float32 for reduced-precision kernels). */
+static ct_tensor *make_scalar(const char *name, double s, ct_dtype cd, ct_device dev) {
+    ct_dtype dt = is_lowp(cd) ? CT_F32 : cd;
+    if (dt == CT_I32 && (s < -2147483648.0 || s > 2147483647.0))
+        return cti_error_null(CT_ERR_OVERFLOW,
+                              "%s: value %.17g cannot be converted to int32 without overflow",
+                              name, s);
+    if (dt == CT_I64 && !(fabs(s) < INT64_LIMIT || s == -INT64_LIMIT))
+        return cti_error_null(CT_ERR_OVERFLOW,
+                              "%s: value %.17g cannot be converted to int64 without overflow",
+                              name, s);
+    ct_tensor *t;
+    if (dev.type != CT_DEVICE_CPU) {
+        t = ct_tensor_scalar(s, dt, dev);
+    } else {
+        t = cti_tensor_new(name, 0, NULL, dt, dev);
+        if (t) {
+            void *p = cti_data(t);
+            switch (dt) {
+            case CT_BOOL: *(uint8_t *)p = s != 0; break;
+            case CT_I32: *(int32_t *)p = (int32_t)s; break;
+            case CT_I64: *(int64_t *)p = (int64_t)s; break;
+            case CT_F32: *(float *)p = (float)s; break;
+            case CT_F64: *(double *)p = s; break;
+            default: break; /* reduced precision never reaches here */
+            }
+        }
+    }
+    if (t) t->wrapped_number = true;
+    return t;
+}
+
+/* a op s, or s op a when reverse (alpha as for add/sub). */
+static ct_tensor *binary_scalar(const bin_spec *sp, ct_tensor *a, double s, bool reverse,
+                                double alpha) {
+    if (!a) return cti_error_null(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    ct_dtype rt = scalar_result_type(a->dtype, scalar_dtype(s));
+    ct_dtype cd = compute_dtype(sp->kind, rt);
+    ct_dtype od = sp->kind == BK_COMPARE ? CT_BOOL : cd;
+    if (sp->op == CT_OP_SUB && check_bool_sub(sp->name, a->dtype, a->dtype) != CT_OK) return NULL;
+    if (sp->op == CT_OP_POW && !ct_dtype_is_floating(cd) && s < 0)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: integers to negative integer powers are not allowed "
+                              "(%s tensor, exponent %g)",
+                              sp->name, ct_dtype_name(a->dtype), s);
+    ct_tensor *sc = make_scalar(sp->name, s, cd, dev_of(a));
+    if (!sc) return NULL;
+    ct_tensor *out = cti_tensor_new(sp->name, a->ndim, a->shape, od, dev_of(a));
+    ct_status st = CT_OK;
+    if (!out) st = ct_last_status();
+    else if (reverse) st = run_binary(sp, out, sc, a, cd, alpha);
+    else st = run_binary(sp, out, a, sc, cd, alpha);
+    ct_tensor_release(sc);
+    if (st != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- binary, tensor-tensor ------------------------------------------------------------ */
+#define SPEC(var, nm, OP, kind) static const bin_spec var = {nm, CT_OP_##OP, kind}
+SPEC(s_add, "ct_add", ADD, BK_ARITH);
+SPEC(s_add_alpha, "ct_add_alpha", ADD, BK_ARITH);
+SPEC(s_sub, "ct_sub", SUB, BK_ARITH);
+SPEC(s_sub_alpha, "ct_sub_alpha", SUB, BK_ARITH);
+SPEC(s_mul, "ct_mul", MUL, BK_ARITH);
+SPEC(s_div, "ct_div", DIV, BK_DIV);
+SPEC(s_pow, "ct_pow", POW, BK_ARITH);
+SPEC(s_maximum, "ct_maximum", MAXIMUM, BK_ARITH);
+SPEC(s_minimum, "ct_minimum", MINIMUM, BK_ARITH);
+SPEC(s_eq, "ct_eq", EQ, BK_COMPARE);
+SPEC(s_ne, "ct_ne", NE, BK_COMPARE);
+SPEC(s_lt, "ct_lt", LT, BK_COMPARE);
+SPEC(s_le, "ct_le", LE, BK_COMPARE);
+SPEC(s_gt, "ct_gt", GT, BK_COMPARE);
+SPEC(s_ge, "ct_ge", GE, BK_COMPARE);
+SPEC(s_logical_and, "ct_logical_and", LOGICAL_AND, BK_COMPARE);
+SPEC(s_logical_or, "ct_logical_or", LOGICAL_OR, BK_COMPARE);
+
+ct_tensor *ct_add(ct_tensor *a, ct_tensor *b) { return binary(&s_add, a, b, 1.0); }
+ct_tensor *ct_add_alpha(ct_tensor *a, ct_tensor *b, double alpha) {
+    return binary(&s_add_alpha, a, b, alpha);
+}
+ct_tensor *ct_sub(ct_tensor *a, ct_tensor *b) { return binary(&s_sub, a, b, -1.0); }
+ct_tensor *ct_sub_alpha(ct_tensor *a, ct_tensor *b, double alpha) {
+    return binary(&s_sub_alpha, a, b, -alpha);
+}
+ct_tensor *ct_mul(ct_tensor *a, ct_tensor *b) { return binary(&s_mul, a, b, 1.0); }
+ct_tensor *ct_div(ct_tensor *a, ct_tensor *b) { return binary(&s_div, a, b, 1.0); }
+ct_tensor *ct_pow(ct_tensor *a, ct_tensor *b) { return binary(&s_pow, a, b, 1.0); }
+ct_tensor *ct_maximum(ct_tensor *a, ct_tensor *b) { return binary(&s_maximum, a, b, 1.0); }
+ct_tensor *ct_minimum(ct_tensor *a, ct_tensor *b) { return binary(&s_minimum, a, b, 1.0); }
+ct_tensor *ct_eq(ct_tensor *a, ct_tensor *b) { return binary(&s_eq, a, b, 1.0); }
+ct_tensor *ct_ne(ct_tensor *a, ct_tensor *b) { return binary(&s_ne, a, b, 1.0); }
+ct_tensor *ct_lt(ct_tensor *a, ct_tensor *b) { return binary(&s_lt, a, b, 1.0); }
+ct_tensor *ct_le(ct_tensor *a, ct_tensor *b) { return binary(&s_le, a, b, 1.0); }
+ct_tensor *ct_gt(ct_tensor *a, ct_tensor *b) { return binary(&s_gt, a, b, 1.0); }
+ct_tensor *ct_ge(ct_tensor *a, ct_tensor *b) { return binary(&s_ge, a, b, 1.0); }
+ct_tensor *ct_logical_and(ct_tensor *a, ct_tensor *b) {
+    return binary(&s_logical_and, a, b, 1.0);
+}
+ct_tensor *ct_logical_or(ct_tensor *a, ct_tensor *b) { return binary(&s_logical_or, a, b, 1.0); }
+
+/* ---- binary, tensor-scalar ---------------------------------------------------------------- */
+SPEC(s_add_scalar, "ct_add_scalar", ADD, BK_ARITH);
+SPEC(s_sub_scalar, "ct_sub_scalar", SUB, BK_ARITH);
+SPEC(s_rsub_scalar, "ct_rsub_scalar", SUB, BK_ARITH);
+SPEC(s_mul_scalar, "ct_mul_scalar", MUL, BK_ARITH);
+SPEC(s_div_scalar, "ct_div_scalar", DIV, BK_DIV);
+SPEC(s_pow_scalar, "ct_pow_scalar", POW, BK_ARITH);
+SPEC(s_maximum_scalar, "ct_maximum_scalar", MAXIMUM, BK_ARITH);
+SPEC(s_minimum_scalar, "ct_minimum_scalar", MINIMUM, BK_ARITH);
+SPEC(s_eq_scalar, "ct_eq_scalar", EQ, BK_COMPARE);
+SPEC(s_ne_scalar, "ct_ne_scalar", NE, BK_COMPARE);
+SPEC(s_lt_scalar, "ct_lt_scalar", LT, BK_COMPARE);
+SPEC(s_le_scalar, "ct_le_scalar", LE, BK_COMPARE);
+SPEC(s_gt_scalar, "ct_gt_scalar", GT, BK_COMPARE);
+SPEC(s_ge_scalar, "ct_ge_scalar", GE, BK_COMPARE);
+
+/* Binary ops other than add/sub pass alpha = 1, which their kernels ignore. */
+#define SCALAR_OP(fn, spec)                                                                   \
+    ct_tensor *fn(ct_tensor *a, double s) { return binary_scalar(&spec, a, s, false, 1.0); }
+
+SCALAR_OP(ct_add_scalar, s_add_scalar)
+/* a - s is a + (-1) * s, and s - a is s + (-1) * a. */
+ct_tensor *ct_sub_scalar(ct_tensor *a, double s) {
+    return binary_scalar(&s_sub_scalar, a, s, false, -1.0);
+}
+ct_tensor *ct_rsub_scalar(ct_tensor *a, double s) {
+    return binary_scalar(&s_rsub_scalar, a, s, true, -1.0);
+}
+SCALAR_OP(ct_mul_scalar, s_mul_scalar)
+SCALAR_OP(ct_div_scalar, s_div_scalar)
+SCALAR_OP(ct_pow_scalar, s_pow_scalar)
+SCALAR_OP(ct_maximum_scalar, s_maximum_scalar)
+SCALAR_OP(ct_minimum_scalar, s_minimum_scalar)
+SCALAR_OP(ct_eq_scalar, s_eq_scalar)
+SCALAR_OP(ct_ne_scalar, s_ne_scalar)
+SCALAR_OP(ct_lt_scalar, s_lt_scalar)
+SCALAR_OP(ct_le_scalar, s_le_scalar)
+SCALAR_OP(ct_gt_scalar, s_gt_scalar)
+SCALAR_OP(ct_ge_scalar, s_ge_scalar)
+
+/* ---- in place -------------------------------------------------------------------------------- */
+/* A destination that repeats memory (a stride-0 dim) would be written twice. */
+static ct_status check_no_overlap(const char *name, const ct_tensor *a) {
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] > 1 && a->stride[d] == 0)
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: the destination %s has elements that share memory (an "
+                             "expanded view); clone it first",
+                             name, cti_desc(a));
+    return CT_OK;
+}
+
+static ct_status check_cast(const char *name, ct_dtype result, ct_dtype dst) {
+    if (!cti_can_cast(result, dst))
+        return cti_error(CT_ERR_DTYPE,
+                         "%s: result type %s can't be cast to the desired output type %s", name,
+                         ct_dtype_name(result), ct_dtype_name(dst));
+    return CT_OK;
+}
+
+static bool same_layout(const ct_tensor *a, const ct_tensor *b) {
+    if (a->offset != b->offset || !same_shape(a, b)) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] > 1 && a->stride[d] != b->stride[d]) return false;
+    return true;
+}
+
+/* a = a op b, computing in cd. */
+static ct_status inplace_run(const bin_spec *sp, ct_tensor *a, ct_tensor *b, ct_dtype cd,
+                             double alpha) {
+    ct_status st;
+    if (cd != a->dtype) {
+        /* Compute in the wider type, then convert into the destination. */
+        ct_tensor *tmp = cti_tensor_new(sp->name, a->ndim, a->shape, cd, dev_of(a));
+        if (!tmp) return ct_last_status();
+        st = run_binary(sp, tmp, a, b, cd, alpha);
+        if (st == CT_OK) st = ct_copy_(a, tmp);
+        ct_tensor_release(tmp);
+    } else {
+        ct_tensor *src = b, *clone = NULL;
+        if (b->storage == a->storage && b->dtype == cd && !same_layout(a, b)) {
+            /* b would read elements a already overwrote. */
+            clone = ct_clone(b);
+            if (!clone) return ct_last_status();
+            src = clone;
+        }
+        st = run_binary(sp, a, a, src, cd, alpha);
+        ct_tensor_release(clone);
+    }
+    if (st == CT_OK) cti_bump_version(a);
+    return st;
+}
+
+static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double alpha) {
+    ct_status st = check_two(sp->name, a, b);
+    if (st != CT_OK) return st;
+    ct_tensor *ts[2] = {a, b};
+    ct_dtype rt = a->dtype == b->dtype ? a->dtype : cti_result_type(2, ts);
+    ct_dtype cd = compute_dtype(sp->kind, rt);
+    if ((st = check_cast(sp->name, cd, a->dtype)) != CT_OK) return st;
+    if (sp->op == CT_OP_SUB && (st = check_bool_sub(sp->name, a->dtype, b->dtype)) != CT_OK)
+        return st;
+    if ((sp->op == CT_OP_ADD || sp->op == CT_OP_SUB) &&
+        (st = check_alpha(sp->name, cd, alpha)) != CT_OK)
+        return st;
+    int nd;
+    int64_t shape[CT_MAX_DIMS];
+    if ((st = binary_shape(sp->name, a, b, &nd, shape)) != CT_OK) return st;
+    if (nd != a->ndim || memcmp(shape, a->shape, sizeof(int64_t) * (size_t)nd) != 0)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: output with shape %s doesn't match the broadcast shape %s",
+                         sp->name, cti_shape_s(a->ndim, a->shape), cti_shape_s(nd, shape));
+    if ((st = check_no_overlap(sp->name, a)) != CT_OK) return st;
+    return inplace_run(sp, a, b, cd, alpha);
+}
+
+static ct_status inplace_scalar(const bin_spec *sp, ct_tensor *a, double s, double alpha) {
+    if (!a) return cti_error(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    ct_dtype rt = scalar_result_type(a->dtype, scalar_dtype(s));
+    ct_dtype cd = compute_dtype(sp->kind, rt);
+    ct_status st = check_cast(sp->name, cd, a->dtype);
+    if (st != CT_OK) return st;
+    if (sp->op == CT_OP_SUB && (st = check_bool_sub(sp->name, a->dtype, a->dtype)) != CT_OK)
+        return st;
+    if ((st = check_no_overlap(sp->name, a)) != CT_OK) return st;
+    ct_tensor *sc = make_scalar(sp->name, s, cd, dev_of(a));
+    if (!sc) return ct_last_status();
+    st = inplace_run(sp, a, sc, cd, alpha);
+    ct_tensor_release(sc);
+    return st;
+}
+
+SPEC(s_add_, "ct_add_", ADD, BK_ARITH);
+SPEC(s_add_alpha_, "ct_add_alpha_", ADD, BK_ARITH);
+SPEC(s_sub_, "ct_sub_", SUB, BK_ARITH);
+SPEC(s_mul_, "ct_mul_", MUL, BK_ARITH);
+SPEC(s_div_, "ct_div_", DIV, BK_DIV);
+SPEC(s_pow_, "ct_pow_", POW, BK_ARITH);
+SPEC(s_add_scalar_, "ct_add_scalar_", ADD, BK_ARITH);
+SPEC(s_sub_scalar_, "ct_sub_scalar_", SUB, BK_ARITH);
+SPEC(s_mul_scalar_, "ct_mul_scalar_", MUL, BK_ARITH);
+SPEC(s_div_scalar_, "ct_div_scalar_", DIV, BK_DIV);
+
+ct_status ct_add_(ct_tensor *a, ct_tensor *b) { return inplace(&s_add_, a, b, 1.0); }
+ct_status ct_add_alpha_(ct_tensor *a, ct_tensor *b, double alpha) {
+    return inplace(&s_add_alpha_, a, b, alpha);
+}
+ct_status ct_sub_(ct_tensor *a, ct_tensor *b) { return inplace(&s_sub_, a, b, -1.0); }
+ct_status ct_mul_(ct_tensor *a, ct_tensor *b) { return inplace(&s_mul_, a, b, 1.0); }
+ct_status ct_div_(ct_tensor *a, ct_tensor *b) { return inplace(&s_div_, a, b, 1.0); }
+ct_status ct_pow_(ct_tensor *a, ct_tensor *b) { return inplace(&s_pow_, a, b, 1.0); }
+ct_status ct_add_scalar_(ct_tensor *a, double s) {
+    return inplace_scalar(&s_add_scalar_, a, s, 1.0);
+}
+ct_status ct_sub_scalar_(ct_tensor *a, double s) {
+    return inplace_scalar(&s_sub_scalar_, a, s, -1.0);
+}
+ct_status ct_mul_scalar_(ct_tensor *a, double s) {
+    return inplace_scalar(&s_mul_scalar_, a, s, 1.0);
+}
+ct_status ct_div_scalar_(ct_tensor *a, double s) {
+    return inplace_scalar(&s_div_scalar_, a, s, 1.0);
+}
+
+/* ---- unary ---------------------------------------------------------------------------------- */
+typedef enum un_kind {
+    UK_FLOAT,   /* float math: integers and bool compute in float32 */
+    UK_KEEP,    /* keeps the dtype (integers too) */
+    UK_LOGICAL, /* any dtype in, bool out */
+} un_kind;
+
+typedef struct un_spec {
+    const char *name;
+    ct_op op;
+    un_kind kind;
+} un_spec;
+
+/* Compute dtype for x, or an error for bool where PyTorch refuses it. */
+static ct_status unary_dtype(const un_spec *sp, ct_dtype dt, ct_dtype *cd) {
+    if (sp->kind == UK_FLOAT) {
+        *cd = ct_dtype_is_floating(dt) ? dt : CT_F32;
+        return CT_OK;
+    }
+    *cd = dt;
+    if (sp->kind == UK_LOGICAL || dt != CT_BOOL) return CT_OK;
+    switch (sp->op) {
+    case CT_OP_SIGN: return CT_OK;
+    case CT_OP_SQUARE: *cd = CT_I64; return CT_OK; /* square is pow(x, 2): int64 */
+    case CT_OP_NEG:
+        return cti_error(CT_ERR_DTYPE,
+                         "%s: negation of a bool tensor is not supported; use ct_logical_not",
+                         sp->name);
+    default:
+        return cti_error(CT_ERR_DTYPE, "%s: not supported for bool tensors", sp->name);
+    }
+}
+
+static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_dtype cd) {
+    ct_tensor *tx = NULL, *ix = x;
+    if (x->dtype != cd) {
+        ix = tx = ct_to_dtype(x, cd);
+        if (!tx) return ct_last_status();
+    }
+    ct_call c;
+    cti_call_init(&c, sp->op);
+    c.nin = 1;
+    c.nout = 1;
+    c.in[0] = ix;
+    c.out[0] = out;
+    set_params(&c, 0, 0, 0, 0);
+    ct_status st = cti_dispatch(&c, dev_of(out), cd);
+    ct_tensor_release(tx);
+    return st;
+}
+
+static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
+    if (!x) return cti_error_null(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    ct_dtype cd;
+    if (unary_dtype(sp, x->dtype, &cd) != CT_OK) return NULL;
+    ct_dtype od = sp->kind == UK_LOGICAL ? CT_BOOL : cd;
+    ct_tensor *out = cti_tensor_new(sp->name, x->ndim, x->shape, od, dev_of(x));
+    if (!out) return NULL;
+    if (run_unary(sp, out, x, cd) != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+static ct_status unary_inplace(const un_spec *sp, ct_tensor *x) {
+    if (!x) return cti_error(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    ct_dtype cd;
+    ct_status st = unary_dtype(sp, x->dtype, &cd);
+    if (st != CT_OK) return st;
+    if ((st = check_cast(sp->name, cd, x->dtype)) != CT_OK) return st;
+    if ((st = check_no_overlap(sp->name, x)) != CT_OK) return st;
+    if (cd != x->dtype) {
+        ct_tensor *tmp = cti_tensor_new(sp->name, x->ndim, x->shape, cd, dev_of(x));
+        if (!tmp) return ct_last_status();
+        st = run_unary(sp, tmp, x, cd);
+        if (st == CT_OK) st = ct_copy_(x, tmp);
+        ct_tensor_release(tmp);
+    } else {
+        st = run_unary(sp, x, x, cd);
+    }
+    if (st == CT_OK) cti_bump_version(x);
+    return st;
+}
+
+#define USPEC(var, nm, OP, kind) static const un_spec var = {nm, CT_OP_##OP, kind}
+USPEC(u_neg, "ct_neg", NEG, UK_KEEP);
+USPEC(u_abs, "ct_abs", ABS, UK_KEEP);
+USPEC(u_exp, "ct_exp", EXP, UK_FLOAT);
+USPEC(u_log, "ct_log", LOG, UK_FLOAT);
+USPEC(u_sqrt, "ct_sqrt", SQRT, UK_FLOAT);
+USPEC(u_rsqrt, "ct_rsqrt", RSQRT, UK_FLOAT);
+USPEC(u_sin, "ct_sin", SIN, UK_FLOAT);
+USPEC(u_cos, "ct_cos", COS, UK_FLOAT);
+USPEC(u_tanh, "ct_tanh", TANH, UK_FLOAT);
+USPEC(u_sigmoid, "ct_sigmoid", SIGMOID, UK_FLOAT);
+USPEC(u_relu, "ct_relu", RELU, UK_KEEP);
+USPEC(u_gelu, "ct_gelu", GELU, UK_FLOAT);
+USPEC(u_gelu_tanh, "ct_gelu", GELU_TANH, UK_FLOAT);
+USPEC(u_silu, "ct_silu", SILU, UK_FLOAT);
+USPEC(u_reciprocal, "ct_reciprocal", RECIPROCAL, UK_FLOAT);
+USPEC(u_square, "ct_square", SQUARE, UK_KEEP);
+USPEC(u_sign, "ct_sign", SIGN, UK_KEEP);
+USPEC(u_logical_not, "ct_logical_not", LOGICAL_NOT, UK_LOGICAL);
+USPEC(u_neg_, "ct_neg_", NEG, UK_KEEP);
+USPEC(u_exp_, "ct_exp_", EXP, UK_FLOAT);
+USPEC(u_sqrt_, "ct_sqrt_", SQRT, UK_FLOAT);
+USPEC(u_relu_, "ct_relu_", RELU, UK_KEEP);
+
+ct_tensor *ct_neg(ct_tensor *x) { return unary(&u_neg, x); }
+ct_tensor *ct_abs(ct_tensor *x) { return unary(&u_abs, x); }
+ct_tensor *ct_exp(ct_tensor *x) { return unary(&u_exp, x); }
+ct_tensor *ct_log(ct_tensor *x) { return unary(&u_log, x); }
+ct_tensor *ct_sqrt(ct_tensor *x) { return unary(&u_sqrt, x); }
+ct_tensor *ct_rsqrt(ct_tensor *x) { return unary(&u_rsqrt, x); }
+ct_tensor *ct_sin(ct_tensor *x) { return unary(&u_sin, x); }
+ct_tensor *ct_cos(ct_tensor *x) { return unary(&u_cos, x); }
+ct_tensor *ct_tanh(ct_tensor *x) { return unary(&u_tanh, x); }
+ct_tensor *ct_sigmoid(ct_tensor *x) { return unary(&u_sigmoid, x); }
+ct_tensor *ct_relu(ct_tensor *x) { return unary(&u_relu, x); }
+ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate) {
+    if (approximate != CT_GELU_NONE && approximate != CT_GELU_TANH)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "ct_gelu: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d",
+                              (int)approximate);
+    return unary(approximate == CT_GELU_TANH ? &u_gelu_tanh : &u_gelu, x);
+}
+ct_tensor *ct_silu(ct_tensor *x) { return unary(&u_silu, x); }
+ct_tensor *ct_reciprocal(ct_tensor *x) { return unary(&u_reciprocal, x); }
+ct_tensor *ct_square(ct_tensor *x) { return unary(&u_square, x); }
+ct_tensor *ct_sign(ct_tensor *x) { return unary(&u_sign, x); }
+ct_tensor *ct_logical_not(ct_tensor *x) { return unary(&u_logical_not, x); }
+
+ct_status ct_neg_(ct_tensor *x) { return unary_inplace(&u_neg_, x); }
+ct_status ct_exp_(ct_tensor *x) { return unary_inplace(&u_exp_, x); }
+ct_status ct_sqrt_(ct_tensor *x) { return unary_inplace(&u_sqrt_, x); }
+ct_status ct_relu_(ct_tensor *x) { return unary_inplace(&u_relu_, x); }
+
+/* ---- selection ---------------------------------------------------------------------------- */
+ct_tensor *ct_where(ct_tensor *cond, ct_tensor *a, ct_tensor *b) {
+    static const char *name = "ct_where";
+    ct_tensor *ts[3] = {cond, a, b};
+    if (cti_check_not_null(name, 3, ts) != CT_OK) return NULL;
+    if (cti_check_same_device(name, 3, ts) != CT_OK) return NULL;
+    if (cond->dtype != CT_BOOL)
+        return cti_error_null(CT_ERR_DTYPE, "%s: expected a bool condition, got %s (%s)", name,
+                              ct_dtype_name(cond->dtype), cti_desc(cond));
+    ct_tensor *ab[2] = {a, b};
+    ct_dtype rt = a->dtype == b->dtype ? a->dtype : cti_result_type(2, ab);
+    int n1, nd;
+    int64_t s1[CT_MAX_DIMS], shape[CT_MAX_DIMS];
+    if (cti_broadcast_shapes(name, cond->ndim, cond->shape, a->ndim, a->shape, &n1, s1) != CT_OK)
+        return NULL;
+    if (cti_broadcast_shapes(name, n1, s1, b->ndim, b->shape, &nd, shape) != CT_OK) return NULL;
+    ct_tensor *ta = NULL, *tb = NULL, *out = NULL;
+    ct_tensor *ia = a, *ib = b;
+    if (a->dtype != rt && !(ia = ta = ct_to_dtype(a, rt))) goto fail;
+    if (b->dtype != rt && !(ib = tb = ct_to_dtype(b, rt))) goto fail;
+    if (!(out = cti_tensor_new(name, nd, shape, rt, dev_of(cond)))) goto fail;
+    ct_call c;
+    cti_call_init(&c, CT_OP_WHERE);
+    c.nin = 3;
+    c.nout = 1;
+    c.in[0] = cond;
+    c.in[1] = ia;
+    c.in[2] = ib;
+    c.out[0] = out;
+    set_params(&c, 0, 0, 0, 0);
+    if (cti_dispatch(&c, dev_of(cond), rt) != CT_OK) goto fail;
+    ct_tensor_release(ta);
+    ct_tensor_release(tb);
+    return out;
+fail:
+    ct_tensor_release(ta);
+    ct_tensor_release(tb);
+    ct_tensor_release(out);
+    return NULL;
+}
+
+/* Integer bounds: results must lie in [min, max], so min rounds up and max
+ * down, and both saturate to the dtype's range. */
+static int64_t int_bound(double v, bool is_min, ct_dtype dt) {
+    double lo = dt == CT_I32 ? -2147483648.0 : -INT64_LIMIT;
+    double hi = dt == CT_I32 ? 2147483647.0 : 9223372036854774784.0; /* largest double < 2^63 */
+    double r = is_min ? ceil(v) : floor(v);
+    if (r <= lo) return dt == CT_I32 ? INT32_MIN : INT64_MIN;
+    if (r >= hi && dt == CT_I32) return INT32_MAX;
+    if (r >= INT64_LIMIT) return INT64_MAX;
+    return (int64_t)r;
+}
+
+static ct_status clamp_check(const char *name, const ct_tensor *x, double min, double max,
+                             ct_call *c) {
+    if (x->dtype == CT_BOOL)
+        return cti_error(CT_ERR_DTYPE, "%s: not supported for bool tensors", name);
+    if (!ct_dtype_is_floating(x->dtype) && (isnan(min) || isnan(max)))
+        return cti_error(CT_ERR_INVALID_ARG, "%s: NaN bound (min %g, max %g) for a %s tensor",
+                         name, min, max, ct_dtype_name(x->dtype));
+    cti_call_init(c, CT_OP_CLAMP);
+    c->nin = 1;
+    c->nout = 1;
+    c->in[0] = (ct_tensor *)x;
+    if (ct_dtype_is_floating(x->dtype))
+        set_params(c, min, max, 0, 0);
+    else
+        set_params(c, min, max, int_bound(min, true, x->dtype), int_bound(max, false, x->dtype));
+    return CT_OK;
+}
+
+ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
+    static const char *name = "ct_clamp";
+    if (!x) return cti_error_null(CT_ERR_INVALID_ARG, "%s: argument is NULL", name);
+    ct_call c;
+    if (clamp_check(name, x, min, max, &c) != CT_OK) return NULL;
+    ct_tensor *out = cti_tensor_new(name, x->ndim, x->shape, x->dtype, dev_of(x));
+    if (!out) return NULL;
+    c.out[0] = out;
+    if (cti_dispatch(&c, dev_of(x), x->dtype) != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+ct_status ct_clamp_(ct_tensor *a, double min, double max) {
+    static const char *name = "ct_clamp_";
+    if (!a) return cti_error(CT_ERR_INVALID_ARG, "%s: argument is NULL", name);
+    ct_call c;
+    ct_status st = clamp_check(name, a, min, max, &c);
+    if (st != CT_OK) return st;
+    if ((st = check_no_overlap(name, a)) != CT_OK) return st;
+    c.out[0] = a;
+    st = cti_dispatch(&c, dev_of(a), a->dtype);
+    if (st == CT_OK) cti_bump_version(a);
+    return st;
+}

@@ -1,3 +1,467 @@
+/* CPU kernels for unary, binary, where and clamp: one per (op, dtype).
+ *
+ * Each kernel hands cti_cpu_foreach an inner loop generated from an element
+ * expression. Native types (bool, int32, int64, float, double) get a
+ * contiguous branch written for the vectorizer, branches for a broadcast
+ * (stride 0) operand, and a strided branch. float16/bfloat16 loops convert
+ * blocks of elements to float32, apply the float32 expression and convert
+ * back, so the arithmetic vectorizes too. Integer arithmetic wraps (computed
+ * in the unsigned type) as PyTorch's does. */
+#pragma GCC optimize("O3", "no-math-errno")
+
+#include <math.h>
+#include <tgmath.h>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "cpu_impl.h"
 
-void cti_cpu_register_elementwise(void) {}
+/* Kernel parameters (front end: f[0] alpha or min, f[1] max; i[0] integer
+ * alpha or min, i[1] integer max) and the operands' dtypes. */
+typedef struct ew_params {
+    double alpha, lo, hi;
+    int64_t ialpha, ilo, ihi;
+    ct_dtype dt[CTI_MAX_OPERANDS];
+} ew_params;
+
+/* Loop-invariant parameters in the compute type, named p_* in expressions. */
+#define FPARAMS(T)                                                     \
+    const T p_alpha = (T)P->alpha, p_lo = (T)P->lo, p_hi = (T)P->hi;   \
+    (void)p_alpha; (void)p_lo; (void)p_hi;
+#define IPARAMS(T)                                                     \
+    const T p_alpha = (T)P->ialpha, p_lo = (T)P->ilo, p_hi = (T)P->ihi; \
+    (void)p_alpha; (void)p_lo; (void)p_hi;
+#define BPARAMS(T)                                                     \
+    const T p_alpha = P->ialpha != 0, p_lo = 0, p_hi = 1;              \
+    (void)p_alpha; (void)p_lo; (void)p_hi;
+
+/* ---- float16 / bfloat16 blocks -------------------------------------------------- */
+#define BLK 256
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)(nan ? ((u >> 16) | 0x40u) : rounded);
+}
+
+static void load_f16(float *restrict dst, const char *src, int64_t stride, int64_t m) {
+    if (stride == 2) {
+        const uint16_t *restrict s = (const uint16_t *)src;
+        int64_t i = 0;
+#if defined(__F16C__)
+        for (; i + 8 <= m; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+#endif
+        for (; i < m; i++) dst[i] = ct_f16_to_f32(s[i]);
+    } else {
+        const float v0 = ct_f16_to_f32(*(const uint16_t *)src);
+        if (stride == 0) {
+            for (int64_t i = 0; i < m; i++) dst[i] = v0;
+        } else {
+            for (int64_t i = 0; i < m; i++) dst[i] = ct_f16_to_f32(*(const uint16_t *)(src + i * stride));
+        }
+    }
+}
+static void store_f16(char *dst, int64_t stride, const float *restrict src, int64_t m) {
+    if (stride == 2) {
+        uint16_t *restrict d = (uint16_t *)dst;
+        int64_t i = 0;
+#if defined(__F16C__)
+        for (; i + 8 <= m; i += 8)
+            _mm_storeu_si128((__m128i *)(d + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < m; i++) d[i] = ct_f32_to_f16(src[i]);
+    } else {
+        for (int64_t i = 0; i < m; i++) *(uint16_t *)(dst + i * stride) = ct_f32_to_f16(src[i]);
+    }
+}
+static void load_bf16(float *restrict dst, const char *src, int64_t stride, int64_t m) {
+    if (stride == 2) {
+        const uint16_t *restrict s = (const uint16_t *)src;
+        for (int64_t i = 0; i < m; i++) dst[i] = bf16_to_f32(s[i]);
+    } else {
+        for (int64_t i = 0; i < m; i++) dst[i] = bf16_to_f32(*(const uint16_t *)(src + i * stride));
+    }
+}
+static void store_bf16(char *dst, int64_t stride, const float *restrict src, int64_t m) {
+    if (stride == 2) {
+        uint16_t *restrict d = (uint16_t *)dst;
+        for (int64_t i = 0; i < m; i++) d[i] = f32_to_bf16(src[i]);
+    } else {
+        for (int64_t i = 0; i < m; i++) *(uint16_t *)(dst + i * stride) = f32_to_bf16(src[i]);
+    }
+}
+static void load_f32(float *restrict dst, const char *src, int64_t stride, int64_t m) {
+    for (int64_t i = 0; i < m; i++) dst[i] = *(const float *)(src + i * stride);
+}
+/* Inputs of a reduced-precision kernel are float16, bfloat16, or a float32
+ * 0-d operand that keeps a scalar's precision (as PyTorch's opmath). */
+static inline void load_lp(float *restrict dst, const char *src, int64_t stride, int64_t m,
+                           ct_dtype dt) {
+    if (dt == CT_F16) load_f16(dst, src, stride, m);
+    else if (dt == CT_BF16) load_bf16(dst, src, stride, m);
+    else load_f32(dst, src, stride, m);
+}
+static inline void store_lp(char *dst, int64_t stride, const float *restrict src, int64_t m,
+                            ct_dtype dt) {
+    if (dt == CT_F16) {
+        store_f16(dst, stride, src, m);
+    } else if (dt == CT_BF16) {
+        store_bf16(dst, stride, src, m);
+    } else { /* bool results of comparisons and logical ops */
+        for (int64_t i = 0; i < m; i++) *(uint8_t *)(dst + i * stride) = src[i] != 0.0f;
+    }
+}
+
+/* ---- loop generators -------------------------------------------------------------
+ * EXPR sees the compute type cT, its unsigned twin uT (integers), the
+ * parameters p_*, and the elements x (unary) or a, b (binary). */
+#define UNARY_LOOP(name, T, UT, O, PARAMS, EXPR)                                       \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_params *P = ctx;                                                      \
+        typedef T cT;                                                                  \
+        typedef UT uT;                                                                 \
+        PARAMS(T)                                                                      \
+        if (s[0] == (int64_t)sizeof(O) && s[1] == (int64_t)sizeof(T)) {                \
+            O *restrict o = (O *)p[0];                                                 \
+            const T *restrict in = (const T *)p[1];                                    \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                const cT x = in[i];                                                    \
+                o[i] = (O)(EXPR);                                                      \
+            }                                                                          \
+        } else {                                                                       \
+            char *po = p[0];                                                           \
+            const char *pa = p[1];                                                     \
+            for (int64_t i = 0; i < n; i++, po += s[0], pa += s[1]) {                  \
+                const cT x = *(const T *)pa;                                           \
+                *(O *)po = (O)(EXPR);                                                  \
+            }                                                                          \
+        }                                                                              \
+        (void)sizeof(uT);                                                              \
+    }
+
+#define BINARY_LOOP(name, T, UT, O, PARAMS, EXPR)                                      \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_params *P = ctx;                                                      \
+        typedef T cT;                                                                  \
+        typedef UT uT;                                                                 \
+        PARAMS(T)                                                                      \
+        const int64_t so = (int64_t)sizeof(O), st = (int64_t)sizeof(T);                \
+        if (s[0] == so && s[1] == st && s[2] == st) {                                  \
+            O *restrict o = (O *)p[0];                                                 \
+            const T *restrict x = (const T *)p[1], *restrict y = (const T *)p[2];      \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                const cT a = x[i], b = y[i];                                           \
+                o[i] = (O)(EXPR);                                                      \
+            }                                                                          \
+        } else if (s[0] == so && s[1] == st && s[2] == 0) {                            \
+            O *restrict o = (O *)p[0];                                                 \
+            const T *restrict x = (const T *)p[1];                                     \
+            const cT b = *(const T *)p[2];                                             \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                const cT a = x[i];                                                     \
+                o[i] = (O)(EXPR);                                                      \
+            }                                                                          \
+        } else if (s[0] == so && s[1] == 0 && s[2] == st) {                            \
+            O *restrict o = (O *)p[0];                                                 \
+            const T *restrict y = (const T *)p[2];                                     \
+            const cT a = *(const T *)p[1];                                             \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                const cT b = y[i];                                                     \
+                o[i] = (O)(EXPR);                                                      \
+            }                                                                          \
+        } else {                                                                       \
+            char *po = p[0];                                                           \
+            const char *pa = p[1], *pb = p[2];                                         \
+            for (int64_t i = 0; i < n; i++, po += s[0], pa += s[1], pb += s[2]) {      \
+                const cT a = *(const T *)pa, b = *(const T *)pb;                       \
+                *(O *)po = (O)(EXPR);                                                  \
+            }                                                                          \
+        }                                                                              \
+        (void)sizeof(uT);                                                              \
+    }
+
+/* float16/bfloat16 (ODT: the output dtype, CT_F16, CT_BF16 or CT_BOOL). */
+#define LP_UNARY_LOOP(name, ODT, EXPR)                                                 \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_params *P = ctx;                                                      \
+        typedef float cT;                                                              \
+        FPARAMS(float)                                                                 \
+        float buf[BLK];                                                                \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(buf, p[1] + off * s[1], s[1], m, P->dt[1]);                        \
+            for (int64_t i = 0; i < m; i++) {                                          \
+                const cT x = buf[i];                                                   \
+                buf[i] = (float)(EXPR);                                                \
+            }                                                                          \
+            store_lp(p[0] + off * s[0], s[0], buf, m, ODT);                            \
+        }                                                                              \
+    }
+
+#define LP_BINARY_LOOP(name, ODT, EXPR)                                                \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_params *P = ctx;                                                      \
+        typedef float cT;                                                              \
+        FPARAMS(float)                                                                 \
+        float fa[BLK], fb[BLK];                                                        \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(fa, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
+            load_lp(fb, p[2] + off * s[2], s[2], m, P->dt[2]);                         \
+            for (int64_t i = 0; i < m; i++) {                                          \
+                const cT a = fa[i], b = fb[i];                                         \
+                fa[i] = (float)(EXPR);                                                 \
+            }                                                                          \
+            store_lp(p[0] + off * s[0], s[0], fa, m, ODT);                             \
+        }                                                                              \
+    }
+
+/* ---- kernels: the call's operands and parameters into the iterator --------------- */
+#define KERNEL(kname, loop, nin)                                                       \
+    static ct_status kname(ct_call *c) {                                               \
+        ew_params P;                                                                   \
+        ct_tensor *ops[CTI_MAX_OPERANDS];                                              \
+        ops[0] = c->out[0];                                                            \
+        P.dt[0] = ops[0]->dtype;                                                       \
+        for (int k = 0; k < (nin); k++) {                                              \
+            ops[k + 1] = c->in[k];                                                     \
+            P.dt[k + 1] = c->in[k]->dtype;                                             \
+        }                                                                              \
+        P.alpha = P.lo = c->f[0];                                                      \
+        P.hi = c->f[1];                                                                \
+        P.ialpha = P.ilo = c->i[0];                                                    \
+        P.ihi = c->i[1];                                                               \
+        return cti_cpu_foreach((nin) + 1, ops, loop, &P);                              \
+    }
+
+typedef struct ew_reg {
+    ct_op op;
+    ct_dtype dtype;
+    cti_kernel_fn fn;
+    const char *name;
+} ew_reg;
+
+/* Per-dtype instantiation of one op. suffixes: b8 i32 i64 f32 f64 f16 bf16. */
+#define U_NATIVE(op, sfx, T, UT, O, PARAMS, EXPR)                                      \
+    UNARY_LOOP(loop_##op##_##sfx, T, UT, O, PARAMS, EXPR)                              \
+    KERNEL(k_##op##_##sfx, loop_##op##_##sfx, 1)
+#define U_LP(op, sfx, ODT, EXPR)                                                       \
+    LP_UNARY_LOOP(loop_##op##_##sfx, ODT, EXPR)                                        \
+    KERNEL(k_##op##_##sfx, loop_##op##_##sfx, 1)
+#define B_NATIVE(op, sfx, T, UT, O, PARAMS, EXPR)                                      \
+    BINARY_LOOP(loop_##op##_##sfx, T, UT, O, PARAMS, EXPR)                             \
+    KERNEL(k_##op##_##sfx, loop_##op##_##sfx, 2)
+#define B_LP(op, sfx, ODT, EXPR)                                                       \
+    LP_BINARY_LOOP(loop_##op##_##sfx, ODT, EXPR)                                       \
+    KERNEL(k_##op##_##sfx, loop_##op##_##sfx, 2)
+
+/* Float ops: float32, float64, and float16/bfloat16 through float32. */
+#define U_FLOAT(op, EXPR)                                                              \
+    U_NATIVE(op, f32, float, uint32_t, float, FPARAMS, EXPR)                           \
+    U_NATIVE(op, f64, double, uint64_t, double, FPARAMS, EXPR)                         \
+    U_LP(op, f16, CT_F16, EXPR)                                                        \
+    U_LP(op, bf16, CT_BF16, EXPR)
+#define U_FLOAT_TO_BOOL(op, EXPR)                                                      \
+    U_NATIVE(op, f32, float, uint32_t, uint8_t, FPARAMS, EXPR)                         \
+    U_NATIVE(op, f64, double, uint64_t, uint8_t, FPARAMS, EXPR)                        \
+    U_LP(op, f16, CT_BOOL, EXPR)                                                       \
+    U_LP(op, bf16, CT_BOOL, EXPR)
+#define U_INT(op, EXPR)                                                                \
+    U_NATIVE(op, i32, int32_t, uint32_t, int32_t, IPARAMS, EXPR)                       \
+    U_NATIVE(op, i64, int64_t, uint64_t, int64_t, IPARAMS, EXPR)
+#define B_FLOAT(op, EXPR)                                                              \
+    B_NATIVE(op, f32, float, uint32_t, float, FPARAMS, EXPR)                           \
+    B_NATIVE(op, f64, double, uint64_t, double, FPARAMS, EXPR)                         \
+    B_LP(op, f16, CT_F16, EXPR)                                                        \
+    B_LP(op, bf16, CT_BF16, EXPR)
+#define B_FLOAT_TO_BOOL(op, EXPR)                                                      \
+    B_NATIVE(op, f32, float, uint32_t, uint8_t, FPARAMS, EXPR)                         \
+    B_NATIVE(op, f64, double, uint64_t, uint8_t, FPARAMS, EXPR)                        \
+    B_LP(op, f16, CT_BOOL, EXPR)                                                       \
+    B_LP(op, bf16, CT_BOOL, EXPR)
+#define B_INT(op, EXPR)                                                                \
+    B_NATIVE(op, i32, int32_t, uint32_t, int32_t, IPARAMS, EXPR)                       \
+    B_NATIVE(op, i64, int64_t, uint64_t, int64_t, IPARAMS, EXPR)
+#define B_INT_TO_BOOL(op, EXPR)                                                        \
+    B_NATIVE(op, i32, int32_t, uint32_t, uint8_t, IPARAMS, EXPR)                       \
+    B_NATIVE(op, i64, int64_t, uint64_t, uint8_t, IPARAMS, EXPR)                       \
+    B_NATIVE(op, b8, uint8_t, uint8_t, uint8_t, BPARAMS, EXPR)
+#define B_BOOL(op, EXPR) B_NATIVE(op, b8, uint8_t, uint8_t, uint8_t, BPARAMS, EXPR)
+
+/* Registration rows. */
+#define R(OP, op, sfx, DT) {CT_OP_##OP, DT, k_##op##_##sfx, #op "_" #sfx},
+#define R_FLOAT(OP, op)                                                                \
+    R(OP, op, f32, CT_F32) R(OP, op, f64, CT_F64) R(OP, op, f16, CT_F16)               \
+    R(OP, op, bf16, CT_BF16)
+#define R_INT(OP, op) R(OP, op, i32, CT_I32) R(OP, op, i64, CT_I64)
+#define R_ALL(OP, op) R_FLOAT(OP, op) R_INT(OP, op) R(OP, op, b8, CT_BOOL)
+
+/* ---- unary ---------------------------------------------------------------------- */
+#define SQRT1_2 0.70710678118654752440
+#define SQRT_2_OVER_PI 0.79788456080286535588
+
+U_FLOAT(neg, -x)
+U_INT(neg, (cT)(0 - (uT)x))
+U_FLOAT(abs, fabs(x))
+U_INT(abs, x < 0 ? (cT)(0 - (uT)x) : x)
+U_FLOAT(exp, exp(x))
+U_FLOAT(log, log(x))
+U_FLOAT(sqrt, sqrt(x))
+U_FLOAT(rsqrt, (cT)1 / sqrt(x))
+U_FLOAT(sin, sin(x))
+U_FLOAT(cos, cos(x))
+U_FLOAT(tanh, tanh(x))
+U_FLOAT(sigmoid, (cT)1 / ((cT)1 + exp(-x)))
+/* NaN passes through, as PyTorch's relu (clamp_min) does. */
+U_FLOAT(relu, (x > 0 || x != x) ? x : (cT)0)
+U_INT(relu, x > 0 ? x : (cT)0)
+U_FLOAT(gelu, (cT)0.5 * x * ((cT)1 + erf(x * (cT)SQRT1_2)))
+U_FLOAT(gelu_tanh,
+        (cT)0.5 * x * ((cT)1 + tanh((cT)SQRT_2_OVER_PI * (x + (cT)0.044715 * x * x * x))))
+U_FLOAT(silu, x / ((cT)1 + exp(-x)))
+U_FLOAT(reciprocal, (cT)1 / x)
+U_FLOAT(square, x * x)
+U_INT(square, (cT)((uT)x * (uT)x))
+/* As PyTorch: sign(NaN) is 0. */
+U_FLOAT(sign, (cT)((x > 0) - (x < 0)))
+U_INT(sign, (cT)((x > 0) - (x < 0)))
+U_NATIVE(sign, b8, uint8_t, uint8_t, uint8_t, BPARAMS, x)
+U_FLOAT_TO_BOOL(logical_not, x == 0)
+U_NATIVE(logical_not, i32, int32_t, uint32_t, uint8_t, IPARAMS, x == 0)
+U_NATIVE(logical_not, i64, int64_t, uint64_t, uint8_t, IPARAMS, x == 0)
+U_NATIVE(logical_not, b8, uint8_t, uint8_t, uint8_t, BPARAMS, x == 0)
+
+/* Bounds as given (NaN bounds give NaN); lo > hi gives hi, as PyTorch's
+ * min(max(x, lo), hi). */
+#define CLAMP_F(x) ((((x) < p_lo || p_lo != p_lo) ? p_lo : (x)) > p_hi || p_hi != p_hi \
+                        ? p_hi : (((x) < p_lo || p_lo != p_lo) ? p_lo : (x)))
+#define CLAMP_I(x) ((((x) < p_lo) ? p_lo : (x)) > p_hi ? p_hi : (((x) < p_lo) ? p_lo : (x)))
+U_FLOAT(clamp, CLAMP_F(x))
+U_INT(clamp, CLAMP_I(x))
+
+/* ---- binary ---------------------------------------------------------------------- */
+/* add and sub share kernels: the front end passes alpha = -alpha for sub. */
+B_FLOAT(add, a + p_alpha * b)
+B_INT(add, (cT)((uT)a + (uT)p_alpha * (uT)b))
+B_BOOL(add, (cT)(a | (b & p_alpha)))
+B_FLOAT(mul, a * b)
+B_INT(mul, (cT)((uT)a * (uT)b))
+B_BOOL(mul, (cT)(a & b))
+B_FLOAT(div, a / b)
+B_FLOAT(pow, pow(a, b))
+
+/* Integer power by repeated squaring, wrapping; negative exponents give
+ * 1 / a^-b truncated: 1 for a = 1, +-1 for a = -1, else 0. */
+#define IPOW_FN(name, T, UT)                                                           \
+    static inline T name(T a, T b) {                                                   \
+        if (b < 0) {                                                                   \
+            if (a == 1) return 1;                                                      \
+            if (a == -1) return (b & 1) ? -1 : 1;                                      \
+            return 0;                                                                  \
+        }                                                                              \
+        UT base = (UT)a, r = 1;                                                        \
+        while (b) {                                                                    \
+            if (b & 1) r *= base;                                                      \
+            base *= base;                                                              \
+            b >>= 1;                                                                   \
+        }                                                                              \
+        return (T)r;                                                                   \
+    }
+IPOW_FN(ipow_i32, int32_t, uint32_t)
+IPOW_FN(ipow_i64, int64_t, uint64_t)
+B_NATIVE(pow, i32, int32_t, uint32_t, int32_t, IPARAMS, ipow_i32(a, b))
+B_NATIVE(pow, i64, int64_t, uint64_t, int64_t, IPARAMS, ipow_i64(a, b))
+
+/* NaN propagates from either side. */
+B_FLOAT(maximum, (a > b || a != a) ? a : b)
+B_INT(maximum, a > b ? a : b)
+B_BOOL(maximum, (cT)(a | b))
+B_FLOAT(minimum, (a < b || a != a) ? a : b)
+B_INT(minimum, a < b ? a : b)
+B_BOOL(minimum, (cT)(a & b))
+
+B_FLOAT_TO_BOOL(eq, a == b)
+B_INT_TO_BOOL(eq, a == b)
+B_FLOAT_TO_BOOL(ne, a != b)
+B_INT_TO_BOOL(ne, a != b)
+B_FLOAT_TO_BOOL(lt, a < b)
+B_INT_TO_BOOL(lt, a < b)
+B_FLOAT_TO_BOOL(le, a <= b)
+B_INT_TO_BOOL(le, a <= b)
+B_FLOAT_TO_BOOL(gt, a > b)
+B_INT_TO_BOOL(gt, a > b)
+B_FLOAT_TO_BOOL(ge, a >= b)
+B_INT_TO_BOOL(ge, a >= b)
+B_FLOAT_TO_BOOL(logical_and, (a != 0) & (b != 0))
+B_INT_TO_BOOL(logical_and, (a != 0) & (b != 0))
+B_FLOAT_TO_BOOL(logical_or, (a != 0) | (b != 0))
+B_INT_TO_BOOL(logical_or, (a != 0) | (b != 0))
+
+/* ---- where: a select by element size ------------------------------------------------ */
+#define WHERE_LOOP(name, T)                                                            \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const int64_t st = (int64_t)sizeof(T);                                         \
+        if (s[0] == st && s[1] == 1 && s[2] == st && s[3] == st) {                     \
+            T *restrict o = (T *)p[0];                                                 \
+            const uint8_t *restrict c = (const uint8_t *)p[1];                         \
+            const T *restrict a = (const T *)p[2], *restrict b = (const T *)p[3];      \
+            for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : b[i];                 \
+        } else {                                                                       \
+            char *po = p[0];                                                           \
+            const char *pc = p[1], *pa = p[2], *pb = p[3];                             \
+            for (int64_t i = 0; i < n; i++, po += s[0], pc += s[1], pa += s[2], pb += s[3]) \
+                *(T *)po = *(const uint8_t *)pc ? *(const T *)pa : *(const T *)pb;     \
+        }                                                                              \
+    }                                                                                  \
+    KERNEL(k_##name, name, 3)
+WHERE_LOOP(where_1, uint8_t)
+WHERE_LOOP(where_2, uint16_t)
+WHERE_LOOP(where_4, uint32_t)
+WHERE_LOOP(where_8, uint64_t)
+
+static const ew_reg g_regs[] = {
+    R_FLOAT(NEG, neg) R_INT(NEG, neg)
+    R_FLOAT(ABS, abs) R_INT(ABS, abs)
+    R_FLOAT(EXP, exp) R_FLOAT(LOG, log) R_FLOAT(SQRT, sqrt) R_FLOAT(RSQRT, rsqrt)
+    R_FLOAT(SIN, sin) R_FLOAT(COS, cos) R_FLOAT(TANH, tanh) R_FLOAT(SIGMOID, sigmoid)
+    R_FLOAT(RELU, relu) R_INT(RELU, relu)
+    R_FLOAT(GELU, gelu) R_FLOAT(GELU_TANH, gelu_tanh) R_FLOAT(SILU, silu)
+    R_FLOAT(RECIPROCAL, reciprocal)
+    R_FLOAT(SQUARE, square) R_INT(SQUARE, square)
+    R_ALL(SIGN, sign)
+    R_ALL(LOGICAL_NOT, logical_not)
+    R_FLOAT(CLAMP, clamp) R_INT(CLAMP, clamp)
+    R_ALL(ADD, add)
+    R_FLOAT(SUB, add) R_INT(SUB, add)
+    R_ALL(MUL, mul)
+    R_FLOAT(DIV, div)
+    R_FLOAT(POW, pow) R_INT(POW, pow)
+    R_ALL(MAXIMUM, maximum) R_ALL(MINIMUM, minimum)
+    R_ALL(EQ, eq) R_ALL(NE, ne) R_ALL(LT, lt) R_ALL(LE, le) R_ALL(GT, gt) R_ALL(GE, ge)
+    R_ALL(LOGICAL_AND, logical_and) R_ALL(LOGICAL_OR, logical_or)
+    {CT_OP_WHERE, CT_BOOL, k_where_1, "where_1"},
+    {CT_OP_WHERE, CT_I32, k_where_4, "where_4"},
+    {CT_OP_WHERE, CT_I64, k_where_8, "where_8"},
+    {CT_OP_WHERE, CT_F16, k_where_2, "where_2"},
+    {CT_OP_WHERE, CT_BF16, k_where_2, "where_2"},
+    {CT_OP_WHERE, CT_F32, k_where_4, "where_4"},
+    {CT_OP_WHERE, CT_F64, k_where_8, "where_8"},
+};
+
+void cti_cpu_register_elementwise(void) {
+    for (size_t i = 0; i < sizeof g_regs / sizeof g_regs[0]; i++)
+        cti_register_kernel(g_regs[i].op, CT_DEVICE_CPU, g_regs[i].dtype, g_regs[i].fn,
+                            g_regs[i].name);
+}

@@ -1,0 +1,15 @@
+# Installs the Debian packages cten needs, when missing. Sourced by the
+# other scripts.
+cten_deps() {
+    local pkgs="gcc libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev"
+    local missing=""
+    for p in $pkgs; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+    done
+    [ -z "$missing" ] && return 0
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "cten: installing$missing"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+}
