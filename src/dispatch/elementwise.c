@@ -207,7 +207,7 @@ static ct_tensor *make_scalar(const char *name, double s, ct_dtype cd, ct_device
 /* a op s, or s op a when reverse (alpha as for add/sub). */
 static ct_tensor *binary_scalar(const bin_spec *sp, ct_tensor *a, double s, bool reverse,
                                 double alpha) {
-    if (!a) return cti_error_null(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    if (!a) return (cti_check_not_null(sp->name, 1, &a), NULL);
     ct_dtype rt = scalar_result_type(a->dtype, scalar_dtype(s));
     ct_dtype cd = compute_dtype(sp->kind, rt);
     ct_dtype od = sp->kind == BK_COMPARE ? CT_BOOL : cd;
@@ -393,7 +393,7 @@ static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
 }
 
 static ct_status inplace_scalar(const bin_spec *sp, ct_tensor *a, double s, double alpha) {
-    if (!a) return cti_error(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    if (!a) return cti_check_not_null(sp->name, 1, &a);
     ct_dtype rt = scalar_result_type(a->dtype, scalar_dtype(s));
     ct_dtype cd = compute_dtype(sp->kind, rt);
     ct_status st = check_cast(sp->name, cd, a->dtype);
@@ -492,7 +492,7 @@ static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_d
 }
 
 static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
-    if (!x) return cti_error_null(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    if (!x) return (cti_check_not_null(sp->name, 1, &x), NULL);
     ct_dtype cd;
     if (unary_dtype(sp, x->dtype, &cd) != CT_OK) return NULL;
     ct_dtype od = sp->kind == UK_LOGICAL ? CT_BOOL : cd;
@@ -506,7 +506,7 @@ static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
 }
 
 static ct_status unary_inplace(const un_spec *sp, ct_tensor *x) {
-    if (!x) return cti_error(CT_ERR_INVALID_ARG, "%s: argument is NULL", sp->name);
+    if (!x) return cti_check_not_null(sp->name, 1, &x);
     ct_dtype cd;
     ct_status st = unary_dtype(sp, x->dtype, &cd);
     if (st != CT_OK) return st;
@@ -651,7 +651,7 @@ static ct_status clamp_check(const char *name, const ct_tensor *x, double min, d
 
 ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
     static const char *name = "ct_clamp";
-    if (!x) return cti_error_null(CT_ERR_INVALID_ARG, "%s: argument is NULL", name);
+    if (!x) return (cti_check_not_null(name, 1, &x), NULL);
     ct_call c;
     if (clamp_check(name, x, min, max, &c) != CT_OK) return NULL;
     ct_tensor *out = cti_tensor_new(name, x->ndim, x->shape, x->dtype, dev_of(x));
@@ -666,7 +666,7 @@ ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
 
 ct_status ct_clamp_(ct_tensor *a, double min, double max) {
     static const char *name = "ct_clamp_";
-    if (!a) return cti_error(CT_ERR_INVALID_ARG, "%s: argument is NULL", name);
+    if (!a) return cti_check_not_null(name, 1, &a);
     ct_call c;
     ct_status st = clamp_check(name, a, min, max, &c);
     if (st != CT_OK) return st;
