@@ -1,1 +1,190 @@
+/* Front ends of the reductions: argument checks, result dtype and shape, and
+ * the call record of src/backends/cpu/reduce.c's kernel interface (reduced
+ * dims as a bitmask in i[0], the output contiguous over the kept dims). */
+#include <math.h>
+
 #include "dispatch_impl.h"
+#include "tensor/ops.h"
+
+typedef enum rkind {
+    RK_SUM, RK_MEAN, RK_PROD, RK_VAR, RK_STD, RK_NORM, RK_MAX, RK_MIN, RK_ARGMAX, RK_ARGMIN
+} rkind;
+
+/* Turns a dims list into a bitmask of x's dims (an empty list: all of them).
+ * A 0-d tensor accepts dim 0 and -1, as PyTorch, and reduces nothing. */
+static ct_status parse_dims(const char *op, const ct_tensor *x, int ndims, const int64_t *dims,
+                            uint32_t *mask) {
+    int nd = x->ndim;
+    if (ndims < 0)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: negative number of dims (%d)", op, ndims);
+    if (ndims > 0 && !dims)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: dims is NULL but ndims is %d", op, ndims);
+    if (ndims == 0) {
+        *mask = nd ? (uint32_t)((1u << nd) - 1) : 0;
+        return CT_OK;
+    }
+    int span = nd ? nd : 1;
+    uint32_t seen = 0;
+    for (int k = 0; k < ndims; k++) {
+        int64_t d = dims[k];
+        if (d < -span || d >= span)
+            return cti_error(CT_ERR_INDEX,
+                             "%s: dim %lld out of range for a %d-d tensor of shape %s "
+                             "(expected %d..%d)",
+                             op, (long long)d, nd, cti_shape_s(nd, x->shape), -span, span - 1);
+        int w = (int)(d < 0 ? d + span : d);
+        if (seen >> w & 1)
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: dim %d appears multiple times in the list of dims", op, w);
+        seen |= 1u << w;
+    }
+    *mask = nd ? seen : 0;
+    return CT_OK;
+}
+
+static bool needs_float(rkind k) {
+    return k == RK_MEAN || k == RK_VAR || k == RK_STD || k == RK_NORM;
+}
+
+static bool is_extreme(rkind k) {
+    return k == RK_MAX || k == RK_MIN || k == RK_ARGMAX || k == RK_ARGMIN;
+}
+
+static ct_op kind_op(rkind k) {
+    switch (k) {
+    case RK_SUM: return CT_OP_SUM;
+    case RK_MEAN: return CT_OP_MEAN;
+    case RK_PROD: return CT_OP_PROD;
+    case RK_VAR:
+    case RK_STD: return CT_OP_VAR;
+    case RK_NORM: return CT_OP_NORM;
+    case RK_MAX: return CT_OP_MAX;
+    case RK_MIN: return CT_OP_MIN;
+    case RK_ARGMAX: return CT_OP_ARGMAX;
+    default: return CT_OP_ARGMIN;
+    }
+}
+
+/* The shared front end. param: correction (var/std) or p (norm). indices:
+ * where max/min along a dim return their indices, or NULL. */
+static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, const int64_t *dims,
+                         bool keepdim, double param, ct_tensor **indices) {
+    if (cti_check_not_null(op, 1, &x) != CT_OK) return NULL;
+    if (needs_float(kind) && !ct_dtype_is_floating(x->dtype))
+        return cti_error_null(CT_ERR_DTYPE, "%s: expected a floating dtype, got %s (input %s)", op,
+                              ct_dtype_name(x->dtype), cti_desc(x));
+    uint32_t mask = 0;
+    if (parse_dims(op, x, ndims, dims, &mask) != CT_OK) return NULL;
+
+    bool empty = false;
+    int zdim = -1;
+    for (int d = 0; d < x->ndim; d++)
+        if ((mask >> d & 1) && x->shape[d] == 0) {
+            empty = true;
+            if (zdim < 0) zdim = d;
+        }
+    if (empty && is_extreme(kind))
+        return cti_error_null(CT_ERR_SHAPE, "%s: cannot reduce over a zero-size dim %d of %s", op,
+                              zdim, cti_shape_s(x->ndim, x->shape));
+    if (kind == RK_NORM) {
+        if (isnan(param))
+            return cti_error_null(CT_ERR_INVALID_ARG, "%s: p is NaN", op);
+        if (empty && (param < 0 || param == INFINITY))
+            return cti_error_null(CT_ERR_SHAPE,
+                                  "%s: cannot compute the %g-norm over the zero-size dim %d of %s "
+                                  "(the reduction has no identity)",
+                                  op, param, zdim, cti_shape_s(x->ndim, x->shape));
+    }
+
+    ct_dtype odt = x->dtype;
+    if ((kind == RK_SUM || kind == RK_PROD) && !ct_dtype_is_floating(x->dtype)) odt = CT_I64;
+    if (kind == RK_ARGMAX || kind == RK_ARGMIN) odt = CT_I64;
+
+    int ond = 0;
+    int64_t oshape[CT_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) {
+        if (!(mask >> d & 1)) oshape[ond++] = x->shape[d];
+        else if (keepdim) oshape[ond++] = 1;
+    }
+
+    ct_call c;
+    cti_call_init(&c, kind_op(kind));
+    c.in[0] = x;
+    c.nin = 1;
+    c.i[0] = mask;
+    c.i[1] = kind == RK_STD;
+    c.f[0] = param;
+    c.out[0] = cti_tensor_new(op, ond, oshape, odt, x->storage->device);
+    if (!c.out[0]) return NULL;
+    c.nout = 1;
+    if (indices && (kind == RK_MAX || kind == RK_MIN)) {
+        c.out[1] = cti_tensor_new(op, ond, oshape, CT_I64, x->storage->device);
+        if (!c.out[1]) {
+            cti_call_release_outputs(&c);
+            return NULL;
+        }
+        c.nout = 2;
+    }
+    if (cti_dispatch(&c, x->storage->device, x->dtype) != CT_OK) {
+        cti_call_release_outputs(&c);
+        return NULL;
+    }
+    if (c.nout == 2) *indices = c.out[1];
+    return c.out[0];
+}
+
+ct_tensor *ct_sum(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
+    return reduce("ct_sum", RK_SUM, x, ndims, dims, keepdim, 0, NULL);
+}
+
+ct_tensor *ct_mean(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
+    return reduce("ct_mean", RK_MEAN, x, ndims, dims, keepdim, 0, NULL);
+}
+
+ct_tensor *ct_prod(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
+    return reduce("ct_prod", RK_PROD, x, ndims, dims, keepdim, 0, NULL);
+}
+
+ct_tensor *ct_var(ct_tensor *x, int ndims, const int64_t *dims, double correction, bool keepdim) {
+    return reduce("ct_var", RK_VAR, x, ndims, dims, keepdim, correction, NULL);
+}
+
+ct_tensor *ct_std(ct_tensor *x, int ndims, const int64_t *dims, double correction, bool keepdim) {
+    return reduce("ct_std", RK_STD, x, ndims, dims, keepdim, correction, NULL);
+}
+
+ct_tensor *ct_norm(ct_tensor *x, double p, int ndims, const int64_t *dims, bool keepdim) {
+    return reduce("ct_norm", RK_NORM, x, ndims, dims, keepdim, p, NULL);
+}
+
+ct_tensor *ct_max(ct_tensor *x) { return reduce("ct_max", RK_MAX, x, 0, NULL, false, 0, NULL); }
+
+ct_tensor *ct_min(ct_tensor *x) { return reduce("ct_min", RK_MIN, x, 0, NULL, false, 0, NULL); }
+
+ct_tensor *ct_max_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
+    int64_t d = dim;
+    return reduce("ct_max_dim", RK_MAX, x, 1, &d, keepdim, 0, indices);
+}
+
+ct_tensor *ct_min_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
+    int64_t d = dim;
+    return reduce("ct_min_dim", RK_MIN, x, 1, &d, keepdim, 0, indices);
+}
+
+ct_tensor *ct_argmax(ct_tensor *x, int dim, bool keepdim) {
+    int64_t d = dim;
+    return reduce("ct_argmax", RK_ARGMAX, x, 1, &d, keepdim, 0, NULL);
+}
+
+ct_tensor *ct_argmin(ct_tensor *x, int dim, bool keepdim) {
+    int64_t d = dim;
+    return reduce("ct_argmin", RK_ARGMIN, x, 1, &d, keepdim, 0, NULL);
+}
+
+ct_tensor *ct_argmax_all(ct_tensor *x) {
+    return reduce("ct_argmax_all", RK_ARGMAX, x, 0, NULL, false, 0, NULL);
+}
+
+ct_tensor *ct_argmin_all(ct_tensor *x) {
+    return reduce("ct_argmin_all", RK_ARGMIN, x, 0, NULL, false, 0, NULL);
+}
