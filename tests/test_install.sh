@@ -7,16 +7,18 @@ src=$2
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 meson install -C "$build" --destdir "$root" --no-rebuild --quiet
-pc=$(dirname "$(find "$root" -name cten.pc | head -1)")
-[ -n "$pc" ] || { echo "cten.pc not installed"; exit 1; }
-export PKG_CONFIG_PATH=$pc
-flags=$(pkg-config --define-prefix --cflags --libs cten)
-libdir=$(pkg-config --define-prefix --variable=libdir cten)
+pcfile=$(find "$root" -name cten.pc | head -1)
+[ -n "$pcfile" ] || { echo "cten.pc not installed"; exit 1; }
+# The installed file names the real prefix; point a copy at the scratch root.
+mkdir -p "$root/pc"
+sed "s|^prefix=|prefix=$root|" "$pcfile" >"$root/pc/cten.pc"
+export PKG_CONFIG_PATH=$root/pc
+flags=$(pkg-config --cflags --libs cten)
+libdir=$(pkg-config --variable=libdir cten)
 cc -std=c11 -o "$root/app" "$src/examples/quickstart.c" $flags -lm
 LD_LIBRARY_PATH=$libdir "$root/app" --quiet
 # The installed headers alone must compile (no private include paths).
 cc -std=c11 -o "$root/app_static" "$src/examples/quickstart.c" \
-    $(pkg-config --define-prefix --cflags cten) "$libdir/libcten.a" \
-    $(pkg-config --define-prefix --libs-only-other --static cten) -lopenblas -lm -lpthread -ldl
+    $(pkg-config --cflags cten) "$libdir/libcten.a" $(pkg-config --static --libs cten | sed "s/-lcten//")
 "$root/app_static" --quiet
 echo "installed-library build: shared and static OK"
