@@ -6,5 +6,6 @@
 #include "core.h"
 #include "ops.h"
 #include "dispatch.h"
+#include "autograd.h"
 
 #endif

@@ -95,6 +95,21 @@ static inline void cti_bump_version(ct_tensor *t) {
 ct_tensor *cti_try_view(const char *op, ct_tensor *t, int ndim, const int64_t *shape,
                         bool *viewable);
 
+/* ---- views without autograd (the public ct_ versions in src/dispatch/views.c
+ * record history on top of these) ---------------------------------------------- */
+ct_tensor *cti_view(ct_tensor *t, int ndim, const int64_t *shape);
+ct_tensor *cti_transpose(ct_tensor *t, int dim0, int dim1);
+ct_tensor *cti_t(ct_tensor *t);
+ct_tensor *cti_permute(ct_tensor *t, int ndim, const int64_t *dims);
+ct_tensor *cti_squeeze(ct_tensor *t);
+ct_tensor *cti_squeeze_dim(ct_tensor *t, int dim);
+ct_tensor *cti_unsqueeze(ct_tensor *t, int dim);
+ct_tensor *cti_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+ct_tensor *cti_narrow(ct_tensor *t, int dim, int64_t start, int64_t length);
+ct_tensor *cti_select(ct_tensor *t, int dim, int64_t index);
+ct_tensor *cti_expand(ct_tensor *t, int ndim, const int64_t *shape);
+ct_tensor *cti_expand_as(ct_tensor *t, const ct_tensor *other);
+
 /* ---- shapes and types ---------------------------------------------------------- */
 /* Broadcasts two shapes (NumPy rules). Error naming op on mismatch. */
 ct_status cti_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb,

@@ -71,7 +71,7 @@ ct_tensor *cti_try_view(const char *op, ct_tensor *t, int ndim, const int64_t *s
     return cti_tensor_view(t, ndim, sh, st, t->offset);
 }
 
-ct_tensor *ct_view(ct_tensor *t, int ndim, const int64_t *shape) {
+ct_tensor *cti_view(ct_tensor *t, int ndim, const int64_t *shape) {
     CHECK_T("ct_view", t);
     bool viewable;
     ct_tensor *v = cti_try_view("ct_view", t, ndim, shape, &viewable);
@@ -85,7 +85,7 @@ ct_tensor *ct_view(ct_tensor *t, int ndim, const int64_t *shape) {
     return v;
 }
 
-ct_tensor *ct_transpose(ct_tensor *t, int dim0, int dim1) {
+ct_tensor *cti_transpose(ct_tensor *t, int dim0, int dim1) {
     CHECK_T("ct_transpose", t);
     int a = cti_wrap_dim("ct_transpose", dim0, t->ndim);
     if (a < 0) return NULL;
@@ -103,16 +103,16 @@ ct_tensor *ct_transpose(ct_tensor *t, int dim0, int dim1) {
     return cti_tensor_view(t, t->ndim, sh, st, t->offset);
 }
 
-ct_tensor *ct_t(ct_tensor *t) {
+ct_tensor *cti_t(ct_tensor *t) {
     CHECK_T("ct_t", t);
     if (t->ndim > 2)
         return cti_error_null(CT_ERR_SHAPE, "ct_t: expects a tensor with <= 2 dims, got %s",
                               cti_desc(t));
     if (t->ndim < 2) return cti_tensor_view(t, t->ndim, t->shape, t->stride, t->offset);
-    return ct_transpose(t, 0, 1);
+    return cti_transpose(t, 0, 1);
 }
 
-ct_tensor *ct_permute(ct_tensor *t, int ndim, const int64_t *dims) {
+ct_tensor *cti_permute(ct_tensor *t, int ndim, const int64_t *dims) {
     CHECK_T("ct_permute", t);
     if (ndim != t->ndim || (ndim > 0 && !dims))
         return cti_error_null(CT_ERR_SHAPE, "ct_permute: got %d dims for a %d-d tensor %s", ndim,
@@ -134,7 +134,7 @@ ct_tensor *ct_permute(ct_tensor *t, int ndim, const int64_t *dims) {
     return cti_tensor_view(t, ndim, sh, st, t->offset);
 }
 
-ct_tensor *ct_squeeze(ct_tensor *t) {
+ct_tensor *cti_squeeze(ct_tensor *t) {
     CHECK_T("ct_squeeze", t);
     int64_t sh[CT_MAX_DIMS], st[CT_MAX_DIMS];
     int n = 0;
@@ -146,7 +146,7 @@ ct_tensor *ct_squeeze(ct_tensor *t) {
     return cti_tensor_view(t, n, sh, st, t->offset);
 }
 
-ct_tensor *ct_squeeze_dim(ct_tensor *t, int dim) {
+ct_tensor *cti_squeeze_dim(ct_tensor *t, int dim) {
     CHECK_T("ct_squeeze_dim", t);
     int d = cti_wrap_dim("ct_squeeze_dim", dim, t->ndim);
     if (d < 0) return NULL;
@@ -162,7 +162,7 @@ ct_tensor *ct_squeeze_dim(ct_tensor *t, int dim) {
     return cti_tensor_view(t, n, sh, st, t->offset);
 }
 
-ct_tensor *ct_unsqueeze(ct_tensor *t, int dim) {
+ct_tensor *cti_unsqueeze(ct_tensor *t, int dim) {
     CHECK_T("ct_unsqueeze", t);
     if (t->ndim >= CT_MAX_DIMS)
         return cti_error_null(CT_ERR_SHAPE, "ct_unsqueeze: %s already has the maximum of %d dims",
@@ -186,7 +186,7 @@ ct_tensor *ct_unsqueeze(ct_tensor *t, int dim) {
     return cti_tensor_view(t, n, sh, st, t->offset);
 }
 
-ct_tensor *ct_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
+ct_tensor *cti_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
     CHECK_T("ct_slice", t);
     if (t->ndim == 0)
         return cti_error_null(CT_ERR_SHAPE, "ct_slice: cannot slice a 0-d tensor");
@@ -210,7 +210,7 @@ ct_tensor *ct_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t s
     return cti_tensor_view(t, t->ndim, sh, st, t->offset + start * t->stride[d]);
 }
 
-ct_tensor *ct_narrow(ct_tensor *t, int dim, int64_t start, int64_t length) {
+ct_tensor *cti_narrow(ct_tensor *t, int dim, int64_t start, int64_t length) {
     CHECK_T("ct_narrow", t);
     if (t->ndim == 0)
         return cti_error_null(CT_ERR_SHAPE, "ct_narrow: cannot narrow a 0-d tensor");
@@ -231,7 +231,7 @@ ct_tensor *ct_narrow(ct_tensor *t, int dim, int64_t start, int64_t length) {
     return cti_tensor_view(t, t->ndim, sh, t->stride, t->offset + start * t->stride[d]);
 }
 
-ct_tensor *ct_select(ct_tensor *t, int dim, int64_t index) {
+ct_tensor *cti_select(ct_tensor *t, int dim, int64_t index) {
     CHECK_T("ct_select", t);
     if (t->ndim == 0)
         return cti_error_null(CT_ERR_SHAPE, "ct_select: cannot select from a 0-d tensor");
@@ -252,7 +252,7 @@ ct_tensor *ct_select(ct_tensor *t, int dim, int64_t index) {
     return cti_tensor_view(t, k, sh, st, t->offset + index * t->stride[d]);
 }
 
-ct_tensor *ct_expand(ct_tensor *t, int ndim, const int64_t *shape) {
+ct_tensor *cti_expand(ct_tensor *t, int ndim, const int64_t *shape) {
     CHECK_T("ct_expand", t);
     if (ndim < t->ndim || ndim > CT_MAX_DIMS || (ndim > 0 && !shape))
         return cti_error_null(CT_ERR_SHAPE,
@@ -289,7 +289,7 @@ ct_tensor *ct_expand(ct_tensor *t, int ndim, const int64_t *shape) {
     return cti_tensor_view(t, ndim, sh, st, t->offset);
 }
 
-ct_tensor *ct_expand_as(ct_tensor *t, const ct_tensor *other) {
+ct_tensor *cti_expand_as(ct_tensor *t, const ct_tensor *other) {
     if (!other) return cti_error_null(CT_ERR_INVALID_ARG, "ct_expand_as: other is NULL");
-    return ct_expand(t, other->ndim, other->shape);
+    return cti_expand(t, other->ndim, other->shape);
 }

@@ -1,0 +1,63 @@
+/* cten: reverse-mode automatic differentiation.
+ *
+ * As in PyTorch: a leaf tensor marked with ct_requires_grad_ makes every op
+ * that reads it record itself (its inputs, what its backward needs, and its
+ * backward function) on a dynamic graph; ct_backward walks that graph in
+ * reverse topological order and accumulates gradients into the .grad of the
+ * leaves. Gradients over broadcast dims are summed back to the input's shape.
+ * Recording is off inside no-grad mode. */
+#ifndef CTEN_AUTOGRAD_H
+#define CTEN_AUTOGRAD_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Marks a leaf (a tensor no recorded op produced) as requiring gradients;
+ * floating dtypes only. Switching it off on a non-leaf is an error. */
+ct_status ct_requires_grad_(ct_tensor *t, bool requires_grad);
+bool ct_requires_grad(const ct_tensor *t);
+/* True for tensors no recorded op produced. */
+bool ct_is_leaf(const ct_tensor *t);
+/* The accumulated gradient of a leaf, or NULL. Borrowed: valid until the next
+ * ct_zero_grad or backward on it, or its release. */
+ct_tensor *ct_grad(const ct_tensor *t);
+/* Drops t's gradient (PyTorch's zero_grad(set_to_none=True)). */
+void ct_zero_grad(ct_tensor *t);
+/* Replaces t's gradient with a new reference to g (NULL drops it); g must
+ * have t's shape, dtype and device. */
+ct_status ct_set_grad(ct_tensor *t, ct_tensor *g);
+/* A view sharing t's storage with no history and requires_grad off. */
+ct_tensor *ct_detach(ct_tensor *t);
+/* Name of the backward function that produced t ("MulBackward"), or NULL for leaves. */
+const char *ct_grad_fn_name(const ct_tensor *t);
+
+/* Backpropagates from out. grad_out is d(loss)/d(out), or NULL when out has
+ * one element (then 1). The graph's saved tensors are freed afterwards unless
+ * retain_graph; a second backward through a freed graph is an error. */
+ct_status ct_backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph);
+
+/* Grad mode, per thread (on by default). Returns the previous setting. */
+bool ct_set_grad_enabled(bool enabled);
+bool ct_is_grad_enabled(void);
+/* A no-grad region: bool prev = ct_no_grad_begin(); ...; ct_no_grad_end(prev); */
+bool ct_no_grad_begin(void);
+void ct_no_grad_end(bool prev);
+
+/* ---- gradient checking ------------------------------------------------------------
+ * fn computes a tensor from inputs (borrowed; it returns a new tensor).
+ * ct_gradcheck compares the gradient that backward computes for a random
+ * projection sum(fn(inputs) * R) against central finite differences with
+ * step eps, for every element of every input that requires grad. Inputs
+ * should be float64. On a mismatch it returns CT_ERR_AUTOGRAD and the message
+ * names the input, element, analytic and numeric values. */
+typedef ct_tensor *(*ct_gradcheck_fn)(ct_tensor *const *inputs, void *ctx);
+ct_status ct_gradcheck(ct_gradcheck_fn fn, void *ctx, int n, ct_tensor *const *inputs,
+                       double eps, double atol, double rtol);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

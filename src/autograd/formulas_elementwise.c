@@ -1,0 +1,448 @@
+/* Backward formulas of the elementwise ops (src/dispatch/elementwise.c).
+ *
+ * They follow PyTorch's derivatives.yaml, built from public ops so they run on
+ * every device. A gradient may be left in the broadcast shape of the forward
+ * (the engine sums it back to each input's shape and casts it to the input's
+ * dtype). Masked gradients use where rather than a multiplication by a 0/1
+ * mask, so an inf or NaN in the incoming gradient stays out of the zeros.
+ *
+ * Formulas run inside a scope the engine owns, so an early return on error
+ * leaves the temporaries to it; on success they release theirs as soon as
+ * they are used, to keep the peak memory of a long backward low. */
+#include <math.h>
+
+#include "formulas.h"
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+/* Returns r after releasing the temporary t (r may be NULL; the error
+ * message stays that of the op that failed). */
+static ct_tensor *drop(ct_tensor *r, ct_tensor *t) {
+    ct_tensor_release(t);
+    return r;
+}
+
+static ct_tensor *drop2(ct_tensor *r, ct_tensor *t, ct_tensor *u) {
+    ct_tensor_release(t);
+    ct_tensor_release(u);
+    return r;
+}
+
+/* Stores g as an input gradient: CT_OK, or the failing op's status. */
+static ct_status put(ct_tensor **slot, ct_tensor *g) {
+    *slot = g;
+    return g ? CT_OK : ct_last_status();
+}
+
+/* g where keep is true, 0 elsewhere. */
+static ct_tensor *keep_where(ct_tensor *keep, ct_tensor *g) {
+    ct_tensor *z = ct_tensor_scalar(0.0, ct_tensor_dtype(g), ct_tensor_device(g));
+    if (!z) return NULL;
+    return drop(ct_where(keep, g, z), z);
+}
+
+/* 0 where zero is true, g elsewhere. */
+static ct_tensor *zero_where(ct_tensor *zero, ct_tensor *g) {
+    ct_tensor *z = ct_tensor_scalar(0.0, ct_tensor_dtype(g), ct_tensor_device(g));
+    if (!z) return NULL;
+    return drop(ct_where(zero, z, g), z);
+}
+
+/* A new handle on t in float32 when t is float16/bfloat16, else on t itself:
+ * formulas of several ops compute in float32 there and round once, as the
+ * engine casts the gradient back to the input's dtype. */
+static ct_tensor *up(ct_tensor *t) {
+    ct_dtype dt = ct_tensor_dtype(t);
+    return ct_to_dtype(t, dt == CT_F16 || dt == CT_BF16 ? CT_F32 : dt);
+}
+
+/* go[0] * d, releasing the temporary d. */
+static ct_status chain(ct_tensor *const *go, ct_tensor *d, ct_tensor **gi) {
+    if (!d) return ct_last_status();
+    return put(gi, drop(ct_mul(go[0], d), d));
+}
+
+#define SAVED(var, k)                                                                      \
+    ct_status st_##var;                                                                    \
+    ct_tensor *var = cti_ag_saved(n, k, &st_##var);                                        \
+    if (st_##var != CT_OK) return st_##var
+
+/* ---- add / sub / neg ----------------------------------------------------------------- */
+/* Inputs (a) or (a, b): out = a + f[0] * b. Nothing saved. Also add/sub with a
+ * scalar (one input, whose coefficient is 1). */
+CTI_BW(cti_bw_add) {
+    if (!go[0]) return CT_OK;
+    if (n->needs[0]) gi[0] = ct_tensor_retain(go[0]);
+    if (n->nin > 1 && n->needs[1]) {
+        double alpha = n->f[0];
+        ct_tensor *g = alpha == 1.0 ? ct_tensor_retain(go[0]) : ct_mul_scalar(go[0], alpha);
+        return put(&gi[1], g);
+    }
+    return CT_OK;
+}
+
+/* out = -x, or s - x (rsub). Nothing saved. */
+CTI_BW(cti_bw_neg) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    return put(&gi[0], ct_neg(go[0]));
+}
+
+/* ---- mul / div ------------------------------------------------------------------------- */
+/* Saved: a (when b needs grad), b (when a needs grad). */
+CTI_BW(cti_bw_mul) {
+    if (!go[0]) return CT_OK;
+    SAVED(a, 0);
+    SAVED(b, 1);
+    ct_status st = CT_OK;
+    if (n->needs[0] && (st = put(&gi[0], ct_mul(go[0], b))) != CT_OK) return st;
+    if (n->needs[1]) st = put(&gi[1], ct_mul(go[0], a));
+    return st;
+}
+
+/* out = x * f[0]. */
+CTI_BW(cti_bw_mul_scalar) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    return put(&gi[0], ct_mul_scalar(go[0], n->f[0]));
+}
+
+/* Saved: a (when b needs grad), b. d/da = 1/b, d/db = -a/b^2, the latter
+ * formed as -(go/b)*(a/b) so b^2 cannot overflow. */
+CTI_BW(cti_bw_div) {
+    if (!go[0]) return CT_OK;
+    SAVED(a, 0);
+    SAVED(b, 1);
+    ct_tensor *q = ct_div(go[0], b);
+    if (!q) return ct_last_status();
+    if (n->needs[1]) {
+        ct_tensor *r = ct_div(a, b);
+        if (!r) return ct_last_status();
+        ct_tensor *p = drop(ct_mul(q, r), r);
+        if (!p) return ct_last_status();
+        ct_status st = put(&gi[1], drop(ct_neg(p), p));
+        if (st != CT_OK) return st;
+    }
+    if (n->needs[0]) gi[0] = q;
+    else ct_tensor_release(q);
+    return CT_OK;
+}
+
+/* out = x / f[0] (divided, not multiplied by the reciprocal, as PyTorch). */
+CTI_BW(cti_bw_div_scalar) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    return put(&gi[0], ct_div_scalar(go[0], n->f[0]));
+}
+
+/* ---- pow ----------------------------------------------------------------------------- */
+/* Saved: a, b, out (out only when b needs grad).
+ * d/da = b * a^(b-1), 0 where b == 0 (so 0^0 has gradient 0, not NaN);
+ * d/db = a^b * log(a), 0 where a == 0 and b >= 0 (the limit, not 0 * -inf). */
+CTI_BW(cti_bw_pow) {
+    if (!go[0]) return CT_OK;
+    SAVED(a, 0);
+    SAVED(b, 1);
+    SAVED(out, 2);
+    if (n->needs[0]) {
+        ct_tensor *bm1 = ct_sub_scalar(b, 1.0);
+        if (!bm1) return ct_last_status();
+        ct_tensor *p = drop(ct_pow(a, bm1), bm1);
+        if (!p) return ct_last_status();
+        ct_tensor *d = drop(ct_mul(p, b), p);
+        if (!d) return ct_last_status();
+        ct_tensor *g = drop(ct_mul(go[0], d), d);
+        if (!g) return ct_last_status();
+        ct_tensor *bz = ct_eq_scalar(b, 0.0);
+        if (!bz) return ct_last_status();
+        ct_status st = put(&gi[0], drop2(zero_where(bz, g), bz, g));
+        if (st != CT_OK) return st;
+    }
+    if (n->needs[1]) {
+        ct_tensor *l = ct_log(a);
+        if (!l) return ct_last_status();
+        ct_tensor *d = drop(ct_mul(out, l), l);
+        if (!d) return ct_last_status();
+        ct_tensor *g = drop(ct_mul(go[0], d), d);
+        ct_tensor *az = ct_eq_scalar(a, 0.0), *bp = ct_ge_scalar(b, 0.0);
+        if (!g || !az || !bp) return ct_last_status();
+        ct_tensor *mask = drop2(ct_logical_and(az, bp), az, bp);
+        if (!mask) return ct_last_status();
+        return put(&gi[1], drop2(zero_where(mask, g), mask, g));
+    }
+    return CT_OK;
+}
+
+/* out = x^f[0]. Saved: x. */
+CTI_BW(cti_bw_pow_scalar) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    double e = n->f[0];
+    if (e == 0.0) return put(&gi[0], ct_tensor_zeros_like(go[0]));
+    SAVED(x, 0);
+    ct_tensor *p = ct_pow_scalar(x, e - 1.0);
+    if (!p) return ct_last_status();
+    ct_tensor *d = drop(ct_mul_scalar(p, e), p);
+    return chain(go, d, &gi[0]);
+}
+
+/* ---- maximum / minimum ------------------------------------------------------------------ */
+/* The larger (smaller) operand gets the gradient; ties split it in halves, as
+ * PyTorch. Where one operand is NaN both get it, as there. Saved: a, b. */
+static ct_status extremum_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi, bool is_max) {
+    if (!go[0]) return CT_OK;
+    SAVED(a, 0);
+    SAVED(b, 1);
+    ct_tensor *eq = ct_eq(a, b);
+    ct_tensor *half = ct_mul_scalar(go[0], 0.5);
+    if (!eq || !half) return ct_last_status();
+    ct_tensor *t = drop2(ct_where(eq, half, go[0]), eq, half);
+    if (!t) return ct_last_status();
+    for (int k = 0; k < 2; k++) {
+        if (!n->needs[k]) continue;
+        /* Input k loses where the other one wins. */
+        ct_tensor *lose = (k == 0) == is_max ? ct_lt(a, b) : ct_gt(a, b);
+        if (!lose) return ct_last_status();
+        ct_status st = put(&gi[k], drop(zero_where(lose, t), lose));
+        if (st != CT_OK) return st;
+    }
+    ct_tensor_release(t);
+    return CT_OK;
+}
+
+CTI_BW(cti_bw_maximum) { return extremum_bw(n, go, gi, true); }
+CTI_BW(cti_bw_minimum) { return extremum_bw(n, go, gi, false); }
+
+/* Against the scalar f[0]; ties split as for two tensors (the scalar's half
+ * goes nowhere). Saved: x. */
+static ct_status extremum_scalar_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi,
+                                    bool is_max) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    double s = n->f[0];
+    ct_tensor *eq = ct_eq_scalar(x, s);
+    ct_tensor *half = ct_mul_scalar(go[0], 0.5);
+    if (!eq || !half) return ct_last_status();
+    ct_tensor *t = drop2(ct_where(eq, half, go[0]), eq, half);
+    if (!t) return ct_last_status();
+    ct_tensor *lose = is_max ? ct_lt_scalar(x, s) : ct_gt_scalar(x, s);
+    if (!lose) return ct_last_status();
+    return put(&gi[0], drop2(zero_where(lose, t), lose, t));
+}
+
+CTI_BW(cti_bw_maximum_scalar) { return extremum_scalar_bw(n, go, gi, true); }
+CTI_BW(cti_bw_minimum_scalar) { return extremum_scalar_bw(n, go, gi, false); }
+
+/* ---- where / clamp ----------------------------------------------------------------------- */
+/* Inputs (a, b); saved: cond. a gets the gradient where cond, b elsewhere. */
+CTI_BW(cti_bw_where) {
+    if (!go[0]) return CT_OK;
+    SAVED(cond, 0);
+    ct_status st = CT_OK;
+    if (n->needs[0] && (st = put(&gi[0], keep_where(cond, go[0]))) != CT_OK) return st;
+    if (n->needs[1]) st = put(&gi[1], zero_where(cond, go[0]));
+    return st;
+}
+
+/* Saved: x; f = {min, max}. Gradient where min <= x <= max (inclusive, as
+ * PyTorch, so a value on a bound keeps it). */
+CTI_BW(cti_bw_clamp) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    ct_tensor *lo = ct_ge_scalar(x, n->f[0]), *hi = ct_le_scalar(x, n->f[1]);
+    if (!lo || !hi) return ct_last_status();
+    ct_tensor *in = drop2(ct_logical_and(lo, hi), lo, hi);
+    if (!in) return ct_last_status();
+    return put(&gi[0], drop(keep_where(in, go[0]), in));
+}
+
+/* ---- unary --------------------------------------------------------------------------------- */
+/* Saved: x. sign(x), so 0 at 0. */
+CTI_BW(cti_bw_abs) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return chain(go, ct_sign(x), &gi[0]);
+}
+
+/* Saved: out. */
+CTI_BW(cti_bw_exp) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    return put(&gi[0], ct_mul(go[0], out));
+}
+
+/* Saved: x. */
+CTI_BW(cti_bw_log) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return put(&gi[0], ct_div(go[0], x));
+}
+
+/* Saved: out. go / (2 sqrt(x)). */
+CTI_BW(cti_bw_sqrt) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    ct_tensor *d = ct_mul_scalar(out, 2.0);
+    if (!d) return ct_last_status();
+    return put(&gi[0], drop(ct_div(go[0], d), d));
+}
+
+/* Saved: out. -0.5 * out^3. */
+CTI_BW(cti_bw_rsqrt) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    ct_tensor *c = ct_pow_scalar(out, 3.0);
+    if (!c) return ct_last_status();
+    return chain(go, drop(ct_mul_scalar(c, -0.5), c), &gi[0]);
+}
+
+/* Saved: x. */
+CTI_BW(cti_bw_sin) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return chain(go, ct_cos(x), &gi[0]);
+}
+
+/* Saved: x. */
+CTI_BW(cti_bw_cos) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    ct_tensor *s = ct_sin(x);
+    if (!s) return ct_last_status();
+    return chain(go, drop(ct_neg(s), s), &gi[0]);
+}
+
+/* Saved: out. 1 - out^2. */
+CTI_BW(cti_bw_tanh) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    ct_tensor *y = up(out);
+    if (!y) return ct_last_status();
+    ct_tensor *sq = drop(ct_square(y), y);
+    if (!sq) return ct_last_status();
+    return chain(go, drop(ct_rsub_scalar(sq, 1.0), sq), &gi[0]);
+}
+
+/* Saved: out. out * (1 - out). */
+CTI_BW(cti_bw_sigmoid) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    ct_tensor *y = up(out);
+    if (!y) return ct_last_status();
+    ct_tensor *c = ct_rsub_scalar(y, 1.0);
+    if (!c) return ct_last_status();
+    return chain(go, drop2(ct_mul(y, c), y, c), &gi[0]);
+}
+
+/* Saved: out. 0 where out <= 0 (so 0 at 0), as PyTorch's threshold_backward. */
+CTI_BW(cti_bw_relu) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    ct_tensor *off = ct_le_scalar(out, 0.0);
+    if (!off) return ct_last_status();
+    return put(&gi[0], drop(zero_where(off, go[0]), off));
+}
+
+/* Saved: x. d/dx x*Phi(x) = Phi(x) + x*phi(x). No public op gives erf, so
+ * Phi(x) is recovered as gelu(x)/x: the forward kernel computes
+ * 0.5*x*(1+erf(x/sqrt 2)) with a relative error of a few ulps, which the
+ * division keeps. Below |x| = 1e-30, Phi(x) is 0.5 to double precision. */
+CTI_BW(cti_bw_gelu) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    ct_tensor *x = up(x0);
+    if (!x) return ct_last_status();
+    ct_tensor *g = ct_gelu(x, CT_GELU_NONE);
+    if (!g) return ct_last_status();
+    ct_tensor *cdf = drop(ct_div(g, x), g);
+    ct_tensor *ax = ct_abs(x);
+    if (!cdf || !ax) return ct_last_status();
+    ct_tensor *tiny = drop(ct_lt_scalar(ax, 1e-30), ax);
+    ct_tensor *h = ct_tensor_scalar(0.5, ct_tensor_dtype(x), ct_tensor_device(x));
+    if (!tiny || !h) return ct_last_status();
+    cdf = drop(drop2(ct_where(tiny, h, cdf), tiny, h), cdf);
+    /* x * phi(x) = x * exp(-x^2/2) / sqrt(2 pi) */
+    ct_tensor *sq = ct_square(x);
+    if (!cdf || !sq) return ct_last_status();
+    ct_tensor *e = drop(ct_mul_scalar(sq, -0.5), sq);
+    if (!e) return ct_last_status();
+    ct_tensor *pdf = drop(ct_exp(e), e);
+    if (!pdf) return ct_last_status();
+    ct_tensor *xp = drop2(ct_mul(pdf, x), pdf, x);
+    if (!xp) return ct_last_status();
+    ct_tensor *d = drop2(ct_add_alpha(cdf, xp, 0.5 * M_2_SQRTPI * M_SQRT1_2), cdf, xp);
+    return chain(go, d, &gi[0]);
+}
+
+/* Saved: x. With u = k(x + c x^3) and t = tanh(u), y = x/2 (1 + t), so
+ * dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2). */
+CTI_BW(cti_bw_gelu_tanh) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    const double k = M_SQRT2 * M_2_SQRTPI * 0.5, c = 0.044715; /* k = sqrt(2/pi) */
+    SAVED(x0, 0);
+    ct_tensor *x = up(x0);
+    if (!x) return ct_last_status();
+    ct_tensor *x2 = ct_square(x);
+    if (!x2) return ct_last_status();
+    ct_tensor *p = ct_mul_scalar(x2, c); /* c x^2 */
+    if (!p) return ct_last_status();
+    ct_tensor *q = drop(ct_add_scalar(p, 1.0), p); /* 1 + c x^2 */
+    if (!q) return ct_last_status();
+    ct_tensor *u = drop(ct_mul(x, q), q); /* x + c x^3 */
+    if (!u) return ct_last_status();
+    ct_tensor *ku = drop(ct_mul_scalar(u, k), u);
+    if (!ku) return ct_last_status();
+    ct_tensor *t = drop(ct_tanh(ku), ku);
+    if (!t) return ct_last_status();
+    ct_tensor *left = ct_add_scalar(t, 1.0); /* 1 + t */
+    ct_tensor *t2 = drop(ct_square(t), t);
+    if (!left || !t2) return ct_last_status();
+    ct_tensor *s = drop(ct_rsub_scalar(t2, 1.0), t2); /* 1 - t^2 */
+    ct_tensor *w = drop(ct_mul_scalar(x2, 3.0 * c), x2);
+    if (!s || !w) return ct_last_status();
+    ct_tensor *w1 = drop(ct_add_scalar(w, 1.0), w); /* 1 + 3c x^2 */
+    if (!w1) return ct_last_status();
+    ct_tensor *r = drop2(ct_mul(s, w1), s, w1);
+    if (!r) return ct_last_status();
+    ct_tensor *xr = drop2(ct_mul(r, x), r, x);
+    if (!xr) return ct_last_status();
+    ct_tensor *sum = drop2(ct_add_alpha(left, xr, k), left, xr);
+    if (!sum) return ct_last_status();
+    return chain(go, drop(ct_mul_scalar(sum, 0.5), sum), &gi[0]);
+}
+
+/* Saved: x. d/dx x s(x) = s (1 + x (1 - s)), s = sigmoid(x). */
+CTI_BW(cti_bw_silu) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    ct_tensor *x = up(x0);
+    if (!x) return ct_last_status();
+    ct_tensor *s = ct_sigmoid(x);
+    if (!s) return ct_last_status();
+    ct_tensor *c = ct_rsub_scalar(s, 1.0);
+    if (!c) return ct_last_status();
+    ct_tensor *xc = drop2(ct_mul(x, c), x, c);
+    if (!xc) return ct_last_status();
+    ct_tensor *one = drop(ct_add_scalar(xc, 1.0), xc);
+    if (!one) return ct_last_status();
+    return chain(go, drop2(ct_mul(s, one), s, one), &gi[0]);
+}
+
+/* Saved: out. -out^2. */
+CTI_BW(cti_bw_reciprocal) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    ct_tensor *sq = ct_square(out);
+    if (!sq) return ct_last_status();
+    return chain(go, drop(ct_neg(sq), sq), &gi[0]);
+}
+
+/* Saved: x. 2x. */
+CTI_BW(cti_bw_square) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return chain(go, ct_mul_scalar(x, 2.0), &gi[0]);
+}
+
+/* Zero almost everywhere (and taken as 0 at 0), as PyTorch: the input gets a
+ * zero gradient rather than none. */
+CTI_BW(cti_bw_sign) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    return put(&gi[0], ct_tensor_zeros_like(go[0]));
+}

@@ -1,0 +1,251 @@
+/* Recording: autograd metadata on tensors, nodes, grad mode. */
+#include <stdlib.h>
+
+#include "autograd_impl.h"
+
+static _Thread_local bool grad_disabled; /* zero-initialized: grad mode on */
+
+bool ct_is_grad_enabled(void) { return !grad_disabled; }
+
+bool ct_set_grad_enabled(bool enabled) {
+    bool prev = !grad_disabled;
+    grad_disabled = !enabled;
+    return prev;
+}
+
+bool ct_no_grad_begin(void) { return ct_set_grad_enabled(false); }
+void ct_no_grad_end(bool prev) { ct_set_grad_enabled(prev); }
+
+/* ---- nodes ------------------------------------------------------------------------ */
+static void node_release_saved(cti_node *n) {
+    for (int k = 0; k < n->nsaved; k++) {
+        ct_tensor_release(n->saved[k]);
+        n->saved[k] = NULL;
+    }
+}
+
+/* Frees nodes iteratively: a long chain of nodes would overflow the stack
+ * if each free recursed into its producers. */
+static void node_release(cti_node *n) {
+    cti_node **stack = NULL;
+    size_t len = 0, cap = 0;
+    while (n) {
+        if (atomic_fetch_sub_explicit(&n->refcount, 1, memory_order_acq_rel) == 1) {
+            node_release_saved(n);
+            for (int k = 0; k < CTI_AG_MAX_OUT; k++) ct_tensor_release(n->acc[k]);
+            for (int k = 0; k < n->nin; k++) {
+                ct_tensor_release(n->next[k].leaf);
+                cti_node *p = n->next[k].fn;
+                if (!p) continue;
+                if (len == cap) {
+                    size_t nc = cap ? cap * 2 : 16;
+                    cti_node **ns = realloc(stack, nc * sizeof *ns);
+                    if (!ns) { /* leak the rest rather than crash */
+                        continue;
+                    }
+                    stack = ns;
+                    cap = nc;
+                }
+                stack[len++] = p;
+            }
+            free(n);
+        }
+        n = len ? stack[--len] : NULL;
+    }
+    free(stack);
+}
+
+static void meta_free(ct_tensor *t) {
+    struct ct_autograd_meta *m = t->autograd;
+    t->autograd = NULL;
+    if (!m) return;
+    ct_tensor_release(m->grad);
+    if (m->grad_fn) node_release(m->grad_fn);
+    free(m);
+}
+
+static struct ct_autograd_meta *meta_get(ct_tensor *t) {
+    if (t->autograd) return t->autograd;
+    cti_autograd_free_hook = meta_free;
+    struct ct_autograd_meta *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    t->autograd = m;
+    return m;
+}
+
+bool cti_ag_needed(int n, ct_tensor *const *ts) {
+    if (grad_disabled) return false;
+    for (int i = 0; i < n; i++)
+        if (ts[i] && ts[i]->autograd && ts[i]->autograd->requires_grad) return true;
+    return false;
+}
+
+static ct_tensor *alias(ct_tensor *t) {
+    /* A handle of its own, outside any scope and without history, so saving
+     * it creates no reference cycle through the graph. */
+    ct_tensor *a = cti_tensor_view(t, t->ndim, t->shape, t->stride, t->offset);
+    if (a) cti_scope_forget(a);
+    return a;
+}
+
+ct_status cti_ag_record(const char *name, cti_backward_fn bw, int nin, ct_tensor *const *inputs,
+                        int nout, ct_tensor *const *outputs, int nsaved,
+                        ct_tensor *const *saved, const double *f, int nf, const int64_t *i,
+                        int ni) {
+    cti_node *n = calloc(1, sizeof *n);
+    if (!n) return cti_error(CT_ERR_OOM, "%s: out of memory recording the graph", name);
+    atomic_init(&n->refcount, 1);
+    n->name = name;
+    n->backward = bw;
+    n->nin = nin;
+    n->nout = nout;
+    for (int k = 0; k < nin; k++) {
+        ct_tensor *t = inputs[k];
+        if (!t) continue;
+        n->in_ndim[k] = t->ndim;
+        memcpy(n->in_shape[k], t->shape, sizeof t->shape);
+        n->in_dtype[k] = t->dtype;
+        struct ct_autograd_meta *m = t->autograd;
+        if (!m || !m->requires_grad) continue;
+        n->needs[k] = true;
+        if (m->grad_fn) {
+            atomic_fetch_add(&m->grad_fn->refcount, 1);
+            n->next[k].fn = m->grad_fn;
+            n->next[k].output_nr = m->output_nr;
+        } else {
+            n->next[k].leaf = ct_tensor_retain(t);
+        }
+    }
+    for (int k = 0; k < nout; k++) {
+        n->out_ndim[k] = outputs[k]->ndim;
+        memcpy(n->out_shape[k], outputs[k]->shape, sizeof outputs[k]->shape);
+        n->out_dtype[k] = outputs[k]->dtype;
+    }
+    n->nsaved = nsaved;
+    for (int k = 0; k < nsaved; k++) {
+        if (!saved[k]) continue;
+        n->saved[k] = alias(saved[k]);
+        n->saved_version[k] = atomic_load(&saved[k]->storage->version);
+        if (!n->saved[k]) {
+            node_release(n);
+            return ct_last_status();
+        }
+    }
+    if (nf) memcpy(n->f, f, (size_t)nf * sizeof *f);
+    if (ni) memcpy(n->i, i, (size_t)ni * sizeof *i);
+    /* Outputs: floating ones get history; integer outputs (indices) stay
+     * plain, as in PyTorch. */
+    int attached = 0;
+    for (int k = 0; k < nout; k++) {
+        ct_tensor *o = outputs[k];
+        if (!ct_dtype_is_floating(o->dtype)) continue;
+        struct ct_autograd_meta *m = meta_get(o);
+        if (!m) {
+            node_release(n);
+            return cti_error(CT_ERR_OOM, "%s: out of memory recording the graph", name);
+        }
+        if (m->grad_fn) node_release(m->grad_fn);
+        m->requires_grad = true;
+        m->grad_fn = n;
+        m->output_nr = k;
+        atomic_fetch_add(&n->refcount, 1);
+        attached++;
+    }
+    node_release(n); /* the outputs hold it now */
+    (void)attached;
+    return CT_OK;
+}
+
+ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st) {
+    *st = CT_OK;
+    if (n->released) {
+        *st = cti_error(CT_ERR_AUTOGRAD,
+                        "ct_backward: trying to backward through the graph a second time (%s's "
+                        "saved tensors were freed); pass retain_graph = true to the first call",
+                        n->name);
+        return NULL;
+    }
+    ct_tensor *t = n->saved[k];
+    if (!t) return NULL;
+    unsigned v = atomic_load(&t->storage->version);
+    if (v != n->saved_version[k]) {
+        *st = cti_error(CT_ERR_AUTOGRAD,
+                        "ct_backward: a tensor saved by %s (saved tensor %d, %s) was modified by "
+                        "an in-place operation: it is at version %u, expected version %u",
+                        n->name, k, cti_desc(t), v, n->saved_version[k]);
+        return NULL;
+    }
+    return t;
+}
+
+/* ---- public tensor-level API --------------------------------------------------------- */
+ct_status ct_requires_grad_(ct_tensor *t, bool requires_grad) {
+    if (!t) return cti_error(CT_ERR_INVALID_ARG, "ct_requires_grad_: tensor is NULL");
+    if (requires_grad && !ct_dtype_is_floating(t->dtype))
+        return cti_error(CT_ERR_DTYPE,
+                         "ct_requires_grad_: only floating tensors can require gradients, got %s",
+                         cti_desc(t));
+    if (t->autograd && t->autograd->grad_fn) {
+        if (!requires_grad)
+            return cti_error(CT_ERR_AUTOGRAD,
+                             "ct_requires_grad_: %s is not a leaf (produced by %s); use ct_detach",
+                             cti_desc(t), t->autograd->grad_fn->name);
+        return CT_OK;
+    }
+    if (!requires_grad && !t->autograd) return CT_OK;
+    struct ct_autograd_meta *m = meta_get(t);
+    if (!m) return cti_error(CT_ERR_OOM, "ct_requires_grad_: out of memory");
+    m->requires_grad = requires_grad;
+    return CT_OK;
+}
+
+bool ct_requires_grad(const ct_tensor *t) {
+    return t && t->autograd && t->autograd->requires_grad;
+}
+
+bool ct_is_leaf(const ct_tensor *t) { return t && !(t->autograd && t->autograd->grad_fn); }
+
+ct_tensor *ct_grad(const ct_tensor *t) { return t && t->autograd ? t->autograd->grad : NULL; }
+
+void ct_zero_grad(ct_tensor *t) {
+    if (!t || !t->autograd) return;
+    ct_tensor_release(t->autograd->grad);
+    t->autograd->grad = NULL;
+}
+
+ct_status ct_set_grad(ct_tensor *t, ct_tensor *g) {
+    if (!t) return cti_error(CT_ERR_INVALID_ARG, "ct_set_grad: tensor is NULL");
+    if (g && (g->ndim != t->ndim || memcmp(g->shape, t->shape, (size_t)t->ndim * 8) != 0 ||
+              g->dtype != t->dtype || !ct_device_eq(g->storage->device, t->storage->device)))
+        return cti_error(CT_ERR_SHAPE, "ct_set_grad: gradient %s does not match tensor %s",
+                         cti_desc(g), cti_desc(t));
+    struct ct_autograd_meta *m = meta_get(t);
+    if (!m) return cti_error(CT_ERR_OOM, "ct_set_grad: out of memory");
+    ct_tensor *old = m->grad;
+    m->grad = g ? ct_tensor_retain(g) : NULL;
+    if (m->grad) cti_scope_forget(m->grad);
+    ct_tensor_release(old);
+    return CT_OK;
+}
+
+ct_tensor *ct_detach(ct_tensor *t) {
+    if (!t) return cti_error_null(CT_ERR_INVALID_ARG, "ct_detach: tensor is NULL");
+    return cti_tensor_view(t, t->ndim, t->shape, t->stride, t->offset);
+}
+
+const char *ct_grad_fn_name(const ct_tensor *t) {
+    return t && t->autograd && t->autograd->grad_fn ? t->autograd->grad_fn->name : NULL;
+}
+
+ct_status cti_ag_check_inplace(const char *op, const ct_tensor *t) {
+    if (grad_disabled || !t->autograd || !t->autograd->requires_grad) return CT_OK;
+    if (!t->autograd->grad_fn)
+        return cti_error(CT_ERR_AUTOGRAD,
+                         "%s: a leaf tensor that requires grad (%s) is being used in an in-place "
+                         "operation; wrap the update in ct_no_grad_begin/ct_no_grad_end",
+                         op, cti_desc(t));
+    return cti_error(CT_ERR_AUTOGRAD,
+                     "%s: in-place operations on tensors with history (%s, produced by %s) are "
+                     "not supported; use the out-of-place op",
+                     op, cti_desc(t), t->autograd->grad_fn->name);
+}
