@@ -169,6 +169,15 @@ ct_tensor *ct_cat(int n, ct_tensor *const *tensors, int dim);
 /* Copies: stacks same-shaped tensors along a new dim. */
 ct_tensor *ct_stack(int n, ct_tensor *const *tensors, int dim);
 
+/* ---- CPU memory ---------------------------------------------------------------------
+ * Freed CPU blocks of 1 MiB and more are kept (up to CT_CPU_CACHE_MB
+ * megabytes, default 512) and reused for the next tensor of the same rounded
+ * size, sparing the page faults of fresh memory. */
+/* Returns every cached block to the system. */
+void ct_cpu_empty_cache(void);
+/* Bytes held in the cache now. */
+size_t ct_cpu_cached_bytes(void);
+
 /* ---- scopes ---------------------------------------------------------------------
  * Between ct_scope_begin and ct_scope_end, every tensor handle that the
  * library returns on this thread is owned by the innermost open scope;

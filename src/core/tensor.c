@@ -5,6 +5,7 @@
  * embedded handle keeps a reference on its storage, and the block is freed
  * when the storage's last reference goes. */
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -64,19 +65,113 @@ cti_alloc_stats cti_get_alloc_stats(void) {
     return s;
 }
 
-/* ---- allocators ---------------------------------------------------------------- */
+/* ---- allocators ----------------------------------------------------------------
+ * Large CPU blocks are kept in a small cache when freed and handed out again
+ * for the same rounded size: glibc returns such blocks to the kernel at once,
+ * so every new result would otherwise pay a page fault per 4 KiB on first
+ * touch (50 ms for 64 MiB here, several times the work of a memory-bound op).
+ * They are also advised to use transparent huge pages. The cache holds at
+ * most CT_CPU_CACHE_MB (default 512) megabytes; ct_cpu_empty_cache frees it. */
+#define CTI_BIG (1u << 20)         /* blocks from this size on are cached */
+#define CTI_BIG_ROUND (2u << 20)   /* rounded up to huge-page multiples */
+
+typedef struct cached_block {
+    void *ptr;
+    size_t size;
+    struct cached_block *next;
+} cached_block;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cached_block *cache_head;
+static size_t cache_bytes;
+static size_t cache_limit = (size_t)-1; /* read from the environment on first use */
+
+static size_t cache_cap(void) {
+    if (cache_limit == (size_t)-1) {
+        const char *e = getenv("CT_CPU_CACHE_MB");
+        long mb = e && *e ? strtol(e, NULL, 10) : 512;
+        cache_limit = mb > 0 ? (size_t)mb << 20 : 0;
+    }
+    return cache_limit;
+}
+
+static size_t big_size(size_t nbytes) {
+    return (nbytes + CTI_BIG_ROUND - 1) / CTI_BIG_ROUND * CTI_BIG_ROUND;
+}
+
 static void *cpu_alloc(size_t nbytes, int index) {
     (void)index;
     void *p = NULL;
+    if (nbytes >= CTI_BIG) {
+        size_t size = big_size(nbytes);
+        pthread_mutex_lock(&cache_lock);
+        for (cached_block **b = &cache_head; *b; b = &(*b)->next) {
+            if ((*b)->size != size) continue;
+            cached_block *hit = *b;
+            *b = hit->next;
+            cache_bytes -= size;
+            p = hit->ptr;
+            free(hit);
+            break;
+        }
+        pthread_mutex_unlock(&cache_lock);
+        if (p) return p;
+        if (posix_memalign(&p, CTI_BIG_ROUND, size) != 0) {
+            ct_cpu_empty_cache(); /* retry once with the cache returned to the system */
+            if (posix_memalign(&p, CTI_BIG_ROUND, size) != 0) return NULL;
+        }
+#ifdef MADV_HUGEPAGE
+        madvise(p, size, MADV_HUGEPAGE);
+#endif
+        return p;
+    }
     size_t n = (nbytes + CTI_ALIGN - 1) / CTI_ALIGN * CTI_ALIGN;
     if (posix_memalign(&p, CTI_ALIGN, n ? n : CTI_ALIGN) != 0) return NULL;
     return p;
 }
+
 static void cpu_free(void *p, size_t nbytes, int index) {
-    (void)nbytes;
     (void)index;
+    if (nbytes >= CTI_BIG) {
+        size_t size = big_size(nbytes);
+        cached_block *b = malloc(sizeof *b);
+        pthread_mutex_lock(&cache_lock);
+        if (b && cache_bytes + size <= cache_cap()) {
+            b->ptr = p;
+            b->size = size;
+            b->next = cache_head;
+            cache_head = b;
+            cache_bytes += size;
+            p = NULL;
+            b = NULL;
+        }
+        pthread_mutex_unlock(&cache_lock);
+        free(b);
+    }
     free(p);
 }
+
+void ct_cpu_empty_cache(void) {
+    pthread_mutex_lock(&cache_lock);
+    cached_block *b = cache_head;
+    cache_head = NULL;
+    cache_bytes = 0;
+    pthread_mutex_unlock(&cache_lock);
+    while (b) {
+        cached_block *next = b->next;
+        free(b->ptr);
+        free(b);
+        b = next;
+    }
+}
+
+size_t ct_cpu_cached_bytes(void) {
+    pthread_mutex_lock(&cache_lock);
+    size_t n = cache_bytes;
+    pthread_mutex_unlock(&cache_lock);
+    return n;
+}
+
 static const cti_allocator cpu_allocator = {cpu_alloc, cpu_free};
 static const cti_allocator *allocators[CT_NUM_DEVICE_TYPES] = {&cpu_allocator};
 

@@ -1,1 +1,751 @@
+/* Front ends of the neural-network ops: normalization, softmax, losses,
+ * embedding and dropout. They check arguments, hand contiguous inputs to the
+ * kernels (a copy only when an input is not contiguous already) and allocate
+ * the outputs. */
+#include <math.h>
+
 #include "dispatch_impl.h"
+#include "tensor/ops.h"
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+/* Temporaries a front end creates (contiguous copies, views), released together. */
+typedef struct temps {
+    ct_tensor *t[8];
+    int n;
+} temps;
+
+static void temps_release(temps *tp) {
+    for (int i = 0; i < tp->n; i++) ct_tensor_release(tp->t[i]);
+    tp->n = 0;
+}
+
+/* A contiguous version of t (NULL stays NULL) kept in tp; false on failure. */
+static bool contig(temps *tp, ct_tensor *t, ct_tensor **out) {
+    *out = NULL;
+    if (!t) return true;
+    ct_tensor *c = ct_contiguous(t);
+    if (!c) return false;
+    tp->t[tp->n++] = c;
+    *out = c;
+    return true;
+}
+
+static ct_device dev(const ct_tensor *t) { return t->storage->device; }
+
+/* A second handle on t with t's geometry, for ops that return their input:
+ * unlike a bumped reference count it belongs to the caller's scope. */
+static ct_tensor *alias(ct_tensor *t) {
+    return cti_tensor_view(t, t->ndim, t->shape, t->stride, t->offset);
+}
+
+/* The dtype of saved per-row statistics: f64 for f64, f32 otherwise. */
+static ct_dtype stat_dtype(ct_dtype dt) { return dt == CT_F64 ? CT_F64 : CT_F32; }
+
+static int64_t prod(const int64_t *s, int a, int b) {
+    int64_t p = 1;
+    for (int i = a; i < b; i++) p *= s[i];
+    return p;
+}
+
+static bool same_shape(int na, const int64_t *a, int nb, const int64_t *b) {
+    if (na != nb) return false;
+    for (int i = 0; i < na; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+static ct_status check_same_dtype(const char *op, const ct_tensor *t, const char *name,
+                                  const ct_tensor *ref, const char *refname) {
+    if (t->dtype == ref->dtype) return CT_OK;
+    return cti_error(CT_ERR_DTYPE, "%s: %s has dtype %s but %s has %s (expected equal dtypes)", op,
+                     name, ct_dtype_name(t->dtype), refname, ct_dtype_name(ref->dtype));
+}
+
+static ct_status check_shape_eq(const char *op, const ct_tensor *t, const char *name,
+                                int n, const int64_t *shape) {
+    if (same_shape(t->ndim, t->shape, n, shape)) return CT_OK;
+    return cti_error(CT_ERR_SHAPE, "%s: %s has shape %s, expected %s", op, name,
+                     cti_shape_s(t->ndim, t->shape), cti_shape_s(n, shape));
+}
+
+/* Dispatches c on t's device with t's dtype; on failure releases the outputs. */
+static ct_status run(ct_call *c, const ct_tensor *t) {
+    ct_status s = cti_dispatch(c, dev(t), t->dtype);
+    if (s != CT_OK) cti_call_release_outputs(c);
+    return s;
+}
+
+/* ---- normalization ------------------------------------------------------------------ */
+
+/* x's trailing nnorm dims must equal normalized_shape; rows = product of the rest. */
+static ct_status norm_split(const char *op, const ct_tensor *x, int nnorm, const int64_t *ns,
+                            int64_t *rows, int64_t *d) {
+    if (nnorm < 1 || !ns)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: normalized_shape must hold at least one dim, got %d dims", op, nnorm);
+    if (nnorm > x->ndim)
+        return cti_error(CT_ERR_SHAPE, "%s: normalized_shape %s has more dims than x %s", op,
+                         cti_shape_s(nnorm, ns), cti_desc(x));
+    int lead = x->ndim - nnorm;
+    for (int i = 0; i < nnorm; i++)
+        if (x->shape[lead + i] != ns[i])
+            return cti_error(CT_ERR_SHAPE,
+                             "%s: normalized_shape %s does not match the last dims of x %s", op,
+                             cti_shape_s(nnorm, ns), cti_desc(x));
+    *rows = prod(x->shape, 0, lead);
+    *d = prod(ns, 0, nnorm);
+    return CT_OK;
+}
+
+static ct_status check_eps(const char *op, double eps) {
+    if (eps >= 0 && isfinite(eps)) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG, "%s: eps must be finite and >= 0, got %g", op, eps);
+}
+
+/* An affine parameter (weight/bias): shape normalized_shape, x's dtype. */
+static ct_status check_param(const char *op, const ct_tensor *p, const char *name,
+                             const ct_tensor *x, int nnorm, const int64_t *ns) {
+    if (!p) return CT_OK;
+    if (check_shape_eq(op, p, name, nnorm, ns)) return ct_last_status();
+    return check_same_dtype(op, p, name, x, "x");
+}
+
+/* A saved statistic: shape = x's leading dims, dtype stat_dtype(x). */
+static ct_status check_stat(const char *op, const ct_tensor *s, const char *name,
+                            const ct_tensor *x) {
+    if (s->ndim >= x->ndim || !same_shape(s->ndim, s->shape, s->ndim, x->shape))
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: %s %s must have the leading dims of x %s (one dim fewer at least)",
+                         op, name, cti_desc(s), cti_desc(x));
+    if (s->dtype != stat_dtype(x->dtype))
+        return cti_error(CT_ERR_DTYPE, "%s: %s has dtype %s, expected %s for x of dtype %s", op,
+                         name, ct_dtype_name(s->dtype), ct_dtype_name(stat_dtype(x->dtype)),
+                         ct_dtype_name(x->dtype));
+    return CT_OK;
+}
+
+ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
+                       ct_tensor *weight, double eps, ct_tensor **inv_rms) {
+    const char *op = "ct_rms_norm";
+    ct_tensor *all[2] = {x, weight};
+    int64_t rows, d;
+    if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 2, all) ||
+        cti_check_floating(op, x, "x") ||
+        norm_split(op, x, nnorm, normalized_shape, &rows, &d) ||
+        check_param(op, weight, "weight", x, nnorm, normalized_shape) || check_eps(op, eps))
+        return NULL;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_RMS_NORM);
+    if (!contig(&tp, x, &c.in[0]) || !contig(&tp, weight, &c.in[1])) goto fail;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
+    c.out[1] = c.out[0] ? cti_tensor_new(op, x->ndim - nnorm, x->shape, stat_dtype(x->dtype), dev(x))
+                        : NULL;
+    c.nout = 2;
+    if (!c.out[1]) {
+        cti_call_release_outputs(&c);
+        goto fail;
+    }
+    c.i[0] = rows;
+    c.i[1] = d;
+    c.f[0] = eps;
+    if (run(&c, x) != CT_OK) goto fail;
+    temps_release(&tp);
+    if (inv_rms) *inv_rms = c.out[1];
+    else ct_tensor_release(c.out[1]);
+    return c.out[0];
+fail:
+    temps_release(&tp);
+    return NULL;
+}
+
+ct_status ct_rms_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weight,
+                               ct_tensor *inv_rms, ct_tensor **dx, ct_tensor **dweight) {
+    const char *op = "ct_rms_norm_backward";
+    ct_tensor *req[3] = {grad_y, x, inv_rms};
+    ct_tensor *all[4] = {grad_y, x, inv_rms, weight};
+    if (cti_check_not_null(op, 3, req) || cti_check_same_device(op, 4, all) ||
+        cti_check_floating(op, x, "x") || check_shape_eq(op, grad_y, "grad_y", x->ndim, x->shape) ||
+        check_same_dtype(op, grad_y, "grad_y", x, "x") || check_stat(op, inv_rms, "inv_rms", x))
+        return ct_last_status();
+    int nnorm = x->ndim - inv_rms->ndim;
+    const int64_t *ns = x->shape + inv_rms->ndim;
+    if (check_param(op, weight, "weight", x, nnorm, ns)) return ct_last_status();
+    bool want_dw = weight && dweight;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_RMS_NORM_BACKWARD);
+    if (!contig(&tp, grad_y, &c.in[0]) || !contig(&tp, x, &c.in[1]) ||
+        !contig(&tp, weight, &c.in[2]) || !contig(&tp, inv_rms, &c.in[3]))
+        goto fail;
+    c.nin = 4;
+    c.nout = 2;
+    c.out[0] = dx ? cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x)) : NULL;
+    c.out[1] = want_dw ? cti_tensor_new(op, weight->ndim, weight->shape, x->dtype, dev(x)) : NULL;
+    if ((dx && !c.out[0]) || (want_dw && !c.out[1])) {
+        cti_call_release_outputs(&c);
+        goto fail;
+    }
+    c.i[0] = prod(x->shape, 0, inv_rms->ndim);
+    c.i[1] = prod(ns, 0, nnorm);
+    if (run(&c, x) != CT_OK) goto fail;
+    temps_release(&tp);
+    if (dx) *dx = c.out[0];
+    if (want_dw) *dweight = c.out[1];
+    return CT_OK;
+fail:
+    temps_release(&tp);
+    return ct_last_status();
+}
+
+ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
+                         ct_tensor *weight, ct_tensor *bias, double eps, ct_tensor **mean,
+                         ct_tensor **rstd) {
+    const char *op = "ct_layer_norm";
+    ct_tensor *all[3] = {x, weight, bias};
+    int64_t rows, d;
+    if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 3, all) ||
+        cti_check_floating(op, x, "x") ||
+        norm_split(op, x, nnorm, normalized_shape, &rows, &d) ||
+        check_param(op, weight, "weight", x, nnorm, normalized_shape) ||
+        check_param(op, bias, "bias", x, nnorm, normalized_shape) || check_eps(op, eps))
+        return NULL;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_LAYER_NORM);
+    if (!contig(&tp, x, &c.in[0]) || !contig(&tp, weight, &c.in[1]) || !contig(&tp, bias, &c.in[2]))
+        goto fail;
+    c.nin = 3;
+    c.nout = 3;
+    int lead = x->ndim - nnorm;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
+    c.out[1] = cti_tensor_new(op, lead, x->shape, stat_dtype(x->dtype), dev(x));
+    c.out[2] = cti_tensor_new(op, lead, x->shape, stat_dtype(x->dtype), dev(x));
+    if (!c.out[0] || !c.out[1] || !c.out[2]) {
+        cti_call_release_outputs(&c);
+        goto fail;
+    }
+    c.i[0] = rows;
+    c.i[1] = d;
+    c.f[0] = eps;
+    if (run(&c, x) != CT_OK) goto fail;
+    temps_release(&tp);
+    if (mean) *mean = c.out[1];
+    else ct_tensor_release(c.out[1]);
+    if (rstd) *rstd = c.out[2];
+    else ct_tensor_release(c.out[2]);
+    return c.out[0];
+fail:
+    temps_release(&tp);
+    return NULL;
+}
+
+ct_status ct_layer_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weight,
+                                 ct_tensor *mean, ct_tensor *rstd, ct_tensor **dx,
+                                 ct_tensor **dweight, ct_tensor **dbias) {
+    const char *op = "ct_layer_norm_backward";
+    ct_tensor *req[4] = {grad_y, x, mean, rstd};
+    ct_tensor *all[5] = {grad_y, x, mean, rstd, weight};
+    if (cti_check_not_null(op, 4, req) || cti_check_same_device(op, 5, all) ||
+        cti_check_floating(op, x, "x") || check_shape_eq(op, grad_y, "grad_y", x->ndim, x->shape) ||
+        check_same_dtype(op, grad_y, "grad_y", x, "x") || check_stat(op, mean, "mean", x) ||
+        check_stat(op, rstd, "rstd", x) ||
+        check_shape_eq(op, rstd, "rstd", mean->ndim, mean->shape))
+        return ct_last_status();
+    int nnorm = x->ndim - mean->ndim;
+    const int64_t *ns = x->shape + mean->ndim;
+    if (check_param(op, weight, "weight", x, nnorm, ns)) return ct_last_status();
+    bool want_dw = weight && dweight;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_LAYER_NORM_BACKWARD);
+    if (!contig(&tp, grad_y, &c.in[0]) || !contig(&tp, x, &c.in[1]) ||
+        !contig(&tp, weight, &c.in[2]) || !contig(&tp, mean, &c.in[3]) ||
+        !contig(&tp, rstd, &c.in[4]))
+        goto fail;
+    c.nin = 5;
+    c.nout = 3;
+    c.out[0] = dx ? cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x)) : NULL;
+    c.out[1] = want_dw ? cti_tensor_new(op, nnorm, ns, x->dtype, dev(x)) : NULL;
+    c.out[2] = dbias ? cti_tensor_new(op, nnorm, ns, x->dtype, dev(x)) : NULL;
+    if ((dx && !c.out[0]) || (want_dw && !c.out[1]) || (dbias && !c.out[2])) {
+        cti_call_release_outputs(&c);
+        goto fail;
+    }
+    c.i[0] = prod(x->shape, 0, mean->ndim);
+    c.i[1] = prod(ns, 0, nnorm);
+    if (run(&c, x) != CT_OK) goto fail;
+    temps_release(&tp);
+    if (dx) *dx = c.out[0];
+    if (want_dw) *dweight = c.out[1];
+    if (dbias) *dbias = c.out[2];
+    return CT_OK;
+fail:
+    temps_release(&tp);
+    return ct_last_status();
+}
+
+/* ---- softmax ------------------------------------------------------------------------------- */
+
+/* Splits x's shape around dim into outer * D * inner. */
+static bool softmax_geom(const char *op, const ct_tensor *x, int dim, int64_t g[3]) {
+    int d = cti_wrap_dim(op, dim, x->ndim);
+    if (d < 0) return false;
+    if (x->ndim == 0) {
+        g[0] = g[1] = g[2] = 1;
+        return true;
+    }
+    g[0] = prod(x->shape, 0, d);
+    g[1] = x->shape[d];
+    g[2] = prod(x->shape, d + 1, x->ndim);
+    return true;
+}
+
+static ct_tensor *softmax_fwd(const char *op, ct_op id, ct_tensor *x, int dim, bool lg) {
+    int64_t g[3];
+    if (cti_check_not_null(op, 1, &x) || cti_check_floating(op, x, "x") ||
+        !softmax_geom(op, x, dim, g))
+        return NULL;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, id);
+    ct_tensor *out = NULL;
+    if (!contig(&tp, x, &c.in[0])) goto done;
+    c.nin = 1;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    for (int i = 0; i < 3; i++) c.i[i] = g[i];
+    c.i[3] = lg;
+    if (run(&c, x) == CT_OK) out = c.out[0];
+done:
+    temps_release(&tp);
+    return out;
+}
+
+ct_tensor *ct_softmax(ct_tensor *x, int dim) {
+    return softmax_fwd("ct_softmax", CT_OP_SOFTMAX, x, dim, false);
+}
+ct_tensor *ct_log_softmax(ct_tensor *x, int dim) {
+    return softmax_fwd("ct_log_softmax", CT_OP_LOG_SOFTMAX, x, dim, true);
+}
+
+static ct_tensor *softmax_bwd(const char *op, ct_op id, ct_tensor *grad_y, ct_tensor *y, int dim,
+                              bool lg) {
+    ct_tensor *req[2] = {grad_y, y};
+    int64_t g[3];
+    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req) ||
+        cti_check_floating(op, y, "y") ||
+        check_shape_eq(op, grad_y, "grad_y", y->ndim, y->shape) ||
+        check_same_dtype(op, grad_y, "grad_y", y, "y") || !softmax_geom(op, y, dim, g))
+        return NULL;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, id);
+    ct_tensor *out = NULL;
+    if (!contig(&tp, grad_y, &c.in[0]) || !contig(&tp, y, &c.in[1])) goto done;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, y->ndim, y->shape, y->dtype, dev(y));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    for (int i = 0; i < 3; i++) c.i[i] = g[i];
+    c.i[3] = lg;
+    if (run(&c, y) == CT_OK) out = c.out[0];
+done:
+    temps_release(&tp);
+    return out;
+}
+
+ct_tensor *ct_softmax_backward(ct_tensor *grad_y, ct_tensor *y, int dim) {
+    return softmax_bwd("ct_softmax_backward", CT_OP_SOFTMAX_BACKWARD, grad_y, y, dim, false);
+}
+ct_tensor *ct_log_softmax_backward(ct_tensor *grad_y, ct_tensor *y, int dim) {
+    return softmax_bwd("ct_log_softmax_backward", CT_OP_LOG_SOFTMAX_BACKWARD, grad_y, y, dim, true);
+}
+
+/* ---- classification losses ------------------------------------------------------------------ */
+
+typedef struct cls_geom {
+    int64_t n, c, inner;
+} cls_geom;
+
+/* input [C] / [N,C] / [N,C,d1,...] against int64 target [] / [N] / [N,d1,...], weight [C]. */
+static ct_status cls_check(const char *op, const ct_tensor *in, const char *in_name,
+                           const ct_tensor *target, const ct_tensor *weight, int reduction,
+                           cls_geom *g) {
+    if (cti_check_floating(op, in, in_name)) return ct_last_status();
+    if (target->dtype != CT_I64)
+        return cti_error(CT_ERR_DTYPE, "%s: expected int64 class indices, got %s", op,
+                         ct_dtype_name(target->dtype));
+    if (reduction != CT_REDUCTION_NONE && reduction != CT_REDUCTION_MEAN &&
+        reduction != CT_REDUCTION_SUM)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: unknown reduction %d (expected none, mean or sum)",
+                         op, reduction);
+    if (in->ndim < 1)
+        return cti_error(CT_ERR_SHAPE, "%s: %s must have a class dim, got %s", op, in_name,
+                         cti_desc(in));
+    int64_t want[CT_MAX_DIMS];
+    int nw = 0;
+    if (in->ndim == 1) {
+        g->n = 1;
+        g->c = in->shape[0];
+        g->inner = 1;
+    } else {
+        g->n = in->shape[0];
+        g->c = in->shape[1];
+        g->inner = prod(in->shape, 2, in->ndim);
+        want[nw++] = in->shape[0];
+        for (int i = 2; i < in->ndim; i++) want[nw++] = in->shape[i];
+    }
+    if (!same_shape(target->ndim, target->shape, nw, want))
+        return cti_error(CT_ERR_SHAPE, "%s: target %s does not match %s %s (expected target shape %s)",
+                         op, cti_desc(target), in_name, cti_desc(in), cti_shape_s(nw, want));
+    if (weight) {
+        if (weight->ndim != 1 || weight->shape[0] != g->c)
+            return cti_error(CT_ERR_SHAPE, "%s: weight %s must be 1-d with %lld classes", op,
+                             cti_desc(weight), (long long)g->c);
+        if (check_same_dtype(op, weight, "weight", in, in_name)) return ct_last_status();
+    }
+    return CT_OK;
+}
+
+/* The loss's shape: target's for none, 0-d otherwise. */
+static int loss_ndim(const ct_tensor *target, int reduction) {
+    return reduction == CT_REDUCTION_NONE ? target->ndim : 0;
+}
+
+static ct_status check_grad_loss(const char *op, const ct_tensor *gl, const ct_tensor *ref,
+                                 int nd, const int64_t *shape) {
+    if (check_shape_eq(op, gl, "grad_loss", nd, shape)) return ct_last_status();
+    return check_same_dtype(op, gl, "grad_loss", ref, "input");
+}
+
+static ct_status check_smoothing(const char *op, double ls) {
+    if (ls >= 0 && ls <= 1) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG, "%s: label_smoothing must be in [0, 1], got %g", op, ls);
+}
+
+/* Shared body: forward (grad_loss NULL) or backward of cross_entropy / nll_loss. */
+static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_tensor *input,
+                           const char *in_name, ct_tensor *target, ct_tensor *weight,
+                           ct_reduction reduction, int64_t ignore_index, double ls) {
+    bool bwd = grad_loss != NULL;
+    ct_tensor *all[4] = {input, target, weight, grad_loss};
+    cls_geom g = {0, 0, 0};
+    if (cti_check_not_null(op, 2, all) || cti_check_same_device(op, 4, all) ||
+        cls_check(op, input, in_name, target, weight, (int)reduction, &g) ||
+        check_smoothing(op, ls))
+        return NULL;
+    if (bwd && check_grad_loss(op, grad_loss, input, loss_ndim(target, reduction), target->shape))
+        return NULL;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, id);
+    ct_tensor *out = NULL;
+    int k = 0;
+    if (bwd && !contig(&tp, grad_loss, &c.in[k++])) goto done;
+    if (!contig(&tp, input, &c.in[k++]) || !contig(&tp, target, &c.in[k++]) ||
+        !contig(&tp, weight, &c.in[k++]))
+        goto done;
+    c.nin = k;
+    if (bwd) c.out[0] = cti_tensor_new(op, input->ndim, input->shape, input->dtype, dev(input));
+    else c.out[0] = cti_tensor_new(op, loss_ndim(target, reduction), target->shape, input->dtype, dev(input));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    c.i[0] = g.n;
+    c.i[1] = g.c;
+    c.i[2] = g.inner;
+    c.i[3] = reduction;
+    c.i[4] = ignore_index;
+    c.f[0] = ls;
+    if (run(&c, input) == CT_OK) out = c.out[0];
+done:
+    temps_release(&tp);
+    return out;
+}
+
+ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
+                            ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
+    return cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits", target, weight,
+                    reduction, ignore_index, label_smoothing);
+}
+
+ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct_tensor *target,
+                                     ct_tensor *weight, ct_reduction reduction,
+                                     int64_t ignore_index, double label_smoothing) {
+    const char *op = "ct_cross_entropy_backward";
+    if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
+    return cls_loss(op, CT_OP_CROSS_ENTROPY_BACKWARD, grad_loss, logits, "logits", target,
+                    weight, reduction, ignore_index, label_smoothing);
+}
+
+ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weight,
+                       ct_reduction reduction, int64_t ignore_index) {
+    return cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target, weight,
+                    reduction, ignore_index, 0.0);
+}
+
+ct_tensor *ct_nll_loss_backward(ct_tensor *grad_loss, ct_tensor *log_probs, ct_tensor *target,
+                                ct_tensor *weight, ct_reduction reduction, int64_t ignore_index) {
+    const char *op = "ct_nll_loss_backward";
+    if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
+    return cls_loss(op, CT_OP_NLL_LOSS_BACKWARD, grad_loss, log_probs, "log_probs", target, weight,
+                    reduction, ignore_index, 0.0);
+}
+
+/* ---- mse -------------------------------------------------------------------------------------- */
+
+/* input and target broadcast together (PyTorch warns there; here it is the rule). */
+static ct_status mse_check(const char *op, ct_tensor *input, ct_tensor *target, int reduction,
+                           int *nb, int64_t *bshape) {
+    if (cti_check_floating(op, input, "input") ||
+        check_same_dtype(op, target, "target", input, "input"))
+        return ct_last_status();
+    if (reduction != CT_REDUCTION_NONE && reduction != CT_REDUCTION_MEAN &&
+        reduction != CT_REDUCTION_SUM)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: unknown reduction %d (expected none, mean or sum)",
+                         op, reduction);
+    return cti_broadcast_shapes(op, input->ndim, input->shape, target->ndim, target->shape, nb,
+                                bshape);
+}
+
+/* t broadcast to shape and made contiguous, kept in tp. */
+static bool expanded(temps *tp, ct_tensor *t, int nb, const int64_t *bshape, ct_tensor **out) {
+    if (same_shape(t->ndim, t->shape, nb, bshape)) return contig(tp, t, out);
+    ct_tensor *e = ct_expand(t, nb, bshape);
+    if (!e) return false;
+    tp->t[tp->n++] = e;
+    return contig(tp, e, out);
+}
+
+ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction) {
+    const char *op = "ct_mse_loss";
+    ct_tensor *req[2] = {input, target};
+    int nb;
+    int64_t bs[CT_MAX_DIMS];
+    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req) ||
+        mse_check(op, input, target, (int)reduction, &nb, bs))
+        return NULL;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_MSE_LOSS);
+    ct_tensor *out = NULL;
+    if (!expanded(&tp, input, nb, bs, &c.in[0]) || !expanded(&tp, target, nb, bs, &c.in[1]))
+        goto done;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, reduction == CT_REDUCTION_NONE ? nb : 0, bs, input->dtype, dev(input));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    c.i[0] = prod(bs, 0, nb);
+    c.i[1] = reduction;
+    if (run(&c, input) == CT_OK) out = c.out[0];
+done:
+    temps_release(&tp);
+    return out;
+}
+
+/* Sums g [nb dims] over the dims where input's shape broadcast, giving input's shape. */
+static ct_tensor *sum_to_shape(ct_tensor *g, const ct_tensor *input) {
+    int nb = g->ndim, lead = nb - input->ndim;
+    int64_t dims[CT_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < nb; i++)
+        if (i < lead || (input->shape[i - lead] == 1 && g->shape[i] != 1)) dims[nd++] = i;
+    if (nd == 0) return ct_reshape(g, input->ndim, input->shape);
+    ct_tensor *s = ct_sum(g, nd, dims, true);
+    if (!s) return NULL;
+    ct_tensor *r = ct_reshape(s, input->ndim, input->shape);
+    ct_tensor_release(s);
+    return r;
+}
+
+ct_tensor *ct_mse_loss_backward(ct_tensor *grad_loss, ct_tensor *input, ct_tensor *target,
+                                ct_reduction reduction) {
+    const char *op = "ct_mse_loss_backward";
+    ct_tensor *req[3] = {grad_loss, input, target};
+    int nb;
+    int64_t bs[CT_MAX_DIMS];
+    if (cti_check_not_null(op, 3, req) || cti_check_same_device(op, 3, req) ||
+        mse_check(op, input, target, (int)reduction, &nb, bs) ||
+        check_grad_loss(op, grad_loss, input, reduction == CT_REDUCTION_NONE ? nb : 0, bs))
+        return NULL;
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_MSE_LOSS_BACKWARD);
+    ct_tensor *out = NULL;
+    if (!contig(&tp, grad_loss, &c.in[0]) || !expanded(&tp, input, nb, bs, &c.in[1]) ||
+        !expanded(&tp, target, nb, bs, &c.in[2]))
+        goto done;
+    c.nin = 3;
+    c.out[0] = cti_tensor_new(op, nb, bs, input->dtype, dev(input));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    c.i[0] = prod(bs, 0, nb);
+    c.i[1] = reduction;
+    if (run(&c, input) != CT_OK) goto done;
+    if (same_shape(nb, bs, input->ndim, input->shape)) {
+        out = c.out[0];
+    } else {
+        out = sum_to_shape(c.out[0], input);
+        ct_tensor_release(c.out[0]);
+    }
+done:
+    temps_release(&tp);
+    return out;
+}
+
+/* ---- embedding ------------------------------------------------------------------------------- */
+
+static ct_status check_indices_dtype(const char *op, const ct_tensor *idx) {
+    if (idx->dtype == CT_I64 || idx->dtype == CT_I32) return CT_OK;
+    return cti_error(CT_ERR_DTYPE, "%s: expected int64 or int32 indices, got %s", op,
+                     ct_dtype_name(idx->dtype));
+}
+
+ct_tensor *ct_embedding(ct_tensor *weight, ct_tensor *indices) {
+    const char *op = "ct_embedding";
+    ct_tensor *req[2] = {weight, indices};
+    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req) ||
+        check_indices_dtype(op, indices))
+        return NULL;
+    if (weight->ndim != 2)
+        return cti_error_null(CT_ERR_SHAPE, "%s: weight must be 2-d [num_embeddings, dim], got %s",
+                              op, cti_desc(weight));
+    if (indices->ndim + 1 > CT_MAX_DIMS)
+        return cti_error_null(CT_ERR_SHAPE, "%s: indices %s leave no room for the embedding dim",
+                              op, cti_desc(indices));
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, indices->shape, sizeof(int64_t) * (size_t)indices->ndim);
+    shape[indices->ndim] = weight->shape[1];
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_EMBEDDING);
+    ct_tensor *out = NULL;
+    if (!contig(&tp, weight, &c.in[0]) || !contig(&tp, indices, &c.in[1])) goto done;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, indices->ndim + 1, shape, weight->dtype, dev(weight));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    c.i[0] = weight->shape[0];
+    c.i[1] = weight->shape[1];
+    c.i[2] = cti_numel(indices->ndim, indices->shape);
+    if (run(&c, weight) == CT_OK) out = c.out[0];
+done:
+    temps_release(&tp);
+    return out;
+}
+
+ct_tensor *ct_embedding_backward(ct_tensor *grad_out, ct_tensor *indices, int64_t num_weights,
+                                 int64_t padding_idx) {
+    const char *op = "ct_embedding_backward";
+    ct_tensor *req[2] = {grad_out, indices};
+    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req) ||
+        check_indices_dtype(op, indices) || cti_check_floating(op, grad_out, "grad_out"))
+        return NULL;
+    if (num_weights < 0)
+        return cti_error_null(CT_ERR_INVALID_ARG, "%s: num_weights must be >= 0, got %lld", op,
+                              (long long)num_weights);
+    if (padding_idx < -1 || padding_idx >= num_weights)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: padding_idx %lld out of range (expected -1 for none or 0..%lld)",
+                              op, (long long)padding_idx, (long long)(num_weights - 1));
+    if (grad_out->ndim != indices->ndim + 1 ||
+        !same_shape(indices->ndim, indices->shape, indices->ndim, grad_out->shape))
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: grad_out %s must have the indices' shape %s plus the embedding dim",
+                              op, cti_desc(grad_out), cti_shape_s(indices->ndim, indices->shape));
+    int64_t d = grad_out->shape[grad_out->ndim - 1];
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_EMBEDDING_BACKWARD);
+    ct_tensor *out = NULL;
+    if (!contig(&tp, grad_out, &c.in[0]) || !contig(&tp, indices, &c.in[1])) goto done;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, 2, (const int64_t[]){num_weights, d}, grad_out->dtype, dev(grad_out));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    c.i[0] = num_weights;
+    c.i[1] = d;
+    c.i[2] = cti_numel(indices->ndim, indices->shape);
+    c.i[3] = padding_idx;
+    if (run(&c, grad_out) == CT_OK) out = c.out[0];
+done:
+    temps_release(&tp);
+    return out;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+static ct_status check_p(const char *op, double p) {
+    if (p >= 0 && p <= 1) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG, "%s: dropout probability p must be in [0, 1], got %g", op, p);
+}
+
+ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_tensor **mask) {
+    const char *op = "ct_dropout";
+    if (cti_check_not_null(op, 1, &x) || cti_check_floating(op, x, "x") || check_p(op, p))
+        return NULL;
+    /* Identity: nothing to record, so no mask (ct_dropout_backward takes NULL). */
+    if (!train || p == 0) {
+        if (mask) *mask = NULL;
+        return alias(x);
+    }
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_DROPOUT);
+    ct_tensor *out = NULL;
+    if (!contig(&tp, x, &c.in[0])) goto done;
+    c.nin = 1;
+    c.nout = 2;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
+    c.out[1] = mask ? cti_tensor_new(op, x->ndim, x->shape, CT_BOOL, dev(x)) : NULL;
+    if (!c.out[0] || (mask && !c.out[1])) {
+        cti_call_release_outputs(&c);
+        goto done;
+    }
+    int64_t n = cti_numel(x->ndim, x->shape);
+    ct_generator *g = gen ? gen : ct_generator_default();
+    c.i[0] = (int64_t)ct_generator_seed(g);
+    c.i[1] = (int64_t)ct_generator_reserve(g, (uint64_t)n);
+    c.i[2] = n;
+    c.f[0] = p;
+    if (run(&c, x) != CT_OK) goto done;
+    out = c.out[0];
+    if (mask) *mask = c.out[1];
+done:
+    temps_release(&tp);
+    return out;
+}
+
+ct_tensor *ct_dropout_backward(ct_tensor *grad_y, ct_tensor *mask, double p) {
+    const char *op = "ct_dropout_backward";
+    if (cti_check_not_null(op, 1, &grad_y) || cti_check_floating(op, grad_y, "grad_y") ||
+        check_p(op, p))
+        return NULL;
+    /* The forward was the identity (eval mode or p == 0). */
+    if (!mask) return alias(grad_y);
+    ct_tensor *req[2] = {grad_y, mask};
+    if (cti_check_same_device(op, 2, req) ||
+        check_shape_eq(op, mask, "mask", grad_y->ndim, grad_y->shape))
+        return NULL;
+    if (mask->dtype != CT_BOOL)
+        return cti_error_null(CT_ERR_DTYPE, "%s: mask must be bool, got %s", op,
+                              ct_dtype_name(mask->dtype));
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, CT_OP_DROPOUT_BACKWARD);
+    ct_tensor *out = NULL;
+    if (!contig(&tp, grad_y, &c.in[0]) || !contig(&tp, mask, &c.in[1])) goto done;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, grad_y->ndim, grad_y->shape, grad_y->dtype, dev(grad_y));
+    c.nout = 1;
+    if (!c.out[0]) goto done;
+    c.i[0] = cti_numel(grad_y->ndim, grad_y->shape);
+    c.f[0] = p;
+    if (run(&c, grad_y) == CT_OK) out = c.out[0];
+done:
+    temps_release(&tp);
+    return out;
+}

@@ -1,3 +1,1375 @@
-#include "cpu_impl.h"
+/* CPU kernels for the neural-network ops: RMSNorm, LayerNorm, softmax and
+ * log-softmax, cross-entropy, NLL and MSE losses, embedding and dropout, each
+ * with its backward.
+ *
+ * Row math runs in f32 for f32/f16/bf16 and in f64 for f64. Halves are
+ * converted a row at a time into per-task scratch, so outputs keep the input
+ * dtype while no sum ever accumulates in 16 bits. The front ends
+ * (src/dispatch/nn.c) hand over contiguous inputs and contiguous outputs.
+ *
+ * Sums use NACC independent accumulators so that they vectorize without
+ * reassociation flags; -O2 vectorizes only trivial loops, hence -O3 here. */
+#pragma GCC optimize("O3")
 
-void cti_cpu_register_nn(void) {}
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_impl.h"
+#include "tensor/ops.h"
+
+#define NACC 16
+/* Outputs at least this large bypass the caches with non-temporal stores. */
+#define NT_STREAM_BYTES ((uint64_t)16 << 20)
+/* Inner-dim columns one softmax task handles when the dim is not the last. */
+#define COL_BLOCK 64
+
+/* ---- a vectorizable expf -------------------------------------------------------------
+ * exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, with Cephes'
+ * degree-6 polynomial for exp(r) (about 1 ulp). Results below FLT_MIN flush to
+ * 0; x > 88 gives inf (softmax only passes x <= 0). Written branch-free on
+ * scalars so GCC vectorizes the loops that call it, which it cannot do with
+ * libm's expf. */
+static inline float fexp(float x) {
+    float xc = x < -87.33654f ? -87.33654f : (x > 88.0f ? 88.0f : x);
+    float t = xc * 1.44269504088896341f + 12582912.0f; /* rounds to an integer */
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t ti;
+    memcpy(&ti, &t, sizeof ti);
+    int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float res = p * scale;
+    res = x < -87.33654f ? 0.0f : res;
+    res = x > 88.0f ? INFINITY : res;
+    return x != x ? x : res;
+}
+
+#if defined(__AVX__)
+#include <immintrin.h>
+/* y = x * s * w with non-temporal stores: a large output goes to memory without
+ * first being read into the cache (no read-for-ownership), as memcpy does for
+ * big copies. Returns false (nothing written) when y is not 32-byte aligned. */
+static bool stream_scale_row(const float *restrict x, const float *restrict w, float s,
+                             float *restrict y, int64_t d) {
+    if (((uintptr_t)y & 31) != 0) return false;
+    __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_stream_ps(y + i, v);
+    }
+    for (; i < d; i++) y[i] = x[i] * s * (w ? w[i] : 1.0f);
+    return true;
+}
+#endif
+
+/* ---- dtype conversion of rows (f16/bf16 <-> f32); stride in elements ------------------ */
+static void load_f32(const void *src, ct_dtype dt, int64_t n, int64_t stride, float *restrict dst) {
+    if (dt == CT_F16) {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = ct_f16_to_f32(s[i * stride]);
+    } else if (dt == CT_BF16) {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(s[i * stride]);
+    } else {
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = s[i * stride];
+    }
+}
+
+static void store_f32(const float *restrict src, ct_dtype dt, int64_t n, int64_t stride,
+                      void *dst) {
+    if (dt == CT_F16) {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i * stride] = ct_f32_to_f16(src[i]);
+    } else if (dt == CT_BF16) {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i * stride] = ct_f32_to_bf16(src[i]);
+    } else {
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i * stride] = src[i];
+    }
+}
+
+/* One element of a floating tensor's data as a double. */
+static double load_one(const void *p, ct_dtype dt, int64_t i) {
+    switch (dt) {
+    case CT_F64: return ((const double *)p)[i];
+    case CT_F32: return ((const float *)p)[i];
+    case CT_F16: return ct_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ct_bf16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+static void store_one(void *p, ct_dtype dt, int64_t i, double v) {
+    switch (dt) {
+    case CT_F64: ((double *)p)[i] = v; break;
+    case CT_F32: ((float *)p)[i] = (float)v; break;
+    case CT_F16: ((uint16_t *)p)[i] = ct_f32_to_f16((float)v); break;
+    default: ((uint16_t *)p)[i] = ct_f32_to_bf16((float)v); break;
+    }
+}
+
+static bool is_half(ct_dtype dt) { return dt == CT_F16 || dt == CT_BF16; }
+
+/* Scratch for a task; never NULL for n == 0 so that NULL always means OOM. */
+static void *scratch(size_t n) { return malloc(n ? n : 1); }
+
+/* Splits n items into chunks of at least grain items, at most one per thread,
+ * so per-chunk partial sums reduce in a fixed order for a given thread count. */
+static int64_t num_chunks(int64_t n, int64_t grain) {
+    int64_t k = grain > 0 ? n / grain : n;
+    int64_t t = cti_cpu_threads();
+    if (k > t) k = t;
+    return k < 1 ? 1 : k;
+}
+static int64_t chunk_begin(int64_t n, int64_t nchunk, int64_t c) { return n * c / nchunk; }
+
+static int64_t row_grain(int64_t d) {
+    int64_t g = CTI_GRAIN / (d > 0 ? d : 1);
+    return g < 1 ? 1 : g;
+}
+
+/* ---- row math, instantiated for float (f32/f16/bf16) and double (f64) ------------------ */
+#define NN_ROWS(T, S, EXP, LOG, SQRT)                                                       \
+    static T sum_##S(const T *restrict x, int64_t n) {                                      \
+        T acc[NACC] = {0};                                                                   \
+        int64_t i = 0;                                                                       \
+        for (; i + NACC <= n; i += NACC)                                                     \
+            for (int j = 0; j < NACC; j++) acc[j] += x[i + j];                               \
+        T s = 0;                                                                             \
+        for (int j = 0; j < NACC; j++) s += acc[j];                                          \
+        for (; i < n; i++) s += x[i];                                                        \
+        return s;                                                                            \
+    }                                                                                        \
+    static T dot_##S(const T *restrict a, const T *restrict b, int64_t n) {                 \
+        T acc[NACC] = {0};                                                                   \
+        int64_t i = 0;                                                                       \
+        for (; i + NACC <= n; i += NACC)                                                     \
+            for (int j = 0; j < NACC; j++) acc[j] += a[i + j] * b[i + j];                    \
+        T s = 0;                                                                             \
+        for (int j = 0; j < NACC; j++) s += acc[j];                                          \
+        for (; i < n; i++) s += a[i] * b[i];                                                 \
+        return s;                                                                            \
+    }                                                                                        \
+    /* sum of a*b*c */                                                                       \
+    static T dot3_##S(const T *restrict a, const T *restrict b, const T *restrict c,        \
+                      int64_t n) {                                                           \
+        T acc[NACC] = {0};                                                                   \
+        int64_t i = 0;                                                                       \
+        for (; i + NACC <= n; i += NACC)                                                     \
+            for (int j = 0; j < NACC; j++) acc[j] += a[i + j] * b[i + j] * c[i + j];         \
+        T s = 0;                                                                             \
+        for (int j = 0; j < NACC; j++) s += acc[j];                                          \
+        for (; i < n; i++) s += a[i] * b[i] * c[i];                                          \
+        return s;                                                                            \
+    }                                                                                        \
+    /* sum of (x - m)^2 */                                                                   \
+    static T sqdev_##S(const T *restrict x, T m, int64_t n) {                               \
+        T acc[NACC] = {0};                                                                   \
+        int64_t i = 0;                                                                       \
+        for (; i + NACC <= n; i += NACC)                                                     \
+            for (int j = 0; j < NACC; j++) {                                                 \
+                T d = x[i + j] - m;                                                          \
+                acc[j] += d * d;                                                             \
+            }                                                                                \
+        T s = 0;                                                                             \
+        for (int j = 0; j < NACC; j++) s += acc[j];                                          \
+        for (; i < n; i++) s += (x[i] - m) * (x[i] - m);                                     \
+        return s;                                                                            \
+    }                                                                                        \
+    /* NaN-ignoring max; a NaN still poisons the softmax sum that follows. */                \
+    static T max_##S(const T *restrict x, int64_t n) {                                      \
+        T acc[NACC];                                                                         \
+        for (int j = 0; j < NACC; j++) acc[j] = -INFINITY;                                   \
+        int64_t i = 0;                                                                       \
+        for (; i + NACC <= n; i += NACC)                                                     \
+            for (int j = 0; j < NACC; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];   \
+        T m = -INFINITY;                                                                     \
+        for (int j = 0; j < NACC; j++) m = acc[j] > m ? acc[j] : m;                          \
+        for (; i < n; i++) m = x[i] > m ? x[i] : m;                                          \
+        return m;                                                                            \
+    }                                                                                        \
+    /* y = x * inv_rms * w; returns inv_rms. Reads x twice while the row is in cache. */    \
+    static T rms_fwd_row_##S(const T *restrict x, const T *restrict w, T *restrict y,       \
+                             int64_t d, T eps) {                                             \
+        T inv = (T)1 / SQRT(dot_##S(x, x, d) / (T)d + eps);                                  \
+        if (w)                                                                               \
+            for (int64_t i = 0; i < d; i++) y[i] = x[i] * inv * w[i];                        \
+        else                                                                                 \
+            for (int64_t i = 0; i < d; i++) y[i] = x[i] * inv;                               \
+        return inv;                                                                          \
+    }                                                                                        \
+    /* dx = inv * (g*w - x * inv^2 * mean(g*w*x)); dw += g * x * inv */                      \
+    static void rms_bwd_row_##S(const T *restrict g, const T *restrict x,                   \
+                                const T *restrict w, T inv, T *restrict dx,                  \
+                                T *restrict dw, int64_t d) {                                 \
+        if (dx) {                                                                            \
+            T c = (w ? dot3_##S(g, w, x, d) : dot_##S(g, x, d)) / (T)d;                      \
+            T k = inv * inv * inv * c;                                                       \
+            if (w)                                                                           \
+                for (int64_t i = 0; i < d; i++) dx[i] = inv * (g[i] * w[i]) - x[i] * k;      \
+            else                                                                             \
+                for (int64_t i = 0; i < d; i++) dx[i] = inv * g[i] - x[i] * k;               \
+        }                                                                                    \
+        if (dw)                                                                              \
+            for (int64_t i = 0; i < d; i++) dw[i] += g[i] * x[i] * inv;                      \
+    }                                                                                        \
+    static void ln_fwd_row_##S(const T *restrict x, const T *restrict w, const T *restrict b, \
+                               T *restrict y, int64_t d, T eps, T *mean_out, T *rstd_out) {  \
+        T mean = sum_##S(x, d) / (T)d;                                                       \
+        T rstd = (T)1 / SQRT(sqdev_##S(x, mean, d) / (T)d + eps);                            \
+        if (w && b)                                                                          \
+            for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * rstd * w[i] + b[i];       \
+        else if (w)                                                                          \
+            for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * rstd * w[i];              \
+        else if (b)                                                                          \
+            for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * rstd + b[i];              \
+        else                                                                                 \
+            for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * rstd;                     \
+        *mean_out = mean;                                                                    \
+        *rstd_out = rstd;                                                                    \
+    }                                                                                        \
+    /* xh = (x - mean) * rstd, gw = g * w:                                                   \
+     * dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)); dw += g * xh; db += g.              \
+     * tmp holds d elements (gw). */                                                         \
+    static void ln_bwd_row_##S(const T *restrict g, const T *restrict x,                    \
+                               const T *restrict w, T mean, T rstd, T *restrict dx,          \
+                               T *restrict dw, T *restrict db, T *restrict tmp, int64_t d) { \
+        if (dx) {                                                                            \
+            const T *gw = g;                                                                 \
+            if (w) {                                                                         \
+                for (int64_t i = 0; i < d; i++) tmp[i] = g[i] * w[i];                        \
+                gw = tmp;                                                                    \
+            }                                                                                \
+            T sg = sum_##S(gw, d), sgx = dot_##S(gw, x, d);                                  \
+            /* sum(gw * xh) = rstd * (sum(gw * x) - mean * sum(gw)) */                       \
+            T a = sg / (T)d, bb = rstd * (sgx - mean * sg) / (T)d;                           \
+            for (int64_t i = 0; i < d; i++)                                                  \
+                dx[i] = rstd * (gw[i] - a - (x[i] - mean) * rstd * bb);                      \
+        }                                                                                    \
+        if (dw)                                                                              \
+            for (int64_t i = 0; i < d; i++) dw[i] += g[i] * ((x[i] - mean) * rstd);          \
+        if (db)                                                                              \
+            for (int64_t i = 0; i < d; i++) db[i] += g[i];                                   \
+    }                                                                                        \
+    /* Softmax over a contiguous row; y must not alias x. */                                \
+    static void softmax_row_##S(const T *restrict x, T *restrict y, int64_t d, bool lg) {    \
+        T m = max_##S(x, d);                                                                 \
+        for (int64_t i = 0; i < d; i++) y[i] = EXP(x[i] - m);                                \
+        T s = sum_##S(y, d);                                                                 \
+        if (lg) {                                                                            \
+            T ls = LOG(s);                                                                   \
+            for (int64_t i = 0; i < d; i++) y[i] = (x[i] - m) - ls;                          \
+        } else {                                                                             \
+            T inv = (T)1 / s;                                                                \
+            for (int64_t i = 0; i < d; i++) y[i] *= inv;                                     \
+        }                                                                                    \
+    }                                                                                        \
+    /* softmax: dx = y * (g - sum(g*y)); log_softmax: dx = g - exp(y) * sum(g) */           \
+    static void softmax_bwd_row_##S(const T *restrict g, const T *restrict y,               \
+                                    T *restrict dx, int64_t d, bool lg) {                    \
+        if (lg) {                                                                            \
+            T s = sum_##S(g, d);                                                             \
+            for (int64_t i = 0; i < d; i++) dx[i] = g[i] - EXP(y[i]) * s;                    \
+        } else {                                                                             \
+            T s = dot_##S(g, y, d);                                                          \
+            for (int64_t i = 0; i < d; i++) dx[i] = y[i] * (g[i] - s);                       \
+        }                                                                                    \
+    }                                                                                        \
+    /* Softmax over d elements spaced stride apart, for bw adjacent columns at once (the    \
+     * columns are contiguous, so the inner loops vectorize). m, s: bw scratch. */           \
+    static void softmax_cols_##S(const T *restrict x, T *restrict y, int64_t d,              \
+                                 int64_t stride, int64_t bw, bool lg, T *restrict m,         \
+                                 T *restrict s) {                                            \
+        for (int64_t j = 0; j < bw; j++) {                                                   \
+            m[j] = -INFINITY;                                                                \
+            s[j] = 0;                                                                        \
+        }                                                                                    \
+        for (int64_t k = 0; k < d; k++) {                                                    \
+            const T *xr = x + k * stride;                                                    \
+            for (int64_t j = 0; j < bw; j++) m[j] = xr[j] > m[j] ? xr[j] : m[j];             \
+        }                                                                                    \
+        for (int64_t k = 0; k < d; k++) {                                                    \
+            const T *xr = x + k * stride;                                                    \
+            T *yr = y + k * stride;                                                          \
+            for (int64_t j = 0; j < bw; j++) {                                               \
+                T e = EXP(xr[j] - m[j]);                                                     \
+                s[j] += e;                                                                   \
+                if (!lg) yr[j] = e;                                                          \
+            }                                                                                \
+        }                                                                                    \
+        if (lg) {                                                                            \
+            for (int64_t j = 0; j < bw; j++) s[j] = LOG(s[j]);                               \
+            for (int64_t k = 0; k < d; k++)                                                  \
+                for (int64_t j = 0; j < bw; j++)                                             \
+                    y[k * stride + j] = (x[k * stride + j] - m[j]) - s[j];                   \
+        } else {                                                                             \
+            for (int64_t j = 0; j < bw; j++) s[j] = (T)1 / s[j];                             \
+            for (int64_t k = 0; k < d; k++)                                                  \
+                for (int64_t j = 0; j < bw; j++) y[k * stride + j] *= s[j];                  \
+        }                                                                                    \
+    }                                                                                        \
+    static void softmax_bwd_cols_##S(const T *restrict g, const T *restrict y,              \
+                                     T *restrict dx, int64_t d, int64_t stride, int64_t bw,  \
+                                     bool lg, T *restrict s) {                               \
+        for (int64_t j = 0; j < bw; j++) s[j] = 0;                                           \
+        for (int64_t k = 0; k < d; k++)                                                      \
+            for (int64_t j = 0; j < bw; j++)                                                 \
+                s[j] += lg ? g[k * stride + j] : g[k * stride + j] * y[k * stride + j];      \
+        for (int64_t k = 0; k < d; k++)                                                      \
+            for (int64_t j = 0; j < bw; j++) {                                               \
+                int64_t o = k * stride + j;                                                  \
+                dx[o] = lg ? g[o] - EXP(y[o]) * s[j] : y[o] * (g[o] - s[j]);                 \
+            }                                                                                \
+    }                                                                                        \
+    /* log(sum(exp(z))) of a contiguous row; tmp holds d elements. */                       \
+    static T logsumexp_##S(const T *restrict z, T *restrict tmp, int64_t d) {               \
+        T m = max_##S(z, d);                                                                 \
+        for (int64_t i = 0; i < d; i++) tmp[i] = EXP(z[i] - m);                              \
+        return m + LOG(sum_##S(tmp, d));                                                     \
+    }                                                                                        \
+    /* Cross-entropy of one position: (1-ls) * w_t * (lse - z_t)                             \
+     *   + ls/C * sum_c w_c * (lse - z_c)   (PyTorch's label smoothing with weights). */    \
+    static T ce_loss_row_##S(const T *restrict z, const T *restrict w, int64_t t, T lse,    \
+                             int64_t d, T ls) {                                              \
+        T wt = w ? w[t] : (T)1;                                                              \
+        T loss = ((T)1 - ls) * wt * (lse - z[t]);                                            \
+        if (ls > 0) {                                                                        \
+            T sm = w ? lse * sum_##S(w, d) - dot_##S(w, z, d) : lse * (T)d - sum_##S(z, d);  \
+            loss += ls / (T)d * sm;                                                          \
+        }                                                                                    \
+        return loss;                                                                         \
+    }                                                                                        \
+    /* d loss / d z_c = g * ((1-ls) * w_t * (p_c - [c==t]) + ls/C * (sumw * p_c - w_c)) */   \
+    static void ce_grad_row_##S(const T *restrict z, const T *restrict w, int64_t t, T lse, \
+                                T sumw, int64_t d, T ls, T g, T *restrict dz) {              \
+        T wt = w ? w[t] : (T)1;                                                              \
+        T a = g * ((T)1 - ls) * wt, b = g * ls / (T)d;                                       \
+        for (int64_t i = 0; i < d; i++) {                                                    \
+            T p = EXP(z[i] - lse);                                                           \
+            dz[i] = a * p + b * (sumw * p - (w ? w[i] : (T)1));                              \
+        }                                                                                    \
+        dz[t] -= a;                                                                          \
+    }
+
+NN_ROWS(float, f, fexp, logf, sqrtf)
+NN_ROWS(double, d, exp, log, sqrt)
+
+/* ======================================================================================
+ * RMSNorm and LayerNorm
+ * in: x, weight, (bias | saved stats...), outputs as documented per kernel.
+ * i[0] = rows, i[1] = D; f[0] = eps. */
+
+typedef struct norm_ctx {
+    ct_call *c;
+    int64_t rows, d, nchunk;
+    double eps;
+    bool stream; /* output larger than the caches: non-temporal stores */
+    char *dw_part, *db_part; /* [nchunk][d] partial sums (float or double) */
+    atomic_bool oom;
+} norm_ctx;
+
+/* Pointer to element i of optional tensor t (NULL when t is NULL). */
+static char *opt_at(const ct_tensor *t, int64_t i) {
+    return t ? cti_data(t) + i * (int64_t)ct_dtype_size(t->dtype) : NULL;
+}
+
+/* rms_norm forward: in x, weight|NULL; out y, inv_rms|NULL. */
+static void rms_fwd_task(int64_t r0, int64_t r1, void *p) {
+    norm_ctx *k = p;
+    ct_call *c = k->c;
+    ct_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0], *inv = c->out[1];
+    int64_t d = k->d;
+    if (x->dtype == CT_F64) {
+        const double *X = (const double *)cti_data(x), *W = (const double *)opt_at(w, 0);
+        double *Y = (double *)cti_data(y), *I = (double *)opt_at(inv, 0);
+        for (int64_t r = r0; r < r1; r++) {
+            double v = rms_fwd_row_d(X + r * d, W, Y + r * d, d, k->eps);
+            if (I) I[r] = v;
+        }
+    } else if (x->dtype == CT_F32) {
+        const float *X = (const float *)cti_data(x), *W = (const float *)opt_at(w, 0);
+        float *Y = (float *)cti_data(y), *I = (float *)opt_at(inv, 0);
+#if defined(__AVX__)
+        if (k->stream) {
+            for (int64_t r = r0; r < r1; r++) {
+                const float *xr = X + r * d;
+                /* the same inverse RMS as rms_fwd_row_f computes */
+                float v = 1.0f / sqrtf(dot_f(xr, xr, d) / (float)d + (float)k->eps);
+                if (!stream_scale_row(xr, W, v, Y + r * d, d))
+                    rms_fwd_row_f(xr, W, Y + r * d, d, (float)k->eps);
+                if (I) I[r] = v;
+            }
+            _mm_sfence();
+            return;
+        }
+#endif
+        for (int64_t r = r0; r < r1; r++) {
+            float v = rms_fwd_row_f(X + r * d, W, Y + r * d, d, (float)k->eps);
+            if (I) I[r] = v;
+        }
+    } else {
+        float *buf = scratch(sizeof(float) * (size_t)(3 * d));
+        if (!buf) {
+            atomic_store(&k->oom, true);
+            return;
+        }
+        float *xr = buf, *yr = buf + d, *wr = w ? buf + 2 * d : NULL;
+        if (w) load_f32(cti_data(w), w->dtype, d, 1, wr);
+        size_t es = ct_dtype_size(x->dtype);
+        float *I = (float *)opt_at(inv, 0);
+        for (int64_t r = r0; r < r1; r++) {
+            load_f32(cti_data(x) + r * d * es, x->dtype, d, 1, xr);
+            float v = rms_fwd_row_f(xr, wr, yr, d, (float)k->eps);
+            store_f32(yr, x->dtype, d, 1, cti_data(y) + r * d * es);
+            if (I) I[r] = v;
+        }
+        free(buf);
+    }
+}
+
+static ct_status run_rows(norm_ctx *k, cti_range_fn fn, const char *name) {
+    atomic_init(&k->oom, false);
+    cti_parallel_for(k->rows, row_grain(k->d), fn, k);
+    if (atomic_load(&k->oom)) return cti_error(CT_ERR_OOM, "%s: out of memory for row scratch", name);
+    return CT_OK;
+}
+
+static ct_status k_rms_norm(ct_call *c) {
+    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1], .eps = c->f[0]};
+    k.stream = c->in[0]->dtype == CT_F32 && (uint64_t)(k.rows * k.d) * sizeof(float) >= NT_STREAM_BYTES;
+    return run_rows(&k, rms_fwd_task, "ct_rms_norm");
+}
+
+/* Sums the per-chunk partials [nchunk][d] in chunk order into out (dtype dt). */
+static void reduce_parts(const char *part, int64_t nchunk, int64_t d, ct_dtype dt, ct_tensor *out) {
+    if (dt == CT_F64) {
+        const double *P = (const double *)part;
+        double *O = (double *)cti_data(out);
+        for (int64_t i = 0; i < d; i++) O[i] = P[i];
+        for (int64_t ch = 1; ch < nchunk; ch++)
+            for (int64_t i = 0; i < d; i++) O[i] += P[ch * d + i];
+    } else {
+        float *P = (float *)part; /* chunk 0 accumulates the others */
+        for (int64_t ch = 1; ch < nchunk; ch++)
+            for (int64_t i = 0; i < d; i++) P[i] += P[ch * d + i];
+        store_f32(P, dt, d, 1, cti_data(out));
+    }
+}
+
+/* rms_norm backward: in grad_y, x, weight|NULL, inv_rms; out dx|NULL, dweight|NULL.
+ * Iterates over chunk indices so each chunk owns one row of dw partials. */
+static void rms_bwd_task(int64_t c0, int64_t c1, void *p) {
+    norm_ctx *k = p;
+    ct_call *c = k->c;
+    ct_tensor *g = c->in[0], *x = c->in[1], *w = c->in[2], *inv = c->in[3];
+    ct_tensor *dx = c->out[0], *dw = c->out[1];
+    int64_t d = k->d;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        int64_t r0 = chunk_begin(k->rows, k->nchunk, ch), r1 = chunk_begin(k->rows, k->nchunk, ch + 1);
+        if (x->dtype == CT_F64) {
+            const double *G = (const double *)cti_data(g), *X = (const double *)cti_data(x);
+            const double *W = (const double *)opt_at(w, 0), *I = (const double *)cti_data(inv);
+            double *DX = (double *)opt_at(dx, 0);
+            double *DW = dw ? (double *)k->dw_part + ch * d : NULL;
+            if (DW) memset(DW, 0, sizeof(double) * (size_t)d);
+            for (int64_t r = r0; r < r1; r++)
+                rms_bwd_row_d(G + r * d, X + r * d, W, I[r], DX ? DX + r * d : NULL, DW, d);
+        } else if (x->dtype == CT_F32) {
+            const float *G = (const float *)cti_data(g), *X = (const float *)cti_data(x);
+            const float *W = (const float *)opt_at(w, 0), *I = (const float *)cti_data(inv);
+            float *DX = (float *)opt_at(dx, 0);
+            float *DW = dw ? (float *)k->dw_part + ch * d : NULL;
+            if (DW) memset(DW, 0, sizeof(float) * (size_t)d);
+            for (int64_t r = r0; r < r1; r++)
+                rms_bwd_row_f(G + r * d, X + r * d, W, I[r], DX ? DX + r * d : NULL, DW, d);
+        } else {
+            float *buf = scratch(sizeof(float) * (size_t)(4 * d));
+            if (!buf) {
+                atomic_store(&k->oom, true);
+                return;
+            }
+            float *gr = buf, *xr = buf + d, *dxr = buf + 2 * d, *wr = w ? buf + 3 * d : NULL;
+            if (w) load_f32(cti_data(w), w->dtype, d, 1, wr);
+            const float *I = (const float *)cti_data(inv);
+            float *DW = dw ? (float *)k->dw_part + ch * d : NULL;
+            if (DW) memset(DW, 0, sizeof(float) * (size_t)d);
+            size_t es = ct_dtype_size(x->dtype);
+            for (int64_t r = r0; r < r1; r++) {
+                load_f32(cti_data(g) + r * d * es, g->dtype, d, 1, gr);
+                load_f32(cti_data(x) + r * d * es, x->dtype, d, 1, xr);
+                rms_bwd_row_f(gr, xr, wr, I[r], dx ? dxr : NULL, DW, d);
+                if (dx) store_f32(dxr, dx->dtype, d, 1, cti_data(dx) + r * d * es);
+            }
+            free(buf);
+        }
+    }
+}
+
+/* Runs a backward task over chunks with dw/db partial buffers, then reduces them. */
+static ct_status run_chunks_with_parts(norm_ctx *k, cti_range_fn fn, ct_tensor *dw, ct_tensor *db,
+                                       const char *name) {
+    ct_dtype dt = k->c->in[1]->dtype;
+    size_t acc = dt == CT_F64 ? sizeof(double) : sizeof(float);
+    k->nchunk = num_chunks(k->rows, row_grain(k->d));
+    k->dw_part = dw ? scratch(acc * (size_t)(k->nchunk * k->d)) : NULL;
+    k->db_part = db ? scratch(acc * (size_t)(k->nchunk * k->d)) : NULL;
+    if ((dw && !k->dw_part) || (db && !k->db_part)) {
+        free(k->dw_part);
+        free(k->db_part);
+        return cti_error(CT_ERR_OOM, "%s: out of memory for partial sums", name);
+    }
+    atomic_init(&k->oom, false);
+    if (k->rows > 0) {
+        cti_parallel_for(k->nchunk, 1, fn, k);
+    } else {
+        /* No rows: the weight gradient is zeros. */
+        k->nchunk = 1;
+        if (k->dw_part) memset(k->dw_part, 0, acc * (size_t)k->d);
+        if (k->db_part) memset(k->db_part, 0, acc * (size_t)k->d);
+    }
+    if (!atomic_load(&k->oom)) {
+        if (dw) reduce_parts(k->dw_part, k->nchunk, k->d, dw->dtype, dw);
+        if (db) reduce_parts(k->db_part, k->nchunk, k->d, db->dtype, db);
+    }
+    free(k->dw_part);
+    free(k->db_part);
+    if (atomic_load(&k->oom)) return cti_error(CT_ERR_OOM, "%s: out of memory for row scratch", name);
+    return CT_OK;
+}
+
+static ct_status k_rms_norm_backward(ct_call *c) {
+    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1]};
+    return run_chunks_with_parts(&k, rms_bwd_task, c->out[1], NULL, "ct_rms_norm_backward");
+}
+
+/* layer_norm forward: in x, weight|NULL, bias|NULL; out y, mean, rstd. */
+static void ln_fwd_task(int64_t r0, int64_t r1, void *p) {
+    norm_ctx *k = p;
+    ct_call *c = k->c;
+    ct_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
+    ct_tensor *y = c->out[0], *mo = c->out[1], *ro = c->out[2];
+    int64_t d = k->d;
+    if (x->dtype == CT_F64) {
+        const double *X = (const double *)cti_data(x), *W = (const double *)opt_at(w, 0),
+                     *B = (const double *)opt_at(b, 0);
+        double *Y = (double *)cti_data(y), *M = (double *)cti_data(mo), *R = (double *)cti_data(ro);
+        for (int64_t r = r0; r < r1; r++)
+            ln_fwd_row_d(X + r * d, W, B, Y + r * d, d, k->eps, M + r, R + r);
+    } else if (x->dtype == CT_F32) {
+        const float *X = (const float *)cti_data(x), *W = (const float *)opt_at(w, 0),
+                    *B = (const float *)opt_at(b, 0);
+        float *Y = (float *)cti_data(y), *M = (float *)cti_data(mo), *R = (float *)cti_data(ro);
+        for (int64_t r = r0; r < r1; r++)
+            ln_fwd_row_f(X + r * d, W, B, Y + r * d, d, (float)k->eps, M + r, R + r);
+    } else {
+        float *buf = scratch(sizeof(float) * (size_t)(4 * d));
+        if (!buf) {
+            atomic_store(&k->oom, true);
+            return;
+        }
+        float *xr = buf, *yr = buf + d, *wr = w ? buf + 2 * d : NULL, *br = b ? buf + 3 * d : NULL;
+        if (w) load_f32(cti_data(w), w->dtype, d, 1, wr);
+        if (b) load_f32(cti_data(b), b->dtype, d, 1, br);
+        float *M = (float *)cti_data(mo), *R = (float *)cti_data(ro);
+        size_t es = ct_dtype_size(x->dtype);
+        for (int64_t r = r0; r < r1; r++) {
+            load_f32(cti_data(x) + r * d * es, x->dtype, d, 1, xr);
+            ln_fwd_row_f(xr, wr, br, yr, d, (float)k->eps, M + r, R + r);
+            store_f32(yr, x->dtype, d, 1, cti_data(y) + r * d * es);
+        }
+        free(buf);
+    }
+}
+
+static ct_status k_layer_norm(ct_call *c) {
+    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1], .eps = c->f[0]};
+    return run_rows(&k, ln_fwd_task, "ct_layer_norm");
+}
+
+/* layer_norm backward: in grad_y, x, weight|NULL, mean, rstd; out dx|NULL, dw|NULL, db|NULL. */
+static void ln_bwd_task(int64_t c0, int64_t c1, void *p) {
+    norm_ctx *k = p;
+    ct_call *c = k->c;
+    ct_tensor *g = c->in[0], *x = c->in[1], *w = c->in[2], *mt = c->in[3], *rt = c->in[4];
+    ct_tensor *dx = c->out[0], *dw = c->out[1], *db = c->out[2];
+    int64_t d = k->d;
+    bool dbl = x->dtype == CT_F64;
+    void *tmp = scratch((dbl ? sizeof(double) : sizeof(float)) * (size_t)(6 * d));
+    if (!tmp) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    for (int64_t ch = c0; ch < c1; ch++) {
+        int64_t r0 = chunk_begin(k->rows, k->nchunk, ch), r1 = chunk_begin(k->rows, k->nchunk, ch + 1);
+        if (dbl) {
+            const double *G = (const double *)cti_data(g), *X = (const double *)cti_data(x);
+            const double *W = (const double *)opt_at(w, 0);
+            const double *M = (const double *)cti_data(mt), *R = (const double *)cti_data(rt);
+            double *DX = (double *)opt_at(dx, 0);
+            double *DW = dw ? (double *)k->dw_part + ch * d : NULL;
+            double *DB = db ? (double *)k->db_part + ch * d : NULL;
+            if (DW) memset(DW, 0, sizeof(double) * (size_t)d);
+            if (DB) memset(DB, 0, sizeof(double) * (size_t)d);
+            for (int64_t r = r0; r < r1; r++)
+                ln_bwd_row_d(G + r * d, X + r * d, W, M[r], R[r], DX ? DX + r * d : NULL, DW, DB,
+                             tmp, d);
+        } else {
+            float *t = tmp, *gr = t + d, *xr = t + 2 * d, *dxr = t + 3 * d;
+            float *wr = w ? t + 4 * d : NULL;
+            bool h = is_half(x->dtype);
+            if (w) load_f32(cti_data(w), w->dtype, d, 1, wr);
+            const float *M = (const float *)cti_data(mt), *R = (const float *)cti_data(rt);
+            float *DW = dw ? (float *)k->dw_part + ch * d : NULL;
+            float *DB = db ? (float *)k->db_part + ch * d : NULL;
+            if (DW) memset(DW, 0, sizeof(float) * (size_t)d);
+            if (DB) memset(DB, 0, sizeof(float) * (size_t)d);
+            size_t es = ct_dtype_size(x->dtype);
+            for (int64_t r = r0; r < r1; r++) {
+                const float *G = (const float *)(cti_data(g) + r * d * es);
+                const float *X = (const float *)(cti_data(x) + r * d * es);
+                float *DX = dx ? (float *)(cti_data(dx) + r * d * es) : NULL;
+                if (h) {
+                    load_f32(G, g->dtype, d, 1, gr);
+                    load_f32(X, x->dtype, d, 1, xr);
+                    G = gr;
+                    X = xr;
+                    if (DX) DX = dxr;
+                }
+                ln_bwd_row_f(G, X, wr, M[r], R[r], DX, DW, DB, t, d);
+                if (h && dx) store_f32(dxr, dx->dtype, d, 1, cti_data(dx) + r * d * es);
+            }
+        }
+    }
+    free(tmp);
+}
+
+static ct_status k_layer_norm_backward(ct_call *c) {
+    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1]};
+    return run_chunks_with_parts(&k, ln_bwd_task, c->out[1], c->out[2], "ct_layer_norm_backward");
+}
+
+/* ======================================================================================
+ * softmax / log_softmax and their backward over [outer, D, inner] (contiguous).
+ * i[0] = outer, i[1] = D, i[2] = inner, i[3] = log (0/1).
+ * forward: in x; out y.  backward: in grad_y, y; out dx. */
+
+typedef struct sm_ctx {
+    ct_call *c;
+    int64_t outer, d, inner, nblk;
+    bool lg, bwd;
+    atomic_bool oom;
+} sm_ctx;
+
+static void sm_rows_task(int64_t r0, int64_t r1, void *p) {
+    sm_ctx *k = p;
+    ct_call *c = k->c;
+    ct_tensor *a = c->in[0], *b = k->bwd ? c->in[1] : NULL, *o = c->out[0];
+    int64_t d = k->d;
+    ct_dtype dt = a->dtype;
+    if (dt == CT_F64) {
+        const double *A = (const double *)cti_data(a), *B = b ? (const double *)cti_data(b) : NULL;
+        double *O = (double *)cti_data(o);
+        for (int64_t r = r0; r < r1; r++) {
+            if (k->bwd) softmax_bwd_row_d(A + r * d, B + r * d, O + r * d, d, k->lg);
+            else softmax_row_d(A + r * d, O + r * d, d, k->lg);
+        }
+    } else if (dt == CT_F32) {
+        const float *A = (const float *)cti_data(a), *B = b ? (const float *)cti_data(b) : NULL;
+        float *O = (float *)cti_data(o);
+        for (int64_t r = r0; r < r1; r++) {
+            if (k->bwd) softmax_bwd_row_f(A + r * d, B + r * d, O + r * d, d, k->lg);
+            else softmax_row_f(A + r * d, O + r * d, d, k->lg);
+        }
+    } else {
+        float *buf = scratch(sizeof(float) * (size_t)(3 * d));
+        if (!buf) {
+            atomic_store(&k->oom, true);
+            return;
+        }
+        float *ar = buf, *br = buf + d, *orow = buf + 2 * d;
+        size_t es = ct_dtype_size(dt);
+        for (int64_t r = r0; r < r1; r++) {
+            load_f32(cti_data(a) + r * d * es, dt, d, 1, ar);
+            if (k->bwd) {
+                load_f32(cti_data(b) + r * d * es, dt, d, 1, br);
+                softmax_bwd_row_f(ar, br, orow, d, k->lg);
+            } else {
+                softmax_row_f(ar, orow, d, k->lg);
+            }
+            store_f32(orow, dt, d, 1, cti_data(o) + r * d * es);
+        }
+        free(buf);
+    }
+}
+
+/* Work item = (outer index, block of COL_BLOCK inner columns). */
+static void sm_cols_task(int64_t i0, int64_t i1, void *p) {
+    sm_ctx *k = p;
+    ct_call *c = k->c;
+    ct_tensor *a = c->in[0], *b = k->bwd ? c->in[1] : NULL, *o = c->out[0];
+    int64_t d = k->d, inner = k->inner;
+    ct_dtype dt = a->dtype;
+    bool h = is_half(dt);
+    size_t es = ct_dtype_size(dt);
+    size_t acc = dt == CT_F64 ? sizeof(double) : sizeof(float);
+    /* m, s per column; halves also get [d][bw] slabs for a, b, o */
+    size_t n = 2 * COL_BLOCK + (h ? 3 * (size_t)d * COL_BLOCK : 0);
+    char *buf = scratch(acc * n);
+    if (!buf) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t oi = it / k->nblk, j0 = (it % k->nblk) * COL_BLOCK;
+        int64_t bw = inner - j0 < COL_BLOCK ? inner - j0 : COL_BLOCK;
+        int64_t base = oi * d * inner + j0;
+        if (dt == CT_F64) {
+            double *m = (double *)buf, *s = m + COL_BLOCK;
+            const double *A = (const double *)cti_data(a) + base;
+            double *O = (double *)cti_data(o) + base;
+            if (k->bwd) softmax_bwd_cols_d(A, (const double *)cti_data(b) + base, O, d, inner, bw, k->lg, s);
+            else softmax_cols_d(A, O, d, inner, bw, k->lg, m, s);
+        } else if (!h) {
+            float *m = (float *)buf, *s = m + COL_BLOCK;
+            const float *A = (const float *)cti_data(a) + base;
+            float *O = (float *)cti_data(o) + base;
+            if (k->bwd) softmax_bwd_cols_f(A, (const float *)cti_data(b) + base, O, d, inner, bw, k->lg, s);
+            else softmax_cols_f(A, O, d, inner, bw, k->lg, m, s);
+        } else {
+            float *m = (float *)buf, *s = m + COL_BLOCK;
+            float *as = s + COL_BLOCK, *bs = as + d * COL_BLOCK, *os = bs + d * COL_BLOCK;
+            for (int64_t kk = 0; kk < d; kk++) {
+                load_f32(cti_data(a) + (base + kk * inner) * (int64_t)es, dt, bw, 1, as + kk * bw);
+                if (k->bwd)
+                    load_f32(cti_data(b) + (base + kk * inner) * (int64_t)es, dt, bw, 1, bs + kk * bw);
+            }
+            if (k->bwd) softmax_bwd_cols_f(as, bs, os, d, bw, bw, k->lg, s);
+            else softmax_cols_f(as, os, d, bw, bw, k->lg, m, s);
+            for (int64_t kk = 0; kk < d; kk++)
+                store_f32(os + kk * bw, dt, bw, 1, cti_data(o) + (base + kk * inner) * (int64_t)es);
+        }
+    }
+    free(buf);
+}
+
+static ct_status k_softmax_any(ct_call *c, bool bwd) {
+    sm_ctx k = {.c = c, .outer = c->i[0], .d = c->i[1], .inner = c->i[2], .lg = c->i[3] != 0,
+                .bwd = bwd};
+    atomic_init(&k.oom, false);
+    if (k.inner == 1) {
+        cti_parallel_for(k.outer, row_grain(k.d), sm_rows_task, &k);
+    } else {
+        k.nblk = (k.inner + COL_BLOCK - 1) / COL_BLOCK;
+        int64_t per = k.d * COL_BLOCK;
+        cti_parallel_for(k.outer * k.nblk, row_grain(per), sm_cols_task, &k);
+        c->routine = "softmax_strided";
+    }
+    if (atomic_load(&k.oom))
+        return cti_error(CT_ERR_OOM, "%s: out of memory for scratch", ct_op_name(c->op));
+    return CT_OK;
+}
+static ct_status k_softmax(ct_call *c) { return k_softmax_any(c, false); }
+static ct_status k_softmax_backward(ct_call *c) { return k_softmax_any(c, true); }
+
+/* ======================================================================================
+ * cross_entropy / nll_loss over logits [N, C, inner] (contiguous); targets int64 [N*inner].
+ * i[0] = N, i[1] = C, i[2] = inner, i[3] = reduction, i[4] = ignore_index; f[0] = smoothing.
+ * forward:  in logits, target, weight|NULL;            out loss
+ * backward: in grad_loss, logits, target, weight|NULL; out grad */
+
+/* Checks every target against [0, C) (ignore_index aside) before anything is
+ * computed; *wsum gets the sum of the weights of the counted targets. */
+static ct_status check_targets(const char *op, const ct_tensor *target, int64_t npos, int64_t nc,
+                               int64_t ignore, const double *w, double *wsum) {
+    const int64_t *t = (const int64_t *)cti_data(target);
+    double s = 0;
+    for (int64_t p = 0; p < npos; p++) {
+        if (t[p] == ignore) continue;
+        if (t[p] < 0 || t[p] >= nc)
+            return cti_error(CT_ERR_INDEX,
+                             "%s: target %lld is out of bounds for %lld classes (expected 0..%lld "
+                             "or ignore_index %lld)",
+                             op, (long long)t[p], (long long)nc, (long long)(nc - 1),
+                             (long long)ignore);
+        s += w ? w[t[p]] : 1.0;
+    }
+    *wsum = s;
+    return CT_OK;
+}
+
+/* The class weights as doubles (NULL when there are none); *status on OOM. */
+static double *weights_f64(const ct_tensor *w, int64_t nc, const char *op, ct_status *status) {
+    *status = CT_OK;
+    if (!w) return NULL;
+    double *v = scratch(sizeof(double) * (size_t)nc);
+    if (!v) {
+        *status = cti_error(CT_ERR_OOM, "%s: out of memory", op);
+        return NULL;
+    }
+    for (int64_t i = 0; i < nc; i++) v[i] = load_one(cti_data(w), w->dtype, i);
+    return v;
+}
+
+typedef struct ce_ctx {
+    ct_call *c;
+    ct_tensor *logits, *target, *grad, *out;
+    const double *w64;
+    int64_t npos, nc, inner, ignore, nchunk;
+    int reduction;
+    double ls, wsum;
+    double *part; /* per-chunk loss sums */
+    atomic_bool oom;
+} ce_ctx;
+
+/* The scale of position p's gradient: grad_loss per position (none), or the
+ * scalar grad_loss, divided by the weight sum for mean. */
+static double grad_scale(const ce_ctx *k, int64_t p) {
+    ct_dtype dt = k->grad->dtype;
+    if (k->reduction == CT_REDUCTION_NONE) return load_one(cti_data(k->grad), dt, p);
+    double g = load_one(cti_data(k->grad), dt, 0);
+    return k->reduction == CT_REDUCTION_MEAN ? g / k->wsum : g;
+}
+
+#define CE_TASK(T, S)                                                                       \
+    static void ce_task_##S(ce_ctx *k, int64_t ch, T *buf, const T *w) {                   \
+        int64_t p0 = chunk_begin(k->npos, k->nchunk, ch);                                   \
+        int64_t p1 = chunk_begin(k->npos, k->nchunk, ch + 1);                               \
+        int64_t nc = k->nc, inner = k->inner;                                               \
+        ct_dtype dt = k->logits->dtype;                                                     \
+        const int64_t *tg = (const int64_t *)cti_data(k->target);                           \
+        size_t es = ct_dtype_size(dt);                                                      \
+        T *z = buf, *tmp = buf + nc, *dz = buf + 2 * nc;                                    \
+        T sumw = w ? sum_##S(w, nc) : (T)nc;                                                \
+        double acc = 0;                                                                     \
+        for (int64_t p = p0; p < p1; p++) {                                                 \
+            int64_t n = p / inner, j = p % inner;                                           \
+            int64_t base = n * nc * inner + j;                                              \
+            const char *src = cti_data(k->logits) + base * (int64_t)es;                     \
+            const T *zr = z;                                                                \
+            bool ignored = tg[p] == k->ignore;                                              \
+            if (ignored && !k->grad) {                                                      \
+                if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, 0); \
+                continue;                                                                   \
+            }                                                                               \
+            if (ignored) {                                                                  \
+                for (int64_t i = 0; i < nc; i++)                                            \
+                    store_one(cti_data(k->out), dt, base + i * inner, 0);                   \
+                continue;                                                                   \
+            }                                                                               \
+            if (dt == CT_F64 || (dt == CT_F32 && inner == 1)) {                             \
+                if (inner == 1) zr = (const T *)src;                                        \
+                else                                                                        \
+                    for (int64_t i = 0; i < nc; i++) z[i] = ((const T *)src)[i * inner];   \
+            } else {                                                                        \
+                load_f32(src, dt, nc, inner, (float *)z);                                   \
+            }                                                                               \
+            T lse = logsumexp_##S(zr, tmp, nc);                                             \
+            if (!k->grad) {                                                                 \
+                T loss = ce_loss_row_##S(zr, w, tg[p], lse, nc, (T)k->ls);                  \
+                if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, loss); \
+                else acc += loss;                                                           \
+                continue;                                                                   \
+            }                                                                               \
+            ce_grad_row_##S(zr, w, tg[p], lse, sumw, nc, (T)k->ls, (T)grad_scale(k, p), dz); \
+            char *dst = cti_data(k->out) + base * (int64_t)es;                              \
+            if (dt == CT_F64)                                                               \
+                for (int64_t i = 0; i < nc; i++) ((double *)dst)[i * inner] = (double)dz[i]; \
+            else                                                                            \
+                store_f32((const float *)dz, dt, nc, inner, dst);                           \
+        }                                                                                   \
+        k->part[ch] = acc;                                                                  \
+    }
+
+CE_TASK(float, f)
+CE_TASK(double, d)
+
+static void ce_chunks(int64_t c0, int64_t c1, void *p) {
+    ce_ctx *k = p;
+    bool dbl = k->logits->dtype == CT_F64;
+    size_t acc = dbl ? sizeof(double) : sizeof(float);
+    int64_t nc = k->nc;
+    char *buf = scratch(acc * (size_t)(4 * nc));
+    if (!buf) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    /* class weights in the row type, after the three row buffers */
+    if (dbl) {
+        double *w = k->w64 ? (double *)buf + 3 * nc : NULL;
+        if (w) memcpy(w, k->w64, sizeof(double) * (size_t)nc);
+        for (int64_t ch = c0; ch < c1; ch++) ce_task_d(k, ch, (double *)buf, w);
+    } else {
+        float *w = k->w64 ? (float *)buf + 3 * nc : NULL;
+        for (int64_t i = 0; w && i < nc; i++) w[i] = (float)k->w64[i];
+        for (int64_t ch = c0; ch < c1; ch++) ce_task_f(k, ch, (float *)buf, w);
+    }
+    free(buf);
+}
+
+static ct_status k_ce_any(ct_call *c, bool bwd) {
+    const char *op = bwd ? "ct_cross_entropy_backward" : "ct_cross_entropy";
+    int off = bwd ? 1 : 0;
+    ce_ctx k = {.c = c, .logits = c->in[off], .target = c->in[off + 1], .grad = bwd ? c->in[0] : NULL,
+                .out = c->out[0], .nc = c->i[1], .inner = c->i[2], .reduction = (int)c->i[3],
+                .ignore = c->i[4], .ls = c->f[0]};
+    k.npos = c->i[0] * k.inner;
+    ct_status s;
+    double *w64 = weights_f64(c->in[off + 2], k.nc, op, &s);
+    if (s != CT_OK) return s;
+    k.w64 = w64;
+    s = check_targets(op, k.target, k.npos, k.nc, k.ignore, w64, &k.wsum);
+    if (s != CT_OK) {
+        free(w64);
+        return s;
+    }
+    k.nchunk = num_chunks(k.npos, row_grain(k.nc));
+    k.part = scratch(sizeof(double) * (size_t)k.nchunk);
+    if (!k.part) {
+        free(w64);
+        return cti_error(CT_ERR_OOM, "%s: out of memory", op);
+    }
+    atomic_init(&k.oom, false);
+    if (k.npos > 0) cti_parallel_for(k.nchunk, 1, ce_chunks, &k);
+    else k.part[0] = 0;
+    if (!bwd && k.reduction != CT_REDUCTION_NONE && !atomic_load(&k.oom)) {
+        double total = 0;
+        for (int64_t ch = 0; ch < k.nchunk; ch++) total += k.part[ch];
+        /* mean over no counted target is 0/0 = NaN, as PyTorch */
+        if (k.reduction == CT_REDUCTION_MEAN) total /= k.wsum;
+        store_one(cti_data(k.out), k.out->dtype, 0, total);
+    }
+    free(k.part);
+    free(w64);
+    if (atomic_load(&k.oom)) return cti_error(CT_ERR_OOM, "%s: out of memory for row scratch", op);
+    return CT_OK;
+}
+static ct_status k_cross_entropy(ct_call *c) { return k_ce_any(c, false); }
+static ct_status k_cross_entropy_backward(ct_call *c) { return k_ce_any(c, true); }
+
+/* nll_loss: loss_p = -w_t * lp[n, t, j]; the work is one gather per position. */
+static ct_status k_nll_loss(ct_call *c) {
+    const char *op = "ct_nll_loss";
+    ct_tensor *lp = c->in[0], *target = c->in[1], *out = c->out[0];
+    int64_t nc = c->i[1], inner = c->i[2], npos = c->i[0] * inner, ignore = c->i[4];
+    int red = (int)c->i[3];
+    ct_status s;
+    double wsum = 0, *w = weights_f64(c->in[2], nc, op, &s);
+    if (s != CT_OK) return s;
+    s = check_targets(op, target, npos, nc, ignore, w, &wsum);
+    if (s != CT_OK) {
+        free(w);
+        return s;
+    }
+    const int64_t *tg = (const int64_t *)cti_data(target);
+    double total = 0;
+    for (int64_t p = 0; p < npos; p++) {
+        double loss = 0;
+        if (tg[p] != ignore) {
+            int64_t n = p / inner, j = p % inner;
+            loss = -(w ? w[tg[p]] : 1.0) * load_one(cti_data(lp), lp->dtype, (n * nc + tg[p]) * inner + j);
+        }
+        if (red == CT_REDUCTION_NONE) store_one(cti_data(out), out->dtype, p, loss);
+        else total += loss;
+    }
+    if (red == CT_REDUCTION_MEAN) total /= wsum;
+    if (red != CT_REDUCTION_NONE) store_one(cti_data(out), out->dtype, 0, total);
+    free(w);
+    return CT_OK;
+}
+
+/* nll_loss backward: in grad_loss, log_probs, target, weight|NULL; out grad (zeros but
+ * -w_t * g at each counted target). */
+static ct_status k_nll_loss_backward(ct_call *c) {
+    const char *op = "ct_nll_loss_backward";
+    ct_tensor *gl = c->in[0], *target = c->in[2], *out = c->out[0];
+    int64_t nc = c->i[1], inner = c->i[2], npos = c->i[0] * inner, ignore = c->i[4];
+    int red = (int)c->i[3];
+    ct_status s;
+    double wsum = 0, *w = weights_f64(c->in[3], nc, op, &s);
+    if (s != CT_OK) return s;
+    s = check_targets(op, target, npos, nc, ignore, w, &wsum);
+    if (s != CT_OK) {
+        free(w);
+        return s;
+    }
+    memset(cti_data(out), 0, (size_t)(npos * nc) * ct_dtype_size(out->dtype));
+    const int64_t *tg = (const int64_t *)cti_data(target);
+    double g0 = red == CT_REDUCTION_NONE ? 0 : load_one(cti_data(gl), gl->dtype, 0);
+    if (red == CT_REDUCTION_MEAN) g0 /= wsum;
+    for (int64_t p = 0; p < npos; p++) {
+        if (tg[p] == ignore) continue;
+        int64_t n = p / inner, j = p % inner;
+        double g = red == CT_REDUCTION_NONE ? load_one(cti_data(gl), gl->dtype, p) : g0;
+        store_one(cti_data(out), out->dtype, (n * nc + tg[p]) * inner + j, -(w ? w[tg[p]] : 1.0) * g);
+    }
+    free(w);
+    return CT_OK;
+}
+
+/* ======================================================================================
+ * mse_loss over equal-shaped contiguous input and target. i[0] = numel, i[1] = reduction.
+ * forward: in input, target; out loss.  backward: in grad_loss, input, target; out grad. */
+
+#define MSE_BLOCK 1024
+
+typedef struct mse_ctx {
+    ct_call *c;
+    ct_tensor *a, *b, *g, *out;
+    int64_t n, nchunk;
+    int reduction;
+    double gscale; /* backward, mean/sum: 2 * g / n or 2 * g */
+    double *part;
+    atomic_bool oom;
+} mse_ctx;
+
+static void mse_task(int64_t c0, int64_t c1, void *p) {
+    mse_ctx *k = p;
+    ct_dtype dt = k->a->dtype;
+    bool h = is_half(dt);
+    float *buf = h ? scratch(sizeof(float) * 4 * MSE_BLOCK) : NULL;
+    if (h && !buf) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    size_t es = ct_dtype_size(dt);
+    bool none = k->reduction == CT_REDUCTION_NONE;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        int64_t e0 = chunk_begin(k->n, k->nchunk, ch), e1 = chunk_begin(k->n, k->nchunk, ch + 1);
+        double acc = 0;
+        for (int64_t s0 = e0; s0 < e1; s0 += MSE_BLOCK) {
+            int64_t m = e1 - s0 < MSE_BLOCK ? e1 - s0 : MSE_BLOCK;
+            if (dt == CT_F64) {
+                const double *A = (const double *)cti_data(k->a) + s0, *B = (const double *)cti_data(k->b) + s0;
+                double *O = (double *)cti_data(k->out) + s0;
+                if (k->g) {
+                    const double *G = none ? (const double *)cti_data(k->g) + s0 : NULL;
+                    double gs = k->gscale;
+                    if (G) for (int64_t i = 0; i < m; i++) O[i] = 2.0 * (A[i] - B[i]) * G[i];
+                    else for (int64_t i = 0; i < m; i++) O[i] = gs * (A[i] - B[i]);
+                } else if (none) {
+                    for (int64_t i = 0; i < m; i++) O[i] = (A[i] - B[i]) * (A[i] - B[i]);
+                } else {
+                    double t[NACC] = {0};
+                    int64_t i = 0;
+                    for (; i + NACC <= m; i += NACC)
+                        for (int j = 0; j < NACC; j++) t[j] += (A[i + j] - B[i + j]) * (A[i + j] - B[i + j]);
+                    for (; i < m; i++) acc += (A[i] - B[i]) * (A[i] - B[i]);
+                    for (int j = 0; j < NACC; j++) acc += t[j];
+                }
+            } else {
+                const float *A, *B, *G = NULL;
+                float *O;
+                if (h) {
+                    float *ab = buf, *bb = buf + MSE_BLOCK, *gb = buf + 2 * MSE_BLOCK;
+                    load_f32(cti_data(k->a) + s0 * (int64_t)es, dt, m, 1, ab);
+                    load_f32(cti_data(k->b) + s0 * (int64_t)es, dt, m, 1, bb);
+                    if (k->g && none) {
+                        load_f32(cti_data(k->g) + s0 * (int64_t)es, dt, m, 1, gb);
+                        G = gb;
+                    }
+                    A = ab;
+                    B = bb;
+                    O = buf + 3 * MSE_BLOCK;
+                } else {
+                    A = (const float *)cti_data(k->a) + s0;
+                    B = (const float *)cti_data(k->b) + s0;
+                    O = (float *)cti_data(k->out) + s0;
+                    if (k->g && none) G = (const float *)cti_data(k->g) + s0;
+                }
+                if (k->g) {
+                    float gs = (float)k->gscale;
+                    if (G) for (int64_t i = 0; i < m; i++) O[i] = 2.0f * (A[i] - B[i]) * G[i];
+                    else for (int64_t i = 0; i < m; i++) O[i] = gs * (A[i] - B[i]);
+                } else if (none) {
+                    for (int64_t i = 0; i < m; i++) O[i] = (A[i] - B[i]) * (A[i] - B[i]);
+                } else {
+                    float t[NACC] = {0};
+                    int64_t i = 0;
+                    for (; i + NACC <= m; i += NACC)
+                        for (int j = 0; j < NACC; j++) t[j] += (A[i + j] - B[i + j]) * (A[i + j] - B[i + j]);
+                    float s = 0;
+                    for (int j = 0; j < NACC; j++) s += t[j];
+                    for (; i < m; i++) s += (A[i] - B[i]) * (A[i] - B[i]);
+                    acc += s;
+                }
+                if (h && (k->g || none)) store_f32(O, dt, m, 1, cti_data(k->out) + s0 * (int64_t)es);
+            }
+        }
+        k->part[ch] = acc;
+    }
+    free(buf);
+}
+
+static ct_status k_mse_any(ct_call *c, bool bwd) {
+    int off = bwd ? 1 : 0;
+    mse_ctx k = {.c = c, .a = c->in[off], .b = c->in[off + 1], .g = bwd ? c->in[0] : NULL,
+                 .out = c->out[0], .n = c->i[0], .reduction = (int)c->i[1]};
+    const char *op = bwd ? "ct_mse_loss_backward" : "ct_mse_loss";
+    if (bwd && k.reduction != CT_REDUCTION_NONE) {
+        double g = load_one(cti_data(k.g), k.g->dtype, 0);
+        k.gscale = k.reduction == CT_REDUCTION_MEAN ? 2.0 * g / (double)k.n : 2.0 * g;
+    }
+    k.nchunk = num_chunks(k.n, CTI_GRAIN);
+    k.part = scratch(sizeof(double) * (size_t)k.nchunk);
+    if (!k.part) return cti_error(CT_ERR_OOM, "%s: out of memory", op);
+    atomic_init(&k.oom, false);
+    k.part[0] = 0;
+    if (k.n > 0) cti_parallel_for(k.nchunk, 1, mse_task, &k);
+    if (!bwd && k.reduction != CT_REDUCTION_NONE) {
+        double total = 0;
+        for (int64_t ch = 0; ch < k.nchunk; ch++) total += k.part[ch];
+        if (k.reduction == CT_REDUCTION_MEAN) total /= (double)k.n; /* empty: NaN, as PyTorch */
+        store_one(cti_data(k.out), k.out->dtype, 0, total);
+    }
+    free(k.part);
+    if (atomic_load(&k.oom)) return cti_error(CT_ERR_OOM, "%s: out of memory for scratch", op);
+    return CT_OK;
+}
+static ct_status k_mse_loss(ct_call *c) { return k_mse_any(c, false); }
+static ct_status k_mse_loss_backward(ct_call *c) { return k_mse_any(c, true); }
+
+/* ======================================================================================
+ * embedding: in weight [V, D] (contiguous), indices (int32/int64, contiguous); out [n, D].
+ * i[0] = V, i[1] = D, i[2] = n.
+ * backward: in grad_out [n, D], indices; out [V, D]; i[0] = V, i[1] = D, i[2] = n,
+ * i[3] = padding_idx. */
+
+static int64_t index_at(const ct_tensor *idx, int64_t i) {
+    return idx->dtype == CT_I32 ? ((const int32_t *)cti_data(idx))[i]
+                                : ((const int64_t *)cti_data(idx))[i];
+}
+
+static ct_status check_indices(const char *op, const ct_tensor *idx, int64_t n, int64_t v) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t t = index_at(idx, i);
+        if (t < 0 || t >= v)
+            return cti_error(CT_ERR_INDEX,
+                             "%s: index %lld is out of range for %lld embeddings (expected 0..%lld)",
+                             op, (long long)t, (long long)v, (long long)(v - 1));
+    }
+    return CT_OK;
+}
+
+static void emb_task(int64_t i0, int64_t i1, void *p) {
+    ct_call *c = p;
+    ct_tensor *w = c->in[0], *idx = c->in[1], *o = c->out[0];
+    size_t row = (size_t)c->i[1] * ct_dtype_size(w->dtype);
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(cti_data(o) + (size_t)i * row, cti_data(w) + (size_t)index_at(idx, i) * row, row);
+}
+
+static ct_status k_embedding(ct_call *c) {
+    ct_status s = check_indices("ct_embedding", c->in[1], c->i[2], c->i[0]);
+    if (s != CT_OK) return s;
+    if (c->i[1] > 0) cti_parallel_for(c->i[2], row_grain(c->i[1]), emb_task, c);
+    return CT_OK;
+}
+
+typedef struct embb_ctx {
+    ct_call *c;
+    atomic_bool oom;
+} embb_ctx;
+
+/* Each task owns the weight rows [v0, v1) and scans every index, so rows are
+ * summed in index order whatever the thread count. */
+static void emb_bwd_task(int64_t v0, int64_t v1, void *p) {
+    embb_ctx *k = p;
+    ct_call *c = k->c;
+    ct_tensor *g = c->in[0], *idx = c->in[1], *o = c->out[0];
+    int64_t d = c->i[1], n = c->i[2], pad = c->i[3];
+    ct_dtype dt = g->dtype;
+    if (dt == CT_F64) {
+        const double *G = (const double *)cti_data(g);
+        double *O = (double *)cti_data(o);
+        memset(O + v0 * d, 0, sizeof(double) * (size_t)((v1 - v0) * d));
+        for (int64_t i = 0; i < n; i++) {
+            int64_t t = index_at(idx, i);
+            if (t < v0 || t >= v1 || t == pad) continue;
+            double *orow = O + t * d;
+            const double *grow = G + i * d;
+            for (int64_t j = 0; j < d; j++) orow[j] += grow[j];
+        }
+        return;
+    }
+    bool h = is_half(dt);
+    float *acc = h ? scratch(sizeof(float) * (size_t)((v1 - v0 + 1) * d)) : (float *)cti_data(o) + v0 * d;
+    if (!acc) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    float *grow = h ? acc + (v1 - v0) * d : NULL;
+    memset(acc, 0, sizeof(float) * (size_t)((v1 - v0) * d));
+    size_t es = ct_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t t = index_at(idx, i);
+        if (t < v0 || t >= v1 || t == pad) continue;
+        const float *gr;
+        if (h) {
+            load_f32(cti_data(g) + i * d * (int64_t)es, dt, d, 1, grow);
+            gr = grow;
+        } else {
+            gr = (const float *)cti_data(g) + i * d;
+        }
+        float *orow = acc + (t - v0) * d;
+        for (int64_t j = 0; j < d; j++) orow[j] += gr[j];
+    }
+    if (h) {
+        store_f32(acc, dt, (v1 - v0) * d, 1, cti_data(o) + v0 * d * (int64_t)es);
+        free(acc);
+    }
+}
+
+static ct_status k_embedding_backward(ct_call *c) {
+    ct_status s = check_indices("ct_embedding_backward", c->in[1], c->i[2], c->i[0]);
+    if (s != CT_OK) return s;
+    embb_ctx k = {.c = c};
+    atomic_init(&k.oom, false);
+    if (c->i[1] > 0) cti_parallel_for(c->i[0], 1, emb_bwd_task, &k);
+    if (atomic_load(&k.oom)) return cti_error(CT_ERR_OOM, "ct_embedding_backward: out of memory");
+    return CT_OK;
+}
+
+/* ======================================================================================
+ * dropout: in x (contiguous); out y, mask|NULL (bool). i[0] = seed, i[1] = first draw,
+ * i[2] = numel; f[0] = p. Element k is kept iff the f32 uniform of draw first + k is >= p.
+ * backward: in grad_y, mask; out dx; i[0] = numel; f[0] = p. */
+
+typedef struct drop_ctx {
+    ct_call *c;
+    uint64_t seed, first;
+    double p;
+    float scale_f;
+    double scale_d;
+} drop_ctx;
+
+static void drop_task(int64_t e0, int64_t e1, void *pv) {
+    drop_ctx *k = pv;
+    ct_call *c = k->c;
+    ct_tensor *x = c->in[0], *y = c->out[0], *mt = c->out[1];
+    uint8_t *M = mt ? (uint8_t *)cti_data(mt) : NULL;
+    ct_dtype dt = x->dtype;
+    float xs[64];
+    uint8_t keep[64];
+    for (int64_t s0 = e0; s0 < e1; s0 += 64) {
+        int64_t m = e1 - s0 < 64 ? e1 - s0 : 64;
+        uint32_t blk[4];
+        uint64_t cur = UINT64_MAX;
+        for (int64_t i = 0; i < m; i++) {
+            uint64_t draw = k->first + (uint64_t)(s0 + i);
+            if ((draw >> 2) != cur) {
+                cur = draw >> 2;
+                cti_philox_block(k->seed, cur, blk);
+            }
+            double u = (double)(blk[draw & 3] >> 8) * 0x1p-24;
+            keep[i] = u >= k->p;
+        }
+        if (M) memcpy(M + s0, keep, (size_t)m);
+        if (dt == CT_F64) {
+            const double *X = (const double *)cti_data(x) + s0;
+            double *Y = (double *)cti_data(y) + s0;
+            for (int64_t i = 0; i < m; i++) Y[i] = keep[i] ? X[i] * k->scale_d : 0.0;
+        } else if (dt == CT_F32) {
+            const float *X = (const float *)cti_data(x) + s0;
+            float *Y = (float *)cti_data(y) + s0;
+            for (int64_t i = 0; i < m; i++) Y[i] = keep[i] ? X[i] * k->scale_f : 0.0f;
+        } else {
+            size_t es = ct_dtype_size(dt);
+            load_f32(cti_data(x) + s0 * (int64_t)es, dt, m, 1, xs);
+            for (int64_t i = 0; i < m; i++) xs[i] = keep[i] ? xs[i] * k->scale_f : 0.0f;
+            store_f32(xs, dt, m, 1, cti_data(y) + s0 * (int64_t)es);
+        }
+    }
+}
+
+static ct_status k_dropout(ct_call *c) {
+    double p = c->f[0];
+    drop_ctx k = {.c = c, .seed = (uint64_t)c->i[0], .first = (uint64_t)c->i[1], .p = p};
+    k.scale_d = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+    k.scale_f = (float)k.scale_d;
+    cti_parallel_for(c->i[2], CTI_GRAIN / 4, drop_task, &k);
+    c->routine = "philox4x32";
+    return CT_OK;
+}
+
+static void drop_bwd_task(int64_t e0, int64_t e1, void *pv) {
+    drop_ctx *k = pv;
+    ct_call *c = k->c;
+    ct_tensor *g = c->in[0], *mt = c->in[1], *o = c->out[0];
+    const uint8_t *M = (const uint8_t *)cti_data(mt);
+    ct_dtype dt = g->dtype;
+    if (dt == CT_F64) {
+        const double *G = (const double *)cti_data(g);
+        double *O = (double *)cti_data(o);
+        for (int64_t i = e0; i < e1; i++) O[i] = M[i] ? G[i] * k->scale_d : 0.0;
+    } else if (dt == CT_F32) {
+        const float *G = (const float *)cti_data(g);
+        float *O = (float *)cti_data(o);
+        for (int64_t i = e0; i < e1; i++) O[i] = M[i] ? G[i] * k->scale_f : 0.0f;
+    } else {
+        float buf[256];
+        size_t es = ct_dtype_size(dt);
+        for (int64_t s0 = e0; s0 < e1; s0 += 256) {
+            int64_t m = e1 - s0 < 256 ? e1 - s0 : 256;
+            load_f32(cti_data(g) + s0 * (int64_t)es, dt, m, 1, buf);
+            for (int64_t i = 0; i < m; i++) buf[i] = M[s0 + i] ? buf[i] * k->scale_f : 0.0f;
+            store_f32(buf, dt, m, 1, cti_data(o) + s0 * (int64_t)es);
+        }
+    }
+}
+
+static ct_status k_dropout_backward(ct_call *c) {
+    double p = c->f[0];
+    drop_ctx k = {.c = c, .p = p};
+    k.scale_d = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+    k.scale_f = (float)k.scale_d;
+    cti_parallel_for(c->i[0], CTI_GRAIN, drop_bwd_task, &k);
+    return CT_OK;
+}
+
+/* ---- registration ------------------------------------------------------------------------ */
+void cti_cpu_register_nn(void) {
+    static const ct_dtype fl[] = {CT_F32, CT_F64, CT_F16, CT_BF16};
+    static const struct {
+        ct_op op;
+        cti_kernel_fn fn;
+        const char *name;
+    } ks[] = {
+        {CT_OP_RMS_NORM, k_rms_norm, "cpu_rms_norm"},
+        {CT_OP_RMS_NORM_BACKWARD, k_rms_norm_backward, "cpu_rms_norm_backward"},
+        {CT_OP_LAYER_NORM, k_layer_norm, "cpu_layer_norm"},
+        {CT_OP_LAYER_NORM_BACKWARD, k_layer_norm_backward, "cpu_layer_norm_backward"},
+        {CT_OP_SOFTMAX, k_softmax, "cpu_softmax"},
+        {CT_OP_LOG_SOFTMAX, k_softmax, "cpu_log_softmax"},
+        {CT_OP_SOFTMAX_BACKWARD, k_softmax_backward, "cpu_softmax_backward"},
+        {CT_OP_LOG_SOFTMAX_BACKWARD, k_softmax_backward, "cpu_log_softmax_backward"},
+        {CT_OP_CROSS_ENTROPY, k_cross_entropy, "cpu_cross_entropy"},
+        {CT_OP_CROSS_ENTROPY_BACKWARD, k_cross_entropy_backward, "cpu_cross_entropy_backward"},
+        {CT_OP_NLL_LOSS, k_nll_loss, "cpu_nll_loss"},
+        {CT_OP_NLL_LOSS_BACKWARD, k_nll_loss_backward, "cpu_nll_loss_backward"},
+        {CT_OP_MSE_LOSS, k_mse_loss, "cpu_mse_loss"},
+        {CT_OP_MSE_LOSS_BACKWARD, k_mse_loss_backward, "cpu_mse_loss_backward"},
+        {CT_OP_EMBEDDING_BACKWARD, k_embedding_backward, "cpu_embedding_backward"},
+        {CT_OP_DROPOUT, k_dropout, "cpu_dropout"},
+        {CT_OP_DROPOUT_BACKWARD, k_dropout_backward, "cpu_dropout_backward"},
+    };
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        for (size_t j = 0; j < sizeof fl / sizeof fl[0]; j++)
+            cti_register_kernel(ks[i].op, CT_DEVICE_CPU, fl[j], ks[i].fn, ks[i].name);
+    /* a gather copies bytes, so every dtype works */
+    for (int dt = 0; dt < CT_NUM_DTYPES; dt++)
+        cti_register_kernel(CT_OP_EMBEDDING, CT_DEVICE_CPU, (ct_dtype)dt, k_embedding, "cpu_embedding");
+}
