@@ -241,6 +241,33 @@ static void test_device_strings(void **state) {
     ct_tensor_release(t);
 }
 
+static void test_cpu_block_cache(void **state) {
+    (void)state;
+    ct_cpu_empty_cache();
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+    /* A large block comes back from the cache for the next tensor of its size. */
+    ct_tensor *a = ct_tensor_empty(CT_SHAPE(1024, 1024), CT_F32, CT_CPU);
+    void *pa = ct_tensor_data_ptr(a);
+    ct_tensor_release(a);
+    assert_true(ct_cpu_cached_bytes() >= 4u << 20);
+    ct_tensor *b = ct_tensor_full(CT_SHAPE(1024, 1024), 3.0, CT_F32, CT_CPU);
+    assert_ptr_equal(ct_tensor_data_ptr(b), pa);
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+    /* Reused memory holds what the new tensor wrote, not the old data. */
+    double v = 0;
+    ct_tensor *last = ct_select(ct_select(b, 0, -1), 0, -1);
+    assert_int_equal(ct_tensor_item(last, &v), CT_OK);
+    assert_true(v == 3.0);
+    ct_tensor_release(last);
+    ct_tensor_release(b);
+    ct_cpu_empty_cache();
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+    /* Small tensors never enter the cache. */
+    ct_tensor *c = ct_tensor_zeros(CT_SHAPE(16), CT_F32, CT_CPU);
+    ct_tensor_release(c);
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -253,6 +280,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_error_thread_local, setup, teardown),
         cmocka_unit_test_setup_teardown(test_info, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_strings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_block_cache, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
