@@ -1,1 +1,531 @@
+/* Front ends of convolution and pooling: argument checks with PyTorch's
+ * rules, output shapes, dispatch. A 3-d CHW input is one image; its results
+ * are 3-d too. Kernels receive the geometry in call->i:
+ *   conv:    N C H W Co kh kw sh sw ph pw dh dw groups OH OW
+ *   pooling: N C H W kh kw sh sw ph pw dh dw OH OW count_include_pad */
+#include <limits.h>
+
 #include "dispatch_impl.h"
+#include "tensor/ops.h"
+
+static bool is_float(ct_dtype d) {
+    return d == CT_F32 || d == CT_F64 || d == CT_F16 || d == CT_BF16;
+}
+
+static const char *pair_s(const int64_t v[2]) { return cti_shape_s(2, v); }
+
+/* Copies a 2-element parameter, or its default when p is NULL. */
+static void pair_or(const int64_t *p, int64_t def0, int64_t def1, int64_t out[2]) {
+    out[0] = p ? p[0] : def0;
+    out[1] = p ? p[1] : def1;
+}
+
+static ct_status check_pair(const char *op, const char *name, const int64_t v[2], int64_t min) {
+    if (v[0] >= min && v[1] >= min) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG, "%s: %s must be %s, got %s", op, name,
+                     min > 0 ? "positive" : "non-negative", pair_s(v));
+}
+
+/* N, C, H, W of a 3-d (N = 1) or 4-d tensor's shape. */
+static void nchw(const ct_tensor *t, int64_t s[4]) {
+    s[0] = t->ndim == 4 ? t->shape[0] : 1;
+    for (int d = 0; d < 3; d++) s[d + 1] = t->shape[t->ndim - 3 + d];
+}
+
+/* Shape of an NCHW result for an input of ndim 3 or 4. */
+static int result_shape(int ndim, int64_t n, int64_t c, int64_t h, int64_t w, int64_t out[4]) {
+    int64_t s[4] = {n, c, h, w};
+    for (int d = 0; d < ndim; d++) out[d] = s[d + 4 - ndim];
+    return ndim;
+}
+
+static ct_status check_image(const char *op, const char *name, const ct_tensor *t) {
+    if (t->ndim != 3 && t->ndim != 4)
+        return cti_error(CT_ERR_SHAPE, "%s: expected a 3-d (CHW) or 4-d (NCHW) %s, got %s", op,
+                         name, cti_desc(t));
+    return CT_OK;
+}
+
+static ct_status check_float(const char *op, const char *name, const ct_tensor *t) {
+    if (is_float(t->dtype)) return CT_OK;
+    return cti_error(CT_ERR_DTYPE,
+                     "%s: expected a float16, bfloat16, float32 or float64 %s, got %s", op, name,
+                     cti_desc(t));
+}
+
+static ct_status check_same_dtype(const char *op, const char *a_name, const ct_tensor *a,
+                                  const char *b_name, const ct_tensor *b) {
+    if (a->dtype == b->dtype) return CT_OK;
+    return cti_error(CT_ERR_DTYPE, "%s: %s %s and %s %s must have the same dtype", op, a_name,
+                     cti_desc(a), b_name, cti_desc(b));
+}
+
+/* Runs the call on the device and dtype of `on`; releases the outputs on failure. */
+static ct_tensor *dispatch_one(ct_call *c, const ct_tensor *on) {
+    if (cti_dispatch(c, on->storage->device, on->dtype) != CT_OK) {
+        cti_call_release_outputs(c);
+        return NULL;
+    }
+    return c->out[0];
+}
+
+/* ---- convolution ------------------------------------------------------------------- */
+
+typedef struct conv_args {
+    int64_t stride[2], padding[2], dilation[2], groups;
+    int64_t x[4]; /* input N C H W */
+    int64_t w[4]; /* weight Co Cin/groups kh kw */
+    int64_t oh, ow;
+} conv_args;
+
+static ct_status conv_params(const char *op, const int64_t *stride, const int64_t *padding,
+                             const int64_t *dilation, int64_t groups, conv_args *a) {
+    pair_or(stride, 1, 1, a->stride);
+    pair_or(padding, 0, 0, a->padding);
+    pair_or(dilation, 1, 1, a->dilation);
+    a->groups = groups;
+    ct_status s = check_pair(op, "stride", a->stride, 1);
+    if (s == CT_OK) s = check_pair(op, "padding", a->padding, 0);
+    if (s == CT_OK) s = check_pair(op, "dilation", a->dilation, 1);
+    if (s == CT_OK && groups < 1)
+        s = cti_error(CT_ERR_INVALID_ARG, "%s: groups must be positive, got %lld", op,
+                      (long long)groups);
+    return s;
+}
+
+/* Checks a->x against a->w and the parameters; sets the output size. */
+static ct_status conv_geometry(const char *op, conv_args *a) {
+    const int64_t *x = a->x, *w = a->w;
+    const char *xs = cti_shape_s(4, x), *ws = cti_shape_s(4, w);
+    long long g = (long long)a->groups;
+    if (w[0] < 1 || w[1] < 1 || w[2] < 1 || w[3] < 1)
+        return cti_error(CT_ERR_SHAPE, "%s: weight %s must have non-zero sizes", op, ws);
+    if (x[0] < 0 || x[1] < 1 || x[2] < 1 || x[3] < 1)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: input %s must have non-zero channels, height and width", op, xs);
+    if (w[0] % a->groups != 0)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: weight %s has %lld output channels, not divisible by groups %lld",
+                         op, ws, (long long)w[0], g);
+    if (x[1] % a->groups != 0)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: input %s has %lld channels, not divisible by groups %lld", op, xs,
+                         (long long)x[1], g);
+    if (x[1] != w[1] * a->groups)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: expected input %s to have %lld channels (weight %s, groups %lld), "
+                         "got %lld",
+                         op, xs, (long long)(w[1] * a->groups), ws, g, (long long)x[1]);
+    int64_t eh = a->dilation[0] * (w[2] - 1) + 1, ew = a->dilation[1] * (w[3] - 1) + 1;
+    int64_t ph = x[2] + 2 * a->padding[0], pw = x[3] + 2 * a->padding[1];
+    if (eh > ph || ew > pw)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: kernel %lldx%lld (dilated %lldx%lld) is larger than the padded "
+                         "input %lldx%lld (input %s, padding %s); the output would be empty",
+                         op, (long long)w[2], (long long)w[3], (long long)eh, (long long)ew,
+                         (long long)ph, (long long)pw, xs, pair_s(a->padding));
+    a->oh = (ph - eh) / a->stride[0] + 1;
+    a->ow = (pw - ew) / a->stride[1] + 1;
+    /* BLAS takes int sizes */
+    if (w[1] * w[2] * w[3] > INT_MAX || a->oh * a->ow > INT_MAX || w[0] > INT_MAX)
+        return cti_error(CT_ERR_OVERFLOW, "%s: input %s with weight %s is too large for BLAS",
+                         op, xs, ws);
+    return CT_OK;
+}
+
+static void conv_call(ct_call *c, ct_op op, const conv_args *a) {
+    cti_call_init(c, op);
+    int64_t v[16] = {a->x[0],        a->x[1],        a->x[2],        a->x[3],
+                     a->w[0],        a->w[2],        a->w[3],        a->stride[0],
+                     a->stride[1],   a->padding[0],  a->padding[1],  a->dilation[0],
+                     a->dilation[1], a->groups,      a->oh,          a->ow};
+    for (int k = 0; k < 16; k++) c->i[k] = v[k];
+}
+
+ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t stride[2],
+                     const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
+    const char *op = "ct_conv2d";
+    ct_tensor *ts[3] = {x, w, bias};
+    conv_args a;
+    if (cti_check_not_null(op, 2, ts) != CT_OK || cti_check_same_device(op, 3, ts) != CT_OK ||
+        conv_params(op, stride, padding, dilation, groups, &a) != CT_OK ||
+        check_float(op, "input", x) != CT_OK ||
+        check_same_dtype(op, "input", x, "weight", w) != CT_OK ||
+        (bias && check_same_dtype(op, "input", x, "bias", bias) != CT_OK) ||
+        check_image(op, "input", x) != CT_OK)
+        return NULL;
+    if (w->ndim != 4)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: expected a 4-d weight [out_channels, in_channels/groups, kH, "
+                              "kW], got %s",
+                              op, cti_desc(w));
+    if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
+        return cti_error_null(CT_ERR_SHAPE, "%s: expected bias of shape [%lld] (weight %s), got %s",
+                              op, (long long)w->shape[0], cti_shape_s(4, w->shape),
+                              cti_desc(bias));
+    nchw(x, a.x);
+    for (int d = 0; d < 4; d++) a.w[d] = w->shape[d];
+    if (conv_geometry(op, &a) != CT_OK) return NULL;
+    int64_t shape[4];
+    int nd = result_shape(x->ndim, a.x[0], a.w[0], a.oh, a.ow, shape);
+    ct_tensor *y = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
+    if (!y) return NULL;
+    ct_call c;
+    conv_call(&c, CT_OP_CONV2D, &a);
+    c.in[0] = x;
+    c.in[1] = w;
+    c.in[2] = bias;
+    c.nin = 3;
+    c.out[0] = y;
+    c.nout = 1;
+    return dispatch_one(&c, x);
+}
+
+/* Checks grad_out against the shape the forward produced. */
+static ct_status check_grad_out(const char *op, const ct_tensor *dy, int ndim,
+                                const conv_args *a) {
+    int64_t want[4];
+    int nd = result_shape(ndim, a->x[0], a->w[0], a->oh, a->ow, want);
+    bool ok = dy->ndim == nd;
+    for (int d = 0; ok && d < nd; d++) ok = dy->shape[d] == want[d];
+    if (ok) return CT_OK;
+    return cti_error(CT_ERR_SHAPE, "%s: expected grad_out of shape %s, got %s", op,
+                     cti_shape_s(nd, want), cti_desc(dy));
+}
+
+static ct_status check_shape_arg(const char *op, const char *name, const int64_t *s) {
+    if (s) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+}
+
+ct_tensor *ct_conv2d_backward_input(ct_tensor *grad_out, ct_tensor *w,
+                                    const int64_t input_shape[4], const int64_t stride[2],
+                                    const int64_t padding[2], const int64_t dilation[2],
+                                    int64_t groups) {
+    const char *op = "ct_conv2d_backward_input";
+    ct_tensor *ts[2] = {grad_out, w};
+    conv_args a;
+    if (cti_check_not_null(op, 2, ts) != CT_OK || cti_check_same_device(op, 2, ts) != CT_OK ||
+        check_shape_arg(op, "input_shape", input_shape) != CT_OK ||
+        conv_params(op, stride, padding, dilation, groups, &a) != CT_OK ||
+        check_float(op, "grad_out", grad_out) != CT_OK ||
+        check_same_dtype(op, "grad_out", grad_out, "weight", w) != CT_OK ||
+        check_image(op, "grad_out", grad_out) != CT_OK)
+        return NULL;
+    if (w->ndim != 4)
+        return cti_error_null(CT_ERR_SHAPE, "%s: expected a 4-d weight, got %s", op, cti_desc(w));
+    if (grad_out->ndim == 3 && input_shape[0] != 1)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: a 3-d grad_out %s needs input_shape with N = 1, got %s", op,
+                              cti_desc(grad_out), cti_shape_s(4, input_shape));
+    for (int d = 0; d < 4; d++) {
+        a.x[d] = input_shape[d];
+        a.w[d] = w->shape[d];
+    }
+    if (conv_geometry(op, &a) != CT_OK || check_grad_out(op, grad_out, grad_out->ndim, &a) != CT_OK)
+        return NULL;
+    int64_t shape[4];
+    int nd = result_shape(grad_out->ndim, a.x[0], a.x[1], a.x[2], a.x[3], shape);
+    ct_tensor *dx = cti_tensor_new(op, nd, shape, w->dtype, w->storage->device);
+    if (!dx) return NULL;
+    ct_call c;
+    conv_call(&c, CT_OP_CONV2D_BACKWARD_INPUT, &a);
+    c.in[0] = grad_out;
+    c.in[1] = w;
+    c.nin = 2;
+    c.out[0] = dx;
+    c.nout = 1;
+    return dispatch_one(&c, w);
+}
+
+ct_tensor *ct_conv2d_backward_weight(ct_tensor *grad_out, ct_tensor *x,
+                                     const int64_t weight_shape[4], const int64_t stride[2],
+                                     const int64_t padding[2], const int64_t dilation[2],
+                                     int64_t groups) {
+    const char *op = "ct_conv2d_backward_weight";
+    ct_tensor *ts[2] = {grad_out, x};
+    conv_args a;
+    if (cti_check_not_null(op, 2, ts) != CT_OK || cti_check_same_device(op, 2, ts) != CT_OK ||
+        check_shape_arg(op, "weight_shape", weight_shape) != CT_OK ||
+        conv_params(op, stride, padding, dilation, groups, &a) != CT_OK ||
+        check_float(op, "input", x) != CT_OK ||
+        check_same_dtype(op, "grad_out", grad_out, "input", x) != CT_OK ||
+        check_image(op, "input", x) != CT_OK)
+        return NULL;
+    nchw(x, a.x);
+    for (int d = 0; d < 4; d++) a.w[d] = weight_shape[d];
+    if (conv_geometry(op, &a) != CT_OK || check_grad_out(op, grad_out, x->ndim, &a) != CT_OK)
+        return NULL;
+    ct_tensor *dw = cti_tensor_new(op, 4, weight_shape, x->dtype, x->storage->device);
+    if (!dw) return NULL;
+    ct_call c;
+    conv_call(&c, CT_OP_CONV2D_BACKWARD_WEIGHT, &a);
+    c.in[0] = grad_out;
+    c.in[1] = x;
+    c.nin = 2;
+    c.out[0] = dw;
+    c.nout = 1;
+    return dispatch_one(&c, x);
+}
+
+ct_tensor *ct_conv2d_backward_bias(ct_tensor *grad_out) {
+    const char *op = "ct_conv2d_backward_bias";
+    if (cti_check_not_null(op, 1, &grad_out) != CT_OK ||
+        check_float(op, "grad_out", grad_out) != CT_OK ||
+        check_image(op, "grad_out", grad_out) != CT_OK)
+        return NULL;
+    int64_t co = grad_out->shape[grad_out->ndim - 3];
+    ct_tensor *db = cti_tensor_new(op, 1, &co, grad_out->dtype, grad_out->storage->device);
+    if (!db) return NULL;
+    ct_call c;
+    cti_call_init(&c, CT_OP_CONV2D_BACKWARD_BIAS);
+    c.in[0] = grad_out;
+    c.nin = 1;
+    c.out[0] = db;
+    c.nout = 1;
+    return dispatch_one(&c, grad_out);
+}
+
+/* ---- pooling ------------------------------------------------------------------------ */
+
+typedef struct pool_args {
+    int64_t kernel[2], stride[2], padding[2], dilation[2];
+    int64_t x[4]; /* N C H W */
+    int64_t oh, ow;
+    bool ceil_mode, count_include_pad;
+} pool_args;
+
+/* PyTorch's pooling_output_shape: with ceil_mode the last window must start
+ * inside the input or its left padding. */
+static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
+                             bool ceil_mode) {
+    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t q = num / s;
+    if (num % s != 0 && num < 0) q--; /* floor division */
+    int64_t out = q + 1;
+    if (ceil_mode && (out - 1) * s >= in + p) out--;
+    return out;
+}
+
+static ct_status pool_setup(const char *op, const ct_tensor *x, const int64_t *kernel,
+                            const int64_t *stride, const int64_t *padding,
+                            const int64_t *dilation, bool ceil_mode, pool_args *a) {
+    if (check_float(op, "input", x) != CT_OK || check_image(op, "input", x) != CT_OK)
+        return ct_last_status();
+    if (!kernel) return cti_error(CT_ERR_INVALID_ARG, "%s: kernel is NULL", op);
+    pair_or(kernel, 0, 0, a->kernel);
+    pair_or(stride, kernel[0], kernel[1], a->stride);
+    pair_or(padding, 0, 0, a->padding);
+    pair_or(dilation, 1, 1, a->dilation);
+    a->ceil_mode = ceil_mode;
+    ct_status s = check_pair(op, "kernel size", a->kernel, 1);
+    if (s == CT_OK) s = check_pair(op, "stride", a->stride, 1);
+    if (s == CT_OK) s = check_pair(op, "padding", a->padding, 0);
+    if (s == CT_OK) s = check_pair(op, "dilation", a->dilation, 1);
+    if (s != CT_OK) return s;
+    if (a->padding[0] > a->kernel[0] / 2 || a->padding[1] > a->kernel[1] / 2)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: padding %s must be at most half the kernel size %s", op,
+                         pair_s(a->padding), pair_s(a->kernel));
+    nchw(x, a->x);
+    if (a->x[1] < 1 || a->x[2] < 1 || a->x[3] < 1)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: input %s must have non-zero channels, height and width", op,
+                         cti_desc(x));
+    a->oh = pool_out_size(a->x[2], a->kernel[0], a->stride[0], a->padding[0], a->dilation[0],
+                          ceil_mode);
+    a->ow = pool_out_size(a->x[3], a->kernel[1], a->stride[1], a->padding[1], a->dilation[1],
+                          ceil_mode);
+    if (a->oh < 1 || a->ow < 1)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: output size %lldx%lld is too small for input %s (kernel %s, "
+                         "stride %s, padding %s, dilation %s)",
+                         op, (long long)a->oh, (long long)a->ow, cti_desc(x), pair_s(a->kernel),
+                         pair_s(a->stride), pair_s(a->padding), pair_s(a->dilation));
+    return CT_OK;
+}
+
+static void pool_call(ct_call *c, ct_op op, const pool_args *a) {
+    cti_call_init(c, op);
+    int64_t v[15] = {a->x[0],        a->x[1],        a->x[2],           a->x[3],
+                     a->kernel[0],   a->kernel[1],   a->stride[0],      a->stride[1],
+                     a->padding[0],  a->padding[1],  a->dilation[0],    a->dilation[1],
+                     a->oh,          a->ow,          a->count_include_pad};
+    for (int k = 0; k < 15; k++) c->i[k] = v[k];
+}
+
+ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t stride[2],
+                         const int64_t padding[2], const int64_t dilation[2], bool ceil_mode,
+                         ct_tensor **indices) {
+    const char *op = "ct_max_pool2d";
+    pool_args a = {0};
+    if (cti_check_not_null(op, 1, &x) != CT_OK ||
+        pool_setup(op, x, kernel, stride, padding, dilation, ceil_mode, &a) != CT_OK)
+        return NULL;
+    int64_t shape[4];
+    int nd = result_shape(x->ndim, a.x[0], a.x[1], a.oh, a.ow, shape);
+    ct_call c;
+    pool_call(&c, CT_OP_MAX_POOL2D, &a);
+    c.in[0] = x;
+    c.nin = 1;
+    c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
+    c.out[1] = c.out[0] ? cti_tensor_new(op, nd, shape, CT_I64, x->storage->device) : NULL;
+    c.nout = 2;
+    if (!c.out[1]) {
+        cti_call_release_outputs(&c);
+        return NULL;
+    }
+    if (!dispatch_one(&c, x)) return NULL;
+    if (indices) *indices = c.out[1];
+    else ct_tensor_release(c.out[1]);
+    return c.out[0];
+}
+
+ct_tensor *ct_max_pool2d_backward(ct_tensor *grad_out, ct_tensor *x, ct_tensor *indices) {
+    const char *op = "ct_max_pool2d_backward";
+    ct_tensor *ts[3] = {grad_out, x, indices};
+    if (cti_check_not_null(op, 3, ts) != CT_OK || cti_check_same_device(op, 3, ts) != CT_OK ||
+        check_float(op, "input", x) != CT_OK ||
+        check_same_dtype(op, "grad_out", grad_out, "input", x) != CT_OK ||
+        check_image(op, "input", x) != CT_OK)
+        return NULL;
+    if (indices->dtype != CT_I64)
+        return cti_error_null(CT_ERR_DTYPE, "%s: expected int64 indices, got %s", op,
+                              cti_desc(indices));
+    bool ok = grad_out->ndim == x->ndim && indices->ndim == x->ndim;
+    for (int d = 0; ok && d < x->ndim; d++) ok = grad_out->shape[d] == indices->shape[d];
+    for (int d = 0; ok && d < x->ndim - 2; d++) ok = grad_out->shape[d] == x->shape[d];
+    if (!ok)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: grad_out %s and indices %s must have one shape, with the "
+                              "leading (N, C) dims of input %s",
+                              op, cti_desc(grad_out), cti_desc(indices), cti_desc(x));
+    pool_args a = {0};
+    nchw(x, a.x);
+    a.oh = grad_out->shape[x->ndim - 2];
+    a.ow = grad_out->shape[x->ndim - 1];
+    ct_call c;
+    pool_call(&c, CT_OP_MAX_POOL2D_BACKWARD, &a);
+    c.in[0] = grad_out;
+    c.in[1] = x;
+    c.in[2] = indices;
+    c.nin = 3;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, x->storage->device);
+    c.nout = 1;
+    if (!c.out[0]) return NULL;
+    return dispatch_one(&c, x);
+}
+
+ct_tensor *ct_avg_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t stride[2],
+                         const int64_t padding[2], bool ceil_mode, bool count_include_pad) {
+    const char *op = "ct_avg_pool2d";
+    pool_args a = {0};
+    if (cti_check_not_null(op, 1, &x) != CT_OK ||
+        pool_setup(op, x, kernel, stride, padding, NULL, ceil_mode, &a) != CT_OK)
+        return NULL;
+    a.count_include_pad = count_include_pad;
+    int64_t shape[4];
+    int nd = result_shape(x->ndim, a.x[0], a.x[1], a.oh, a.ow, shape);
+    ct_call c;
+    pool_call(&c, CT_OP_AVG_POOL2D, &a);
+    c.in[0] = x;
+    c.nin = 1;
+    c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
+    c.nout = 1;
+    if (!c.out[0]) return NULL;
+    return dispatch_one(&c, x);
+}
+
+/* grad_out must have ndim of x, x's N and C, and the given spatial size. */
+static ct_status check_pool_grad(const char *op, const ct_tensor *dy, const ct_tensor *x,
+                                 int64_t oh, int64_t ow) {
+    int64_t want[4];
+    int64_t s[4];
+    nchw(x, s);
+    int nd = result_shape(x->ndim, s[0], s[1], oh, ow, want);
+    bool ok = dy->ndim == nd;
+    for (int d = 0; ok && d < nd; d++) ok = dy->shape[d] == want[d];
+    if (ok) return CT_OK;
+    return cti_error(CT_ERR_SHAPE, "%s: expected grad_out of shape %s for input %s, got %s", op,
+                     cti_shape_s(nd, want), cti_desc(x), cti_desc(dy));
+}
+
+ct_tensor *ct_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x, const int64_t kernel[2],
+                                  const int64_t stride[2], const int64_t padding[2],
+                                  bool ceil_mode, bool count_include_pad) {
+    const char *op = "ct_avg_pool2d_backward";
+    ct_tensor *ts[2] = {grad_out, x};
+    pool_args a = {0};
+    if (cti_check_not_null(op, 2, ts) != CT_OK || cti_check_same_device(op, 2, ts) != CT_OK ||
+        pool_setup(op, x, kernel, stride, padding, NULL, ceil_mode, &a) != CT_OK ||
+        check_same_dtype(op, "grad_out", grad_out, "input", x) != CT_OK ||
+        check_pool_grad(op, grad_out, x, a.oh, a.ow) != CT_OK)
+        return NULL;
+    a.count_include_pad = count_include_pad;
+    ct_call c;
+    pool_call(&c, CT_OP_AVG_POOL2D_BACKWARD, &a);
+    c.in[0] = grad_out;
+    c.in[1] = x;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, x->storage->device);
+    c.nout = 1;
+    if (!c.out[0]) return NULL;
+    return dispatch_one(&c, x);
+}
+
+ct_tensor *ct_adaptive_avg_pool2d(ct_tensor *x, int64_t out_h, int64_t out_w) {
+    const char *op = "ct_adaptive_avg_pool2d";
+    if (cti_check_not_null(op, 1, &x) != CT_OK || check_float(op, "input", x) != CT_OK ||
+        check_image(op, "input", x) != CT_OK)
+        return NULL;
+    pool_args a = {0};
+    nchw(x, a.x);
+    if (a.x[1] < 1 || a.x[2] < 1 || a.x[3] < 1)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: input %s must have non-zero channels, height and width", op,
+                              cti_desc(x));
+    if (out_h < 1 || out_w < 1)
+        return cti_error_null(CT_ERR_INVALID_ARG, "%s: output size must be positive, got %lldx%lld",
+                              op, (long long)out_h, (long long)out_w);
+    a.oh = out_h;
+    a.ow = out_w;
+    int64_t shape[4];
+    int nd = result_shape(x->ndim, a.x[0], a.x[1], a.oh, a.ow, shape);
+    ct_call c;
+    pool_call(&c, CT_OP_ADAPTIVE_AVG_POOL2D, &a);
+    c.in[0] = x;
+    c.nin = 1;
+    c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
+    c.nout = 1;
+    if (!c.out[0]) return NULL;
+    return dispatch_one(&c, x);
+}
+
+ct_tensor *ct_adaptive_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x) {
+    const char *op = "ct_adaptive_avg_pool2d_backward";
+    ct_tensor *ts[2] = {grad_out, x};
+    if (cti_check_not_null(op, 2, ts) != CT_OK || cti_check_same_device(op, 2, ts) != CT_OK ||
+        check_float(op, "input", x) != CT_OK || check_image(op, "input", x) != CT_OK ||
+        check_same_dtype(op, "grad_out", grad_out, "input", x) != CT_OK)
+        return NULL;
+    if (grad_out->ndim != x->ndim || grad_out->shape[x->ndim - 2] < 1 ||
+        grad_out->shape[x->ndim - 1] < 1)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: expected a grad_out with the input's ndim and a non-empty "
+                              "output size, got grad_out %s for input %s",
+                              op, cti_desc(grad_out), cti_desc(x));
+    pool_args a = {0};
+    nchw(x, a.x);
+    a.oh = grad_out->shape[x->ndim - 2];
+    a.ow = grad_out->shape[x->ndim - 1];
+    if (check_pool_grad(op, grad_out, x, a.oh, a.ow) != CT_OK) return NULL;
+    ct_call c;
+    pool_call(&c, CT_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, &a);
+    c.in[0] = grad_out;
+    c.in[1] = x;
+    c.nin = 2;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, x->storage->device);
+    c.nout = 1;
+    if (!c.out[0]) return NULL;
+    return dispatch_one(&c, x);
+}

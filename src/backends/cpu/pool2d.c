@@ -1,1 +1,329 @@
+/* CPU 2-d pooling: max (with argmax indices), average and adaptive average,
+ * forward and backward, with PyTorch's window rules. Work is split over the
+ * N*C planes; each task reads a plane into a float64 scratch row (exact for
+ * every input dtype), pools it and writes its output plane. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cpu_impl.h"
+
+void cti_cpu_register_pool2d(void);
+
+/* Geometry, stored by the front end in call->i in this order. */
+typedef struct pgeo {
+    int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, count_include_pad;
+} pgeo;
+
+static pgeo pgeo_from_call(const ct_call *c) {
+    pgeo g;
+    int64_t *f = &g.N;
+    for (int k = 0; k < 15; k++) f[k] = c->i[k];
+    return g;
+}
+
+/* A 3-d (CHW) or 4-d tensor's geometry as 4-d. */
+static void as4(const ct_tensor *t, int64_t shape[4], int64_t st[4]) {
+    int off = 4 - t->ndim;
+    shape[0] = 1;
+    st[0] = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        shape[d + off] = t->shape[d];
+        st[d + off] = t->stride[d];
+    }
+}
+
+/* Reads plane p (= n*C + c) of t into dst as doubles, row-major. */
+static void read_plane(const ct_tensor *t, int64_t p, double *restrict dst) {
+    int64_t shape[4], st[4];
+    as4(t, shape, st);
+    int64_t n = p / shape[1], c = p % shape[1], H = shape[2], W = shape[3];
+    int64_t es = (int64_t)ct_dtype_size(t->dtype), s = st[3];
+    const char *plane = cti_data(t) + (n * st[0] + c * st[1]) * es;
+    for (int64_t h = 0; h < H; h++, dst += W) {
+        const char *row = plane + h * st[2] * es;
+        switch (t->dtype) {
+        case CT_F64:
+            for (int64_t w = 0; w < W; w++) dst[w] = ((const double *)row)[w * s];
+            break;
+        case CT_F32:
+            for (int64_t w = 0; w < W; w++) dst[w] = ((const float *)row)[w * s];
+            break;
+        case CT_F16:
+            for (int64_t w = 0; w < W; w++) dst[w] = ct_f16_to_f32(((const uint16_t *)row)[w * s]);
+            break;
+        default:
+            for (int64_t w = 0; w < W; w++)
+                dst[w] = ct_bf16_to_f32(((const uint16_t *)row)[w * s]);
+            break;
+        }
+    }
+}
+
+/* Writes n doubles into plane p of the contiguous tensor t. */
+static void write_plane(ct_tensor *t, int64_t p, const double *restrict src, int64_t n) {
+    char *base = cti_data(t) + p * n * (int64_t)ct_dtype_size(t->dtype);
+    switch (t->dtype) {
+    case CT_F64: memcpy(base, src, (size_t)n * sizeof(double)); break;
+    case CT_F32:
+        for (int64_t i = 0; i < n; i++) ((float *)base)[i] = (float)src[i];
+        break;
+    case CT_F16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)base)[i] = ct_f32_to_f16((float)src[i]);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)base)[i] = ct_f32_to_bf16((float)src[i]);
+        break;
+    }
+}
+
+typedef struct pool_ctx {
+    pgeo g;
+    const ct_tensor *in;  /* the plane-wise source: x or grad_out */
+    const ct_tensor *idx; /* max pool backward: indices */
+    ct_tensor *out, *out_idx;
+    void (*plane_fn)(const struct pool_ctx *k, int64_t p, const double *src, double *dst);
+    int64_t in_plane, out_plane; /* elements of a source and a destination plane */
+    atomic_int failed;           /* a task could not allocate, or saw a bad index */
+} pool_ctx;
+
+/* Reads each plane, applies plane_fn, writes the result plane. */
+static void pool_task(int64_t begin, int64_t end, void *vctx) {
+    pool_ctx *k = vctx;
+    double *src = malloc((size_t)(k->in_plane + k->out_plane) * sizeof(double));
+    if (!src) {
+        atomic_store(&k->failed, 1);
+        return;
+    }
+    double *dst = src + k->in_plane;
+    for (int64_t p = begin; p < end; p++) {
+        read_plane(k->in, p, src);
+        k->plane_fn(k, p, src, dst);
+        write_plane(k->out, p, dst, k->out_plane);
+    }
+    free(src);
+}
+
+static ct_status run_planes(pool_ctx *k, const char *op) {
+    int64_t planes = k->g.N * k->g.C;
+    atomic_init(&k->failed, 0);
+    int64_t per = k->in_plane + k->out_plane;
+    cti_parallel_for(planes, per > 0 ? 1 + 16384 / per : planes, pool_task, k);
+    int f = atomic_load(&k->failed);
+    if (f == 1) return cti_error(CT_ERR_OOM, "%s: out of memory for a plane buffer", op);
+    if (f == 2)
+        return cti_error(CT_ERR_INDEX, "%s: indices hold a value outside [0, %lld)", op,
+                         (long long)(k->g.H * k->g.W));
+    return CT_OK;
+}
+
+/* ---- max pooling ------------------------------------------------------------------ */
+
+static void max_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
+    const pgeo *g = &k->g;
+    int64_t *ind = (int64_t *)cti_data(k->out_idx) + p * k->out_plane;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        int64_t hs = oh * g->sh - g->ph, he = hs + (g->kh - 1) * g->dh + 1;
+        if (he > g->H) he = g->H;
+        while (hs < 0) hs += g->dh;
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t ws = ow * g->sw - g->pw, we = ws + (g->kw - 1) * g->dw + 1;
+            if (we > g->W) we = g->W;
+            while (ws < 0) ws += g->dw;
+            /* With dilation a window can miss every input element; it gives
+             * -inf and index -1, whose gradient the backward drops. */
+            double best = -INFINITY;
+            int64_t bi = hs < he && ws < we ? hs * g->W + ws : -1;
+            for (int64_t h = hs; h < he; h += g->dh)
+                for (int64_t w = ws; w < we; w += g->dw) {
+                    double v = src[h * g->W + w];
+                    /* first maximum wins; NaN propagates (as PyTorch) */
+                    if (v > best || isnan(v)) {
+                        best = v;
+                        bi = h * g->W + w;
+                    }
+                }
+            dst[oh * g->OW + ow] = best;
+            ind[oh * g->OW + ow] = bi;
+        }
+    }
+}
+
+/* in: x; out: y, indices (int64). */
+static ct_status k_max_pool2d(ct_call *c) {
+    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
+                  .out_idx = c->out[1], .plane_fn = max_plane};
+    k.in_plane = k.g.H * k.g.W;
+    k.out_plane = k.g.OH * k.g.OW;
+    c->routine = "max_pool2d_direct";
+    return run_planes(&k, "ct_max_pool2d");
+}
+
+static void max_back_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
+    const int64_t *ind = (const int64_t *)cti_data(k->idx);
+    int64_t shape[4], st[4];
+    as4(k->idx, shape, st);
+    int64_t n = p / shape[1], c = p % shape[1], lim = k->g.H * k->g.W;
+    memset(dst, 0, (size_t)lim * sizeof(double));
+    for (int64_t oh = 0; oh < k->g.OH; oh++)
+        for (int64_t ow = 0; ow < k->g.OW; ow++) {
+            int64_t i = ind[n * st[0] + c * st[1] + oh * st[2] + ow * st[3]];
+            if (i == -1) continue; /* an empty window */
+            if (i < 0 || i >= lim) {
+                pool_ctx *mk = (pool_ctx *)k;
+                atomic_store(&mk->failed, 2);
+                continue;
+            }
+            dst[i] += src[oh * k->g.OW + ow];
+        }
+}
+
+/* in: grad_out, x, indices; out: grad_in. */
+static ct_status k_max_pool2d_backward(ct_call *c) {
+    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .idx = c->in[2], .out = c->out[0],
+                  .plane_fn = max_back_plane};
+    k.in_plane = k.g.OH * k.g.OW;
+    k.out_plane = k.g.H * k.g.W;
+    c->routine = "max_pool2d_backward_direct";
+    return run_planes(&k, "ct_max_pool2d_backward");
+}
+
+/* ---- average pooling ----------------------------------------------------------------- */
+
+/* The window of output (oh, ow) clipped to the input, and its divisor. */
+static void avg_window(const pgeo *g, int64_t oh, int64_t ow, int64_t *hs, int64_t *he,
+                       int64_t *ws, int64_t *we, double *div) {
+    int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
+    int64_t h1 = h0 + g->kh, w1 = w0 + g->kw;
+    if (h1 > g->H + g->ph) h1 = g->H + g->ph;
+    if (w1 > g->W + g->pw) w1 = g->W + g->pw;
+    int64_t pool_size = (h1 - h0) * (w1 - w0);
+    if (h0 < 0) h0 = 0;
+    if (w0 < 0) w0 = 0;
+    if (h1 > g->H) h1 = g->H;
+    if (w1 > g->W) w1 = g->W;
+    *hs = h0;
+    *he = h1;
+    *ws = w0;
+    *we = w1;
+    *div = (double)(g->count_include_pad ? pool_size : (h1 - h0) * (w1 - w0));
+}
+
+static void avg_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
+    const pgeo *g = &k->g;
+    for (int64_t oh = 0; oh < g->OH; oh++)
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t hs, he, ws, we;
+            double div, s = 0;
+            avg_window(g, oh, ow, &hs, &he, &ws, &we, &div);
+            for (int64_t h = hs; h < he; h++)
+                for (int64_t w = ws; w < we; w++) s += src[h * g->W + w];
+            dst[oh * g->OW + ow] = hs < he && ws < we ? s / div : 0;
+        }
+}
+
+static void avg_back_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
+    const pgeo *g = &k->g;
+    memset(dst, 0, (size_t)(g->H * g->W) * sizeof(double));
+    for (int64_t oh = 0; oh < g->OH; oh++)
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t hs, he, ws, we;
+            double div;
+            avg_window(g, oh, ow, &hs, &he, &ws, &we, &div);
+            if (hs >= he || ws >= we) continue;
+            double v = src[oh * g->OW + ow] / div;
+            for (int64_t h = hs; h < he; h++)
+                for (int64_t w = ws; w < we; w++) dst[h * g->W + w] += v;
+        }
+}
+
+static ct_status k_avg_pool2d(ct_call *c) {
+    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
+                  .plane_fn = avg_plane};
+    k.in_plane = k.g.H * k.g.W;
+    k.out_plane = k.g.OH * k.g.OW;
+    c->routine = "avg_pool2d_direct";
+    return run_planes(&k, "ct_avg_pool2d");
+}
+
+/* in: grad_out, x; out: grad_in. */
+static ct_status k_avg_pool2d_backward(ct_call *c) {
+    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
+                  .plane_fn = avg_back_plane};
+    k.in_plane = k.g.OH * k.g.OW;
+    k.out_plane = k.g.H * k.g.W;
+    c->routine = "avg_pool2d_backward_direct";
+    return run_planes(&k, "ct_avg_pool2d_backward");
+}
+
+/* ---- adaptive average pooling ---------------------------------------------------------- */
+
+/* PyTorch's adaptive window: [floor(i*in/out), ceil((i+1)*in/out)). */
+static int64_t ad_start(int64_t i, int64_t in, int64_t out) { return i * in / out; }
+static int64_t ad_end(int64_t i, int64_t in, int64_t out) {
+    return ((i + 1) * in + out - 1) / out;
+}
+
+static void adaptive_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
+    const pgeo *g = &k->g;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        int64_t hs = ad_start(oh, g->H, g->OH), he = ad_end(oh, g->H, g->OH);
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t ws = ad_start(ow, g->W, g->OW), we = ad_end(ow, g->W, g->OW);
+            double s = 0;
+            for (int64_t h = hs; h < he; h++)
+                for (int64_t w = ws; w < we; w++) s += src[h * g->W + w];
+            dst[oh * g->OW + ow] = s / (double)((he - hs) * (we - ws));
+        }
+    }
+}
+
+static void adaptive_back_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
+    const pgeo *g = &k->g;
+    memset(dst, 0, (size_t)(g->H * g->W) * sizeof(double));
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        int64_t hs = ad_start(oh, g->H, g->OH), he = ad_end(oh, g->H, g->OH);
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t ws = ad_start(ow, g->W, g->OW), we = ad_end(ow, g->W, g->OW);
+            double v = src[oh * g->OW + ow] / (double)((he - hs) * (we - ws));
+            for (int64_t h = hs; h < he; h++)
+                for (int64_t w = ws; w < we; w++) dst[h * g->W + w] += v;
+        }
+    }
+}
+
+static ct_status k_adaptive_avg_pool2d(ct_call *c) {
+    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
+                  .plane_fn = adaptive_plane};
+    k.in_plane = k.g.H * k.g.W;
+    k.out_plane = k.g.OH * k.g.OW;
+    c->routine = "adaptive_avg_pool2d_direct";
+    return run_planes(&k, "ct_adaptive_avg_pool2d");
+}
+
+/* in: grad_out, x; out: grad_in. */
+static ct_status k_adaptive_avg_pool2d_backward(ct_call *c) {
+    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
+                  .plane_fn = adaptive_back_plane};
+    k.in_plane = k.g.OH * k.g.OW;
+    k.out_plane = k.g.H * k.g.W;
+    c->routine = "adaptive_avg_pool2d_backward_direct";
+    return run_planes(&k, "ct_adaptive_avg_pool2d_backward");
+}
+
+void cti_cpu_register_pool2d(void) {
+    static const ct_dtype dts[] = {CT_F32, CT_F64, CT_F16, CT_BF16};
+    for (int i = 0; i < 4; i++) {
+        ct_dtype d = dts[i];
+        cti_register_kernel(CT_OP_MAX_POOL2D, CT_DEVICE_CPU, d, k_max_pool2d, "max_pool2d");
+        cti_register_kernel(CT_OP_MAX_POOL2D_BACKWARD, CT_DEVICE_CPU, d, k_max_pool2d_backward,
+                            "max_pool2d_backward");
+        cti_register_kernel(CT_OP_AVG_POOL2D, CT_DEVICE_CPU, d, k_avg_pool2d, "avg_pool2d");
+        cti_register_kernel(CT_OP_AVG_POOL2D_BACKWARD, CT_DEVICE_CPU, d, k_avg_pool2d_backward,
+                            "avg_pool2d_backward");
+        cti_register_kernel(CT_OP_ADAPTIVE_AVG_POOL2D, CT_DEVICE_CPU, d, k_adaptive_avg_pool2d,
+                            "adaptive_avg_pool2d");
+        cti_register_kernel(CT_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, CT_DEVICE_CPU, d,
+                            k_adaptive_avg_pool2d_backward, "adaptive_avg_pool2d_backward");
+    }
+}
