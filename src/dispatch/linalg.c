@@ -1,1 +1,313 @@
+/* Front ends of the linear-algebra ops: matmul, mm, bmm, addmm, linear.
+ *
+ * Every product reaches the kernels as [batch..., n, k] @ [batch..., k, m]
+ * views of the caller's tensors: vectors become one row or one column,
+ * broadcast batch dims get stride 0, transposes keep their strides (the
+ * kernel hands them to BLAS through its transpose flag). No operand is
+ * copied here, except a linear() input whose leading dims cannot be merged
+ * into rows. Results are allocated contiguous in their final shape and the
+ * kernel writes them through a [batch..., n, m] view. */
+#include <stdio.h>
+
 #include "dispatch_impl.h"
+
+/* ---- argument checks ------------------------------------------------------------ */
+
+/* NULL, device and dtype checks for the operands ts[0..n) (NULL entries past
+ * nreq are optional): one device, one floating dtype. names lists the
+ * operands for the dtype message ("both operands" when NULL). */
+static ct_status check_operands(const char *op, int nreq, int n, ct_tensor *const *ts,
+                                const char *names) {
+    ct_status s = cti_check_not_null(op, nreq, ts);
+    if (s != CT_OK) return s;
+    s = cti_check_same_device(op, n, ts);
+    if (s != CT_OK) return s;
+    ct_dtype dt = ts[0]->dtype;
+    bool same = true;
+    for (int i = 1; i < n; i++)
+        if (ts[i] && ts[i]->dtype != dt) same = false;
+    if (!same) {
+        char got[128] = "";
+        size_t len = 0;
+        for (int i = 0; i < n; i++) {
+            if (!ts[i]) continue;
+            const char *sep = len == 0 ? "" : (i == n - 1 ? " and " : ", ");
+            len += (size_t)snprintf(got + len, sizeof got - len, "%s%s", sep,
+                                    ct_dtype_name(ts[i]->dtype));
+            if (len >= sizeof got) break;
+        }
+        return cti_error(CT_ERR_DTYPE, "%s: expected %s to have the same dtype, got %s", op,
+                         names ? names : "both operands", got);
+    }
+    if (!ct_dtype_is_floating(dt))
+        return cti_error(CT_ERR_DTYPE,
+                         "%s: integer and bool dtypes are not supported, got %s (convert to a "
+                         "floating dtype)",
+                         op, ct_dtype_name(dt));
+    return CT_OK;
+}
+
+static ct_tensor *view_of(ct_tensor *t, int nd, const int64_t *shape, const int64_t *stride) {
+    return cti_tensor_view(t, nd, shape, stride, t->offset);
+}
+
+/* A contiguous [nd]-d view of out's storage (out was allocated contiguous with
+ * the same elements in the same order). */
+static ct_tensor *out_view(ct_tensor *out, int nd, const int64_t *shape) {
+    int64_t stride[CT_MAX_DIMS];
+    cti_contiguous_strides(nd, shape, stride);
+    return view_of(out, nd, shape, stride);
+}
+
+/* t as [bshape..., rows, cols]: t's batch dims right-aligned to bshape, the
+ * missing and broadcast ones with stride 0; a 1-d t becomes one row
+ * (vec_is_row) or one column. */
+static ct_tensor *batched_view(ct_tensor *t, int nb, const int64_t *bshape, bool vec_is_row) {
+    int64_t shape[CT_MAX_DIMS], stride[CT_MAX_DIMS];
+    int tb = t->ndim >= 2 ? t->ndim - 2 : 0;
+    for (int i = 0; i < nb; i++) {
+        int ti = i - (nb - tb);
+        shape[i] = bshape[i];
+        stride[i] = (ti >= 0 && t->shape[ti] == bshape[i]) ? t->stride[ti] : 0;
+    }
+    if (t->ndim == 1) {
+        int v = vec_is_row ? nb + 1 : nb, one = vec_is_row ? nb : nb + 1;
+        shape[v] = t->shape[0];
+        stride[v] = t->stride[0];
+        shape[one] = 1;
+        stride[one] = 0;
+    } else {
+        for (int i = 0; i < 2; i++) {
+            shape[nb + i] = t->shape[t->ndim - 2 + i];
+            stride[nb + i] = t->stride[t->ndim - 2 + i];
+        }
+    }
+    return view_of(t, nb + 2, shape, stride);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+/* Dispatches op on views made for it (input only for addmm), releases the
+ * views, and returns result, or NULL after releasing it on failure. A NULL
+ * view means its creation failed and set the error. */
+static ct_tensor *finish(ct_op op, ct_tensor *result, ct_tensor *input, ct_tensor *a,
+                         ct_tensor *b, ct_tensor *out, double beta, double alpha) {
+    ct_status s = CT_ERR_OOM;
+    if (a && b && out && (op != CT_OP_ADDMM || input)) {
+        ct_call c;
+        cti_call_init(&c, op);
+        int ni = 0;
+        if (op == CT_OP_ADDMM) c.in[ni++] = input;
+        c.in[ni++] = a;
+        c.in[ni++] = b;
+        c.nin = ni;
+        c.out[0] = out;
+        c.nout = 1;
+        c.f[0] = beta;
+        c.f[1] = alpha;
+        s = cti_dispatch(&c, result->storage->device, result->dtype);
+    }
+    ct_tensor_release(input);
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+    ct_tensor_release(out);
+    if (s != CT_OK) {
+        ct_tensor_release(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* ---- public functions ------------------------------------------------------------------ */
+
+ct_tensor *ct_mm(ct_tensor *a, ct_tensor *b) {
+    static const char op[] = "ct_mm";
+    ct_tensor *ts[2] = {a, b};
+    if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
+    if (a->ndim != 2 || b->ndim != 2)
+        return cti_error_null(CT_ERR_SHAPE, "%s: expected 2-d tensors, got %s and %s", op,
+                              cti_desc(a), cti_desc(b));
+    if (a->shape[1] != b->shape[0])
+        return cti_error_null(CT_ERR_SHAPE, "%s: shapes %s and %s do not align (%lld != %lld)",
+                              op, cti_shape_s(2, a->shape), cti_shape_s(2, b->shape),
+                              (long long)a->shape[1], (long long)b->shape[0]);
+    int64_t shape[2] = {a->shape[0], b->shape[1]};
+    ct_tensor *result = cti_tensor_new(op, 2, shape, a->dtype, a->storage->device);
+    if (!result) return NULL;
+    return finish(CT_OP_MM, result, NULL, batched_view(a, 0, NULL, true),
+                  batched_view(b, 0, NULL, false), out_view(result, 2, shape), 0, 1);
+}
+
+ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b) {
+    static const char op[] = "ct_bmm";
+    ct_tensor *ts[2] = {a, b};
+    if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
+    if (a->ndim != 3 || b->ndim != 3)
+        return cti_error_null(CT_ERR_SHAPE, "%s: expected 3-d tensors, got %s and %s", op,
+                              cti_desc(a), cti_desc(b));
+    if (a->shape[0] != b->shape[0])
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: batch sizes of %s and %s differ (%lld != %lld)", op,
+                              cti_shape_s(3, a->shape), cti_shape_s(3, b->shape),
+                              (long long)a->shape[0], (long long)b->shape[0]);
+    if (a->shape[2] != b->shape[1])
+        return cti_error_null(CT_ERR_SHAPE, "%s: shapes %s and %s do not align (%lld != %lld)",
+                              op, cti_shape_s(3, a->shape), cti_shape_s(3, b->shape),
+                              (long long)a->shape[2], (long long)b->shape[1]);
+    int64_t shape[3] = {a->shape[0], a->shape[1], b->shape[2]};
+    ct_tensor *result = cti_tensor_new(op, 3, shape, a->dtype, a->storage->device);
+    if (!result) return NULL;
+    return finish(CT_OP_BMM, result, NULL, batched_view(a, 1, shape, true),
+                  batched_view(b, 1, shape, false), out_view(result, 3, shape), 0, 1);
+}
+
+/* Product of the batch dims of t (all but the last two; none for <= 2-d). */
+static int64_t batch_numel(const ct_tensor *t) {
+    return t->ndim > 2 ? cti_numel(t->ndim - 2, t->shape) : 1;
+}
+
+ct_tensor *ct_matmul(ct_tensor *a, ct_tensor *b) {
+    static const char op[] = "ct_matmul";
+    ct_tensor *ts[2] = {a, b};
+    if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
+    if (a->ndim == 0 || b->ndim == 0)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: both arguments need at least 1 dim, got %s and %s", op,
+                              cti_desc(a), cti_desc(b));
+    int64_t k = a->shape[a->ndim - 1];
+    int64_t kb = b->shape[b->ndim >= 2 ? b->ndim - 2 : 0];
+    if (k != kb)
+        return cti_error_null(CT_ERR_SHAPE, "%s: shapes %s and %s do not align (%lld != %lld)",
+                              op, cti_shape_s(a->ndim, a->shape), cti_shape_s(b->ndim, b->shape),
+                              (long long)k, (long long)kb);
+
+    /* Batch dims broadcast; a vector operand's added dim is dropped from the result. */
+    int na = a->ndim >= 2 ? a->ndim - 2 : 0, nbb = b->ndim >= 2 ? b->ndim - 2 : 0;
+    int nb = na > nbb ? na : nbb;
+    int64_t shape[CT_MAX_DIMS];
+    for (int i = 0; i < nb; i++) {
+        int ia = i - (nb - na), ib = i - (nb - nbb);
+        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return cti_error_null(CT_ERR_SHAPE,
+                                  "%s: batch dims of %s and %s do not broadcast (%lld vs %lld "
+                                  "at batch dim %d)",
+                                  op, cti_shape_s(a->ndim, a->shape),
+                                  cti_shape_s(b->ndim, b->shape), (long long)sa, (long long)sb,
+                                  i);
+        shape[i] = sa == 1 ? sb : sa;
+    }
+    int64_t n = a->ndim >= 2 ? a->shape[a->ndim - 2] : 1;
+    int64_t m = b->ndim >= 2 ? b->shape[b->ndim - 1] : 1;
+    int nd = nb;
+    if (a->ndim >= 2) shape[nd++] = n;
+    if (b->ndim >= 2) shape[nd++] = m;
+    ct_tensor *result = cti_tensor_new(op, nd, shape, a->dtype, a->storage->device);
+    if (!result) return NULL;
+
+    /* b shared by every batch: one GEMM over a's batches merged into rows,
+     * when a's strides allow the merge. */
+    int64_t fstride[2];
+    int64_t rows = batch_numel(a) * n;
+    if (na > 0 && batch_numel(b) == 1 &&
+        cti_view_strides(a, 2, (const int64_t[]){rows, k}, fstride)) {
+        int64_t mshape[2] = {rows, m};
+        return finish(CT_OP_MM, result, NULL,
+                      view_of(a, 2, (const int64_t[]){rows, k}, fstride),
+                      batched_view(b, 0, NULL, false), out_view(result, 2, mshape), 0, 1);
+    }
+    int64_t oshape[CT_MAX_DIMS];
+    memcpy(oshape, shape, (size_t)nb * sizeof *shape);
+    oshape[nb] = n;
+    oshape[nb + 1] = m;
+    return finish(nb > 0 ? CT_OP_BMM : CT_OP_MM, result, NULL, batched_view(a, nb, shape, true),
+                  batched_view(b, nb, shape, false), out_view(result, nb + 2, oshape), 0, 1);
+}
+
+/* input as [n, m]: broadcast dims with stride 0. False when it does not broadcast. */
+static bool broadcast_2d(const ct_tensor *t, int64_t n, int64_t m, int64_t stride[2]) {
+    if (t->ndim > 2) return false;
+    int64_t want[2] = {n, m};
+    for (int i = 0; i < 2; i++) {
+        int ti = i - (2 - t->ndim);
+        int64_t size = ti >= 0 ? t->shape[ti] : 1;
+        if (size != want[i] && size != 1) return false;
+        stride[i] = (ti >= 0 && size == want[i]) ? t->stride[ti] : 0;
+    }
+    return true;
+}
+
+ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta, double alpha) {
+    static const char op[] = "ct_addmm";
+    ct_tensor *ts[3] = {input, m1, m2};
+    if (check_operands(op, 3, 3, ts, "input, mat1 and mat2") != CT_OK) return NULL;
+    if (m1->ndim != 2 || m2->ndim != 2)
+        return cti_error_null(CT_ERR_SHAPE, "%s: expected 2-d mat1 and mat2, got %s and %s", op,
+                              cti_desc(m1), cti_desc(m2));
+    if (m1->shape[1] != m2->shape[0])
+        return cti_error_null(CT_ERR_SHAPE, "%s: shapes %s and %s do not align (%lld != %lld)",
+                              op, cti_shape_s(2, m1->shape), cti_shape_s(2, m2->shape),
+                              (long long)m1->shape[1], (long long)m2->shape[0]);
+    int64_t shape[2] = {m1->shape[0], m2->shape[1]}, istride[2];
+    if (!broadcast_2d(input, shape[0], shape[1], istride))
+        return cti_error_null(CT_ERR_SHAPE, "%s: input %s does not broadcast to the product's %s",
+                              op, cti_shape_s(input->ndim, input->shape), cti_shape_s(2, shape));
+    ct_tensor *result = cti_tensor_new(op, 2, shape, m1->dtype, m1->storage->device);
+    if (!result) return NULL;
+    return finish(CT_OP_ADDMM, result, view_of(input, 2, shape, istride),
+                  batched_view(m1, 0, NULL, true), batched_view(m2, 0, NULL, false),
+                  out_view(result, 2, shape), beta, alpha);
+}
+
+ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
+    static const char op[] = "ct_linear";
+    ct_tensor *ts[3] = {x, w, bias};
+    if (check_operands(op, 2, bias ? 3 : 2, ts,
+                       bias ? "input, weight and bias" : "input and weight") != CT_OK)
+        return NULL;
+    if (x->ndim == 0 || w->ndim != 2)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: expected an input of at least 1 dim and a 2-d weight, got %s "
+                              "and %s",
+                              op, cti_desc(x), cti_desc(w));
+    int64_t in = x->shape[x->ndim - 1], out = w->shape[0];
+    if (in != w->shape[1])
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: input %s and weight %s do not align (%lld != %lld in-features)",
+                              op, cti_shape_s(x->ndim, x->shape), cti_shape_s(2, w->shape),
+                              (long long)in, (long long)w->shape[1]);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != out))
+        return cti_error_null(CT_ERR_SHAPE, "%s: bias must be [%lld] for weight %s, got %s", op,
+                              (long long)out, cti_shape_s(2, w->shape),
+                              cti_shape_s(bias->ndim, bias->shape));
+
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, x->shape, (size_t)(x->ndim - 1) * sizeof *shape);
+    shape[x->ndim - 1] = out;
+    ct_tensor *result = cti_tensor_new(op, x->ndim, shape, x->dtype, x->storage->device);
+    if (!result) return NULL;
+
+    /* x's leading dims become rows: a view when its strides allow, else a
+     * contiguous copy. w^T is a view that BLAS reads with its transpose flag. */
+    int64_t rows = cti_numel(x->ndim - 1, x->shape);
+    int64_t xshape[2] = {rows, in}, xstride[2];
+    ct_tensor *xc = NULL, *x2;
+    if (cti_view_strides(x, 2, xshape, xstride)) {
+        x2 = view_of(x, 2, xshape, xstride);
+    } else {
+        xc = ct_contiguous(x);
+        x2 = xc ? out_view(xc, 2, xshape) : NULL;
+    }
+    ct_tensor *wt = view_of(w, 2, (const int64_t[]){in, out},
+                            (const int64_t[]){w->stride[1], w->stride[0]});
+    int64_t oshape[2] = {rows, out};
+    ct_tensor *r;
+    if (bias)
+        r = finish(CT_OP_ADDMM, result,
+                   view_of(bias, 2, oshape, (const int64_t[]){0, bias->stride[0]}), x2, wt,
+                   out_view(result, 2, oshape), 1, 1);
+    else
+        r = finish(CT_OP_MM, result, NULL, x2, wt, out_view(result, 2, oshape), 0, 1);
+    ct_tensor_release(xc);
+    return r;
+}
