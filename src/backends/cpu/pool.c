@@ -69,12 +69,22 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static int env_threads(const char *name) {
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end != '\0' || v < 1) return 0;
+    return v > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)v;
+}
+
+/* CT_NUM_THREADS decides; without it a count the user gave OpenBLAS or
+ * OpenMP is kept for both, since cten applies its count to OpenBLAS too. */
 static int default_threads(void) {
-    const char *e = getenv("CT_NUM_THREADS");
-    if (e && *e) {
-        char *end;
-        long v = strtol(e, &end, 10);
-        if (*end == '\0' && v >= 1) return v > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)v;
+    static const char *vars[] = {"CT_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        int v = env_threads(vars[i]);
+        if (v) return v;
     }
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
