@@ -7,5 +7,7 @@
 #include "ops.h"
 #include "dispatch.h"
 #include "autograd.h"
+#include "nn.h"
+#include "cuda.h"
 
 #endif

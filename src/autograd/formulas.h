@@ -42,14 +42,53 @@ CTI_BW(cti_bw_reciprocal);
 CTI_BW(cti_bw_square);
 CTI_BW(cti_bw_sign);
 
-/* formulas_reduce.c */
+/* formulas_reduce.c
+ * One input x; i[0] the reduced dims as a bitmask, i[1] keepdim. The saved
+ * tensors and params each one reads are listed in that file. */
+CTI_BW(cti_bw_sum);
+CTI_BW(cti_bw_mean);
+CTI_BW(cti_bw_prod);
+CTI_BW(cti_bw_var);
+CTI_BW(cti_bw_std);
+CTI_BW(cti_bw_norm);
+CTI_BW(cti_bw_max_all);
+CTI_BW(cti_bw_max_dim);
 
-/* formulas_views.c */
+/* formulas_views.c
+ * One input t, nothing saved; the params of each are listed in that file. */
+CTI_BW(cti_bw_view);
+CTI_BW(cti_bw_transpose);
+CTI_BW(cti_bw_permute);
+CTI_BW(cti_bw_slice);
+CTI_BW(cti_bw_select);
+CTI_BW(cti_bw_expand);
 
-/* formulas_linalg.c */
+/* formulas_linalg.c
+ * matmul/mm/bmm have inputs (a, b), addmm (input, m1, m2), linear (x, w,
+ * bias); the saved tensors and params each one reads are listed in that file. */
+CTI_BW(cti_bw_matmul);
+CTI_BW(cti_bw_mm);
+CTI_BW(cti_bw_bmm);
+CTI_BW(cti_bw_addmm);
+CTI_BW(cti_bw_linear);
 
-/* formulas_conv.c */
+/* formulas_conv.c
+ * Inputs, saved tensors and params of each are listed in that file. */
+CTI_BW(cti_bw_conv2d);
+CTI_BW(cti_bw_max_pool2d);
+CTI_BW(cti_bw_avg_pool2d);
+CTI_BW(cti_bw_adaptive_avg_pool2d);
 
-/* formulas_nn.c */
+/* formulas_nn.c
+ * Inputs, saved tensors and params of each are listed in that file. */
+CTI_BW(cti_bw_rms_norm);
+CTI_BW(cti_bw_layer_norm);
+CTI_BW(cti_bw_softmax);
+CTI_BW(cti_bw_log_softmax);
+CTI_BW(cti_bw_cross_entropy);
+CTI_BW(cti_bw_nll_loss);
+CTI_BW(cti_bw_mse_loss);
+CTI_BW(cti_bw_embedding);
+CTI_BW(cti_bw_dropout);
 
 #endif

@@ -1,1 +1,101 @@
+/* Backward formulas of the neural-network ops (src/dispatch/nn.c).
+ *
+ * Each one hands the work to the op's backward front end, so the fused CPU
+ * and device kernels do it. Inputs, saved tensors and params:
+ *   rms_norm:      in (x, weight|NULL); saved x, weight, inv_rms
+ *   layer_norm:    in (x, weight|NULL, bias|NULL); saved x, weight, mean, rstd
+ *   softmax,
+ *   log_softmax:   in (x); saved the output y; i[0] dim
+ *   cross_entropy,
+ *   nll_loss:      in (logits | log_probs) only, as PyTorch has no gradient
+ *                  for target or class weights; saved input, target, weight;
+ *                  i[0] reduction, i[1] ignore_index; f[0] label_smoothing
+ *   mse_loss:      in (input, target); saved input, target; i[0] reduction
+ *   embedding:     in (weight) only; saved indices
+ *   dropout:       in (x); saved the mask (NULL for the identity); f[0] p
+ * A NULL incoming gradient means zero: the formulas then return no gradient. */
 #include "formulas.h"
+
+#define SAVED(var, k)                                                                      \
+    ct_status st_##var;                                                                    \
+    ct_tensor *var = cti_ag_saved(n, k, &st_##var);                                        \
+    if (st_##var != CT_OK) return st_##var
+
+static ct_status put(ct_tensor **slot, ct_tensor *g) {
+    *slot = g;
+    return g ? CT_OK : ct_last_status();
+}
+
+CTI_BW(cti_bw_rms_norm) {
+    if (!go[0]) return CT_OK;
+    SAVED(x, 0);
+    SAVED(w, 1);
+    SAVED(inv, 2);
+    return ct_rms_norm_backward(go[0], x, w, inv, n->needs[0] ? &gi[0] : NULL,
+                                n->needs[1] ? &gi[1] : NULL);
+}
+
+CTI_BW(cti_bw_layer_norm) {
+    if (!go[0]) return CT_OK;
+    SAVED(x, 0);
+    SAVED(w, 1);
+    SAVED(mean, 2);
+    SAVED(rstd, 3);
+    return ct_layer_norm_backward(go[0], x, w, mean, rstd, n->needs[0] ? &gi[0] : NULL,
+                                  n->needs[1] ? &gi[1] : NULL, n->needs[2] ? &gi[2] : NULL);
+}
+
+CTI_BW(cti_bw_softmax) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(y, 0);
+    return put(&gi[0], ct_softmax_backward(go[0], y, (int)n->i[0]));
+}
+
+CTI_BW(cti_bw_log_softmax) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(y, 0);
+    return put(&gi[0], ct_log_softmax_backward(go[0], y, (int)n->i[0]));
+}
+
+CTI_BW(cti_bw_cross_entropy) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(logits, 0);
+    SAVED(target, 1);
+    SAVED(w, 2);
+    return put(&gi[0], ct_cross_entropy_backward(go[0], logits, target, w,
+                                                 (ct_reduction)n->i[0], n->i[1], n->f[0]));
+}
+
+CTI_BW(cti_bw_nll_loss) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(lp, 0);
+    SAVED(target, 1);
+    SAVED(w, 2);
+    return put(&gi[0], ct_nll_loss_backward(go[0], lp, target, w, (ct_reduction)n->i[0], n->i[1]));
+}
+
+CTI_BW(cti_bw_mse_loss) {
+    if (!go[0]) return CT_OK;
+    SAVED(input, 0);
+    SAVED(target, 1);
+    ct_reduction r = (ct_reduction)n->i[0];
+    ct_status st = CT_OK;
+    if (n->needs[0]) st = put(&gi[0], ct_mse_loss_backward(go[0], input, target, r));
+    /* The loss is symmetric in its two arguments, so the target's gradient
+     * (the negative of the input's, summed to the target's shape) is the
+     * same backward with their roles swapped. */
+    if (st == CT_OK && n->needs[1]) st = put(&gi[1], ct_mse_loss_backward(go[0], target, input, r));
+    return st;
+}
+
+CTI_BW(cti_bw_embedding) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(indices, 0);
+    return put(&gi[0], ct_embedding_backward(go[0], indices, n->in_shape[0][0], -1));
+}
+
+CTI_BW(cti_bw_dropout) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(mask, 0);
+    return put(&gi[0], ct_dropout_backward(go[0], mask, n->f[0]));
+}

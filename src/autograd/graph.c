@@ -221,9 +221,12 @@ ct_status ct_set_grad(ct_tensor *t, ct_tensor *g) {
                          cti_desc(g), cti_desc(t));
     struct ct_autograd_meta *m = meta_get(t);
     if (!m) return cti_error(CT_ERR_OOM, "ct_set_grad: out of memory");
+    /* A handle of its own: retaining g and taking it out of its scope would
+     * leave the scope's reference unreleased. */
+    ct_tensor *ng = NULL;
+    if (g && !(ng = alias(g))) return ct_last_status();
     ct_tensor *old = m->grad;
-    m->grad = g ? ct_tensor_retain(g) : NULL;
-    if (m->grad) cti_scope_forget(m->grad);
+    m->grad = ng;
     ct_tensor_release(old);
     return CT_OK;
 }

@@ -2,9 +2,12 @@
  * rules, output shapes, dispatch. A 3-d CHW input is one image; its results
  * are 3-d too. Kernels receive the geometry in call->i:
  *   conv:    N C H W Co kh kw sh sw ph pw dh dw groups OH OW
- *   pooling: N C H W kh kw sh sw ph pw dh dw OH OW count_include_pad */
+ *   pooling: N C H W kh kw sh sw ph pw dh dw OH OW count_include_pad
+ * The forward ops record their backward when autograd needs it; the backward
+ * ops record nothing (no double backward). */
 #include <limits.h>
 
+#include "autograd/formulas.h"
 #include "dispatch_impl.h"
 #include "tensor/ops.h"
 
@@ -178,7 +181,18 @@ ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t 
     c.nin = 3;
     c.out[0] = y;
     c.nout = 1;
-    return dispatch_one(&c, x);
+    if (!dispatch_one(&c, x)) return NULL;
+    if (!cti_ag_needed(3, ts)) return y;
+    /* x serves only the weight's gradient and w only the input's */
+    ct_tensor *sv[2] = {ct_requires_grad(w) ? x : NULL, ct_requires_grad(x) ? w : NULL};
+    int64_t iv[7] = {a.stride[0],   a.stride[1],   a.padding[0], a.padding[1],
+                     a.dilation[0], a.dilation[1], a.groups};
+    if (cti_ag_record("ConvolutionBackward", cti_bw_conv2d, 3, ts, 1, &y, 2, sv, NULL, 0, iv, 7) !=
+        CT_OK) {
+        ct_tensor_release(y);
+        return NULL;
+    }
+    return y;
 }
 
 /* Checks grad_out against the shape the forward produced. */
@@ -354,6 +368,18 @@ static void pool_call(ct_call *c, ct_op op, const pool_args *a) {
     for (int k = 0; k < 15; k++) c->i[k] = v[k];
 }
 
+/* Records a finished one-input, one-output pooling call that saves nothing;
+ * returns its output, or NULL (output released) when recording failed. */
+static ct_tensor *record_pool(ct_call *c, const char *name, cti_backward_fn bw,
+                              const int64_t *iv, int ni) {
+    if (cti_ag_needed(1, c->in) &&
+        cti_ag_record(name, bw, 1, c->in, 1, c->out, 0, NULL, NULL, 0, iv, ni) != CT_OK) {
+        cti_call_release_outputs(c);
+        return NULL;
+    }
+    return c->out[0];
+}
+
 ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t stride[2],
                          const int64_t padding[2], const int64_t dilation[2], bool ceil_mode,
                          ct_tensor **indices) {
@@ -376,6 +402,13 @@ ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t st
         return NULL;
     }
     if (!dispatch_one(&c, x)) return NULL;
+    /* the kernel computes the indices either way; the backward keeps them */
+    if (cti_ag_needed(1, &x) &&
+        cti_ag_record("MaxPool2DWithIndicesBackward", cti_bw_max_pool2d, 1, &x, 1, &c.out[0], 1,
+                      &c.out[1], NULL, 0, NULL, 0) != CT_OK) {
+        cti_call_release_outputs(&c);
+        return NULL;
+    }
     if (indices) *indices = c.out[1];
     else ct_tensor_release(c.out[1]);
     return c.out[0];
@@ -432,8 +465,10 @@ ct_tensor *ct_avg_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t st
     c.nin = 1;
     c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
     c.nout = 1;
-    if (!c.out[0]) return NULL;
-    return dispatch_one(&c, x);
+    if (!c.out[0] || !dispatch_one(&c, x)) return NULL;
+    int64_t iv[8] = {a.kernel[0],  a.kernel[1],  a.stride[0], a.stride[1],
+                     a.padding[0], a.padding[1], ceil_mode,   count_include_pad};
+    return record_pool(&c, "AvgPool2DBackward", cti_bw_avg_pool2d, iv, 8);
 }
 
 /* grad_out must have ndim of x, x's N and C, and the given spatial size. */
@@ -497,8 +532,8 @@ ct_tensor *ct_adaptive_avg_pool2d(ct_tensor *x, int64_t out_h, int64_t out_w) {
     c.nin = 1;
     c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
     c.nout = 1;
-    if (!c.out[0]) return NULL;
-    return dispatch_one(&c, x);
+    if (!c.out[0] || !dispatch_one(&c, x)) return NULL;
+    return record_pool(&c, "AdaptiveAvgPool2DBackward", cti_bw_adaptive_avg_pool2d, NULL, 0);
 }
 
 ct_tensor *ct_adaptive_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x) {

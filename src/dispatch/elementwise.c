@@ -8,9 +8,14 @@
  * dtype, and dispatches on the compute dtype. float16/bfloat16 kernels read
  * float32 0-d operands directly, so a scalar keeps float32 precision there as
  * in PyTorch's opmath. The path for same-dtype, same-shape operands makes no
- * calls beyond the result's allocation and the dispatch. */
+ * calls beyond the result's allocation, the dispatch and autograd's check.
+ *
+ * Differentiable ops record their backward (src/autograd/formulas_elementwise.c)
+ * when an operand requires grad; in-place forms are not recorded, so they
+ * refuse what autograd forbids (cti_ag_check_inplace) before touching data. */
 #include <math.h>
 
+#include "autograd/formulas.h"
 #include "dispatch_impl.h"
 #include "tensor/ops.h"
 
@@ -131,6 +136,48 @@ static ct_status binary_shape(const char *name, const ct_tensor *a, const ct_ten
     return cti_broadcast_shapes(name, a->ndim, a->shape, b->ndim, b->shape, nd, shape);
 }
 
+/* Records out = a op b for autograd when an operand requires grad. Each
+ * operand saves only what the other one's gradient reads. */
+static ct_status binary_record(const bin_spec *sp, ct_tensor *a, ct_tensor *b, ct_tensor *out,
+                               double alpha) {
+    ct_tensor *ins[2] = {a, b};
+    if (!cti_ag_needed(2, ins)) return CT_OK;
+    bool ga = ct_requires_grad(a), gb = ct_requires_grad(b);
+    ct_tensor *sv[3] = {NULL, NULL, NULL};
+    switch (sp->op) {
+    case CT_OP_ADD:
+    case CT_OP_SUB: {
+        double f[1] = {alpha}; /* out = a + alpha * b, sub passing -alpha */
+        return cti_ag_record(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 2,
+                             ins, 1, &out, 0, NULL, f, 1, NULL, 0);
+    }
+    case CT_OP_MUL:
+        sv[0] = gb ? a : NULL;
+        sv[1] = ga ? b : NULL;
+        return cti_ag_record("MulBackward", cti_bw_mul, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
+                             0);
+    case CT_OP_DIV:
+        sv[0] = gb ? a : NULL;
+        sv[1] = b;
+        return cti_ag_record("DivBackward", cti_bw_div, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
+                             0);
+    case CT_OP_POW:
+        sv[0] = a;
+        sv[1] = b;
+        sv[2] = gb ? out : NULL;
+        return cti_ag_record("PowBackward", cti_bw_pow, 2, ins, 1, &out, 3, sv, NULL, 0, NULL,
+                             0);
+    case CT_OP_MAXIMUM:
+    case CT_OP_MINIMUM: {
+        bool mx = sp->op == CT_OP_MAXIMUM;
+        return cti_ag_record(mx ? "MaximumBackward" : "MinimumBackward",
+                             mx ? cti_bw_maximum : cti_bw_minimum, 2, ins, 1, &out, 2, ins, NULL,
+                             0, NULL, 0);
+    }
+    default: return CT_OK; /* comparisons and logical ops: bool results, no gradient */
+    }
+}
+
 static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double alpha) {
     if (check_two(sp->name, a, b) != CT_OK) return NULL;
     ct_dtype rt = a->dtype;
@@ -148,7 +195,8 @@ static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
     if (binary_shape(sp->name, a, b, &nd, shape) != CT_OK) return NULL;
     ct_tensor *out = cti_tensor_new(sp->name, nd, shape, od, dev_of(a));
     if (!out) return NULL;
-    if (run_binary(sp, out, a, b, cd, alpha) != CT_OK) {
+    if (run_binary(sp, out, a, b, cd, alpha) != CT_OK ||
+        binary_record(sp, a, b, out, alpha) != CT_OK) {
         ct_tensor_release(out);
         return NULL;
     }
@@ -204,6 +252,38 @@ static ct_tensor *make_scalar(const char *name, double s, ct_dtype cd, ct_device
     return t;
 }
 
+/* Records out = a op s (s op a when reverse) for autograd when a requires grad. */
+static ct_status scalar_record(const bin_spec *sp, ct_tensor *a, double s, bool reverse,
+                               ct_tensor *out) {
+    if (!cti_ag_needed(1, &a)) return CT_OK;
+    double f[1] = {s};
+    switch (sp->op) {
+    case CT_OP_ADD:
+    case CT_OP_SUB:
+        if (reverse) /* s - a */
+            return cti_ag_record("RsubBackward", cti_bw_neg, 1, &a, 1, &out, 0, NULL, NULL, 0,
+                                 NULL, 0);
+        return cti_ag_record(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 1,
+                             &a, 1, &out, 0, NULL, NULL, 0, NULL, 0);
+    case CT_OP_MUL:
+        return cti_ag_record("MulBackward", cti_bw_mul_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
+                             NULL, 0);
+    case CT_OP_DIV:
+        return cti_ag_record("DivBackward", cti_bw_div_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
+                             NULL, 0);
+    case CT_OP_POW:
+        return cti_ag_record("PowBackward", cti_bw_pow_scalar, 1, &a, 1, &out, 1, &a, f, 1,
+                             NULL, 0);
+    case CT_OP_MAXIMUM:
+        return cti_ag_record("MaximumBackward", cti_bw_maximum_scalar, 1, &a, 1, &out, 1, &a, f,
+                             1, NULL, 0);
+    case CT_OP_MINIMUM:
+        return cti_ag_record("MinimumBackward", cti_bw_minimum_scalar, 1, &a, 1, &out, 1, &a, f,
+                             1, NULL, 0);
+    default: return CT_OK; /* comparisons: bool results, no gradient */
+    }
+}
+
 /* a op s, or s op a when reverse (alpha as for add/sub). */
 static ct_tensor *binary_scalar(const bin_spec *sp, ct_tensor *a, double s, bool reverse,
                                 double alpha) {
@@ -225,6 +305,7 @@ static ct_tensor *binary_scalar(const bin_spec *sp, ct_tensor *a, double s, bool
     else if (reverse) st = run_binary(sp, out, sc, a, cd, alpha);
     else st = run_binary(sp, out, a, sc, cd, alpha);
     ct_tensor_release(sc);
+    if (st == CT_OK) st = scalar_record(sp, a, s, reverse, out);
     if (st != CT_OK) {
         ct_tensor_release(out);
         return NULL;
@@ -317,6 +398,21 @@ SCALAR_OP(ct_gt_scalar, s_gt_scalar)
 SCALAR_OP(ct_ge_scalar, s_ge_scalar)
 
 /* ---- in place -------------------------------------------------------------------------------- */
+/* Autograd's rules for updating a in place from b (NULL for none): a must be
+ * neither a leaf that requires grad nor have history; and since in-place ops
+ * are not recorded, an operand that requires grad would lose its gradient. */
+static ct_status check_autograd(const char *name, const ct_tensor *a, ct_tensor *b) {
+    ct_status st = cti_ag_check_inplace(name, a);
+    if (st != CT_OK) return st;
+    if (b && cti_ag_needed(1, &b))
+        return cti_error(CT_ERR_AUTOGRAD,
+                         "%s: the operand %s requires grad, but in-place operations are not "
+                         "recorded by autograd and its gradient would be lost; use the "
+                         "out-of-place op",
+                         name, cti_desc(b));
+    return CT_OK;
+}
+
 /* A destination that repeats memory (a stride-0 dim) would be written twice. */
 static ct_status check_no_overlap(const char *name, const ct_tensor *a) {
     for (int d = 0; d < a->ndim; d++)
@@ -372,6 +468,7 @@ static ct_status inplace_run(const bin_spec *sp, ct_tensor *a, ct_tensor *b, ct_
 static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double alpha) {
     ct_status st = check_two(sp->name, a, b);
     if (st != CT_OK) return st;
+    if ((st = check_autograd(sp->name, a, b)) != CT_OK) return st;
     ct_tensor *ts[2] = {a, b};
     ct_dtype rt = a->dtype == b->dtype ? a->dtype : cti_result_type(2, ts);
     ct_dtype cd = compute_dtype(sp->kind, rt);
@@ -394,10 +491,11 @@ static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
 
 static ct_status inplace_scalar(const bin_spec *sp, ct_tensor *a, double s, double alpha) {
     if (!a) return cti_check_not_null(sp->name, 1, &a);
+    ct_status st = check_autograd(sp->name, a, NULL);
+    if (st != CT_OK) return st;
     ct_dtype rt = scalar_result_type(a->dtype, scalar_dtype(s));
     ct_dtype cd = compute_dtype(sp->kind, rt);
-    ct_status st = check_cast(sp->name, cd, a->dtype);
-    if (st != CT_OK) return st;
+    if ((st = check_cast(sp->name, cd, a->dtype)) != CT_OK) return st;
     if (sp->op == CT_OP_SUB && (st = check_bool_sub(sp->name, a->dtype, a->dtype)) != CT_OK)
         return st;
     if ((st = check_no_overlap(sp->name, a)) != CT_OK) return st;
@@ -491,6 +589,36 @@ static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_d
     return st;
 }
 
+/* Records out = op(x) for autograd when x requires grad, saving x or out,
+ * whichever the derivative is cheaper from. */
+static ct_status unary_record(const un_spec *sp, ct_tensor *x, ct_tensor *out) {
+    if (!cti_ag_needed(1, &x)) return CT_OK;
+    const char *name;
+    cti_backward_fn bw;
+    ct_tensor *saved = x;
+    switch (sp->op) {
+    case CT_OP_NEG: name = "NegBackward", bw = cti_bw_neg, saved = NULL; break;
+    case CT_OP_ABS: name = "AbsBackward", bw = cti_bw_abs; break;
+    case CT_OP_EXP: name = "ExpBackward", bw = cti_bw_exp, saved = out; break;
+    case CT_OP_LOG: name = "LogBackward", bw = cti_bw_log; break;
+    case CT_OP_SQRT: name = "SqrtBackward", bw = cti_bw_sqrt, saved = out; break;
+    case CT_OP_RSQRT: name = "RsqrtBackward", bw = cti_bw_rsqrt, saved = out; break;
+    case CT_OP_SIN: name = "SinBackward", bw = cti_bw_sin; break;
+    case CT_OP_COS: name = "CosBackward", bw = cti_bw_cos; break;
+    case CT_OP_TANH: name = "TanhBackward", bw = cti_bw_tanh, saved = out; break;
+    case CT_OP_SIGMOID: name = "SigmoidBackward", bw = cti_bw_sigmoid, saved = out; break;
+    case CT_OP_RELU: name = "ReluBackward", bw = cti_bw_relu, saved = out; break;
+    case CT_OP_GELU: name = "GeluBackward", bw = cti_bw_gelu; break;
+    case CT_OP_GELU_TANH: name = "GeluBackward", bw = cti_bw_gelu_tanh; break;
+    case CT_OP_SILU: name = "SiluBackward", bw = cti_bw_silu; break;
+    case CT_OP_RECIPROCAL: name = "ReciprocalBackward", bw = cti_bw_reciprocal, saved = out; break;
+    case CT_OP_SQUARE: name = "SquareBackward", bw = cti_bw_square; break;
+    case CT_OP_SIGN: name = "SignBackward", bw = cti_bw_sign, saved = NULL; break;
+    default: return CT_OK; /* logical_not: a bool result, no gradient */
+    }
+    return cti_ag_record(name, bw, 1, &x, 1, &out, saved ? 1 : 0, &saved, NULL, 0, NULL, 0);
+}
+
 static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
     if (!x) return (cti_check_not_null(sp->name, 1, &x), NULL);
     ct_dtype cd;
@@ -498,7 +626,7 @@ static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
     ct_dtype od = sp->kind == UK_LOGICAL ? CT_BOOL : cd;
     ct_tensor *out = cti_tensor_new(sp->name, x->ndim, x->shape, od, dev_of(x));
     if (!out) return NULL;
-    if (run_unary(sp, out, x, cd) != CT_OK) {
+    if (run_unary(sp, out, x, cd) != CT_OK || unary_record(sp, x, out) != CT_OK) {
         ct_tensor_release(out);
         return NULL;
     }
@@ -507,9 +635,10 @@ static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
 
 static ct_status unary_inplace(const un_spec *sp, ct_tensor *x) {
     if (!x) return cti_check_not_null(sp->name, 1, &x);
-    ct_dtype cd;
-    ct_status st = unary_dtype(sp, x->dtype, &cd);
+    ct_status st = check_autograd(sp->name, x, NULL);
     if (st != CT_OK) return st;
+    ct_dtype cd;
+    if ((st = unary_dtype(sp, x->dtype, &cd)) != CT_OK) return st;
     if ((st = check_cast(sp->name, cd, x->dtype)) != CT_OK) return st;
     if ((st = check_no_overlap(sp->name, x)) != CT_OK) return st;
     if (cd != x->dtype) {
@@ -609,6 +738,9 @@ ct_tensor *ct_where(ct_tensor *cond, ct_tensor *a, ct_tensor *b) {
     c.out[0] = out;
     set_params(&c, 0, 0, 0, 0);
     if (cti_dispatch(&c, dev_of(cond), rt) != CT_OK) goto fail;
+    if (cti_ag_needed(2, ab) && cti_ag_record("WhereBackward", cti_bw_where, 2, ab, 1, &out, 1,
+                                              &cond, NULL, 0, NULL, 0) != CT_OK)
+        goto fail;
     ct_tensor_release(ta);
     ct_tensor_release(tb);
     return out;
@@ -657,7 +789,10 @@ ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
     ct_tensor *out = cti_tensor_new(name, x->ndim, x->shape, x->dtype, dev_of(x));
     if (!out) return NULL;
     c.out[0] = out;
-    if (cti_dispatch(&c, dev_of(x), x->dtype) != CT_OK) {
+    double f[2] = {min, max};
+    if (cti_dispatch(&c, dev_of(x), x->dtype) != CT_OK ||
+        (cti_ag_needed(1, &x) && cti_ag_record("ClampBackward", cti_bw_clamp, 1, &x, 1, &out, 1,
+                                               &x, f, 2, NULL, 0) != CT_OK)) {
         ct_tensor_release(out);
         return NULL;
     }
@@ -667,9 +802,10 @@ ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
 ct_status ct_clamp_(ct_tensor *a, double min, double max) {
     static const char *name = "ct_clamp_";
     if (!a) return cti_check_not_null(name, 1, &a);
-    ct_call c;
-    ct_status st = clamp_check(name, a, min, max, &c);
+    ct_status st = check_autograd(name, a, NULL);
     if (st != CT_OK) return st;
+    ct_call c;
+    if ((st = clamp_check(name, a, min, max, &c)) != CT_OK) return st;
     if ((st = check_no_overlap(name, a)) != CT_OK) return st;
     c.out[0] = a;
     st = cti_dispatch(&c, dev_of(a), a->dtype);

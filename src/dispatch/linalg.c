@@ -6,9 +6,13 @@
  * kernel hands them to BLAS through its transpose flag). No operand is
  * copied here, except a linear() input whose leading dims cannot be merged
  * into rows. Results are allocated contiguous in their final shape and the
- * kernel writes them through a [batch..., n, m] view. */
+ * kernel writes them through a [batch..., n, m] view.
+ *
+ * Autograd records the call as the user made it (the caller's operands, the
+ * final result); the formulas are in src/autograd/formulas_linalg.c. */
 #include <stdio.h>
 
+#include "autograd/formulas.h"
 #include "dispatch_impl.h"
 
 /* ---- argument checks ------------------------------------------------------------ */
@@ -118,6 +122,30 @@ static ct_tensor *finish(ct_op op, ct_tensor *result, ct_tensor *input, ct_tenso
     return result;
 }
 
+/* ---- autograd ---------------------------------------------------------------------------- */
+
+/* t when other requires grad, else NULL: each operand of a product is read
+ * only by the gradient of the other, so it is saved only when that one
+ * needs it. */
+static ct_tensor *saved_for(ct_tensor *t, ct_tensor *other) {
+    return ct_requires_grad(other) ? t : NULL;
+}
+
+/* Records result = op(ins) when an input requires grad, saving s0 and s1
+ * (either may be NULL) and params f. Returns result, or NULL after
+ * releasing it when recording fails (result NULL stays NULL). */
+static ct_tensor *record(ct_tensor *result, const char *name, cti_backward_fn bw, int nin,
+                         ct_tensor *const *ins, ct_tensor *s0, ct_tensor *s1, const double *f,
+                         int nf) {
+    if (!result || !cti_ag_needed(nin, ins)) return result;
+    ct_tensor *sv[2] = {s0, s1};
+    if (cti_ag_record(name, bw, nin, ins, 1, &result, 2, sv, f, nf, NULL, 0) != CT_OK) {
+        ct_tensor_release(result);
+        return NULL;
+    }
+    return result;
+}
+
 /* ---- public functions ------------------------------------------------------------------ */
 
 ct_tensor *ct_mm(ct_tensor *a, ct_tensor *b) {
@@ -134,8 +162,10 @@ ct_tensor *ct_mm(ct_tensor *a, ct_tensor *b) {
     int64_t shape[2] = {a->shape[0], b->shape[1]};
     ct_tensor *result = cti_tensor_new(op, 2, shape, a->dtype, a->storage->device);
     if (!result) return NULL;
-    return finish(CT_OP_MM, result, NULL, batched_view(a, 0, NULL, true),
-                  batched_view(b, 0, NULL, false), out_view(result, 2, shape), 0, 1);
+    result = finish(CT_OP_MM, result, NULL, batched_view(a, 0, NULL, true),
+                    batched_view(b, 0, NULL, false), out_view(result, 2, shape), 0, 1);
+    return record(result, "MmBackward", cti_bw_mm, 2, ts, saved_for(a, b), saved_for(b, a),
+                  NULL, 0);
 }
 
 ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b) {
@@ -157,8 +187,10 @@ ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b) {
     int64_t shape[3] = {a->shape[0], a->shape[1], b->shape[2]};
     ct_tensor *result = cti_tensor_new(op, 3, shape, a->dtype, a->storage->device);
     if (!result) return NULL;
-    return finish(CT_OP_BMM, result, NULL, batched_view(a, 1, shape, true),
-                  batched_view(b, 1, shape, false), out_view(result, 3, shape), 0, 1);
+    result = finish(CT_OP_BMM, result, NULL, batched_view(a, 1, shape, true),
+                    batched_view(b, 1, shape, false), out_view(result, 3, shape), 0, 1);
+    return record(result, "BmmBackward", cti_bw_bmm, 2, ts, saved_for(a, b), saved_for(b, a),
+                  NULL, 0);
 }
 
 /* Product of the batch dims of t (all but the last two; none for <= 2-d). */
@@ -212,16 +244,20 @@ ct_tensor *ct_matmul(ct_tensor *a, ct_tensor *b) {
     if (na > 0 && batch_numel(b) == 1 &&
         cti_view_strides(a, 2, (const int64_t[]){rows, k}, fstride)) {
         int64_t mshape[2] = {rows, m};
-        return finish(CT_OP_MM, result, NULL,
-                      view_of(a, 2, (const int64_t[]){rows, k}, fstride),
-                      batched_view(b, 0, NULL, false), out_view(result, 2, mshape), 0, 1);
+        result = finish(CT_OP_MM, result, NULL,
+                        view_of(a, 2, (const int64_t[]){rows, k}, fstride),
+                        batched_view(b, 0, NULL, false), out_view(result, 2, mshape), 0, 1);
+    } else {
+        int64_t oshape[CT_MAX_DIMS];
+        memcpy(oshape, shape, (size_t)nb * sizeof *shape);
+        oshape[nb] = n;
+        oshape[nb + 1] = m;
+        result = finish(nb > 0 ? CT_OP_BMM : CT_OP_MM, result, NULL,
+                        batched_view(a, nb, shape, true), batched_view(b, nb, shape, false),
+                        out_view(result, nb + 2, oshape), 0, 1);
     }
-    int64_t oshape[CT_MAX_DIMS];
-    memcpy(oshape, shape, (size_t)nb * sizeof *shape);
-    oshape[nb] = n;
-    oshape[nb + 1] = m;
-    return finish(nb > 0 ? CT_OP_BMM : CT_OP_MM, result, NULL, batched_view(a, nb, shape, true),
-                  batched_view(b, nb, shape, false), out_view(result, nb + 2, oshape), 0, 1);
+    return record(result, "MatmulBackward", cti_bw_matmul, 2, ts, saved_for(a, b),
+                  saved_for(b, a), NULL, 0);
 }
 
 /* input as [n, m]: broadcast dims with stride 0. False when it does not broadcast. */
@@ -254,9 +290,12 @@ ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta,
                               op, cti_shape_s(input->ndim, input->shape), cti_shape_s(2, shape));
     ct_tensor *result = cti_tensor_new(op, 2, shape, m1->dtype, m1->storage->device);
     if (!result) return NULL;
-    return finish(CT_OP_ADDMM, result, view_of(input, 2, shape, istride),
-                  batched_view(m1, 0, NULL, true), batched_view(m2, 0, NULL, false),
-                  out_view(result, 2, shape), beta, alpha);
+    result = finish(CT_OP_ADDMM, result, view_of(input, 2, shape, istride),
+                    batched_view(m1, 0, NULL, true), batched_view(m2, 0, NULL, false),
+                    out_view(result, 2, shape), beta, alpha);
+    const double f[2] = {beta, alpha};
+    return record(result, "AddmmBackward", cti_bw_addmm, 3, ts, saved_for(m1, m2),
+                  saved_for(m2, m1), f, 2);
 }
 
 ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
@@ -309,5 +348,6 @@ ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
     else
         r = finish(CT_OP_MM, result, NULL, x2, wt, out_view(result, 2, oshape), 0, 1);
     ct_tensor_release(xc);
-    return r;
+    return record(r, "LinearBackward", cti_bw_linear, 3, ts, saved_for(x, w), saved_for(w, x),
+                  NULL, 0);
 }

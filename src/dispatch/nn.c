@@ -4,6 +4,7 @@
  * the outputs. */
 #include <math.h>
 
+#include "autograd/formulas.h"
 #include "dispatch_impl.h"
 #include "tensor/ops.h"
 
@@ -67,6 +68,19 @@ static ct_status check_shape_eq(const char *op, const ct_tensor *t, const char *
     if (same_shape(t->ndim, t->shape, n, shape)) return CT_OK;
     return cti_error(CT_ERR_SHAPE, "%s: %s has shape %s, expected %s", op, name,
                      cti_shape_s(t->ndim, t->shape), cti_shape_s(n, shape));
+}
+
+/* Records out as computed from ins by bw when grad mode is on and an input
+ * requires grad. Returns out, or NULL after releasing it when recording
+ * fails. */
+static ct_tensor *record(const char *name, cti_backward_fn bw, int nin, ct_tensor *const *ins,
+                         ct_tensor *out, int nsaved, ct_tensor *const *saved, const double *f,
+                         int nf, const int64_t *i, int ni) {
+    if (!out || !cti_ag_needed(nin, ins)) return out;
+    if (cti_ag_record(name, bw, nin, ins, 1, &out, nsaved, saved, f, nf, i, ni) == CT_OK)
+        return out;
+    ct_tensor_release(out);
+    return NULL;
 }
 
 /* Dispatches c on t's device with t's dtype; on failure releases the outputs. */
@@ -153,9 +167,15 @@ ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
     c.f[0] = eps;
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
-    if (inv_rms) *inv_rms = c.out[1];
-    else ct_tensor_release(c.out[1]);
-    return c.out[0];
+    {
+        /* The backward needs inv_rms even when the caller does not. */
+        ct_tensor *ins[2] = {x, weight}, *sv[3] = {x, weight, c.out[1]};
+        ct_tensor *y = record("RmsNormBackward", cti_bw_rms_norm, 2, ins, c.out[0], 3, sv, NULL,
+                              0, NULL, 0);
+        if (y && inv_rms) *inv_rms = c.out[1];
+        else ct_tensor_release(c.out[1]);
+        return y;
+    }
 fail:
     temps_release(&tp);
     return NULL;
@@ -232,11 +252,16 @@ ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shap
     c.f[0] = eps;
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
-    if (mean) *mean = c.out[1];
-    else ct_tensor_release(c.out[1]);
-    if (rstd) *rstd = c.out[2];
-    else ct_tensor_release(c.out[2]);
-    return c.out[0];
+    {
+        ct_tensor *ins[3] = {x, weight, bias}, *sv[4] = {x, weight, c.out[1], c.out[2]};
+        ct_tensor *y = record("LayerNormBackward", cti_bw_layer_norm, 3, ins, c.out[0], 4, sv,
+                              NULL, 0, NULL, 0);
+        if (y && mean) *mean = c.out[1];
+        else ct_tensor_release(c.out[1]);
+        if (y && rstd) *rstd = c.out[2];
+        else ct_tensor_release(c.out[2]);
+        return y;
+    }
 fail:
     temps_release(&tp);
     return NULL;
@@ -319,7 +344,12 @@ static ct_tensor *softmax_fwd(const char *op, ct_op id, ct_tensor *x, int dim, b
     if (!c.out[0]) goto done;
     for (int i = 0; i < 3; i++) c.i[i] = g[i];
     c.i[3] = lg;
-    if (run(&c, x) == CT_OK) out = c.out[0];
+    if (run(&c, x) == CT_OK) {
+        int64_t i[1] = {dim};
+        out = record(lg ? "LogSoftmaxBackward" : "SoftmaxBackward",
+                     lg ? cti_bw_log_softmax : cti_bw_softmax, 1, &x, c.out[0], 1, &c.out[0],
+                     NULL, 0, i, 1);
+    }
 done:
     temps_release(&tp);
     return out;
@@ -466,10 +496,23 @@ done:
     return out;
 }
 
+/* Records a classification loss: a gradient flows to the input only (as in
+ * PyTorch, none to the class indices or the class weights). */
+static ct_tensor *cls_record(const char *name, cti_backward_fn bw, ct_tensor *out,
+                             ct_tensor *input, ct_tensor *target, ct_tensor *weight,
+                             ct_reduction reduction, int64_t ignore_index, double ls) {
+    ct_tensor *sv[3] = {input, target, weight};
+    double f[1] = {ls};
+    int64_t i[2] = {reduction, ignore_index};
+    return record(name, bw, 1, &input, out, 3, sv, f, 1, i, 2);
+}
+
 ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                             ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
-    return cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits", target, weight,
-                    reduction, ignore_index, label_smoothing);
+    ct_tensor *out = cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits",
+                              target, weight, reduction, ignore_index, label_smoothing);
+    return cls_record("CrossEntropyBackward", cti_bw_cross_entropy, out, logits, target, weight,
+                      reduction, ignore_index, label_smoothing);
 }
 
 ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct_tensor *target,
@@ -483,8 +526,10 @@ ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct
 
 ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weight,
                        ct_reduction reduction, int64_t ignore_index) {
-    return cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target, weight,
-                    reduction, ignore_index, 0.0);
+    ct_tensor *out = cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target,
+                              weight, reduction, ignore_index, 0.0);
+    return cls_record("NllLossBackward", cti_bw_nll_loss, out, log_probs, target, weight,
+                      reduction, ignore_index, 0.0);
 }
 
 ct_tensor *ct_nll_loss_backward(ct_tensor *grad_loss, ct_tensor *log_probs, ct_tensor *target,
@@ -540,7 +585,10 @@ ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reducti
     if (!c.out[0]) goto done;
     c.i[0] = prod(bs, 0, nb);
     c.i[1] = reduction;
-    if (run(&c, input) == CT_OK) out = c.out[0];
+    if (run(&c, input) == CT_OK) {
+        int64_t i[1] = {reduction};
+        out = record("MseLossBackward", cti_bw_mse_loss, 2, req, c.out[0], 2, req, NULL, 0, i, 1);
+    }
 done:
     temps_release(&tp);
     return out;
@@ -631,7 +679,9 @@ ct_tensor *ct_embedding(ct_tensor *weight, ct_tensor *indices) {
     c.i[0] = weight->shape[0];
     c.i[1] = weight->shape[1];
     c.i[2] = cti_numel(indices->ndim, indices->shape);
-    if (run(&c, weight) == CT_OK) out = c.out[0];
+    if (run(&c, weight) == CT_OK)
+        out = record("EmbeddingBackward", cti_bw_embedding, 1, &weight, c.out[0], 1, &indices,
+                     NULL, 0, NULL, 0);
 done:
     temps_release(&tp);
     return out;
@@ -687,11 +737,17 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
     const char *op = "ct_dropout";
     if (cti_check_not_null(op, 1, &x) || cti_check_floating(op, x, "x") || check_p(op, p))
         return NULL;
-    /* Identity: nothing to record, so no mask (ct_dropout_backward takes NULL). */
+    double f[1] = {p};
+    ct_tensor *no_mask = NULL;
+    /* Identity: no mask (ct_dropout_backward takes NULL). */
     if (!train || p == 0) {
-        if (mask) *mask = NULL;
-        return alias(x);
+        ct_tensor *y = record("DropoutBackward", cti_bw_dropout, 1, &x, alias(x), 1, &no_mask, f,
+                              1, NULL, 0);
+        if (y && mask) *mask = NULL;
+        return y;
     }
+    /* The backward needs the mask even when the caller does not. */
+    bool want_mask = mask || cti_ag_needed(1, &x);
     temps tp = {.n = 0};
     ct_call c;
     cti_call_init(&c, CT_OP_DROPOUT);
@@ -700,8 +756,8 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
     c.nin = 1;
     c.nout = 2;
     c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
-    c.out[1] = mask ? cti_tensor_new(op, x->ndim, x->shape, CT_BOOL, dev(x)) : NULL;
-    if (!c.out[0] || (mask && !c.out[1])) {
+    c.out[1] = want_mask ? cti_tensor_new(op, x->ndim, x->shape, CT_BOOL, dev(x)) : NULL;
+    if (!c.out[0] || (want_mask && !c.out[1])) {
         cti_call_release_outputs(&c);
         goto done;
     }
@@ -712,8 +768,9 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
     c.i[2] = n;
     c.f[0] = p;
     if (run(&c, x) != CT_OK) goto done;
-    out = c.out[0];
-    if (mask) *mask = c.out[1];
+    out = record("DropoutBackward", cti_bw_dropout, 1, &x, c.out[0], 1, &c.out[1], f, 1, NULL, 0);
+    if (out && mask) *mask = c.out[1];
+    else ct_tensor_release(c.out[1]);
 done:
     temps_release(&tp);
     return out;

@@ -3,6 +3,7 @@
  * dims as a bitmask in i[0], the output contiguous over the kept dims). */
 #include <math.h>
 
+#include "autograd/formulas.h"
 #include "dispatch_impl.h"
 #include "tensor/ops.h"
 
@@ -65,10 +66,49 @@ static ct_op kind_op(rkind k) {
     }
 }
 
+/* Records out = kind(x) for autograd. Every node keeps the reduced dims as
+ * a mask in i[0] and keepdim in i[1]; the saved tensors and params each
+ * formula reads are listed in src/autograd/formulas_reduce.c. idx: the
+ * indices of max/min along a dim. */
+static ct_status record(rkind kind, ct_tensor *x, ct_tensor *out, ct_tensor *idx, uint32_t mask,
+                        bool keepdim, double param) {
+    if (!ct_dtype_is_floating(out->dtype) || !cti_ag_needed(1, &x)) return CT_OK;
+    int64_t iv[2] = {mask, keepdim};
+    double f[1] = {param};
+    ct_tensor *xo[2] = {x, out};
+    switch (kind) {
+    case RK_SUM:
+        return cti_ag_record("SumBackward", cti_bw_sum, 1, &x, 1, &out, 0, NULL, NULL, 0, iv, 2);
+    case RK_MEAN:
+        return cti_ag_record("MeanBackward", cti_bw_mean, 1, &x, 1, &out, 0, NULL, NULL, 0, iv,
+                             2);
+    case RK_PROD:
+        return cti_ag_record("ProdBackward", cti_bw_prod, 1, &x, 1, &out, 1, &x, NULL, 0, iv, 2);
+    case RK_VAR:
+        return cti_ag_record("VarBackward", cti_bw_var, 1, &x, 1, &out, 1, &x, f, 1, iv, 2);
+    case RK_STD:
+        return cti_ag_record("StdBackward", cti_bw_std, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
+    case RK_NORM:
+        return cti_ag_record("NormBackward", cti_bw_norm, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
+    case RK_MAX:
+    case RK_MIN: {
+        bool mx = kind == RK_MAX;
+        if (idx)
+            return cti_ag_record(mx ? "MaxDimBackward" : "MinDimBackward", cti_bw_max_dim, 1, &x,
+                                 1, &out, 1, &idx, NULL, 0, iv, 2);
+        return cti_ag_record(mx ? "MaxBackward" : "MinBackward", cti_bw_max_all, 1, &x, 1, &out,
+                             2, xo, NULL, 0, iv, 2);
+    }
+    default: return CT_OK; /* argmax/argmin: integer results, no gradient */
+    }
+}
+
 /* The shared front end. param: correction (var/std) or p (norm). indices:
- * where max/min along a dim return their indices, or NULL. */
+ * where max/min along a dim return their indices, or NULL. by_dim: max/min
+ * along a dim (their backward needs the indices even when the caller does
+ * not). */
 static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, const int64_t *dims,
-                         bool keepdim, double param, ct_tensor **indices) {
+                         bool keepdim, double param, ct_tensor **indices, bool by_dim) {
     if (cti_check_not_null(op, 1, &x) != CT_OK) return NULL;
     if (needs_float(kind) && !ct_dtype_is_floating(x->dtype))
         return cti_error_null(CT_ERR_DTYPE, "%s: expected a floating dtype, got %s (input %s)", op,
@@ -117,7 +157,8 @@ static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, co
     c.out[0] = cti_tensor_new(op, ond, oshape, odt, x->storage->device);
     if (!c.out[0]) return NULL;
     c.nout = 1;
-    if (indices && (kind == RK_MAX || kind == RK_MIN)) {
+    bool grad_idx = by_dim && ct_dtype_is_floating(x->dtype) && cti_ag_needed(1, &x);
+    if ((indices || grad_idx) && (kind == RK_MAX || kind == RK_MIN)) {
         c.out[1] = cti_tensor_new(op, ond, oshape, CT_I64, x->storage->device);
         if (!c.out[1]) {
             cti_call_release_outputs(&c);
@@ -129,62 +170,73 @@ static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, co
         cti_call_release_outputs(&c);
         return NULL;
     }
-    if (c.nout == 2) *indices = c.out[1];
+    if (record(kind, x, c.out[0], c.nout == 2 ? c.out[1] : NULL, mask, keepdim, param) != CT_OK) {
+        cti_call_release_outputs(&c);
+        return NULL;
+    }
+    if (c.nout == 2) {
+        if (indices) *indices = c.out[1];
+        else ct_tensor_release(c.out[1]); /* the graph keeps its own alias */
+    }
     return c.out[0];
 }
 
 ct_tensor *ct_sum(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
-    return reduce("ct_sum", RK_SUM, x, ndims, dims, keepdim, 0, NULL);
+    return reduce("ct_sum", RK_SUM, x, ndims, dims, keepdim, 0, NULL, false);
 }
 
 ct_tensor *ct_mean(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
-    return reduce("ct_mean", RK_MEAN, x, ndims, dims, keepdim, 0, NULL);
+    return reduce("ct_mean", RK_MEAN, x, ndims, dims, keepdim, 0, NULL, false);
 }
 
 ct_tensor *ct_prod(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
-    return reduce("ct_prod", RK_PROD, x, ndims, dims, keepdim, 0, NULL);
+    return reduce("ct_prod", RK_PROD, x, ndims, dims, keepdim, 0, NULL, false);
 }
 
 ct_tensor *ct_var(ct_tensor *x, int ndims, const int64_t *dims, double correction, bool keepdim) {
-    return reduce("ct_var", RK_VAR, x, ndims, dims, keepdim, correction, NULL);
+    return reduce("ct_var", RK_VAR, x, ndims, dims, keepdim, correction, NULL, false);
 }
 
 ct_tensor *ct_std(ct_tensor *x, int ndims, const int64_t *dims, double correction, bool keepdim) {
-    return reduce("ct_std", RK_STD, x, ndims, dims, keepdim, correction, NULL);
+    return reduce("ct_std", RK_STD, x, ndims, dims, keepdim, correction, NULL, false);
 }
 
 ct_tensor *ct_norm(ct_tensor *x, double p, int ndims, const int64_t *dims, bool keepdim) {
-    return reduce("ct_norm", RK_NORM, x, ndims, dims, keepdim, p, NULL);
+    return reduce("ct_norm", RK_NORM, x, ndims, dims, keepdim, p, NULL, false);
 }
 
-ct_tensor *ct_max(ct_tensor *x) { return reduce("ct_max", RK_MAX, x, 0, NULL, false, 0, NULL); }
+ct_tensor *ct_max(ct_tensor *x) {
+    return reduce("ct_max", RK_MAX, x, 0, NULL, false, 0, NULL, false);
+}
 
-ct_tensor *ct_min(ct_tensor *x) { return reduce("ct_min", RK_MIN, x, 0, NULL, false, 0, NULL); }
+ct_tensor *ct_min(ct_tensor *x) {
+    return reduce("ct_min", RK_MIN, x, 0, NULL, false, 0, NULL, false);
+}
 
 ct_tensor *ct_max_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
     int64_t d = dim;
-    return reduce("ct_max_dim", RK_MAX, x, 1, &d, keepdim, 0, indices);
+    return reduce("ct_max_dim", RK_MAX, x, 1, &d, keepdim, 0, indices, true);
 }
 
 ct_tensor *ct_min_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
     int64_t d = dim;
-    return reduce("ct_min_dim", RK_MIN, x, 1, &d, keepdim, 0, indices);
+    return reduce("ct_min_dim", RK_MIN, x, 1, &d, keepdim, 0, indices, true);
 }
 
 ct_tensor *ct_argmax(ct_tensor *x, int dim, bool keepdim) {
     int64_t d = dim;
-    return reduce("ct_argmax", RK_ARGMAX, x, 1, &d, keepdim, 0, NULL);
+    return reduce("ct_argmax", RK_ARGMAX, x, 1, &d, keepdim, 0, NULL, false);
 }
 
 ct_tensor *ct_argmin(ct_tensor *x, int dim, bool keepdim) {
     int64_t d = dim;
-    return reduce("ct_argmin", RK_ARGMIN, x, 1, &d, keepdim, 0, NULL);
+    return reduce("ct_argmin", RK_ARGMIN, x, 1, &d, keepdim, 0, NULL, false);
 }
 
 ct_tensor *ct_argmax_all(ct_tensor *x) {
-    return reduce("ct_argmax_all", RK_ARGMAX, x, 0, NULL, false, 0, NULL);
+    return reduce("ct_argmax_all", RK_ARGMAX, x, 0, NULL, false, 0, NULL, false);
 }
 
 ct_tensor *ct_argmin_all(ct_tensor *x) {
-    return reduce("ct_argmin_all", RK_ARGMIN, x, 0, NULL, false, 0, NULL);
+    return reduce("ct_argmin_all", RK_ARGMIN, x, 0, NULL, false, 0, NULL, false);
 }

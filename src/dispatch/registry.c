@@ -55,8 +55,15 @@ static void profile_at_exit(void) {
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_bool initialized;
 
+#ifdef CTEN_HAVE_CUDA
+void cti_cuda_register(void); /* src/backends/cuda/register.c */
+#endif
+
 static void init_impl(void) {
     cti_cpu_register();
+#ifdef CTEN_HAVE_CUDA
+    cti_cuda_register();
+#endif
     atomic_store(&trace_on, env_flag("CT_TRACE"));
     atomic_store(&profile_on, env_flag("CT_PROFILE"));
     atexit(profile_at_exit);
@@ -201,8 +208,15 @@ const char *ct_kernel_name(ct_op op, ct_device_type device, ct_dtype dtype) {
 
 /* ---- shared front-end checks ----------------------------------------------------- */
 ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts) {
-    for (int i = 0; i < n; i++)
-        if (!ts[i]) return cti_error(CT_ERR_INVALID_ARG, "%s: argument %d is NULL", op, i + 1);
+    for (int i = 0; i < n; i++) {
+        if (ts[i]) continue;
+        /* A NULL argument is usually the result of a failed call nested in
+         * this one: keep that call's message, it names the cause. */
+        if (ct_last_status() != CT_OK)
+            return cti_error(CT_ERR_INVALID_ARG, "%s: argument %d is NULL (last error: %s)", op,
+                             i + 1, ct_last_error());
+        return cti_error(CT_ERR_INVALID_ARG, "%s: argument %d is NULL", op, i + 1);
+    }
     return CT_OK;
 }
 

@@ -1,25 +1,101 @@
-/* Public views: the core's metadata operations plus autograd recording. */
+/* Public views: the core's metadata operations plus autograd recording.
+ *
+ * A view of a tensor that requires grad carries history of its own even
+ * though it shares the storage: its gradient flows back to the viewed
+ * tensor through the node recorded here (the parameters each formula reads
+ * are listed in src/autograd/formulas_views.c). Since the view then has
+ * history, the in-place check refuses writes through it in grad mode. */
+#include "autograd/formulas.h"
 #include "dispatch_impl.h"
 
+/* Records v = view(t) when t requires grad; on failure releases v and
+ * returns NULL, else returns v (NULL stays NULL). */
+static ct_tensor *recorded(ct_tensor *t, ct_tensor *v, const char *name, cti_backward_fn bw,
+                           const int64_t *iv, int ni) {
+    if (!v || !cti_ag_needed(1, &t)) return v;
+    if (cti_ag_record(name, bw, 1, &t, 1, &v, 0, NULL, NULL, 0, iv, ni) != CT_OK) {
+        ct_tensor_release(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* A reshape-like view: backward reshapes the gradient to t's shape. */
+static ct_tensor *reshaped(ct_tensor *t, ct_tensor *v, const char *name) {
+    return recorded(t, v, name, cti_bw_view, NULL, 0);
+}
+
 ct_tensor *ct_view(ct_tensor *t, int ndim, const int64_t *shape) {
-    return cti_view(t, ndim, shape);
+    return reshaped(t, cti_view(t, ndim, shape), "ViewBackward");
 }
-ct_tensor *ct_transpose(ct_tensor *t, int dim0, int dim1) { return cti_transpose(t, dim0, dim1); }
-ct_tensor *ct_t(ct_tensor *t) { return cti_t(t); }
+
+ct_tensor *ct_transpose(ct_tensor *t, int dim0, int dim1) {
+    ct_tensor *v = cti_transpose(t, dim0, dim1);
+    if (!v) return NULL;
+    /* cti_transpose accepted both dims, so wrapping them cannot fail. */
+    int64_t iv[2] = {cti_wrap_dim("ct_transpose", dim0, t->ndim),
+                     cti_wrap_dim("ct_transpose", dim1, t->ndim)};
+    if (t->ndim == 0) iv[0] = iv[1] = -1; /* nothing was swapped */
+    return recorded(t, v, "TransposeBackward", cti_bw_transpose, iv, 2);
+}
+
+ct_tensor *ct_t(ct_tensor *t) {
+    ct_tensor *v = cti_t(t);
+    if (!v) return NULL;
+    int64_t iv[2] = {0, 1};
+    if (t->ndim < 2) iv[0] = iv[1] = -1;
+    return recorded(t, v, "TBackward", cti_bw_transpose, iv, 2);
+}
+
 ct_tensor *ct_permute(ct_tensor *t, int ndim, const int64_t *dims) {
-    return cti_permute(t, ndim, dims);
+    ct_tensor *v = cti_permute(t, ndim, dims);
+    if (!v) return NULL;
+    int64_t iv[CT_MAX_DIMS];
+    for (int k = 0; k < ndim; k++) iv[k] = dims[k] < 0 ? dims[k] + ndim : dims[k];
+    return recorded(t, v, "PermuteBackward", cti_bw_permute, iv, ndim);
 }
-ct_tensor *ct_squeeze(ct_tensor *t) { return cti_squeeze(t); }
-ct_tensor *ct_squeeze_dim(ct_tensor *t, int dim) { return cti_squeeze_dim(t, dim); }
-ct_tensor *ct_unsqueeze(ct_tensor *t, int dim) { return cti_unsqueeze(t, dim); }
+
+ct_tensor *ct_squeeze(ct_tensor *t) { return reshaped(t, cti_squeeze(t), "SqueezeBackward"); }
+
+ct_tensor *ct_squeeze_dim(ct_tensor *t, int dim) {
+    return reshaped(t, cti_squeeze_dim(t, dim), "SqueezeBackward");
+}
+
+ct_tensor *ct_unsqueeze(ct_tensor *t, int dim) {
+    return reshaped(t, cti_unsqueeze(t, dim), "UnsqueezeBackward");
+}
+
 ct_tensor *ct_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
-    return cti_slice(t, dim, start, end, step);
+    ct_tensor *v = cti_slice(t, dim, start, end, step);
+    if (!v) return NULL;
+    /* The same arguments select the same elements of a tensor of t's shape. */
+    int64_t iv[4] = {cti_wrap_dim("ct_slice", dim, t->ndim), start, end, step};
+    return recorded(t, v, "SliceBackward", cti_bw_slice, iv, 4);
 }
+
 ct_tensor *ct_narrow(ct_tensor *t, int dim, int64_t start, int64_t length) {
-    return cti_narrow(t, dim, start, length);
+    ct_tensor *v = cti_narrow(t, dim, start, length);
+    if (!v) return NULL;
+    int d = cti_wrap_dim("ct_narrow", dim, t->ndim);
+    if (start < 0) start += t->shape[d];
+    int64_t iv[4] = {d, start, start + length, 1};
+    return recorded(t, v, "NarrowBackward", cti_bw_slice, iv, 4);
 }
-ct_tensor *ct_select(ct_tensor *t, int dim, int64_t index) { return cti_select(t, dim, index); }
+
+ct_tensor *ct_select(ct_tensor *t, int dim, int64_t index) {
+    ct_tensor *v = cti_select(t, dim, index);
+    if (!v) return NULL;
+    int d = cti_wrap_dim("ct_select", dim, t->ndim);
+    int64_t iv[2] = {d, index < 0 ? index + t->shape[d] : index};
+    return recorded(t, v, "SelectBackward", cti_bw_select, iv, 2);
+}
+
+/* Backward of expand returns the gradient as it is: the engine sums it over
+ * the broadcast dims back to t's shape. */
 ct_tensor *ct_expand(ct_tensor *t, int ndim, const int64_t *shape) {
-    return cti_expand(t, ndim, shape);
+    return recorded(t, cti_expand(t, ndim, shape), "ExpandBackward", cti_bw_expand, NULL, 0);
 }
-ct_tensor *ct_expand_as(ct_tensor *t, const ct_tensor *other) { return cti_expand_as(t, other); }
+
+ct_tensor *ct_expand_as(ct_tensor *t, const ct_tensor *other) {
+    return recorded(t, cti_expand_as(t, other), "ExpandBackward", cti_bw_expand, NULL, 0);
+}

@@ -1,0 +1,201 @@
+/* cten: layers with parameters, optimizers, learning-rate schedules and
+ * gradient clipping, as torch.nn / torch.optim offer them.
+ *
+ * A training step reads like PyTorch's:
+ *
+ *     ct_scope *s = ct_scope_begin();                  // temporaries of this step
+ *     ct_tensor *h = ct_relu(ct_nn_linear_forward(fc1, x));
+ *     ct_tensor *loss = ct_cross_entropy(ct_nn_linear_forward(fc2, h), y, NULL,
+ *                                        CT_REDUCTION_MEAN, -100, 0.0);
+ *     ct_optim_zero_grad(opt);                         // opt.zero_grad()
+ *     ct_backward(loss, NULL, false);                  // loss.backward()
+ *     ct_optim_step(opt);                              // opt.step()
+ *     ct_scope_end(s);
+ *
+ * Ownership: layers own their parameter tensors (leaves that require grad,
+ * outside any scope) until their _free. A ct_params list and an optimizer
+ * hold references of their own to the tensors they are given, so freeing a
+ * layer before them is safe. Functions returning ct_tensor * follow core.h:
+ * forward results are new handles the caller (or the open scope) owns;
+ * accessors (ct_params_get, ct_optim_state_get) return borrowed handles.
+ * Errors: NULL / a status, with the message in ct_last_error(). */
+#ifndef CTEN_NN_H
+#define CTEN_NN_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameter lists ---------------------------------------------------------------
+ * An ordered list of (name, tensor) pairs, as module.named_parameters() gives:
+ * what optimizers update and what a checkpoint saves. */
+typedef struct ct_params ct_params;
+
+ct_params *ct_params_new(void);
+/* Releases the list's references (NULL is a no-op). */
+void ct_params_free(ct_params *p);
+/* Appends (name, t), retaining t and copying name. Refuses a name or a
+ * tensor handle already in the list. */
+ct_status ct_params_add(ct_params *p, const char *name, ct_tensor *t);
+int64_t ct_params_count(const ct_params *p);
+/* Tensor number index (borrowed), its name into *name when not NULL; NULL
+ * with an error when index is out of range. */
+ct_tensor *ct_params_get(const ct_params *p, int64_t index, const char **name);
+/* The tensor named name (borrowed), or NULL with an error. */
+ct_tensor *ct_params_find(const ct_params *p, const char *name);
+
+/* ---- layers ---------------------------------------------------------------------------
+ * Each layer: _new(...) creates its parameters on device with dtype
+ * (floating), drawn from gen (NULL: the default generator) with PyTorch's
+ * default initialisation, or returns NULL with an error on bad arguments;
+ * _forward(m, x) runs the functional op; _params(m, prefix, list) appends
+ * "prefix.weight" and "prefix.bias" (just "weight"/"bias" for a NULL or empty
+ * prefix); _free(m) releases the layer's references (NULL is a no-op).
+ * Fields are for reading; replace a parameter's values in place, in no-grad
+ * mode, never its handle. */
+
+/* torch.nn.Linear: y = x @ weight^T + bias; weight [out, in] and bias [out]
+ * ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform_ with a = sqrt(5)). */
+typedef struct ct_nn_linear {
+    int64_t in_features, out_features;
+    ct_tensor *weight; /* [out_features, in_features] */
+    ct_tensor *bias;   /* [out_features], or NULL */
+} ct_nn_linear;
+ct_nn_linear *ct_nn_linear_new(int64_t in_features, int64_t out_features, bool bias,
+                               ct_dtype dtype, ct_device device, ct_generator *gen);
+ct_tensor *ct_nn_linear_forward(ct_nn_linear *m, ct_tensor *x);
+ct_status ct_nn_linear_params(ct_nn_linear *m, const char *prefix, ct_params *p);
+void ct_nn_linear_free(ct_nn_linear *m);
+
+/* torch.nn.Conv2d: weight [out, in/groups, kh, kw] and bias [out] ~
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in/groups * kh * kw.
+ * stride, padding, dilation may be NULL for 1, 0, 1. */
+typedef struct ct_nn_conv2d {
+    int64_t in_channels, out_channels, kernel[2], stride[2], padding[2], dilation[2], groups;
+    ct_tensor *weight;
+    ct_tensor *bias; /* or NULL */
+} ct_nn_conv2d;
+ct_nn_conv2d *ct_nn_conv2d_new(int64_t in_channels, int64_t out_channels,
+                               const int64_t kernel[2], const int64_t stride[2],
+                               const int64_t padding[2], const int64_t dilation[2],
+                               int64_t groups, bool bias, ct_dtype dtype, ct_device device,
+                               ct_generator *gen);
+ct_tensor *ct_nn_conv2d_forward(ct_nn_conv2d *m, ct_tensor *x);
+ct_status ct_nn_conv2d_params(ct_nn_conv2d *m, const char *prefix, ct_params *p);
+void ct_nn_conv2d_free(ct_nn_conv2d *m);
+
+/* torch.nn.Embedding: weight [num_embeddings, embedding_dim] ~ N(0, 1);
+ * forward takes int64/int32 indices of any shape. */
+typedef struct ct_nn_embedding {
+    int64_t num_embeddings, embedding_dim;
+    ct_tensor *weight;
+} ct_nn_embedding;
+ct_nn_embedding *ct_nn_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
+                                     ct_dtype dtype, ct_device device, ct_generator *gen);
+ct_tensor *ct_nn_embedding_forward(ct_nn_embedding *m, ct_tensor *indices);
+ct_status ct_nn_embedding_params(ct_nn_embedding *m, const char *prefix, ct_params *p);
+void ct_nn_embedding_free(ct_nn_embedding *m);
+
+/* torch.nn.RMSNorm over the trailing normalized_shape (eps >= 0; PyTorch's
+ * eps=None is the dtype's machine epsilon). weight = ones when
+ * elementwise_affine, else NULL. */
+typedef struct ct_nn_rms_norm {
+    int nnorm;
+    int64_t normalized_shape[CT_MAX_DIMS];
+    double eps;
+    ct_tensor *weight; /* or NULL */
+} ct_nn_rms_norm;
+ct_nn_rms_norm *ct_nn_rms_norm_new(int nnorm, const int64_t *normalized_shape, double eps,
+                                   bool elementwise_affine, ct_dtype dtype, ct_device device);
+ct_tensor *ct_nn_rms_norm_forward(ct_nn_rms_norm *m, ct_tensor *x);
+ct_status ct_nn_rms_norm_params(ct_nn_rms_norm *m, const char *prefix, ct_params *p);
+void ct_nn_rms_norm_free(ct_nn_rms_norm *m);
+
+/* torch.nn.LayerNorm (eps 1e-5 in PyTorch): weight = ones and bias = zeros
+ * when elementwise_affine (bias only when bias is true), else NULL. */
+typedef struct ct_nn_layer_norm {
+    int nnorm;
+    int64_t normalized_shape[CT_MAX_DIMS];
+    double eps;
+    ct_tensor *weight; /* or NULL */
+    ct_tensor *bias;   /* or NULL */
+} ct_nn_layer_norm;
+ct_nn_layer_norm *ct_nn_layer_norm_new(int nnorm, const int64_t *normalized_shape, double eps,
+                                       bool elementwise_affine, bool bias, ct_dtype dtype,
+                                       ct_device device);
+ct_tensor *ct_nn_layer_norm_forward(ct_nn_layer_norm *m, ct_tensor *x);
+ct_status ct_nn_layer_norm_params(ct_nn_layer_norm *m, const char *prefix, ct_params *p);
+void ct_nn_layer_norm_free(ct_nn_layer_norm *m);
+
+/* ---- optimizers ---------------------------------------------------------------------------
+ * An optimizer keeps its own references to the tensors of params (the list
+ * may be freed afterwards) and updates, at each ct_optim_step, every one that
+ * has a gradient (those without are skipped, their state untouched). Updates
+ * run in no-grad mode with in-place tensor ops, on the parameter's device and
+ * in its dtype, with state tensors of the same kind. */
+typedef struct ct_optimizer ct_optimizer;
+
+/* torch.optim.SGD (maximize=False). With g = grad + weight_decay * p:
+ *   momentum != 0: buf = g on the first step, else buf = momentum * buf +
+ *   (1 - dampening) * g; g = nesterov ? g + momentum * buf : buf;
+ *   p -= lr * g.
+ * lr, momentum, weight_decay >= 0; nesterov needs momentum > 0 and
+ * dampening == 0. */
+ct_optimizer *ct_optim_sgd_new(const ct_params *params, double lr, double momentum,
+                               double dampening, double weight_decay, bool nesterov);
+/* torch.optim.AdamW (amsgrad=False). Per parameter, with t its step count:
+ *   p *= 1 - lr * weight_decay; m = beta1 * m + (1 - beta1) * g;
+ *   v = beta2 * v + (1 - beta2) * g^2; bc1 = 1 - beta1^t; bc2 = 1 - beta2^t;
+ *   p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+ * PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay
+ * 1e-2. lr, eps, weight_decay >= 0; 0 <= beta < 1. */
+ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta1,
+                                 double beta2, double eps, double weight_decay);
+ct_status ct_optim_step(ct_optimizer *opt);
+/* Drops every parameter's gradient (zero_grad(set_to_none=True)). */
+void ct_optim_zero_grad(ct_optimizer *opt);
+/* The learning rate the next step uses (lr >= 0). */
+ct_status ct_optim_set_lr(ct_optimizer *opt, double lr);
+double ct_optim_get_lr(const ct_optimizer *opt);
+void ct_optim_free(ct_optimizer *opt);
+
+/* The optimizer's state, for checkpoints: ct_optim_state_count tensors, in
+ * a fixed order (parameter by parameter, in the order of the list given at
+ * creation), each named "<k>.<what>" with k the parameter's index:
+ *   SGD:   "<k>.step" and, when momentum != 0, "<k>.momentum_buffer";
+ *   AdamW: "<k>.step", "<k>.exp_avg", "<k>.exp_avg_sq".
+ * "<k>.step" is a 0-d float64 CPU tensor counting the updates parameter k
+ * received (a momentum buffer is used from the first update on, when step
+ * > 0); the others have the parameter's shape, dtype and device. The
+ * tensors exist from the optimizer's creation and the optimizer reads them
+ * at every step, so copying saved values into them (ct_copy_) restores a
+ * checkpoint. Borrowed handles; NULL with an error when k is out of range. */
+int64_t ct_optim_state_count(const ct_optimizer *opt);
+ct_tensor *ct_optim_state_get(const ct_optimizer *opt, int64_t k, const char **name);
+
+/* ---- learning-rate schedules (pure functions of the step; NAN with an error
+ * on bad arguments) ------------------------------------------------------------------------- */
+/* torch.optim.lr_scheduler.StepLR: base_lr * gamma^floor(step / step_size);
+ * step >= 0, step_size >= 1. */
+double ct_lr_step(double base_lr, int64_t step_size, double gamma, int64_t step);
+/* Linear warmup from 0, then cosine decay to min_lr:
+ *   step < warmup_steps:  base_lr * step / warmup_steps
+ *   step < total_steps:   min_lr + (base_lr - min_lr) * (1 + cos(pi * p)) / 2,
+ *                         p = (step - warmup_steps) / (total_steps - warmup_steps)
+ *   otherwise:            min_lr
+ * 0 <= warmup_steps <= total_steps, total_steps >= 1, step >= 0. */
+double ct_lr_cosine_warmup(double base_lr, int64_t warmup_steps, int64_t total_steps,
+                           double min_lr, int64_t step);
+
+/* torch.nn.utils.clip_grad_norm_ (norm_type 2): total = the L2 norm of all
+ * gradients of params together; when max_norm / (total + 1e-6) < 1 every
+ * gradient is scaled by it. *total_norm (when not NULL) gets total, before
+ * clipping. Parameters without gradients are skipped; max_norm > 0. */
+ct_status ct_clip_grad_norm(const ct_params *params, double max_norm, double *total_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Builds and checks cten's CUDA backend on a machine with a GPU, in one call:
+#   1. cmocka from the Debian packages in .debs/ when the machine has none
+#      (fetch them once elsewhere with
+#       `cd .debs && apt-get download libcmocka0 libcmocka-dev`;
+#       .debs/ is git-ignored, so it must be carried to the GPU machine),
+#   2. meson setup -Dcuda=enabled and a build,
+#   3. the whole test suite,
+#   4. the CUDA tests again under compute-sanitizer: memcheck (with the
+#      caching allocator off, so every block is a real allocation the tool
+#      can check) and racecheck,
+#   5. every GPU benchmark (build/bench/bench_cuda_*).
+# Every step runs even when an earlier check fails; a summary table ends the
+# output and the exit status is non-zero if any step failed. Logs go to $OUT
+# when it is set (gpu.log: every step's output; summary.txt; testlog.txt:
+# meson's), else to the build directory's gpu-logs/.
+#
+# Environment: CT_GPU_BUILD (build directory, default build-gpu),
+# CT_GPU_SKIP_SANITIZER=1 to leave out step 4.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${CT_GPU_BUILD:-build-gpu}
+steplogs=$root/$build-logs
+out=${OUT:-$steplogs}
+mkdir -p "$steplogs" "$out"
+all=$out/gpu.log
+: >"$all"
+
+names=()
+results=()
+times=()
+failed=0
+
+# step NAME COMMAND...: runs the command with its output in NAME's log and
+# in the combined log, and records the result.
+step() {
+    local name=$1
+    shift
+    local log=$steplogs/$name.log t0 rc
+    printf '\n===== %s: %s\n' "$name" "$*" | tee -a "$all"
+    t0=$(date +%s)
+    set +e
+    "$@" >"$log" 2>&1
+    rc=$?
+    set -e
+    cat "$log" >>"$all"
+    tail -n 40 "$log"
+    names+=("$name")
+    times+=("$(($(date +%s) - t0))")
+    if [ "$rc" -eq 0 ]; then
+        results+=("ok")
+    else
+        results+=("FAILED (exit $rc)")
+        failed=1
+    fi
+    return 0
+}
+
+summary() {
+    {
+        printf '\n===== summary (%s)\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+        printf '%-28s %-18s %8s\n' step result seconds
+        for i in "${!names[@]}"; do
+            printf '%-28s %-18s %8s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+        done
+        if [ -f "$steplogs/tests.log" ]; then
+            echo
+            grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass): ' \
+                "$steplogs/tests.log" | sed 's/^/test suite  /' || true
+        fi
+        for t in sanitizer-memcheck sanitizer-racecheck; do
+            [ -f "$steplogs/$t.log" ] &&
+                grep -E 'ERROR SUMMARY|PASSED|FAILED|SKIPPED' "$steplogs/$t.log" | grep -v '^\[ *RUN' |
+                sed "s/^/$t  /" | tail -n 6 || true
+        done
+        for b in "$steplogs"/bench_cuda_*.log; do
+            [ -f "$b" ] && sed "s/^/$(basename "$b" .log)  /" "$b"
+        done
+    } | tee "$out/summary.txt"
+    cat "$out/summary.txt" >>"$all"
+    [ -f "$build/meson-logs/testlog.txt" ] && cp "$build/meson-logs/testlog.txt" "$out/testlog.txt"
+    return 0
+}
+trap summary EXIT
+
+# ---- 1. the machine and cmocka ----------------------------------------------------------
+machine() {
+    uname -a
+    command -v nvidia-smi >/dev/null && nvidia-smi || echo "nvidia-smi not found"
+    command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version
+    gcc --version | head -1
+    meson --version
+}
+step machine machine
+
+cmocka() {
+    if pkg-config --exists cmocka; then
+        echo "cmocka $(pkg-config --modversion cmocka) installed"
+        return 0
+    fi
+    local debs=("$root"/.debs/libcmocka*.deb)
+    [ -e "${debs[0]}" ] || {
+        echo "no cmocka on this machine and no .debs/libcmocka*.deb to extract"
+        return 1
+    }
+    local pfx=$root/$build-cmocka
+    rm -rf "$pfx"
+    mkdir -p "$pfx/pc"
+    for f in "${debs[@]}"; do dpkg -x "$f" "$pfx"; done
+    local pc
+    pc=$(find "$pfx" -name cmocka.pc | head -1)
+    # The packaged file names /usr; point it at the extracted copy.
+    sed -e "s|^prefix=/usr\$|prefix=$pfx/usr|" -e "s|\([ =]\)/usr/|\1$pfx/usr/|g" "$pc" \
+        >"$pfx/pc/cmocka.pc"
+    cat "$pfx/pc/cmocka.pc"
+}
+step cmocka cmocka
+if [ -d "$root/$build-cmocka/pc" ]; then
+    export PKG_CONFIG_PATH=$root/$build-cmocka/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export LD_LIBRARY_PATH=$root/$build-cmocka/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+# ---- 2. configure and build ---------------------------------------------------------------
+if [ -f "$build/build.ninja" ]; then
+    step setup meson setup --reconfigure "$build" -Dcuda=enabled
+else
+    step setup meson setup "$build" -Dcuda=enabled
+fi
+step build ninja -C "$build"
+if [ "$failed" -ne 0 ]; then
+    echo "setup or build failed: nothing to run"
+    exit 1
+fi
+step cten-info "$build/examples/cten-info"
+
+# ---- 3. the test suite --------------------------------------------------------------------
+step tests meson test -C "$build" --print-errorlogs --no-rebuild
+
+# ---- 4. compute-sanitizer -------------------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || true)
+for d in /usr/local/cuda/bin "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")"; do
+    [ -z "$sanitizer" ] && [ -x "$d/compute-sanitizer" ] && sanitizer=$d/compute-sanitizer
+done
+if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
+    if [ -z "$sanitizer" ]; then
+        step sanitizer-missing sh -c 'echo "compute-sanitizer not found"; exit 1'
+    else
+        step sanitizer-memcheck env CT_CUDA_NO_CACHE=1 "$sanitizer" --tool memcheck \
+            --leak-check full --error-exitcode 99 "$build/tests/test_cuda"
+        step sanitizer-racecheck "$sanitizer" --tool racecheck --error-exitcode 99 \
+            "$build/tests/test_cuda"
+    fi
+fi
+
+# ---- 5. benchmarks ------------------------------------------------------------------------------
+for b in "$build"/bench/bench_cuda_*; do
+    [ -x "$b" ] && [ -f "$b" ] || continue
+    step "$(basename "$b")" "$b"
+done
+
+exit "$failed"

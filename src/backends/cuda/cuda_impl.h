@@ -1,0 +1,108 @@
+/* Private to the CUDA backend.
+ *
+ * The first part is shared by the backend's C files and its .cu files. nvcc
+ * compiles .cu files as C++, where the tensor object's header (C11 atomics)
+ * cannot be included, so kernels never see a ct_tensor: the C side turns
+ * tensors into the plain geometry below (cti_cuda_iter) and calls the .cu
+ * launchers with device addresses. The second part (C only) is what the
+ * backend's C files share: devices, streams, errors, the allocator. */
+#ifndef CTEN_CUDA_IMPL_H
+#define CTEN_CUDA_IMPL_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "tensor/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CTI_CUDA_MAX_DEVICES 64
+#define CTI_CUDA_MAX_OPERANDS 6
+
+/* Elementwise geometry over nops operands: operand 0 is the output and sets
+ * the iteration shape, the others are broadcast to it (stride 0). Dims are
+ * stored innermost first, size-1 dims dropped and mergeable dims merged, so
+ * contiguous operands give ndim == 1. Strides are in elements. When
+ * use32 is set, numel fits in 31 bits and magic[]/shift[] let kernels divide
+ * a linear index by shape[d] with a multiply (Granlund-Montgomery). */
+typedef struct cti_cuda_iter {
+    int ndim, nops;
+    bool use32;
+    int64_t numel;
+    int64_t shape[CT_MAX_DIMS];
+    int64_t stride[CTI_CUDA_MAX_OPERANDS][CT_MAX_DIMS];
+    uint32_t magic[CT_MAX_DIMS];
+    uint32_t shift[CT_MAX_DIMS];
+} cti_cuda_iter;
+
+/* ---- launchers (copy.cu). They queue work on stream and return the launch
+ * status; they never wait. ---------------------------------------------------- */
+/* dst[i] = convert(src[i]) for n contiguous elements (dst_dt != src_dt). */
+cudaError_t cti_cuda_convert_contiguous(void *dst, ct_dtype dst_dt, const void *src,
+                                        ct_dtype src_dt, int64_t n, int sm_count,
+                                        cudaStream_t stream);
+/* Strided copy with conversion: operand 0 of it is dst, operand 1 src
+ * (same dtype moves the bits, as the CPU backend does). */
+cudaError_t cti_cuda_copy_strided(void *dst, ct_dtype dst_dt, const void *src, ct_dtype src_dt,
+                                  const cti_cuda_iter *it, int sm_count, cudaStream_t stream);
+/* Writes the elsize-byte pattern value to every element of operand 0 of it
+ * (contiguous runs use 16-byte stores). */
+cudaError_t cti_cuda_fill(void *dst, int elsize, const void *value, const cti_cuda_iter *it,
+                          int sm_count, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifndef __cplusplus
+#include "../../dispatch/dispatch_impl.h"
+#include "tensor/cuda.h"
+
+/* ---- devices (device.c) -------------------------------------------------------------- */
+/* Devices usable now; the driver is queried once, on first use. 0 when no
+ * driver or device is present. */
+int cti_cuda_device_count(void);
+/* Why the count is 0 ("" when devices exist). Static string. */
+const char *cti_cuda_unavailable_reason(void);
+/* CT_OK for a present device index, else CT_ERR_DEVICE naming op. */
+ct_status cti_cuda_check_device(const char *op, int index);
+int cti_cuda_sm_count(int device);
+
+/* ---- streams and errors (stream.c) ------------------------------------------------------
+ * Each device has one stream all ops queue on, so ops are asynchronous and
+ * ordered. A kernel file brackets a launch with cti_cuda_begin and
+ * cti_cuda_launched; errors raised later by that work surface at the next
+ * synchronizing call, whose message names the op last launched there. */
+/* Makes device current on this thread and gives its stream. */
+ct_status cti_cuda_begin(const char *op, int device, cudaStream_t *stream);
+/* Records op_name (a static string, e.g. ct_op_name's) as the device's last
+ * launched work, after turning a launch error (cudaGetLastError) into a
+ * status naming op. */
+ct_status cti_cuda_launched(const char *op, int device, const char *op_name);
+/* Waits for the device's stream; an error names op and the last launched op. */
+ct_status cti_cuda_sync(const char *op, int device);
+/* A status and message for e, returned by call (a CUDA function name) inside
+ * op on device. Errors left by earlier asynchronous work name the last
+ * launched op. Clears the runtime's last error. */
+ct_status cti_cuda_fail(const char *op, int device, const char *call, cudaError_t e);
+/* The op last launched on device ("none" before any). */
+const char *cti_cuda_last_op(int device);
+/* The op label messages start with: "ct_copy_", "ct_add", ... */
+const char *cti_cuda_op_label(ct_op op, char *buf, size_t n);
+
+/* ---- allocator (alloc.c) ------------------------------------------------------------------- */
+void cti_cuda_register_allocator(void);
+
+/* ---- elementwise geometry (iter.c) -------------------------------------------------------- */
+/* Fills it for ops[0..nops) (ops[0] the output; the others must broadcast
+ * to its shape, as the front ends check). */
+void cti_cuda_iter_init(cti_cuda_iter *it, int nops, ct_tensor *const *ops);
+
+/* ---- kernels, one registration function per kernel file ------------------------------------ */
+void cti_cuda_register(void);
+void cti_cuda_register_copy(void); /* copy (host<->device, device<->device), fill */
+
+#endif /* !__cplusplus */
+#endif

@@ -1,0 +1,9 @@
+/* The CUDA backend's entry point: registers its allocator and fills the CUDA
+ * column of the kernel table. Nothing here talks to the driver, so a
+ * process that never touches a GPU never initializes CUDA. */
+#include "cuda_impl.h"
+
+void cti_cuda_register(void) {
+    cti_cuda_register_allocator();
+    cti_cuda_register_copy();
+}

@@ -1,0 +1,320 @@
+/* Layers holding parameters, initialised as torch.nn's reset_parameters. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "nn_impl.h"
+
+static ct_status check_dtype(const char *op, ct_dtype dtype) {
+    if ((unsigned)dtype >= CT_NUM_DTYPES || !ct_dtype_is_floating(dtype))
+        return cti_error(CT_ERR_DTYPE, "%s: parameters need a floating dtype, got %s", op,
+                         ct_dtype_name(dtype));
+    return CT_OK;
+}
+
+/* init kinds for new_param */
+enum { INIT_UNIFORM, INIT_NORMAL, INIT_FILL };
+
+/* A parameter owned by the layer (taken out of any open scope), filled
+ * with U(-a, a), N(0, a) or the value a, then marked as requiring grad. */
+static ct_tensor *new_param(const char *op, int ndim, const int64_t *shape, ct_dtype dtype,
+                            ct_device device, int init, double a, ct_generator *gen) {
+    ct_tensor *t = ct_tensor_empty(ndim, shape, dtype, device);
+    if (!t) return cti_error_null(ct_last_status(), "%s: %s", op, ct_last_error());
+    cti_scope_forget(t);
+    ct_status st;
+    if (init == INIT_UNIFORM) st = ct_uniform_(t, -a, a, gen);
+    else if (init == INIT_NORMAL) st = ct_normal_(t, 0.0, a, gen);
+    else st = ct_fill_(t, a);
+    if (st == CT_OK) st = ct_requires_grad_(t, true);
+    if (st != CT_OK) {
+        cti_error(st, "%s: %s", op, ct_last_error());
+        ct_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Appends prefix.suffix (or suffix alone) when t is not NULL. */
+static ct_status add_named(const char *op, ct_params *p, const char *prefix, const char *suffix,
+                           ct_tensor *t) {
+    if (!t) return CT_OK;
+    if (!prefix || !*prefix) return ct_params_add(p, suffix, t);
+    size_t n = strlen(prefix) + strlen(suffix) + 2;
+    char *name = malloc(n);
+    if (!name) return cti_error(CT_ERR_OOM, "%s: out of memory", op);
+    snprintf(name, n, "%s.%s", prefix, suffix);
+    ct_status st = ct_params_add(p, name, t);
+    free(name);
+    return st;
+}
+
+/* Appends weight and bias; on failure the list is left as it was. */
+static ct_status add_pair(const char *op, ct_params *p, const char *prefix, ct_tensor *w,
+                          ct_tensor *b) {
+    if (!p) return cti_error(CT_ERR_INVALID_ARG, "%s: parameter list is NULL", op);
+    int64_t n0 = p->n;
+    ct_status st = add_named(op, p, prefix, "weight", w);
+    if (st == CT_OK) st = add_named(op, p, prefix, "bias", b);
+    while (st != CT_OK && p->n > n0) {
+        p->n--;
+        free(p->names[p->n]);
+        ct_tensor_release(p->tensors[p->n]);
+    }
+    return st;
+}
+
+/* ---- Linear --------------------------------------------------------------------------------- */
+ct_nn_linear *ct_nn_linear_new(int64_t in_features, int64_t out_features, bool bias,
+                               ct_dtype dtype, ct_device device, ct_generator *gen) {
+    static const char op[] = "ct_nn_linear_new";
+    if (in_features <= 0 || out_features <= 0)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: in_features and out_features must be positive, got %lld and "
+                              "%lld",
+                              op, (long long)in_features, (long long)out_features);
+    if (check_dtype(op, dtype) != CT_OK) return NULL;
+    ct_nn_linear *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    m->in_features = in_features;
+    m->out_features = out_features;
+    /* kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound
+     * gain * sqrt(3 / fan_in) = 1 / sqrt(fan_in); the bias uses the same. */
+    double bound = 1.0 / sqrt((double)in_features);
+    m->weight = new_param(op, CT_SHAPE(out_features, in_features), dtype, device, INIT_UNIFORM,
+                          bound, gen);
+    if (m->weight && bias)
+        m->bias = new_param(op, CT_SHAPE(out_features), dtype, device, INIT_UNIFORM, bound, gen);
+    if (!m->weight || (bias && !m->bias)) {
+        ct_nn_linear_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_linear_forward(ct_nn_linear *m, ct_tensor *x) {
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_linear_forward: layer is NULL");
+    return ct_linear(x, m->weight, m->bias);
+}
+
+ct_status ct_nn_linear_params(ct_nn_linear *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_linear_params: layer is NULL");
+    return add_pair("ct_nn_linear_params", p, prefix, m->weight, m->bias);
+}
+
+void ct_nn_linear_free(ct_nn_linear *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    free(m);
+}
+
+/* ---- Conv2d --------------------------------------------------------------------------------- */
+ct_nn_conv2d *ct_nn_conv2d_new(int64_t in_channels, int64_t out_channels,
+                               const int64_t kernel[2], const int64_t stride[2],
+                               const int64_t padding[2], const int64_t dilation[2],
+                               int64_t groups, bool bias, ct_dtype dtype, ct_device device,
+                               ct_generator *gen) {
+    static const char op[] = "ct_nn_conv2d_new";
+    if (!kernel) return cti_error_null(CT_ERR_INVALID_ARG, "%s: kernel is NULL", op);
+    if (in_channels <= 0 || out_channels <= 0)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: in_channels and out_channels must be positive, got %lld and "
+                              "%lld",
+                              op, (long long)in_channels, (long long)out_channels);
+    if (groups <= 0 || in_channels % groups || out_channels % groups)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: groups (%lld) must be positive and divide in_channels (%lld) "
+                              "and out_channels (%lld)",
+                              op, (long long)groups, (long long)in_channels,
+                              (long long)out_channels);
+    int64_t st[2] = {1, 1}, pad[2] = {0, 0}, dil[2] = {1, 1};
+    for (int d = 0; d < 2; d++) {
+        if (stride) st[d] = stride[d];
+        if (padding) pad[d] = padding[d];
+        if (dilation) dil[d] = dilation[d];
+        if (kernel[d] <= 0 || st[d] <= 0 || dil[d] <= 0 || pad[d] < 0)
+            return cti_error_null(CT_ERR_INVALID_ARG,
+                                  "%s: expected kernel, stride, dilation > 0 and padding >= 0, "
+                                  "got kernel [%lld, %lld], stride [%lld, %lld], padding [%lld, "
+                                  "%lld], dilation [%lld, %lld]",
+                                  op, (long long)kernel[0], (long long)kernel[1],
+                                  (long long)(stride ? stride[0] : 1),
+                                  (long long)(stride ? stride[1] : 1),
+                                  (long long)(padding ? padding[0] : 0),
+                                  (long long)(padding ? padding[1] : 0),
+                                  (long long)(dilation ? dilation[0] : 1),
+                                  (long long)(dilation ? dilation[1] : 1));
+    }
+    if (check_dtype(op, dtype) != CT_OK) return NULL;
+    ct_nn_conv2d *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    m->in_channels = in_channels;
+    m->out_channels = out_channels;
+    m->groups = groups;
+    for (int d = 0; d < 2; d++) {
+        m->kernel[d] = kernel[d];
+        m->stride[d] = st[d];
+        m->padding[d] = pad[d];
+        m->dilation[d] = dil[d];
+    }
+    int64_t fan_in = in_channels / groups * kernel[0] * kernel[1];
+    double bound = 1.0 / sqrt((double)fan_in);
+    m->weight = new_param(op, CT_SHAPE(out_channels, in_channels / groups, kernel[0], kernel[1]),
+                          dtype, device, INIT_UNIFORM, bound, gen);
+    if (m->weight && bias)
+        m->bias = new_param(op, CT_SHAPE(out_channels), dtype, device, INIT_UNIFORM, bound, gen);
+    if (!m->weight || (bias && !m->bias)) {
+        ct_nn_conv2d_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_conv2d_forward(ct_nn_conv2d *m, ct_tensor *x) {
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_conv2d_forward: layer is NULL");
+    return ct_conv2d(x, m->weight, m->bias, m->stride, m->padding, m->dilation, m->groups);
+}
+
+ct_status ct_nn_conv2d_params(ct_nn_conv2d *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_conv2d_params: layer is NULL");
+    return add_pair("ct_nn_conv2d_params", p, prefix, m->weight, m->bias);
+}
+
+void ct_nn_conv2d_free(ct_nn_conv2d *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    free(m);
+}
+
+/* ---- Embedding ------------------------------------------------------------------------------ */
+ct_nn_embedding *ct_nn_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
+                                     ct_dtype dtype, ct_device device, ct_generator *gen) {
+    static const char op[] = "ct_nn_embedding_new";
+    if (num_embeddings <= 0 || embedding_dim <= 0)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: num_embeddings and embedding_dim must be positive, got %lld "
+                              "and %lld",
+                              op, (long long)num_embeddings, (long long)embedding_dim);
+    if (check_dtype(op, dtype) != CT_OK) return NULL;
+    ct_nn_embedding *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    m->num_embeddings = num_embeddings;
+    m->embedding_dim = embedding_dim;
+    m->weight = new_param(op, CT_SHAPE(num_embeddings, embedding_dim), dtype, device,
+                          INIT_NORMAL, 1.0, gen);
+    if (!m->weight) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_embedding_forward(ct_nn_embedding *m, ct_tensor *indices) {
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_embedding_forward: layer is NULL");
+    return ct_embedding(m->weight, indices);
+}
+
+ct_status ct_nn_embedding_params(ct_nn_embedding *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_embedding_params: layer is NULL");
+    return add_pair("ct_nn_embedding_params", p, prefix, m->weight, NULL);
+}
+
+void ct_nn_embedding_free(ct_nn_embedding *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    free(m);
+}
+
+/* ---- RMSNorm and LayerNorm ------------------------------------------------------------------ */
+static ct_status check_norm(const char *op, int nnorm, const int64_t *shape, double eps,
+                            ct_dtype dtype) {
+    if (nnorm < 1 || nnorm > CT_MAX_DIMS || !shape)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: normalized_shape needs 1 to %d dims, got %d%s", op, CT_MAX_DIMS,
+                         nnorm, shape ? "" : " (NULL)");
+    for (int d = 0; d < nnorm; d++)
+        if (shape[d] <= 0)
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: normalized_shape %s must have positive sizes", op,
+                             cti_shape_s(nnorm, shape));
+    if (!(eps >= 0) || !isfinite(eps))
+        return cti_error(CT_ERR_INVALID_ARG, "%s: eps must be finite and >= 0, got %g", op, eps);
+    return check_dtype(op, dtype);
+}
+
+ct_nn_rms_norm *ct_nn_rms_norm_new(int nnorm, const int64_t *normalized_shape, double eps,
+                                   bool elementwise_affine, ct_dtype dtype, ct_device device) {
+    static const char op[] = "ct_nn_rms_norm_new";
+    if (check_norm(op, nnorm, normalized_shape, eps, dtype) != CT_OK) return NULL;
+    ct_nn_rms_norm *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    m->nnorm = nnorm;
+    memcpy(m->normalized_shape, normalized_shape, (size_t)nnorm * sizeof *normalized_shape);
+    m->eps = eps;
+    if (elementwise_affine &&
+        !(m->weight = new_param(op, nnorm, normalized_shape, dtype, device, INIT_FILL, 1.0,
+                                NULL))) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_rms_norm_forward(ct_nn_rms_norm *m, ct_tensor *x) {
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_rms_norm_forward: layer is NULL");
+    return ct_rms_norm(x, m->nnorm, m->normalized_shape, m->weight, m->eps, NULL);
+}
+
+ct_status ct_nn_rms_norm_params(ct_nn_rms_norm *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_rms_norm_params: layer is NULL");
+    return add_pair("ct_nn_rms_norm_params", p, prefix, m->weight, NULL);
+}
+
+void ct_nn_rms_norm_free(ct_nn_rms_norm *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    free(m);
+}
+
+ct_nn_layer_norm *ct_nn_layer_norm_new(int nnorm, const int64_t *normalized_shape, double eps,
+                                       bool elementwise_affine, bool bias, ct_dtype dtype,
+                                       ct_device device) {
+    static const char op[] = "ct_nn_layer_norm_new";
+    if (check_norm(op, nnorm, normalized_shape, eps, dtype) != CT_OK) return NULL;
+    ct_nn_layer_norm *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    m->nnorm = nnorm;
+    memcpy(m->normalized_shape, normalized_shape, (size_t)nnorm * sizeof *normalized_shape);
+    m->eps = eps;
+    if (elementwise_affine) {
+        m->weight = new_param(op, nnorm, normalized_shape, dtype, device, INIT_FILL, 1.0, NULL);
+        if (m->weight && bias)
+            m->bias = new_param(op, nnorm, normalized_shape, dtype, device, INIT_FILL, 0.0, NULL);
+        if (!m->weight || (bias && !m->bias)) {
+            ct_nn_layer_norm_free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_layer_norm_forward(ct_nn_layer_norm *m, ct_tensor *x) {
+    if (!m)
+        return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_layer_norm_forward: layer is NULL");
+    return ct_layer_norm(x, m->nnorm, m->normalized_shape, m->weight, m->bias, m->eps, NULL,
+                         NULL);
+}
+
+ct_status ct_nn_layer_norm_params(ct_nn_layer_norm *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_layer_norm_params: layer is NULL");
+    return add_pair("ct_nn_layer_norm_params", p, prefix, m->weight, m->bias);
+}
+
+void ct_nn_layer_norm_free(ct_nn_layer_norm *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    free(m);
+}
