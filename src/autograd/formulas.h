@@ -54,6 +54,10 @@ CTI_BW(cti_bw_norm);
 CTI_BW(cti_bw_max_all);
 CTI_BW(cti_bw_max_dim);
 
+/* formulas_factory.c: one input per joined tensor, params i[0] = dim. */
+CTI_BW(cti_bw_cat);
+CTI_BW(cti_bw_stack);
+
 /* formulas_views.c
  * One input t, nothing saved; the params of each are listed in that file. */
 CTI_BW(cti_bw_view);

@@ -8,6 +8,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "autograd/formulas.h"
 #include "dispatch_impl.h"
@@ -708,7 +709,7 @@ static ct_dtype promote_all(int n, ct_tensor *const *ts) {
 /* PyTorch's legacy rule: 1-d tensors of size 0 are left out of cat. */
 static bool cat_skipped(const ct_tensor *t) { return t->ndim == 1 && t->shape[0] == 0; }
 
-ct_tensor *ct_cat(int n, ct_tensor *const *tensors, int dim) {
+static ct_tensor *cat_impl(int n, ct_tensor *const *tensors, int dim) {
     static const char op[] = "ct_cat";
     if (check_tensor_list(op, n, tensors) != CT_OK) return NULL;
     int ref = -1;
@@ -766,7 +767,7 @@ ct_tensor *ct_cat(int n, ct_tensor *const *tensors, int dim) {
     return out;
 }
 
-ct_tensor *ct_stack(int n, ct_tensor *const *tensors, int dim) {
+static ct_tensor *stack_impl(int n, ct_tensor *const *tensors, int dim) {
     static const char op[] = "ct_stack";
     if (check_tensor_list(op, n, tensors) != CT_OK) return NULL;
     const ct_tensor *r = tensors[0];
@@ -800,5 +801,61 @@ ct_tensor *ct_stack(int n, ct_tensor *const *tensors, int dim) {
         ct_tensor_release(part);
         if (s != CT_OK) return fail_release(out);
     }
+    return out;
+}
+
+/* ---- cat and stack with history --------------------------------------------------
+ * A graph node has at most CTI_AG_MAX_IN inputs, so a longer list that needs
+ * gradients is joined in groups first (an extra copy only then). */
+static ct_tensor *record_join(const char *name, cti_backward_fn bw, int n,
+                              ct_tensor *const *tensors, int dim, ct_tensor *out) {
+    if (!out || !ct_dtype_is_floating(out->dtype)) return out;
+    int64_t p[1] = {dim < 0 ? dim + out->ndim : dim};
+    if (cti_ag_record(name, bw, n, tensors, 1, &out, 0, NULL, NULL, 0, p, 1) != CT_OK)
+        return fail_release(out);
+    return out;
+}
+
+static ct_tensor *cat_grouped(int n, ct_tensor *const *tensors, int dim) {
+    ct_tensor *groups[CTI_AG_MAX_IN];
+    int ng = 0, per = (n + CTI_AG_MAX_IN - 1) / CTI_AG_MAX_IN;
+    ct_tensor *out = NULL;
+    for (int i = 0; i < n; i += per) {
+        int m = n - i < per ? n - i : per;
+        if (!(groups[ng] = ct_cat(m, tensors + i, dim))) goto done;
+        ng++;
+    }
+    out = ct_cat(ng, groups, dim);
+done:
+    for (int g = 0; g < ng; g++) ct_tensor_release(groups[g]);
+    return out;
+}
+
+ct_tensor *ct_cat(int n, ct_tensor *const *tensors, int dim) {
+    if (check_tensor_list("ct_cat", n, tensors) != CT_OK) return NULL;
+    if (!cti_ag_needed(n, tensors)) return cat_impl(n, tensors, dim);
+    if (n > CTI_AG_MAX_IN) return cat_grouped(n, tensors, dim);
+    ct_tensor *out = cat_impl(n, tensors, dim);
+    /* cat_impl has validated dim against the first non-skipped input. */
+    return record_join("CatBackward", cti_bw_cat, n, tensors, dim, out);
+}
+
+ct_tensor *ct_stack(int n, ct_tensor *const *tensors, int dim) {
+    if (check_tensor_list("ct_stack", n, tensors) != CT_OK) return NULL;
+    if (!cti_ag_needed(n, tensors)) return stack_impl(n, tensors, dim);
+    if (n <= CTI_AG_MAX_IN)
+        return record_join("StackBackward", cti_bw_stack, n, tensors, dim,
+                           stack_impl(n, tensors, dim));
+    /* stack(ts, d) == cat(unsqueeze(t, d) for t in ts, d), with views that record. */
+    int d = cti_wrap_dim("ct_stack", dim, tensors[0]->ndim + 1);
+    if (d < 0) return NULL;
+    ct_tensor **u = calloc((size_t)n, sizeof *u);
+    if (!u) return cti_error_null(CT_ERR_OOM, "ct_stack: out of memory");
+    ct_tensor *out = NULL;
+    int made = 0;
+    while (made < n && (u[made] = ct_unsqueeze(tensors[made], d))) made++;
+    if (made == n) out = ct_cat(n, u, d);
+    for (int i = 0; i < made; i++) ct_tensor_release(u[i]);
+    free(u);
     return out;
 }
