@@ -1,7 +1,7 @@
 # Installs the Debian packages cten needs, when missing. Sourced by the
 # other scripts.
 cten_deps() {
-    local pkgs="gcc libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev"
+    local pkgs="gcc libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist"
     local missing=""
     for p in $pkgs; do
         dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

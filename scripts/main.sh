@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds cten and runs the main example.
+# Installs what is missing, builds cten and runs the main example: the
+# Fashion-MNIST CNN (examples/fashion_cnn.c), trained on the GPU when one can
+# be used, else on the CPU, printing its progress and test accuracy.
+# Arguments go to the example (bash scripts/main.sh --epochs 2; --help lists
+# them). Ctrl-C saves a checkpoint in build/; --resume continues from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
@@ -7,4 +11,4 @@ cten_deps
 [ -d build ] || meson setup build
 ninja -C build
 ./build/examples/cten-info
-./build/examples/quickstart
+./build/examples/cten-fashion-cnn --device auto --checkpoint build/fashion_cnn.safetensors "$@"

@@ -8,6 +8,7 @@
 #include "dispatch.h"
 #include "autograd.h"
 #include "nn.h"
+#include "io.h"
 #include "cuda.h"
 
 #endif

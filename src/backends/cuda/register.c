@@ -6,4 +6,8 @@
 void cti_cuda_register(void) {
     cti_cuda_register_allocator();
     cti_cuda_register_copy();
+    cti_cuda_register_elementwise();
+    cti_cuda_register_reduce();
+    cti_cuda_register_random();
+    cti_cuda_register_blas();
 }

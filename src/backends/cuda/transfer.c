@@ -249,23 +249,27 @@ static ct_status device_to_host(const char *op, ct_tensor *dst, const ct_tensor 
     int dev = dev_index(src);
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
-    if (flat_same(dst, src))
-        return download(op, dev, stream, cti_data(dst), cti_data(src), nbytes(dst), routine);
-    /* Convert and broadcast on the device into dst's dtype and shape. */
-    ct_tensor *tmp = device_temp(op, dst->ndim, dst->shape, dst->dtype, dev);
-    if (!tmp) return ct_last_status();
+    /* Convert and broadcast on the device, so what crosses the bus is dst's
+     * elements in dst's dtype, contiguous. */
+    ct_tensor *packed = NULL, *host = NULL;
+    const ct_tensor *from = src;
+    ct_status st = CT_OK;
     const char *r2;
-    ct_status st = device_copy(op, dev, stream, tmp, src, &r2);
+    if (!(src->dtype == dst->dtype && numel(src) == numel(dst) && cti_is_contiguous(src))) {
+        packed = device_temp(op, dst->ndim, dst->shape, dst->dtype, dev);
+        st = packed ? device_copy(op, dev, stream, packed, src, &r2) : ct_last_status();
+        from = packed;
+    }
     if (st == CT_OK && cti_is_contiguous(dst)) {
-        st = download(op, dev, stream, cti_data(dst), cti_data(tmp), nbytes(dst), routine);
+        st = download(op, dev, stream, cti_data(dst), cti_data(from), nbytes(dst), routine);
     } else if (st == CT_OK) {
-        ct_tensor *host = cti_tensor_new(op, dst->ndim, dst->shape, dst->dtype, CT_CPU);
-        st = host ? download(op, dev, stream, cti_data(host), cti_data(tmp), nbytes(dst), routine)
+        host = cti_tensor_new(op, dst->ndim, dst->shape, dst->dtype, CT_CPU);
+        st = host ? download(op, dev, stream, cti_data(host), cti_data(from), nbytes(dst), routine)
                   : ct_last_status();
         if (st == CT_OK) st = cpu_copy(dst, host);
-        ct_tensor_release(host);
     }
-    ct_tensor_release(tmp);
+    ct_tensor_release(host);
+    ct_tensor_release(packed);
     return st;
 }
 

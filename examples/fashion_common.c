@@ -1,0 +1,830 @@
+/* The Fashion-MNIST examples' shared pieces; see fashion_common.h. */
+#include "fashion_common.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- command line ------------------------------------------------------------------------ */
+
+/* Bits of fashion_config.given: settings a resumed run takes from its
+ * checkpoint unless the command line names them. */
+enum {
+    GIVEN_EPOCHS = 1u << 0,
+    GIVEN_BATCH = 1u << 1,
+    GIVEN_LR = 1u << 2,
+    GIVEN_SEED = 1u << 3,
+    GIVEN_LIMIT_TRAIN = 1u << 4,
+    GIVEN_LIMIT_TEST = 1u << 5,
+    GIVEN_OPTIM = 1u << 6,
+    GIVEN_MOMENTUM = 1u << 7,
+    GIVEN_WD = 1u << 8,
+};
+
+static const char *optim_name(fashion_optim o) { return o == FASHION_SGD ? "sgd" : "adamw"; }
+
+static void usage(FILE *f, const char *prog, const fashion_config *d) {
+    char dev[32];
+    fprintf(f,
+            "usage: %s [options]\n"
+            "Trains the %s model on Fashion-MNIST and reports its test accuracy after each epoch.\n"
+            "  --device cpu|cuda[:N]|auto  where to train; auto: the first GPU when one can\n"
+            "                          be used, else the CPU (default %s)\n"
+            "  --epochs N              epochs (default %" PRId64 ")\n"
+            "  --batch-size N          minibatch size (default %" PRId64 ")\n"
+            "  --optimizer sgd|adamw   (default %s)\n"
+            "  --lr X                  peak learning rate, cosine decay to 0 (default %g)\n"
+            "  --momentum X            SGD momentum (default %g)\n"
+            "  --weight-decay X        (default %g)\n"
+            "  --seed N                initialisation and shuffling seed (default %" PRIu64 ")\n"
+            "  --checkpoint PATH       safetensors checkpoint, written after each epoch and on\n"
+            "                          Ctrl-C (default %s)\n"
+            "  --no-checkpoint         write none\n"
+            "  --resume                continue from the checkpoint; settings not given take\n"
+            "                          the checkpoint's values\n"
+            "  --data DIR              the gzip IDX files (default %s)\n"
+            "  --limit-train N         use the first N training images (default: all)\n"
+            "  --limit-test N          use the first N test images (default: all)\n"
+            "  --log-every N           a progress line every N steps (default: every ~2 s)\n",
+            prog, d->model, ct_device_str(d->device, dev, sizeof dev), d->epochs,
+            d->batch_size, optim_name(d->optim), d->lr, d->momentum, d->weight_decay, d->seed,
+            d->checkpoint ? d->checkpoint : "none", d->data_dir);
+}
+
+static bool parse_i64(const char *s, int64_t min, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_f64(const char *s, double min, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_device(const char *s, ct_device *out) {
+    if (!strcmp(s, "cpu")) {
+        *out = CT_CPU;
+        return true;
+    }
+    if (strncmp(s, "cuda", 4)) return false;
+    int64_t index = 0;
+    if (s[4] == ':' && !parse_i64(s + 5, 0, &index)) return false;
+    if (s[4] && s[4] != ':') return false;
+    if (index > INT_MAX) return false;
+    *out = CT_CUDA((int)index);
+    return true;
+}
+
+int fashion_parse_args(int argc, char **argv, fashion_config *cfg) {
+    const char *prog = argc > 0 ? argv[0] : "fashion";
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = NULL;
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (n >= sizeof name) n = sizeof name - 1;
+        memcpy(name, arg, n);
+        name[n] = '\0';
+        if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+            usage(stdout, prog, cfg);
+            return 1;
+        }
+        if (!strcmp(name, "--resume")) {
+            cfg->resume = true;
+            continue;
+        }
+        if (!strcmp(name, "--no-checkpoint")) {
+            cfg->checkpoint = NULL;
+            continue;
+        }
+        if (eq) {
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, name);
+            return -1;
+        }
+        bool ok = true;
+        if (!strcmp(name, "--device")) {
+            cfg->auto_device = !strcmp(val, "auto");
+            ok = cfg->auto_device || parse_device(val, &cfg->device);
+        } else if (!strcmp(name, "--epochs")) {
+            ok = parse_i64(val, 1, &cfg->epochs);
+            cfg->given |= GIVEN_EPOCHS;
+        } else if (!strcmp(name, "--batch-size")) {
+            ok = parse_i64(val, 1, &cfg->batch_size);
+            cfg->given |= GIVEN_BATCH;
+        } else if (!strcmp(name, "--optimizer")) {
+            ok = !strcmp(val, "sgd") || !strcmp(val, "adamw");
+            cfg->optim = !strcmp(val, "sgd") ? FASHION_SGD : FASHION_ADAMW;
+            cfg->given |= GIVEN_OPTIM;
+        } else if (!strcmp(name, "--lr")) {
+            ok = parse_f64(val, 0.0, &cfg->lr);
+            cfg->given |= GIVEN_LR;
+        } else if (!strcmp(name, "--momentum")) {
+            ok = parse_f64(val, 0.0, &cfg->momentum);
+            cfg->given |= GIVEN_MOMENTUM;
+        } else if (!strcmp(name, "--weight-decay")) {
+            ok = parse_f64(val, 0.0, &cfg->weight_decay);
+            cfg->given |= GIVEN_WD;
+        } else if (!strcmp(name, "--seed")) {
+            ok = parse_u64(val, &cfg->seed);
+            cfg->given |= GIVEN_SEED;
+        } else if (!strcmp(name, "--checkpoint")) {
+            ok = *val != '\0';
+            cfg->checkpoint = val;
+        } else if (!strcmp(name, "--data")) {
+            cfg->data_dir = val;
+        } else if (!strcmp(name, "--limit-train")) {
+            ok = parse_i64(val, 1, &cfg->limit_train);
+            cfg->given |= GIVEN_LIMIT_TRAIN;
+        } else if (!strcmp(name, "--limit-test")) {
+            ok = parse_i64(val, 1, &cfg->limit_test);
+            cfg->given |= GIVEN_LIMIT_TEST;
+        } else if (!strcmp(name, "--log-every")) {
+            ok = parse_i64(val, 0, &cfg->log_every);
+        } else {
+            fprintf(stderr, "%s: unknown option %s (see --help)\n", prog, arg);
+            return -1;
+        }
+        if (!ok) {
+            fprintf(stderr, "%s: bad value '%s' for %s (see --help)\n", prog, val, name);
+            return -1;
+        }
+    }
+    if (cfg->resume && !cfg->checkpoint) {
+        fprintf(stderr, "%s: --resume needs a checkpoint (--checkpoint PATH)\n", prog);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- checkpoint metadata ---------------------------------------------------------------- */
+
+static bool meta_set_i64(ct_metadata *m, const char *key, int64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    return ct_metadata_set(m, key, buf) == CT_OK;
+}
+
+static bool meta_set_u64(ct_metadata *m, const char *key, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRIu64, v);
+    return ct_metadata_set(m, key, buf) == CT_OK;
+}
+
+/* %.17g reads back to the same double. */
+static bool meta_set_f64(ct_metadata *m, const char *key, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    return ct_metadata_set(m, key, buf) == CT_OK;
+}
+
+/* The value of key as a number, or false with a message naming the file. */
+static bool meta_i64(const ct_metadata *m, const char *path, const char *key, int64_t min,
+                     int64_t *out) {
+    const char *v = ct_metadata_get(m, key);
+    if (v && parse_i64(v, min, out)) return true;
+    fprintf(stderr, "checkpoint %s: metadata \"%s\" is %s\n", path, key,
+            v ? "not a valid number" : "missing");
+    return false;
+}
+
+static bool meta_u64(const ct_metadata *m, const char *path, const char *key, uint64_t *out) {
+    const char *v = ct_metadata_get(m, key);
+    if (v && parse_u64(v, out)) return true;
+    fprintf(stderr, "checkpoint %s: metadata \"%s\" is %s\n", path, key,
+            v ? "not a valid number" : "missing");
+    return false;
+}
+
+static bool meta_f64(const ct_metadata *m, const char *path, const char *key, double min,
+                     double *out) {
+    const char *v = ct_metadata_get(m, key);
+    if (v && parse_f64(v, min, out)) return true;
+    fprintf(stderr, "checkpoint %s: metadata \"%s\" is %s\n", path, key,
+            v ? "not a valid number" : "missing");
+    return false;
+}
+
+/* A setting the checkpoint fixes (the data order and the optimizer state
+ * depend on it): taken from the checkpoint, or refused when the command
+ * line asks for another value. */
+static bool fixed_i64(const fashion_config *cfg, unsigned bit, const char *flag,
+                      int64_t saved, int64_t *value) {
+    if ((cfg->given & bit) && *value != saved) {
+        fprintf(stderr,
+                "--resume: the checkpoint %s was made with %s %" PRId64
+                "; resuming with %" PRId64 " is not possible\n",
+                cfg->checkpoint, flag, saved, *value);
+        return false;
+    }
+    *value = saved;
+    return true;
+}
+
+/* Takes the settings of the run that wrote the checkpoint. */
+static bool config_from_checkpoint(fashion_config *cfg) {
+    ct_metadata *meta = NULL;
+    ct_params *tensors = ct_load_safetensors(cfg->checkpoint, &meta);
+    if (!tensors) {
+        fprintf(stderr, "--resume: %s\n", ct_last_error());
+        return false;
+    }
+    ct_params_free(tensors);
+    const char *path = cfg->checkpoint, *model = ct_metadata_get(meta, "model");
+    const char *optim = ct_metadata_get(meta, "optimizer");
+    bool ok = true;
+    if (!model || strcmp(model, cfg->model)) {
+        fprintf(stderr, "--resume: %s is not a checkpoint of the %s example (model: %s)\n", path,
+                cfg->model, model ? model : "none");
+        ok = false;
+    }
+    if (ok && (!optim || (strcmp(optim, "sgd") && strcmp(optim, "adamw")))) {
+        fprintf(stderr, "checkpoint %s: metadata \"optimizer\" is missing or unknown\n", path);
+        ok = false;
+    }
+    int64_t batch = 0, epochs = 0, limit_train = 0, limit_test = 0, saved_optim = 0;
+    uint64_t seed = 0;
+    double lr = 0, momentum = 0, wd = 0;
+    ok = ok && meta_i64(meta, path, "batch_size", 1, &batch) &&
+         meta_i64(meta, path, "epochs", 1, &epochs) &&
+         meta_i64(meta, path, "limit_train", 0, &limit_train) &&
+         meta_i64(meta, path, "limit_test", 0, &limit_test) &&
+         meta_u64(meta, path, "seed", &seed) && meta_f64(meta, path, "lr", 0.0, &lr) &&
+         meta_f64(meta, path, "momentum", 0.0, &momentum) &&
+         meta_f64(meta, path, "weight_decay", 0.0, &wd);
+    if (ok) {
+        int64_t o = cfg->optim;
+        saved_optim = strcmp(optim, "sgd") ? FASHION_ADAMW : FASHION_SGD;
+        int64_t s = (int64_t)cfg->seed;
+        ok = fixed_i64(cfg, GIVEN_BATCH, "--batch-size", batch, &cfg->batch_size) &&
+             fixed_i64(cfg, GIVEN_LIMIT_TRAIN, "--limit-train", limit_train,
+                       &cfg->limit_train) &&
+             fixed_i64(cfg, GIVEN_SEED, "--seed", (int64_t)seed, &s);
+        if (ok && (cfg->given & GIVEN_OPTIM) && o != saved_optim) {
+            fprintf(stderr, "--resume: the checkpoint %s was made with --optimizer %s\n", path,
+                    optim);
+            ok = false;
+        }
+        cfg->seed = (uint64_t)s;
+        cfg->optim = (fashion_optim)saved_optim;
+    }
+    /* Settings a resumed run may change: more epochs (the schedule then
+     * stretches over the new total), a learning rate, another test subset. */
+    if (ok && !(cfg->given & GIVEN_EPOCHS)) cfg->epochs = epochs;
+    if (ok && !(cfg->given & GIVEN_LR)) cfg->lr = lr;
+    if (ok && !(cfg->given & GIVEN_MOMENTUM)) cfg->momentum = momentum;
+    if (ok && !(cfg->given & GIVEN_WD)) cfg->weight_decay = wd;
+    if (ok && !(cfg->given & GIVEN_LIMIT_TEST)) cfg->limit_test = limit_test;
+    ct_metadata_free(meta);
+    return ok;
+}
+
+/* ---- data ------------------------------------------------------------------------------------ */
+
+/* Loads one (images, labels) pair of IDX files, the first limit samples
+ * (0: all), images normalised to [N, 1, 28, 28] float32 as the PyTorch
+ * scripts do: (x / 255 - mean) / std. */
+static bool load_split(const char *dir, const char *split, int64_t limit, ct_tensor **images,
+                       ct_tensor **labels) {
+    char ipath[4096], lpath[4096];
+    snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, split);
+    snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, split);
+    ct_scope *s = ct_scope_begin();
+    ct_tensor *x = ct_idx_load(ipath, CT_F32);
+    ct_tensor *y = x ? ct_idx_load(lpath, CT_I64) : NULL;
+    if (!x || !y) {
+        fprintf(stderr, "%s\n(the dataset-fashion-mnist package installs the files; --data DIR "
+                        "names another directory)\n",
+                ct_last_error());
+        ct_scope_end(s);
+        return false;
+    }
+    int64_t n = ct_tensor_size(x, 0);
+    if (ct_tensor_ndim(x) != 3 || ct_tensor_size(x, 1) != 28 || ct_tensor_size(x, 2) != 28 ||
+        ct_tensor_ndim(y) != 1 || ct_tensor_size(y, 0) != n) {
+        char xs[64], ys[64];
+        fprintf(stderr, "%s and %s: expected [N, 28, 28] images and [N] labels, got %s and %s\n",
+                ipath, lpath, ct_shape_str(ct_tensor_ndim(x), ct_tensor_shape(x), xs, sizeof xs),
+                ct_shape_str(ct_tensor_ndim(y), ct_tensor_shape(y), ys, sizeof ys));
+        ct_scope_end(s);
+        return false;
+    }
+    if (limit > 0 && limit < n) {
+        x = ct_narrow(x, 0, 0, limit);
+        y = ct_narrow(y, 0, 0, limit);
+        n = limit;
+    }
+    x = ct_div_scalar(ct_sub_scalar(ct_div_scalar(x, 255.0), FASHION_MEAN), FASHION_STD);
+    x = ct_reshape(x, CT_SHAPE(n, 1, 28, 28));
+    y = ct_contiguous(y);
+    if (!x || !y) {
+        fprintf(stderr, "preparing %s: %s\n", ipath, ct_last_error());
+        ct_scope_end(s);
+        return false;
+    }
+    *images = ct_keep(x);
+    *labels = ct_keep(y);
+    ct_scope_end(s);
+    return true;
+}
+
+void fashion_data_free(fashion_data *data) {
+    ct_tensor_release(data->train_x);
+    ct_tensor_release(data->train_y);
+    ct_tensor_release(data->test_x);
+    ct_tensor_release(data->test_y);
+    memset(data, 0, sizeof *data);
+}
+
+/* The device must hold tensors before any time goes into loading data; the
+ * library's message says why it cannot. */
+static bool check_device(ct_device device) {
+    ct_tensor *probe = ct_tensor_zeros(CT_SHAPE(1), CT_F32, device);
+    if (!probe) {
+        char dev[32];
+        fprintf(stderr, "cannot train on %s: %s\n", ct_device_str(device, dev, sizeof dev),
+                ct_last_error());
+        return false;
+    }
+    ct_tensor_release(probe);
+    return true;
+}
+
+bool fashion_setup(int argc, char **argv, fashion_config *cfg, fashion_data *data,
+                   int *exit_status) {
+    memset(data, 0, sizeof *data);
+    int r = fashion_parse_args(argc, argv, cfg);
+    *exit_status = r > 0 ? 0 : r < 0 ? 2 : 1;
+    if (r) return false;
+    if (cfg->resume && !config_from_checkpoint(cfg)) return false;
+    if (cfg->auto_device) cfg->device = ct_cuda_available() ? CT_CUDA(0) : CT_CPU;
+    if (!check_device(cfg->device)) return false;
+    if (!load_split(cfg->data_dir, "train", cfg->limit_train, &data->train_x, &data->train_y) ||
+        !load_split(cfg->data_dir, "t10k", cfg->limit_test, &data->test_x, &data->test_y)) {
+        fashion_data_free(data);
+        return false;
+    }
+    *exit_status = 0;
+    return true;
+}
+
+ct_optimizer *fashion_optimizer_new(const fashion_config *cfg, const ct_params *params) {
+    ct_optimizer *opt =
+        cfg->optim == FASHION_SGD
+            ? ct_optim_sgd_new(params, cfg->lr, cfg->momentum, 0.0, cfg->weight_decay, false)
+            : ct_optim_adamw_new(params, cfg->lr, 0.9, 0.999, 1e-8, cfg->weight_decay);
+    if (!opt) fprintf(stderr, "creating the optimizer: %s\n", ct_last_error());
+    return opt;
+}
+
+/* ---- Ctrl-C ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_sigint;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_sigint = 1;
+    static const char msg[] =
+        "\ninterrupted: stopping after this step (Ctrl-C again quits at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+/* The first Ctrl-C asks the loop to stop; the handler then resets itself
+ * (SA_RESETHAND) so that a second one ends the process. */
+static void install_sigint(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, NULL);
+}
+
+static void remove_sigint(void) { signal(SIGINT, SIG_DFL); }
+
+/* ---- the run ----------------------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *fmt_duration(double s, char *buf, size_t n) {
+    if (!(s >= 0) || s > 1e8) s = 0;
+    long t = lround(s);
+    if (t >= 3600)
+        snprintf(buf, n, "%ldh%02ldm%02lds", t / 3600, t / 60 % 60, t % 60);
+    else if (t >= 60)
+        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, n, "%.1fs", s);
+    return buf;
+}
+
+/* Ends device work so that the clock measures it. */
+static void sync_device(ct_device d) {
+    if (d.type == CT_DEVICE_CUDA) ct_cuda_synchronize(d.index);
+}
+
+/* The tensors a checkpoint holds: the model's parameters under their names
+ * and the optimizer's state under "optim.<k>.<what>". */
+static ct_params *state_list(const fashion_run *run) {
+    ct_params *list = ct_params_new();
+    if (!list) return NULL;
+    for (int64_t i = 0; i < ct_params_count(run->params); i++) {
+        const char *name;
+        ct_tensor *t = ct_params_get(run->params, i, &name);
+        if (!t || ct_params_add(list, name, t) != CT_OK) goto fail;
+    }
+    for (int64_t k = 0; k < ct_optim_state_count(run->opt); k++) {
+        const char *name;
+        char full[128];
+        ct_tensor *t = ct_optim_state_get(run->opt, k, &name);
+        if (!t) goto fail;
+        snprintf(full, sizeof full, "optim.%s", name);
+        if (ct_params_add(list, full, t) != CT_OK) goto fail;
+    }
+    return list;
+fail:
+    ct_params_free(list);
+    return NULL;
+}
+
+static bool save_checkpoint(fashion_run *run) {
+    const fashion_config *cfg = run->cfg;
+    ct_dataloader_state ls = ct_dataloader_get_state(run->train);
+    double epoch_loss = 0;
+    if (ct_tensor_item(run->epoch_loss_sum, &epoch_loss) != CT_OK) {
+        fprintf(stderr, "saving the checkpoint %s: %s\n", cfg->checkpoint, ct_last_error());
+        return false;
+    }
+    ct_params *list = state_list(run);
+    ct_metadata *m = ct_metadata_new();
+    bool ok = list && m && ct_metadata_set(m, "format", "cten-fashion-1") == CT_OK &&
+              ct_metadata_set(m, "model", cfg->model) == CT_OK &&
+              ct_metadata_set(m, "optimizer", optim_name(cfg->optim)) == CT_OK &&
+              meta_set_i64(m, "epochs", cfg->epochs) &&
+              meta_set_i64(m, "batch_size", cfg->batch_size) && meta_set_f64(m, "lr", cfg->lr) &&
+              meta_set_f64(m, "momentum", cfg->momentum) &&
+              meta_set_f64(m, "weight_decay", cfg->weight_decay) &&
+              meta_set_u64(m, "seed", cfg->seed) &&
+              meta_set_i64(m, "limit_train", cfg->limit_train) &&
+              meta_set_i64(m, "limit_test", cfg->limit_test) &&
+              meta_set_i64(m, "epoch", run->epoch) && meta_set_i64(m, "step", run->step) &&
+              meta_set_i64(m, "loader_epoch", ls.epoch) &&
+              meta_set_i64(m, "loader_position", ls.position) &&
+              meta_set_u64(m, "loader_seed", ls.seed) &&
+              meta_set_u64(m, "loader_gen_offset", ls.gen_offset) &&
+              meta_set_f64(m, "best_accuracy", run->best_accuracy) &&
+              meta_set_i64(m, "best_epoch", run->best_epoch) &&
+              meta_set_f64(m, "train_seconds", run->train_seconds) &&
+              meta_set_f64(m, "epoch_loss_sum", epoch_loss) &&
+              meta_set_i64(m, "epoch_steps", run->epoch_steps) &&
+              ct_save_safetensors(cfg->checkpoint, list, m) == CT_OK;
+    if (!ok) fprintf(stderr, "saving the checkpoint %s: %s\n", cfg->checkpoint, ct_last_error());
+    ct_metadata_free(m);
+    ct_params_free(list);
+    return ok;
+}
+
+/* Restores the model, the optimizer, the counters and the data order. */
+static bool restore_checkpoint(fashion_run *run) {
+    const char *path = run->cfg->checkpoint;
+    ct_metadata *meta = NULL;
+    ct_params *list = state_list(run);
+    if (!list || ct_load_safetensors_into(path, list, true, &meta) != CT_OK) {
+        fprintf(stderr, "--resume: %s\n", ct_last_error());
+        ct_params_free(list);
+        ct_metadata_free(meta);
+        return false;
+    }
+    ct_params_free(list);
+    ct_dataloader_state ls;
+    int64_t best_epoch;
+    double epoch_loss;
+    /* The epoch's loss so far, so that its mean covers every step of it. */
+    bool ok = meta_f64(meta, path, "epoch_loss_sum", 0.0, &epoch_loss) &&
+              meta_i64(meta, path, "epoch_steps", 0, &run->epoch_steps) &&
+              ct_fill_(run->epoch_loss_sum, epoch_loss) == CT_OK && meta_i64(meta, path, "epoch", 0, &run->epoch) &&
+              meta_i64(meta, path, "step", 0, &run->step) &&
+              meta_i64(meta, path, "loader_epoch", 0, &ls.epoch) &&
+              meta_i64(meta, path, "loader_position", 0, &ls.position) &&
+              meta_u64(meta, path, "loader_seed", &ls.seed) &&
+              meta_u64(meta, path, "loader_gen_offset", &ls.gen_offset) &&
+              meta_f64(meta, path, "best_accuracy", -1.0, &run->best_accuracy) &&
+              meta_i64(meta, path, "best_epoch", -1, &best_epoch) &&
+              meta_f64(meta, path, "train_seconds", 0.0, &run->train_seconds);
+    ct_metadata_free(meta);
+    if (!ok) return false;
+    run->best_epoch = best_epoch;
+    if (ls.epoch != run->epoch ||
+        run->step != run->epoch * run->steps_per_epoch +
+                         (ls.position + run->cfg->batch_size - 1) / run->cfg->batch_size) {
+        fprintf(stderr, "checkpoint %s: epoch %" PRId64 ", step %" PRId64
+                        " and the data loader's position disagree\n",
+                path, run->epoch, run->step);
+        return false;
+    }
+    if (ct_dataloader_set_state(run->train, &ls) != CT_OK) {
+        fprintf(stderr, "--resume: %s\n", ct_last_error());
+        return false;
+    }
+    return true;
+}
+
+static int64_t count_params(const ct_params *p) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < ct_params_count(p); i++)
+        n += ct_tensor_numel(ct_params_get(p, i, NULL));
+    return n;
+}
+
+static void print_header(const fashion_run *run) {
+    const fashion_config *cfg = run->cfg;
+    char dev[32];
+    printf("fashion-%s: %" PRId64 " training / %" PRId64 " test images, %" PRId64
+           " parameters\n",
+           cfg->model, ct_dataloader_num_samples(run->train),
+           ct_dataloader_num_samples(run->test), count_params(run->params));
+    printf("  %" PRId64 " epoch%s of %" PRId64 " steps, batch %" PRId64 ", %s lr %g", cfg->epochs,
+           cfg->epochs == 1 ? "" : "s", run->steps_per_epoch, cfg->batch_size, cfg->optim == FASHION_SGD ? "SGD" : "AdamW",
+           cfg->lr);
+    if (cfg->optim == FASHION_SGD) printf(" momentum %g", cfg->momentum);
+    printf(" weight decay %g, cosine schedule, seed %" PRIu64 "\n", cfg->weight_decay,
+           cfg->seed);
+    printf("  device %s", ct_device_str(cfg->device, dev, sizeof dev));
+    if (cfg->device.type == CT_DEVICE_CPU) printf(" (%d threads)", ct_get_num_threads());
+    if (cfg->checkpoint)
+        printf(", checkpoint %s (after each epoch and on Ctrl-C)", cfg->checkpoint);
+    printf("\n");
+    if (cfg->resume && run->epoch < cfg->epochs)
+        printf("resumed from %s at epoch %" PRId64 ", step %" PRId64 "/%" PRId64 "\n",
+               cfg->checkpoint, run->epoch + 1, run->step, cfg->epochs * run->steps_per_epoch);
+    else if (cfg->resume)
+        printf("resumed from %s: all %" PRId64 " epochs are done (--epochs N trains more)\n",
+               cfg->checkpoint, cfg->epochs);
+    fflush(stdout);
+}
+
+bool fashion_run_begin(fashion_run *run, const fashion_config *cfg, const fashion_data *data,
+                       ct_params *params, ct_optimizer *opt, fashion_forward_fn forward,
+                       void *model) {
+    memset(run, 0, sizeof *run);
+    run->cfg = cfg;
+    run->params = params;
+    run->opt = opt;
+    run->forward = forward;
+    run->model = model;
+    run->best_accuracy = -1.0;
+    run->best_epoch = -1;
+    run->t_start = now_s();
+    /* train_loader = DataLoader(train, batch_size, shuffle=True, generator=seeded) */
+    run->train = ct_dataloader_new(data->train_x, data->train_y, cfg->batch_size, true, false,
+                                   cfg->seed);
+    run->test = ct_dataloader_new(data->test_x, data->test_y, 1000, false, false, 0);
+    run->loss_sum = ct_tensor_zeros(CT_NONE, CT_F32, cfg->device);
+    run->epoch_loss_sum = ct_tensor_zeros(CT_NONE, CT_F32, cfg->device);
+    if (!run->train || !run->test || !run->loss_sum || !run->epoch_loss_sum) {
+        fprintf(stderr, "starting the run: %s\n", ct_last_error());
+        run->failed = true;
+        return false;
+    }
+    run->steps_per_epoch = ct_dataloader_num_batches(run->train);
+    if (cfg->resume && !restore_checkpoint(run)) {
+        run->failed = true;
+        return false;
+    }
+    run->first_step = run->step;
+    g_sigint = 0;
+    install_sigint();
+    print_header(run);
+    run->t_print = run->t_epoch_start = now_s();
+    return true;
+}
+
+static void fail(fashion_run *run, const char *what) {
+    fprintf(stderr, "%s failed at epoch %" PRId64 ", step %" PRId64 ": %s\n", what,
+            run->epoch + 1, run->step, ct_last_error());
+    run->failed = true;
+}
+
+bool fashion_next_batch(fashion_run *run, ct_tensor **x, ct_tensor **y) {
+    *x = *y = NULL;
+    if (run->scope) ct_scope_end(run->scope);
+    run->scope = NULL;
+    if (g_sigint) run->interrupted = true;
+    if (run->failed || run->interrupted) return false;
+    run->scope = ct_scope_begin();
+    ct_tensor *cx, *cy;
+    if (!ct_dataloader_next(run->train, &cx, &cy)) {
+        if (ct_dataloader_status(run->train) != CT_OK) fail(run, "the data loader");
+        ct_scope_end(run->scope);
+        run->scope = NULL;
+        return false;
+    }
+    /* x, y = x.to(device), y.to(device) */
+    *x = ct_to_device(cx, run->cfg->device);
+    *y = *x ? ct_to_device(cy, run->cfg->device) : NULL;
+    if (!*x || !*y) {
+        fail(run, "copying the batch to the device");
+        return false;
+    }
+    return true;
+}
+
+double fashion_lr(const fashion_run *run) {
+    int64_t total = run->cfg->epochs * run->steps_per_epoch;
+    return ct_lr_cosine_warmup(run->cfg->lr, 0, total > 0 ? total : 1, 0.0, run->step);
+}
+
+static void print_progress(fashion_run *run) {
+    const fashion_config *cfg = run->cfg;
+    double sum = 0;
+    if (ct_tensor_item(run->loss_sum, &sum) != CT_OK || ct_zero_(run->loss_sum) != CT_OK) {
+        fail(run, "reading the loss");
+        return;
+    }
+    double t = now_s(); /* after item(), which waited for the device */
+    double dt = t - run->t_print;
+    int64_t done = run->step - run->first_step, total = cfg->epochs * run->steps_per_epoch;
+    double train_time = t - run->t_start - run->eval_seconds; /* this process's */
+    double eta = done > 0 ? train_time / (double)done * (double)(total - run->step) : 0;
+    char eta_s[32];
+    printf("epoch %" PRId64 "/%" PRId64 "  step %*" PRId64 "/%" PRId64
+           "  loss %.4f  lr %.2e  %6.0f samples/s  ETA %s\n",
+           run->epoch + 1, cfg->epochs, run->steps_per_epoch >= 1000 ? 4 : 3,
+           run->step - run->epoch * run->steps_per_epoch, run->steps_per_epoch,
+           sum / (double)run->since_print, fashion_lr(run),
+           dt > 0 ? (double)(run->since_print * cfg->batch_size) / dt : 0.0,
+           fmt_duration(eta, eta_s, sizeof eta_s));
+    fflush(stdout);
+    run->since_print = 0;
+    run->t_print = t;
+}
+
+void fashion_step_done(fashion_run *run, ct_tensor *loss, bool ok) {
+    if (!loss || !ok) {
+        fail(run, "the training step");
+        return;
+    }
+    /* running_loss += loss.item(), without waiting for the device */
+    bool prev = ct_no_grad_begin();
+    ok = ct_add_(run->loss_sum, loss) == CT_OK && ct_add_(run->epoch_loss_sum, loss) == CT_OK;
+    ct_no_grad_end(prev);
+    if (!ok) {
+        fail(run, "adding up the loss");
+        return;
+    }
+    run->step++;
+    run->since_print++;
+    run->epoch_steps++;
+    int64_t every = run->cfg->log_every;
+    if (every > 0 ? run->step % every == 0 : now_s() - run->t_print >= 2.0) print_progress(run);
+}
+
+ct_status fashion_evaluate(fashion_forward_fn forward, void *model, ct_dataloader *loader,
+                           ct_device device, double *accuracy, double *loss) {
+    bool prev = ct_no_grad_begin(); /* with torch.no_grad(): */
+    double correct = 0, loss_sum = 0;
+    ct_status st = CT_OK;
+    ct_tensor *cx, *cy;
+    for (;;) {
+        ct_scope *s = ct_scope_begin();
+        if (!ct_dataloader_next(loader, &cx, &cy)) {
+            st = ct_dataloader_status(loader);
+            ct_scope_end(s);
+            break;
+        }
+        ct_tensor *x = ct_to_device(cx, device), *y = ct_to_device(cy, device);
+        ct_tensor *logits = x && y ? forward(model, x) : NULL;
+        /* loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+         * correct += (logits.argmax(1) == y).sum().item() */
+        ct_tensor *l = ct_cross_entropy(logits, y, NULL, CT_REDUCTION_SUM, -100, 0.0);
+        ct_tensor *c = ct_sum(ct_eq(ct_argmax(logits, 1, false), y), CT_NONE, false);
+        double lv = 0, cv = 0;
+        if (!l || !c || ct_tensor_item(l, &lv) != CT_OK || ct_tensor_item(c, &cv) != CT_OK)
+            st = ct_last_status();
+        ct_scope_end(s);
+        if (st != CT_OK) break;
+        loss_sum += lv;
+        correct += cv;
+    }
+    ct_no_grad_end(prev);
+    if (st == CT_OK) st = ct_dataloader_reset(loader);
+    int64_t n = ct_dataloader_num_samples(loader);
+    *accuracy = n > 0 ? correct / (double)n : 0.0;
+    *loss = n > 0 ? loss_sum / (double)n : 0.0;
+    return st;
+}
+
+bool fashion_end_epoch(fashion_run *run) {
+    const fashion_config *cfg = run->cfg;
+    if (run->scope) ct_scope_end(run->scope);
+    run->scope = NULL;
+    if (run->failed) return false;
+    sync_device(cfg->device);
+    double t = now_s(), epoch_time = t - run->t_epoch_start;
+    run->train_seconds += t - run->t_epoch_start;
+    if (run->interrupted) {
+        if (cfg->checkpoint && save_checkpoint(run))
+            printf("checkpoint saved to %s at epoch %" PRId64 ", step %" PRId64
+                   "; continue with --resume\n",
+                   cfg->checkpoint, run->epoch + 1, run->step);
+        return false;
+    }
+    double train_loss = 0;
+    if (ct_tensor_item(run->epoch_loss_sum, &train_loss) != CT_OK) {
+        fail(run, "reading the loss");
+        return false;
+    }
+    double acc, test_loss;
+    if (fashion_evaluate(run->forward, run->model, run->test, cfg->device, &acc, &test_loss) !=
+        CT_OK) {
+        fail(run, "evaluation");
+        return false;
+    }
+    double eval_time = now_s() - t;
+    run->eval_seconds += eval_time;
+    int64_t samples = ct_dataloader_num_samples(run->train);
+    if (acc > run->best_accuracy) {
+        run->best_accuracy = acc;
+        run->best_epoch = run->epoch;
+    }
+    printf("epoch %" PRId64 "/%" PRId64 " done: train loss %.6f  test loss %.6f  "
+           "test accuracy %.2f%%  (train %.1f s, %.0f samples/s; test %.1f s)\n",
+           run->epoch + 1, cfg->epochs,
+           run->epoch_steps ? train_loss / (double)run->epoch_steps : 0.0, test_loss,
+           100.0 * acc, epoch_time, epoch_time > 0 ? (double)samples / epoch_time : 0.0,
+           eval_time);
+    fflush(stdout);
+    /* the next epoch */
+    run->epoch++;
+    run->epoch_steps = 0;
+    run->since_print = 0;
+    if (ct_zero_(run->epoch_loss_sum) != CT_OK || ct_zero_(run->loss_sum) != CT_OK ||
+        ct_dataloader_reset(run->train) != CT_OK) {
+        fail(run, "starting the next epoch");
+        return false;
+    }
+    if (cfg->checkpoint && !save_checkpoint(run)) {
+        run->failed = true;
+        return false;
+    }
+    double t_next = now_s();
+    run->eval_seconds += t_next - t - eval_time; /* the checkpoint's time too */
+    run->t_print = run->t_epoch_start = t_next;
+    return true;
+}
+
+int fashion_finish(fashion_run *run) {
+    if (run->scope) ct_scope_end(run->scope);
+    run->scope = NULL;
+    remove_sigint();
+    char total[32], train[32];
+    fmt_duration(now_s() - run->t_start, total, sizeof total);
+    fmt_duration(run->train_seconds, train, sizeof train);
+    if (!run->failed && run->best_epoch >= 0)
+        printf("best test accuracy %.2f%% (epoch %" PRId64 "), total time %s "
+               "(training %s over all runs)\n",
+               100.0 * run->best_accuracy, run->best_epoch + 1, total, train);
+    else if (!run->failed)
+        printf("no epoch finished, total time %s\n", total);
+    fflush(stdout);
+    ct_dataloader_free(run->train);
+    ct_dataloader_free(run->test);
+    ct_tensor_release(run->loss_sum);
+    ct_tensor_release(run->epoch_loss_sum);
+    int rc = run->failed ? 1 : run->interrupted ? 130 : 0;
+    memset(run, 0, sizeof *run);
+    return rc;
+}

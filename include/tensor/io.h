@@ -1,0 +1,137 @@
+/* cten: reading data sets (IDX files), saving and loading named tensors
+ * (safetensors checkpoints), and a minibatch data loader.
+ *
+ * Ownership follows core.h: a returned ct_tensor * is a new handle the
+ * caller (or the open scope) owns; ct_params and ct_metadata lists returned
+ * by a load belong to the caller (ct_params_free, ct_metadata_free).
+ * Errors: NULL / a status / false, with the message in ct_last_error(),
+ * naming the function and the file. A file that cannot be opened, read or
+ * written is CT_ERR_IO; a file whose content is malformed is CT_ERR_FORMAT,
+ * never a crash. */
+#ifndef CTEN_IO_H
+#define CTEN_IO_H
+
+#include "core.h"
+#include "nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- IDX (the MNIST / Fashion-MNIST format) -------------------------------------------
+ * Magic 00 00 <type> <ndims>, then ndims big-endian uint32 sizes, then the
+ * elements, big-endian, row-major. Element types: 0x08 uint8, 0x09 int8,
+ * 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64. The file may be gzip
+ * compressed (detected from its first bytes) or plain.
+ *
+ * Returns a CPU tensor of the file's shape converted to dtype (uint8 images
+ * to CT_F32 keep their values 0..255; labels to CT_I64 for the losses).
+ * Floating files into an integer dtype are refused (CT_ERR_DTYPE) rather
+ * than truncated. The data must fill the file exactly: a short file
+ * ("truncated") or bytes after the data ("trailing") are CT_ERR_FORMAT. */
+ct_tensor *ct_idx_load(const char *path, ct_dtype dtype);
+
+/* ---- safetensors -----------------------------------------------------------------------
+ * The format of Hugging Face's safetensors: an 8-byte little-endian header
+ * length N, N bytes of JSON
+ *   {"__metadata__": {"key": "value", ...},
+ *    "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
+ * then the data section: every tensor's elements, row-major, little-endian,
+ * at [begin, end) relative to the section's start, the ranges covering the
+ * section exactly without holes or overlaps. dtypes: BOOL, I32, I64, F16,
+ * BF16, F32, F64. */
+
+/* Ordered string key/value pairs: the header's "__metadata__". */
+typedef struct ct_metadata ct_metadata;
+ct_metadata *ct_metadata_new(void);
+void ct_metadata_free(ct_metadata *m); /* NULL is a no-op */
+/* Sets key to value (both copied, valid UTF-8, key non-empty), replacing an
+ * existing value. */
+ct_status ct_metadata_set(ct_metadata *m, const char *key, const char *value);
+/* The value of key (borrowed, valid until the entry changes), or NULL
+ * without an error when absent. */
+const char *ct_metadata_get(const ct_metadata *m, const char *key);
+int64_t ct_metadata_count(const ct_metadata *m);
+/* Entry index: its key (borrowed), its value into *value when not NULL;
+ * NULL with an error when index is out of range. */
+const char *ct_metadata_at(const ct_metadata *m, int64_t index, const char **value);
+
+/* Writes tensors (names and values, from any device and layout, in the
+ * list's order) and meta (NULL: none) to path. The file appears
+ * atomically: it is written to a temporary file in the same directory,
+ * synced and renamed over path, so a crash never leaves half a checkpoint.
+ * Names must be valid UTF-8 and not "__metadata__". */
+ct_status ct_save_safetensors(const char *path, const ct_params *tensors,
+                              const ct_metadata *meta);
+/* Reads every tensor of path into new contiguous CPU tensors, in the
+ * header's order, after validating the whole header against the file.
+ * *meta (when meta is not NULL) receives the metadata (an empty list when
+ * the file has none). */
+ct_params *ct_load_safetensors(const char *path, ct_metadata **meta);
+/* Copies the tensors of path into the tensors of dst with the same names
+ * (any device; in no-grad mode, so parameters that require grad may be
+ * restored): each must be in the file (else CT_ERR_FORMAT) with dst's shape
+ * (else CT_ERR_SHAPE) and dtype (else CT_ERR_DTYPE). strict also refuses
+ * tensors in the file that dst lacks (as load_state_dict's strict=True).
+ * Nothing in dst changes unless every check passes. *meta as for
+ * ct_load_safetensors. */
+ct_status ct_load_safetensors_into(const char *path, ct_params *dst, bool strict,
+                                   ct_metadata **meta);
+
+/* ---- data loader -------------------------------------------------------------------------
+ * Minibatches over (inputs [N, ...], targets [N, ...]) as torch's DataLoader
+ * over a TensorDataset: each epoch visits every sample once, in a fresh
+ * random permutation when shuffling (Fisher-Yates driven by the loader's own
+ * Philox generator, so the order depends on the seed alone), else in order.
+ *
+ *     ct_dataloader *dl = ct_dataloader_new(images, labels, 64, true, false, seed);
+ *     for (int epoch = 0; epoch < epochs; epoch++) {
+ *         ct_tensor *x, *y;
+ *         while (ct_dataloader_next(dl, &x, &y)) { ... }   // x: [64, ...], y: [64, ...]
+ *         if (ct_dataloader_status(dl) != CT_OK) ...       // failed, not at the end
+ *         ct_dataloader_reset(dl);                         // the next epoch
+ *     }
+ */
+typedef struct ct_dataloader ct_dataloader;
+
+/* inputs and targets (targets may be NULL) are CPU tensors with the same
+ * size N >= 0 of dim 0; the loader keeps references to them (contiguous
+ * copies when they are not contiguous). batch_size >= 1. drop_last drops the
+ * last batch of an epoch when it would be smaller than batch_size. The first
+ * epoch (epoch 0) starts at once. */
+ct_dataloader *ct_dataloader_new(ct_tensor *inputs, ct_tensor *targets, int64_t batch_size,
+                                 bool shuffle, bool drop_last, uint64_t seed);
+void ct_dataloader_free(ct_dataloader *dl); /* NULL is a no-op */
+/* The next batch of this epoch: *x gets new CPU tensors [B, ...] gathered
+ * from inputs (copies, registered in the open scope) and *y those of targets
+ * (NULL when the loader has none). Returns false with *x = *y = NULL at the
+ * epoch's end (and on every call after it, until ct_dataloader_reset) or on
+ * failure; ct_dataloader_status tells which (CT_OK at the end). */
+bool ct_dataloader_next(ct_dataloader *dl, ct_tensor **x, ct_tensor **y);
+/* CT_OK, or the status of the last failed ct_dataloader_next. */
+ct_status ct_dataloader_status(const ct_dataloader *dl);
+/* Starts the next epoch (drawing its permutation when shuffling), whether or
+ * not the current one was finished. */
+ct_status ct_dataloader_reset(ct_dataloader *dl);
+/* Batches per epoch (with drop_last accounted for) and samples N. */
+int64_t ct_dataloader_num_batches(const ct_dataloader *dl);
+int64_t ct_dataloader_num_samples(const ct_dataloader *dl);
+
+/* Where a loader stands, for checkpoints: restoring it into a loader over
+ * the same data makes the following batches those the saved one would have
+ * given. */
+typedef struct ct_dataloader_state {
+    int64_t epoch;       /* 0 for the first epoch */
+    int64_t position;    /* samples of this epoch handed out so far */
+    uint64_t seed;       /* the generator's key */
+    uint64_t gen_offset; /* generator offset where this epoch's permutation was drawn */
+} ct_dataloader_state;
+ct_dataloader_state ct_dataloader_get_state(const ct_dataloader *dl);
+/* Refuses a state that does not fit this loader (negative epoch, position
+ * beyond N or not at a batch boundary). */
+ct_status ct_dataloader_set_state(ct_dataloader *dl, const ct_dataloader_state *state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,352 @@
+/* CT_OP_MM, CT_OP_BMM and CT_OP_ADDMM for CUDA tensors through cuBLAS.
+ *
+ * The call record is the CPU kernels' (src/backends/cpu/linalg.c): in[A]
+ * [batch..., n, k], in[B] [batch..., k, m], out [batch..., n, m] contiguous,
+ * broadcast batch dims with stride 0; addmm adds in[0], the input broadcast to
+ * [n, m], scaled by f[0] (beta), the product by f[1] (alpha).
+ *
+ * cuBLAS is column-major and cten row-major: a row-major matrix is the
+ * column-major view of its transpose, so C = A B is computed as
+ * C^T = B^T A^T with the operands swapped. An operand stored row-major with a
+ * leading dimension goes in as it is (CUBLAS_OP_N), one stored as the
+ * transpose of such a matrix with CUBLAS_OP_T; only other layouts are copied
+ * into a contiguous matrix first. Batches with one stride per operand are
+ * one cublasGemmStridedBatchedEx call (stride 0 for a broadcast operand).
+ *
+ * float32 uses CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 when
+ * ct_allow_tf32() is on; float16/bfloat16 multiply with float32 accumulation
+ * and scaling (CUBLAS_COMPUTE_32F) and round once into the output; float64
+ * uses CUBLAS_COMPUTE_64F. Each device has one handle, bound to the device's
+ * stream, and each call hands cuBLAS a workspace from the caching allocator,
+ * released after the call (its reuse is ordered after the GEMM on the
+ * stream). */
+#include <cublas_v2.h>
+#include <limits.h>
+#include <pthread.h>
+
+#include "cuda_impl.h"
+
+#define WORKSPACE_BYTES ((int64_t)32 << 20)
+
+typedef struct blas_dev {
+    pthread_mutex_t lock;
+    cublasHandle_t handle;
+} blas_dev;
+
+static blas_dev devs[CTI_CUDA_MAX_DEVICES];
+static pthread_once_t devs_once = PTHREAD_ONCE_INIT;
+
+static void init_devs(void) {
+    for (int i = 0; i < CTI_CUDA_MAX_DEVICES; i++) pthread_mutex_init(&devs[i].lock, NULL);
+}
+
+static ct_status blas_fail(const char *op, int dev, const char *call, cublasStatus_t s) {
+    cudaGetLastError();
+    return cti_error(s == CUBLAS_STATUS_ALLOC_FAILED ? CT_ERR_OOM : CT_ERR_RUNTIME,
+                     "%s: %s failed on cuda:%d: %s (%s)", op, call, dev, cublasGetStatusString(s),
+                     cublasGetStatusName(s));
+}
+
+/* dev's handle, created on first use; the caller holds devs[dev].lock and
+ * has made dev current. */
+static ct_status handle_of(const char *op, int dev, cudaStream_t stream, cublasHandle_t *out) {
+    blas_dev *d = &devs[dev];
+    if (!d->handle) {
+        cublasHandle_t h;
+        cublasStatus_t s = cublasCreate(&h);
+        if (s != CUBLAS_STATUS_SUCCESS) return blas_fail(op, dev, "cublasCreate", s);
+        if ((s = cublasSetStream(h, stream)) != CUBLAS_STATUS_SUCCESS) {
+            cublasDestroy(h);
+            return blas_fail(op, dev, "cublasSetStream", s);
+        }
+        d->handle = h;
+    }
+    *out = d->handle;
+    return CT_OK;
+}
+
+/* ---- operands ------------------------------------------------------------------------- */
+
+typedef struct mat {
+    const ct_tensor *t;
+    char *p;                 /* element [0, 0] of the first matrix */
+    int64_t rs, cs;          /* row and column strides, elements */
+    int64_t bs[CT_MAX_DIMS]; /* batch strides, elements */
+} mat;
+
+static mat mat_of(const ct_tensor *t, int nb) {
+    mat x;
+    memset(&x, 0, sizeof x);
+    x.t = t;
+    x.p = cti_data(t);
+    x.rs = t->stride[nb];
+    x.cs = t->stride[nb + 1];
+    for (int i = 0; i < nb; i++) x.bs[i] = t->stride[i];
+    return x;
+}
+
+/* How cuBLAS can read a row-major rows x cols matrix with strides (rs, cs):
+ * CUBLAS_OP_N with leading dimension rs when rows are contiguous, CUBLAS_OP_T
+ * with cs when columns are. A dim of size 1 has no stride to respect. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, cublasOperation_t *op,
+                        int64_t *ld) {
+    int64_t min_n = cols > 1 ? cols : 1, min_t = rows > 1 ? rows : 1;
+    if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= min_n)) {
+        *op = CUBLAS_OP_N;
+        *ld = rows <= 1 ? min_n : rs;
+    } else if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= min_t)) {
+        *op = CUBLAS_OP_T;
+        *ld = cols <= 1 ? min_t : cs;
+    } else {
+        return false;
+    }
+    return *ld <= INT_MAX;
+}
+
+/* dst <- src (broadcast to dst's shape) with the CUDA copy kernel. */
+static ct_status device_copy(ct_tensor *dst, ct_tensor *src) {
+    ct_call c;
+    cti_call_init(&c, CT_OP_COPY);
+    c.in[0] = src;
+    c.nin = 1;
+    c.out[0] = dst;
+    c.nout = 1;
+    return cti_dispatch(&c, dst->storage->device, dst->dtype);
+}
+
+/* A contiguous copy of t (for a layout cuBLAS cannot read). */
+static ct_tensor *packed(const char *op, ct_tensor *t) {
+    ct_tensor *p = cti_tensor_new(op, t->ndim, t->shape, t->dtype, t->storage->device);
+    if (p && device_copy(p, t) != CT_OK) {
+        ct_tensor_release(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* ---- the product ------------------------------------------------------------------------ */
+
+typedef struct gemm {
+    const char *op;
+    int dev;
+    ct_dtype dt;
+    int64_t n, k, m;
+    int nb;
+    int64_t bshape[CT_MAX_DIMS];
+    mat a, b, c;
+    cublasOperation_t ta, tb;
+    int64_t lda, ldb, ldc;
+    double alpha, beta;
+} gemm;
+
+/* Merges batch dims whose strides chain in all three operands and drops
+ * size-1 ones, so most batches need one strided call. */
+static void merge_batch(gemm *g) {
+    int m = 0;
+    for (int d = 0; d < g->nb; d++) {
+        if (g->bshape[d] == 1) continue;
+        if (m > 0 && g->a.bs[m - 1] == g->a.bs[d] * g->bshape[d] &&
+            g->b.bs[m - 1] == g->b.bs[d] * g->bshape[d] &&
+            g->c.bs[m - 1] == g->c.bs[d] * g->bshape[d]) {
+            g->bshape[m - 1] *= g->bshape[d];
+            g->a.bs[m - 1] = g->a.bs[d];
+            g->b.bs[m - 1] = g->b.bs[d];
+            g->c.bs[m - 1] = g->c.bs[d];
+            continue;
+        }
+        g->bshape[m] = g->bshape[d];
+        g->a.bs[m] = g->a.bs[d];
+        g->b.bs[m] = g->b.bs[d];
+        g->c.bs[m] = g->c.bs[d];
+        m++;
+    }
+    g->nb = m;
+}
+
+static cudaDataType_t cuda_type(ct_dtype dt) {
+    switch (dt) {
+    case CT_F16: return CUDA_R_16F;
+    case CT_BF16: return CUDA_R_16BF;
+    case CT_F64: return CUDA_R_64F;
+    default: return CUDA_R_32F;
+    }
+}
+
+/* Queues the products of g on h (the device current, its lock held). */
+static ct_status run_gemm(const gemm *g, cublasHandle_t h, bool tf32, const char **routine) {
+    cudaDataType_t ty = cuda_type(g->dt);
+    cublasComputeType_t ct = g->dt == CT_F64 ? CUBLAS_COMPUTE_64F
+                             : tf32         ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                            : CUBLAS_COMPUTE_32F;
+    float fa = (float)g->alpha, fb = (float)g->beta;
+    const void *alpha = g->dt == CT_F64 ? (const void *)&g->alpha : (const void *)&fa;
+    const void *beta = g->dt == CT_F64 ? (const void *)&g->beta : (const void *)&fb;
+    int64_t es = (int64_t)ct_dtype_size(g->dt);
+    int n = (int)g->n, k = (int)g->k, m = (int)g->m;
+    if (g->nb == 0) {
+        *routine = tf32 ? "cublasGemmEx (tf32)" : "cublasGemmEx";
+        cublasStatus_t s = cublasGemmEx(h, g->tb, g->ta, m, n, k, alpha, g->b.p, ty, (int)g->ldb,
+                                        g->a.p, ty, (int)g->lda, beta, g->c.p, ty, (int)g->ldc, ct,
+                                        CUBLAS_GEMM_DEFAULT);
+        return s == CUBLAS_STATUS_SUCCESS ? CT_OK : blas_fail(g->op, g->dev, "cublasGemmEx", s);
+    }
+    *routine = tf32 ? "cublasGemmStridedBatchedEx (tf32)" : "cublasGemmStridedBatchedEx";
+    int last = g->nb - 1;
+    int64_t count = g->bshape[last], outer = 1;
+    for (int d = 0; d < last; d++) outer *= g->bshape[d];
+    if (count > INT_MAX)
+        return cti_error(CT_ERR_OVERFLOW, "%s: %lld batches exceed cuBLAS's 32-bit count", g->op,
+                         (long long)count);
+    int64_t idx[CT_MAX_DIMS] = {0};
+    int64_t oa = 0, ob = 0, oc = 0;
+    for (int64_t t = 0; t < outer; t++) {
+        cublasStatus_t s = cublasGemmStridedBatchedEx(
+            h, g->tb, g->ta, m, n, k, alpha, g->b.p + ob * es, ty, (int)g->ldb, g->b.bs[last],
+            g->a.p + oa * es, ty, (int)g->lda, g->a.bs[last], beta, g->c.p + oc * es, ty,
+            (int)g->ldc, g->c.bs[last], (int)count, ct, CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return blas_fail(g->op, g->dev, "cublasGemmStridedBatchedEx", s);
+        for (int d = last - 1; d >= 0; d--) {
+            oa += g->a.bs[d];
+            ob += g->b.bs[d];
+            oc += g->c.bs[d];
+            if (++idx[d] < g->bshape[d]) break;
+            oa -= g->a.bs[d] * g->bshape[d];
+            ob -= g->b.bs[d] * g->bshape[d];
+            oc -= g->c.bs[d] * g->bshape[d];
+            idx[d] = 0;
+        }
+    }
+    return CT_OK;
+}
+
+/* out <- beta * input, for a product with k = 0 (or beta's share of addmm). */
+static ct_status scaled_input(const char *op, ct_tensor *out, ct_tensor *input, double beta) {
+    ct_status st = device_copy(out, input);
+    if (st != CT_OK || beta == 1) return st;
+    ct_tensor *s = cti_tensor_new(op, 0, NULL, CT_F64, CT_CPU);
+    if (!s) return ct_last_status();
+    *(double *)cti_data(s) = beta;
+    ct_call c;
+    cti_call_init(&c, CT_OP_MUL);
+    c.in[0] = out;
+    c.in[1] = s; /* a CPU scalar: the elementwise kernel takes it by value */
+    c.nin = 2;
+    c.out[0] = out;
+    c.nout = 1;
+    c.f[0] = 1;
+    c.i[0] = 1;
+    st = cti_dispatch(&c, out->storage->device, out->dtype);
+    ct_tensor_release(s);
+    return st;
+}
+
+static ct_status zero(const char *op, ct_tensor *out, int dev, cudaStream_t stream) {
+    int64_t n = cti_numel(out->ndim, out->shape);
+    cudaError_t e = cudaMemsetAsync(cti_data(out), 0, (size_t)n * ct_dtype_size(out->dtype), stream);
+    if (e != cudaSuccess) return cti_cuda_fail(op, dev, "cudaMemsetAsync", e);
+    return cti_cuda_launched(op, dev, "zero");
+}
+
+/* in[ia] [batch..., n, k] times in[ia + 1] [batch..., k, m] into out[0];
+ * input (addmm) scaled by beta is added. */
+static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double beta, double alpha) {
+    char label[48];
+    const char *op = cti_cuda_op_label(call->op, label, sizeof label);
+    ct_tensor *a = call->in[ia], *b = call->in[ia + 1], *o = call->out[0];
+    gemm g;
+    memset(&g, 0, sizeof g);
+    g.op = op;
+    g.dev = o->storage->device.index;
+    g.dt = o->dtype;
+    g.nb = o->ndim - 2;
+    for (int d = 0; d < g.nb; d++) g.bshape[d] = o->shape[d];
+    g.n = a->shape[g.nb];
+    g.k = a->shape[g.nb + 1];
+    g.m = b->shape[g.nb + 1];
+    g.alpha = alpha;
+    g.beta = input ? beta : 0;
+    int64_t nbatch = 1;
+    for (int d = 0; d < g.nb; d++) nbatch *= g.bshape[d];
+    if (g.n == 0 || g.m == 0 || nbatch == 0) {
+        call->routine = "none (empty result)";
+        return CT_OK;
+    }
+    if (g.n > INT_MAX || g.k > INT_MAX || g.m > INT_MAX)
+        return cti_error(CT_ERR_OVERFLOW,
+                         "%s: sizes n=%lld, k=%lld, m=%lld exceed cuBLAS's 32-bit int", op,
+                         (long long)g.n, (long long)g.k, (long long)g.m);
+    cudaStream_t stream;
+    if (cti_cuda_begin(op, g.dev, &stream) != CT_OK) return ct_last_status();
+    bool with_input = input && g.beta != 0;
+    if (g.k == 0) {
+        call->routine = with_input ? "copy+scale (k = 0)" : "cudaMemsetAsync (k = 0)";
+        return with_input ? scaled_input(op, o, input, g.beta) : zero(op, o, g.dev, stream);
+    }
+
+    ct_tensor *pa = NULL, *pb = NULL, *work = NULL;
+    ct_status st = CT_OK;
+    if (!blas_layout(g.n, g.k, a->stride[g.nb], a->stride[g.nb + 1], &g.ta, &g.lda)) {
+        if (!(pa = packed(op, a))) return ct_last_status();
+        a = pa;
+        blas_layout(g.n, g.k, a->stride[g.nb], a->stride[g.nb + 1], &g.ta, &g.lda);
+    }
+    if (!blas_layout(g.k, g.m, b->stride[g.nb], b->stride[g.nb + 1], &g.tb, &g.ldb)) {
+        if (!(pb = packed(op, b))) st = ct_last_status();
+        else {
+            b = pb;
+            blas_layout(g.k, g.m, b->stride[g.nb], b->stride[g.nb + 1], &g.tb, &g.ldb);
+        }
+    }
+    g.a = mat_of(a, g.nb);
+    g.b = mat_of(b, g.nb);
+    g.c = mat_of(o, g.nb);
+    g.ldc = g.n <= 1 ? g.m : g.c.rs;
+    merge_batch(&g);
+    if (st == CT_OK && with_input) st = device_copy(o, input);
+    int64_t wb = WORKSPACE_BYTES;
+    if (st == CT_OK && !(work = cti_tensor_new(op, 1, &wb, CT_BOOL, o->storage->device)))
+        st = ct_last_status();
+    if (st == CT_OK) {
+        pthread_once(&devs_once, init_devs);
+        blas_dev *d = &devs[g.dev];
+        pthread_mutex_lock(&d->lock);
+        cublasHandle_t h = NULL;
+        st = handle_of(op, g.dev, stream, &h);
+        if (st == CT_OK) {
+            cublasStatus_t s = cublasSetWorkspace(h, cti_data(work), (size_t)WORKSPACE_BYTES);
+            if (s != CUBLAS_STATUS_SUCCESS) st = blas_fail(op, g.dev, "cublasSetWorkspace", s);
+        }
+        bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
+        if (st == CT_OK) st = run_gemm(&g, h, tf32, &call->routine);
+        pthread_mutex_unlock(&d->lock);
+        if (st == CT_OK) st = cti_cuda_launched(op, g.dev, ct_op_name(call->op));
+    }
+    if (st == CT_OK && (pa || pb))
+        call->routine = pa && pb ? "copy A, B + cuBLAS" : pa ? "copy A + cuBLAS" : "copy B + cuBLAS";
+    ct_tensor_release(work); /* its reuse is ordered after the GEMM on the stream */
+    ct_tensor_release(pa);
+    ct_tensor_release(pb);
+    return st;
+}
+
+/* mm: in[0] [n, k], in[1] [k, m]; bmm: the same with batch dims. */
+static ct_status k_gemm(ct_call *c) { return k_gemm_call(c, 0, NULL, 0, 1); }
+
+/* addmm: in[0] the input broadcast to [n, m], in[1] [n, k], in[2] [k, m]. */
+static ct_status k_addmm(ct_call *c) { return k_gemm_call(c, 1, c->in[0], c->f[0], c->f[1]); }
+
+void cti_cuda_register_blas(void) {
+    static const struct {
+        ct_dtype dt;
+        const char *name;
+    } kinds[] = {{CT_F32, "cublasGemmEx"},
+                 {CT_F64, "cublasGemmEx"},
+                 {CT_F16, "cublasGemmEx"},
+                 {CT_BF16, "cublasGemmEx"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        cti_register_kernel(CT_OP_MM, CT_DEVICE_CUDA, kinds[i].dt, k_gemm, kinds[i].name);
+        cti_register_kernel(CT_OP_BMM, CT_DEVICE_CUDA, kinds[i].dt, k_gemm, kinds[i].name);
+        cti_register_kernel(CT_OP_ADDMM, CT_DEVICE_CUDA, kinds[i].dt, k_addmm, kinds[i].name);
+    }
+}

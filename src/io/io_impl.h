@@ -1,0 +1,50 @@
+/* Private: helpers shared by the file readers and writers: whole-buffer
+ * reads and writes on descriptors, UTF-8 validation and the small strict JSON
+ * lexer the safetensors header parser is built on. */
+#ifndef CTEN_IO_IMPL_H
+#define CTEN_IO_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor_impl.h"
+#include "tensor/io.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "cten's file formats are read and written for little-endian hosts"
+#endif
+
+/* Reads up to n bytes, retrying short reads and EINTR; *got receives the
+ * count (less than n only at end of file). false on a read error (errno set). */
+bool cti_read_full(int fd, void *buf, size_t n, size_t *got);
+/* Writes all n bytes; false on error (errno set). */
+bool cti_write_full(int fd, const void *buf, size_t n);
+
+/* Whether s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
+ * code points above U+10FFFF). */
+bool cti_utf8_valid(const char *s, size_t n);
+
+/* A cursor over a JSON text. Every function skips leading whitespace and,
+ * on failure, writes a message naming the byte offset into err. */
+typedef struct cti_json {
+    const char *begin, *p, *end;
+    char err[320];
+} cti_json;
+
+void cti_json_init(cti_json *j, const char *text, size_t n);
+/* Skips whitespace; true (consuming it) when the next character is c. */
+bool cti_json_accept(cti_json *j, char c);
+/* Skips whitespace; consumes c or fails with "expected <what>". */
+bool cti_json_expect(cti_json *j, char c, const char *what);
+/* A string into a new NUL-terminated buffer (caller frees): escapes decoded,
+ * raw bytes and \u escapes checked to form valid UTF-8, \u0000 refused. */
+bool cti_json_string(cti_json *j, char **out);
+/* A non-negative integer without sign, fraction or exponent, <= INT64_MAX. */
+bool cti_json_uint(cti_json *j, int64_t *out);
+/* Skips whitespace; true when only whitespace is left. */
+bool cti_json_at_end(cti_json *j);
+/* Sets err to "at byte <offset>: <message>". */
+bool cti_json_fail(cti_json *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
