@@ -14,11 +14,16 @@ mkdir -p "$root/pc"
 sed "s|^prefix=|prefix=$root|" "$pcfile" >"$root/pc/cten.pc"
 export PKG_CONFIG_PATH=$root/pc
 flags=$(pkg-config --cflags --libs cten)
+# A sanitized library needs the sanitizer runtime in the program too.
+san=$(meson introspect "$build" --buildoptions |
+    python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "b_sanitize"))')
+[ "$san" != "none" ] && flags="$flags -fsanitize=$san"
 libdir=$(pkg-config --variable=libdir cten)
 cc -std=c11 -o "$root/app" "$src/examples/quickstart.c" $flags -lm
 LD_LIBRARY_PATH=$libdir "$root/app" --quiet
 # The installed headers alone must compile (no private include paths).
 cc -std=c11 -o "$root/app_static" "$src/examples/quickstart.c" \
-    $(pkg-config --cflags cten) "$libdir/libcten.a" $(pkg-config --static --libs cten | sed "s/-lcten//")
+    $(pkg-config --cflags cten) "$libdir/libcten.a" $(pkg-config --static --libs cten | sed "s/-lcten//") \
+    $([ "$san" != "none" ] && echo "-fsanitize=$san")
 "$root/app_static" --quiet
 echo "installed-library build: shared and static OK"
