@@ -67,10 +67,10 @@ int main(int argc, char **argv) {
     fashion_config cfg = {
         .model = "cnn",
         .device = CT_CPU,
-        .epochs = 6,
+        .epochs = 10,
         .batch_size = 64,
         .optim = FASHION_ADAMW,
-        .lr = 1e-3,
+        .lr = 2e-3,
         .momentum = 0.9,
         .weight_decay = 1e-2,
         .seed = 0,

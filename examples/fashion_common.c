@@ -35,8 +35,8 @@ static void usage(FILE *f, const char *prog, const fashion_config *d) {
     fprintf(f,
             "usage: %s [options]\n"
             "Trains the %s model on Fashion-MNIST and reports its test accuracy after each epoch.\n"
-            "  --device cpu|cuda[:N]|auto  where to train; auto: the first GPU when one can\n"
-            "                          be used, else the CPU (default %s)\n"
+            "  --device cpu|cuda[:N]|auto  where to train; auto: the first GPU when its\n"
+            "                          backend has every op training needs, else the CPU (default %s)\n"
             "  --epochs N              epochs (default %" PRId64 ")\n"
             "  --batch-size N          minibatch size (default %" PRId64 ")\n"
             "  --optimizer sgd|adamw   (default %s)\n"
@@ -378,6 +378,19 @@ static bool check_device(ct_device device) {
     return true;
 }
 
+/* auto picks the GPU only when its backend has every op a training step of
+ * these models dispatches, forward and backward. */
+static bool gpu_can_train(void) {
+    static const ct_op needed[] = {CT_OP_CONV2D, CT_OP_CONV2D_BACKWARD_INPUT,
+                                   CT_OP_CONV2D_BACKWARD_WEIGHT, CT_OP_MAX_POOL2D,
+                                   CT_OP_MAX_POOL2D_BACKWARD, CT_OP_CROSS_ENTROPY,
+                                   CT_OP_CROSS_ENTROPY_BACKWARD, CT_OP_ADDMM, CT_OP_RELU};
+    if (!ct_cuda_available()) return false;
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (!ct_supports(needed[i], CT_DEVICE_CUDA, CT_F32)) return false;
+    return true;
+}
+
 bool fashion_setup(int argc, char **argv, fashion_config *cfg, fashion_data *data,
                    int *exit_status) {
     memset(data, 0, sizeof *data);
@@ -385,7 +398,7 @@ bool fashion_setup(int argc, char **argv, fashion_config *cfg, fashion_data *dat
     *exit_status = r > 0 ? 0 : r < 0 ? 2 : 1;
     if (r) return false;
     if (cfg->resume && !config_from_checkpoint(cfg)) return false;
-    if (cfg->auto_device) cfg->device = ct_cuda_available() ? CT_CUDA(0) : CT_CPU;
+    if (cfg->auto_device) cfg->device = gpu_can_train() ? CT_CUDA(0) : CT_CPU;
     if (!check_device(cfg->device)) return false;
     if (!load_split(cfg->data_dir, "train", cfg->limit_train, &data->train_x, &data->train_y) ||
         !load_split(cfg->data_dir, "t10k", cfg->limit_test, &data->test_x, &data->test_y)) {

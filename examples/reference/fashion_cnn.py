@@ -26,8 +26,8 @@ class CNN(nn.Module):
 
 
 def main():
-    args = fc.parse_args("Trains the CNN on Fashion-MNIST.", epochs=6, batch_size=64,
-                         optimizer="adamw", lr=1e-3, momentum=0.9, weight_decay=1e-2)
+    args = fc.parse_args("Trains the CNN on Fashion-MNIST.", epochs=10, batch_size=64,
+                         optimizer="adamw", lr=2e-3, momentum=0.9, weight_decay=1e-2)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     (train_x, train_y), (test_x, test_y) = fc.load_data(args)
