@@ -660,7 +660,9 @@ static void test_empty_cache(void **state) {
     assert_int_equal(b.allocated, a.allocated);
     if (!caching_disabled()) assert_true(b.num_frees > a.num_frees);
     /* Live tensors are untouched. */
+    ct_scope *sc = ct_scope_begin();
     assert_identical(to_cpu(keep), checked(ct_tensor_zeros(1, &n, CT_F32, CT_CPU)));
+    ct_scope_end(sc);
     ok(ct_cuda_empty_cache(-1));
     ct_tensor_release(keep);
 }

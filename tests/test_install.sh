@@ -16,7 +16,11 @@ export PKG_CONFIG_PATH=$root/pc
 flags=$(pkg-config --cflags --libs cten)
 # A sanitized library needs the sanitizer runtime in the program too.
 san=$(meson introspect "$build" --buildoptions |
-    python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "b_sanitize"))')
+    python3 -c 'import json,sys
+v = next(o["value"] for o in json.load(sys.stdin) if o["name"] == "b_sanitize")
+# Older meson gives "address,undefined", newer a list.
+v = ",".join(v) if isinstance(v, list) else v
+print(v or "none")')
 [ "$san" != "none" ] && flags="$flags -fsanitize=$san"
 libdir=$(pkg-config --variable=libdir cten)
 cc -std=c11 -o "$root/app" "$src/examples/quickstart.c" $flags -lm

@@ -46,6 +46,9 @@ static bool is_cpu(const ct_tensor *t) { return t->storage->device.type == CT_DE
  * checked by cti_tensor_new). */
 static ct_tensor *new_tensor(const char *op, int ndim, const int64_t *shape, ct_dtype dtype,
                              ct_device device) {
+    /* A device's allocator is registered at init; a program may create its
+     * first tensor on a GPU before any op has run. */
+    cti_init();
     if (check_device(op, &device) != CT_OK) return NULL;
     return cti_tensor_new(op, ndim, shape, dtype, device);
 }

@@ -23,6 +23,7 @@
 #include <cublas_v2.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "cuda_impl.h"
 
@@ -47,6 +48,22 @@ static ct_status blas_fail(const char *op, int dev, const char *call, cublasStat
                      cublasGetStatusName(s));
 }
 
+/* Handles are destroyed at exit (with the workspace cuBLAS allocates inside
+ * them), so tools that look for leaked device memory see none. Registered
+ * after the first handle exists, i.e. after the CUDA runtime registered its
+ * own exit handler, so this one runs first. */
+static void destroy_handles(void) {
+    for (int i = 0; i < CTI_CUDA_MAX_DEVICES; i++) {
+        if (!devs[i].handle) continue;
+        if (cudaSetDevice(i) == cudaSuccess) cublasDestroy(devs[i].handle);
+        devs[i].handle = NULL;
+    }
+    cudaGetLastError();
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static void register_exit(void) { atexit(destroy_handles); }
+
 /* dev's handle, created on first use; the caller holds devs[dev].lock and
  * has made dev current. */
 static ct_status handle_of(const char *op, int dev, cudaStream_t stream, cublasHandle_t *out) {
@@ -60,6 +77,7 @@ static ct_status handle_of(const char *op, int dev, cudaStream_t stream, cublasH
             return blas_fail(op, dev, "cublasSetStream", s);
         }
         d->handle = h;
+        pthread_once(&exit_once, register_exit);
     }
     *out = d->handle;
     return CT_OK;

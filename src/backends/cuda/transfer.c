@@ -47,6 +47,25 @@ static void init_stages(void) {
     for (int i = 0; i < CTI_CUDA_MAX_DEVICES; i++) pthread_mutex_init(&stages[i].lock, NULL);
 }
 
+/* The pinned buffers are returned at exit, so leak checkers see none. */
+static void free_stages(void) {
+    for (int d = 0; d < CTI_CUDA_MAX_DEVICES; d++) {
+        staging *s = &stages[d];
+        if (!s->ready) continue;
+        if (cudaSetDevice(d) != cudaSuccess) continue;
+        for (int i = 0; i < 2; i++) {
+            cudaEventSynchronize(s->done[i]);
+            cudaEventDestroy(s->done[i]);
+            cudaFreeHost(s->buf[i]);
+        }
+        s->ready = false;
+    }
+    cudaGetLastError();
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static void register_exit(void) { atexit(free_stages); }
+
 /* Locks dev's staging buffers (the caller unlocks) and reports whether they
  * can be used; a machine that refuses pinned memory gets plain copies. The
  * device must be current. */
@@ -63,6 +82,7 @@ static bool stage_lock(int dev) {
     cudaGetLastError();
     if (ok) {
         s->ready = true;
+        pthread_once(&exit_once, register_exit);
         return true;
     }
     s->failed = true;
