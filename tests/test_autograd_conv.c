@@ -508,7 +508,8 @@ static void test_non_differentiable(void **state) {
         assert_non_null(ng[k]);
         assert_false(ct_requires_grad(ng[k]));
     }
-    /* the backward ops record nothing, even on tensors that require grad */
+    /* the backward ops have no formula of their own: on inputs that require
+     * grad they carry a node that makes backward fail naming them */
     ct_tensor *g = rand_t((shp)SHP(1, 3, 3, 3), false, true);
     ct_tensor *bw[3] = {
         ct_conv2d_backward_input(g, w, (const int64_t[]){1, 2, 5, 5}, NULL, NULL, NULL, 1),
@@ -516,7 +517,11 @@ static void test_non_differentiable(void **state) {
         ct_conv2d_backward_bias(g)};
     for (int k = 0; k < 3; k++) {
         assert_non_null(bw[k]);
-        assert_false(ct_requires_grad(bw[k]));
+        assert_true(ct_requires_grad(bw[k]));
+        ct_scope *sc = ct_scope_begin();
+        ct_status st = ct_backward(ct_sum(bw[k], CT_NONE, false), NULL, false);
+        tu_assert_error(st, CT_ERR_AUTOGRAD, "ct_conv2d_backward_", "no backward formula");
+        ct_scope_end(sc);
     }
     ct_tensor *idx = NULL;
     ct_tensor *pw = ct_max_pool2d(w, P2(2, 2), S1, NULL, NULL, false, &idx);
@@ -526,7 +531,11 @@ static void test_non_differentiable(void **state) {
                         ct_adaptive_avg_pool2d_backward(gp, w)};
     for (int k = 0; k < 3; k++) {
         assert_non_null(bp[k]);
-        assert_false(ct_requires_grad(bp[k]));
+        assert_true(ct_requires_grad(bp[k]));
+        ct_scope *sc = ct_scope_begin();
+        ct_status st = ct_backward(ct_sum(bp[k], CT_NONE, false), NULL, false);
+        tu_assert_error(st, CT_ERR_AUTOGRAD, "pool2d_backward", "no backward formula");
+        ct_scope_end(sc);
     }
     ct_tensor *ts[8] = {x, w, y, px, g, idx, pw, gp};
     release_all(8, ts);

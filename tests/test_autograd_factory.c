@@ -165,6 +165,26 @@ static void test_copies_grad(void **state) {
     ct_tensor_release(x);
 }
 
+/* A backward op reached by backward is an error naming it, not a silent zero. */
+static void test_no_double_backward(void **state) {
+    (void)state;
+    ct_tensor *x = leaf(CT_SHAPE(3, 4));
+    ct_scope *s = ct_scope_begin();
+    ct_tensor *y = ct_softmax(x, 1);
+    ct_tensor *g = ct_mul(x, x); /* a gradient that itself has history */
+    ct_tensor *gx = ct_softmax_backward(g, y, 1);
+    assert_non_null(gx);
+    assert_true(ct_requires_grad(gx));
+    assert_string_equal(ct_grad_fn_name(gx), "softmax_backward");
+    ct_status st = ct_backward(ct_sum(gx, CT_NONE, false), NULL, false);
+    tu_assert_error(st, CT_ERR_AUTOGRAD, "ct_softmax_backward", "no backward formula");
+    /* Without history on the inputs nothing is recorded. */
+    ct_tensor *plain = ct_softmax_backward(ct_detach(g), ct_detach(y), 1);
+    assert_false(ct_requires_grad(plain));
+    ct_scope_end(s);
+    ct_tensor_release(x);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -173,6 +193,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_stack_grad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cat_grad_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copies_grad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_double_backward, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "autograd/autograd_impl.h"
 #include "backends/cpu/cpu_impl.h"
 #include "dispatch_impl.h"
 
@@ -165,6 +166,47 @@ static void trace_line(const ct_call *c, ct_device device, ct_dtype dtype, const
     fprintf(stderr, "%s\n", buf);
 }
 
+/* ---- ops without a backward formula ------------------------------------------------
+ * The backward ops are differentiable in PyTorch (double backward); cten has
+ * no formulas for them. Their results still get a graph node when an input
+ * requires grad, so a backward that reaches them fails naming the op instead
+ * of cutting the graph and leaving a silent zero. */
+static bool no_formula[CT_NUM_OPS] = {
+    [CT_OP_CONV2D_BACKWARD_INPUT] = true,   [CT_OP_CONV2D_BACKWARD_WEIGHT] = true,
+    [CT_OP_CONV2D_BACKWARD_BIAS] = true,    [CT_OP_MAX_POOL2D_BACKWARD] = true,
+    [CT_OP_AVG_POOL2D_BACKWARD] = true,     [CT_OP_ADAPTIVE_AVG_POOL2D_BACKWARD] = true,
+    [CT_OP_RMS_NORM_BACKWARD] = true,       [CT_OP_LAYER_NORM_BACKWARD] = true,
+    [CT_OP_SOFTMAX_BACKWARD] = true,        [CT_OP_LOG_SOFTMAX_BACKWARD] = true,
+    [CT_OP_CROSS_ENTROPY_BACKWARD] = true,  [CT_OP_NLL_LOSS_BACKWARD] = true,
+    [CT_OP_MSE_LOSS_BACKWARD] = true,       [CT_OP_EMBEDDING_BACKWARD] = true,
+    [CT_OP_DROPOUT_BACKWARD] = true,
+};
+
+static ct_status refuse_backward(cti_node *n, ct_tensor *const *go, ct_tensor **gi) {
+    (void)go;
+    (void)gi;
+    return cti_error(CT_ERR_AUTOGRAD,
+                     "ct_backward: ct_%s has no backward formula (double backward is not "
+                     "supported); compute its input without requires_grad or detach it",
+                     n->name);
+}
+
+static ct_status record_without_formula(ct_call *c) {
+    int nout = 0;
+    ct_tensor *outs[CTI_CALL_MAX_OUT];
+    for (int k = 0; k < c->nout; k++)
+        if (c->out[k]) outs[nout++] = c->out[k];
+    return cti_ag_record(op_names[c->op], refuse_backward, c->nin, c->in, nout, outs, 0, NULL,
+                         NULL, 0, NULL, 0);
+}
+
+static ct_status run_kernel(const entry *e, ct_call *c) {
+    ct_status st = e->fn(c);
+    if (st == CT_OK && no_formula[c->op] && cti_ag_needed(c->nin, c->in))
+        st = record_without_formula(c);
+    return st;
+}
+
 ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
     cti_init();
     if ((unsigned)c->op >= CT_NUM_OPS || (unsigned)device.type >= CT_NUM_DEVICE_TYPES ||
@@ -180,9 +222,9 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
     }
     bool tr = atomic_load_explicit(&trace_on, memory_order_relaxed);
     bool pr = atomic_load_explicit(&profile_on, memory_order_relaxed);
-    if (!tr && !pr) return e->fn(c);
+    if (!tr && !pr) return run_kernel(e, c);
     uint64_t t0 = now_ns();
-    ct_status st = e->fn(c);
+    ct_status st = run_kernel(e, c);
     uint64_t ns = now_ns() - t0;
     if (tr) trace_line(c, device, dtype, c->routine ? c->routine : e->name, ns, st);
     if (pr) {
