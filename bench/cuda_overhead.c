@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
 
 #define BATCHES 7
@@ -148,6 +149,42 @@ static int overhead(void) {
     return 0;
 }
 
+/* The floor under any op: the library's smallest kernel (a 1-element fill)
+ * launched straight on the op stream, with no front end, allocation or
+ * dispatch around it. */
+static int launch_floor(void) {
+    float v = 0.0f;
+    ct_tensor *t = ct_tensor_zeros(CT_SHAPE(1), CT_F32, CT_CUDA(0));
+    if (!t) return fail("creating the tensor");
+    cti_cuda_iter it;
+    cti_cuda_iter_init(&it, 1, &t);
+    cudaStream_t stream;
+    if (cti_cuda_begin("bench", 0, &stream) != CT_OK) return fail("cti_cuda_begin");
+    int sm = cti_cuda_sm_count(0);
+    void *p = ct_tensor_data_ptr(t);
+    for (int i = 0; i < 1000; i++) cti_cuda_fill(p, 4, &v, &it, sm, stream);
+    double ns[BATCHES];
+    for (int k = 0; k < BATCHES; k++) {
+        double t0 = now_s();
+        for (int i = 0; i < CALLS; i++)
+            if (cti_cuda_fill(p, 4, &v, &it, sm, stream) != cudaSuccess) return fail("launch");
+        if (ct_cuda_synchronize(0) != CT_OK) return fail("ct_cuda_synchronize");
+        ns[k] = (now_s() - t0) * 1e9 / CALLS;
+    }
+    printf("floor: one 1-element fill kernel launched directly: %.1f ns/launch (median of %d "
+           "batches of %d)\n",
+           median(ns, BATCHES), BATCHES, CALLS);
+    for (int k = 0; k < BATCHES; k++) {
+        double t0 = now_s();
+        for (int i = 0; i < CALLS; i++) ct_tensor_release(ct_tensor_empty(CT_SHAPE(1), CT_F32, CT_CUDA(0)));
+        ns[k] = (now_s() - t0) * 1e9 / CALLS;
+    }
+    printf("part: ct_tensor_empty + release of a 1-element CUDA tensor (cached): %.1f ns\n",
+           median(ns, BATCHES));
+    ct_tensor_release(t);
+    return 0;
+}
+
 int main(void) {
     if (ct_cuda_device_count() == 0) {
         ct_cuda_device_props p;
@@ -159,6 +196,6 @@ int main(void) {
     if (ct_cuda_get_device_properties(0, &p) != CT_OK) return fail("device properties");
     printf("device: %s (%d SMs, %.0f GiB)\n", p.name, p.multiprocessors,
            (double)p.total_memory / (1 << 30));
-    if (overhead()) return 1;
+    if (overhead() || launch_floor()) return 1;
     return bandwidth();
 }
