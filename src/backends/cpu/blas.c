@@ -18,9 +18,16 @@
  *
  * The switch happens once, during cten's init, before cten runs any BLAS
  * call; OpenBLAS's worker threads are idle then and keep working (they read
- * the kernel table at each call). A program that calls BLAS from another
- * thread while cten initializes may race with the switch, as it would with any
- * change of the environment. */
+ * the kernel table at each call). One more reader must be kept out: each
+ * worker, when it first runs, initializes OpenBLAS's buffer pool, and the
+ * first to do so calls gotoblas_dynamic_init() itself. A worker started at
+ * load but scheduled late would run that between our quit and init, reading
+ * the environment while we set it, and crash or undo the switch. So the pool
+ * is initialized first, from this thread, under OpenBLAS's own lock
+ * (blas_memory_alloc/free); after that no worker calls the selection again.
+ * A program that calls BLAS from another thread while cten initializes may
+ * still race with the switch, as it would with any change of the
+ * environment. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +119,8 @@ static int cpu_rank(void) {
 
 typedef char *(*str_fn)(void);
 typedef void (*void_fn)(void);
+typedef void *(*balloc_fn)(int);
+typedef void (*bfree_fn)(void *);
 
 typedef struct {
     void *handle; /* the OpenBLAS that cblas_sgemm resolves to, or RTLD_DEFAULT */
@@ -157,7 +166,12 @@ static const char *switch_core(blas_lib *lib, str_fn corename, const char *core)
     void_fn quit = (void_fn)blas_sym(lib, "gotoblas_dynamic_quit");
     void_fn init = (void_fn)blas_sym(lib, "gotoblas_dynamic_init");
     void **table = (void **)blas_sym(lib, "gotoblas");
-    if (!quit || !init || !table || !*table) return NULL;
+    balloc_fn pool_alloc = (balloc_fn)blas_sym(lib, "blas_memory_alloc");
+    bfree_fn pool_free = (bfree_fn)blas_sym(lib, "blas_memory_free");
+    if (!quit || !init || !table || !*table || !pool_alloc || !pool_free) return NULL;
+    void *buffer = pool_alloc(0); /* settles the pool's one-time init now */
+    if (!buffer) return NULL;
+    pool_free(buffer);
     void *previous = *table;
     quit();
     if (setenv("OPENBLAS_CORETYPE", core, 1) == 0) {
