@@ -69,13 +69,12 @@ summary() {
             grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass): ' \
                 "$steplogs/tests.log" | sed 's/^/test suite  /' || true
         fi
-        for t in sanitizer-memcheck-test_cuda sanitizer-racecheck-test_cuda \
-            sanitizer-memcheck-test_cuda_parity sanitizer-racecheck-test_cuda_parity; do
+        for t in $(for c in $cuda_tests; do echo "sanitizer-memcheck-$c sanitizer-racecheck-$c"; done); do
             [ -f "$steplogs/$t.log" ] &&
                 grep -E 'ERROR SUMMARY|PASSED|FAILED|SKIPPED' "$steplogs/$t.log" | grep -v '^\[ *RUN' |
                 sed "s/^/$t  /" | tail -n 6 || true
         done
-        for b in "$steplogs"/bench_cuda_*.log; do
+        for b in "$steplogs"/bench_cuda_*.log "$steplogs"/torch_cuda_*.log; do
             [ -f "$b" ] && sed "s/^/$(basename "$b" .log)  /" "$b"
         done
     } | tee "$out/summary.txt"
@@ -84,6 +83,10 @@ summary() {
     return 0
 }
 trap summary EXIT
+
+# The CUDA test executables, each also run under compute-sanitizer.
+cuda_tests="test_cuda test_cuda_parity test_cuda_conv test_cuda_norm test_cuda_nn test_cuda_train"
+
 
 # ---- 1. the machine and cmocka ----------------------------------------------------------
 machine() {
@@ -148,7 +151,7 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
     else
         # API errors are not reported: the out-of-memory test provokes failing
         # cudaMalloc calls on purpose, and the tests check every call's status.
-        for t in test_cuda test_cuda_parity; do
+        for t in $cuda_tests; do
             step "sanitizer-memcheck-$t" env CT_CUDA_NO_CACHE=1 "$sanitizer" --tool memcheck \
                 --leak-check full --report-api-errors no --error-exitcode 99 "$build/tests/$t"
             step "sanitizer-racecheck-$t" "$sanitizer" --tool racecheck --error-exitcode 99 \
@@ -161,6 +164,11 @@ fi
 for b in "$build"/bench/bench_cuda_*; do
     [ -x "$b" ] && [ -f "$b" ] || continue
     step "$(basename "$b")" "$b"
+done
+# PyTorch on the same GPU, in the same call, for the ratios.
+for p in bench/torch_cuda_*.py; do
+    [ -f "$p" ] || continue
+    step "$(basename "$p" .py)" python3 "$p"
 done
 
 exit "$failed"

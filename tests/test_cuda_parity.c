@@ -409,7 +409,17 @@ static int fill_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tenso
 #define RED(OP, lo, hi, ilo, ihi) {CT_OP_##OP, 5, red_inputs, red_run, NULL, NULL, NULL, lo, hi, ilo, ihi, 100}
 #define MM(OP) {CT_OP_##OP, 5, mm_inputs, mm_run, NULL, NULL, NULL, F_RANGE(-1, 1), 5}
 
+/* Cases of later kernel files, kept beside them. */
+#include "parity_conv.inc"
+#include "parity_norm.inc"
+#include "parity_nn.inc"
+#include "parity_optim.inc"
+
 static const pcase cases[] = {
+    PARITY_CONV_CASES
+    PARITY_NORM_CASES
+    PARITY_NN_CASES
+    PARITY_OPTIM_CASES
     UNARY(NEG, ct_neg, -3, 3),
     UNARY(ABS, ct_abs, -3, 3),
     UNARY(EXP, ct_exp, -4, 4),

@@ -107,6 +107,11 @@ void cti_cuda_register_elementwise(void); /* unary, binary, comparisons, where, 
 void cti_cuda_register_reduce(void);      /* sum, mean, prod, var, norm, max/min, arg* */
 void cti_cuda_register_random(void);      /* arange, uniform, normal, randint */
 void cti_cuda_register_blas(void);        /* mm, bmm, addmm through cuBLAS */
+void cti_cuda_register_conv(void);        /* conv2d and its backward ops through cuDNN */
+void cti_cuda_register_pool(void);        /* max/avg/adaptive pooling and backward */
+void cti_cuda_register_norm(void);        /* rms_norm, layer_norm and backward */
+void cti_cuda_register_nn(void);          /* softmax, losses, embedding, dropout */
+void cti_cuda_register_optim(void);       /* fused optimizer updates */
 
 #endif /* !__cplusplus */
 #endif

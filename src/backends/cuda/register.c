@@ -10,4 +10,9 @@ void cti_cuda_register(void) {
     cti_cuda_register_reduce();
     cti_cuda_register_random();
     cti_cuda_register_blas();
+    cti_cuda_register_conv();
+    cti_cuda_register_pool();
+    cti_cuda_register_norm();
+    cti_cuda_register_nn();
+    cti_cuda_register_optim();
 }
