@@ -74,6 +74,9 @@ summary() {
                 grep -E 'ERROR SUMMARY|PASSED|FAILED|SKIPPED' "$steplogs/$t.log" | grep -v '^\[ *RUN' |
                 sed "s/^/$t  /" | tail -n 6 || true
         done
+        for f in "$steplogs"/fashion-*.log; do
+            [ -f "$f" ] && grep -iE 'best|total|epoch .*acc' "$f" | tail -n 3 | sed "s/^/$(basename "$f" .log)  /"
+        done
         for b in "$steplogs"/bench_cuda_*.log "$steplogs"/torch_cuda_*.log; do
             [ -f "$b" ] && sed "s/^/$(basename "$b" .log)  /" "$b"
         done
@@ -170,5 +173,22 @@ for p in bench/torch_cuda_*.py; do
     [ -f "$p" ] || continue
     step "$(basename "$p" .py)" python3 "$p"
 done
+
+# ---- 6. Fashion-MNIST on the GPU, cten against PyTorch, when the data is here ---------------------
+# (the dataset-fashion-mnist package's files, or a copy in .data/fashion-mnist).
+# CT_GPU_FASHION_EPOCHS picks the epochs (default 10; 0 leaves the step out).
+fashion_epochs=${CT_GPU_FASHION_EPOCHS:-10}
+fashion_dir=
+for d in /usr/share/datasets/fashion-mnist "$root/.data/fashion-mnist"; do
+    [ -f "$d/train-images-idx3-ubyte.gz" ] && fashion_dir=$d && break
+done
+if [ "$fashion_epochs" -gt 0 ] && [ -n "$fashion_dir" ]; then
+    for m in mlp cnn; do
+        step "fashion-$m-cten" "$build/examples/cten-fashion-$m" --device cuda \
+            --epochs "$fashion_epochs" --data "$fashion_dir"
+        step "fashion-$m-torch" python3 "examples/reference/fashion_$m.py" --device cuda \
+            --epochs "$fashion_epochs" --data "$fashion_dir"
+    done
+fi
 
 exit "$failed"
