@@ -352,28 +352,30 @@ static void test_gradcheck_cnn(void **state) {
 /* ---- dtypes ---------------------------------------------------------------------------- */
 
 /* Gradients of conv2d in float32/float16/bfloat16 have that dtype and match
- * the float64 gradients of the same (rounded) values. */
-static void test_conv2d_dtypes(void **state) {
-    (void)state;
+ * the float64 gradients of the same (rounded) values (computed by im2col in
+ * float64 whatever path the reduced types take). */
+static void check_dtypes(const conv_case *c, bool nc) {
     static const ct_dtype dts[] = {CT_F32, CT_F16, CT_BF16};
     static const double tol[] = {1e-5, 4e-3, 3e-2};
-    const conv_case *c = &conv_cases[3]; /* stride + padding */
     shp shapes[3] = {c->x, c->w, SHP(c->w.s[0])};
     for (int d = 0; d < 3; d++) {
-        ct_tensor *lo[3], *hi[3];
-        for (int k = 0; k < 3; k++) {
+        ct_tensor *lo[3] = {NULL, NULL, NULL}, *hi[3] = {NULL, NULL, NULL};
+        int n = c->bias ? 3 : 2;
+        for (int k = 0; k < n; k++) {
             double *v;
             lo[k] = tu_rand(shapes[k].nd, shapes[k].s, dts[d], -1, 1, &v);
             hi[k] = tu_from_f64(v, shapes[k].nd, shapes[k].s, CT_F64);
             free(v);
-            assert_int_equal(ct_requires_grad_(lo[k], true), CT_OK);
+            lo[k] = finish(lo[k], shapes[k], nc && shapes[k].s[0] > 1, true);
             assert_int_equal(ct_requires_grad_(hi[k], true), CT_OK);
         }
         ct_tensor *ylo = gc_conv(lo, (void *)c), *yhi = gc_conv(hi, (void *)c);
+        assert_non_null(ylo);
         assert_int_equal(ct_tensor_dtype(ylo), dts[d]);
+        check_close_scaled(ylo, yhi, tol[d]);
         backward_ones(ylo);
         backward_ones(yhi);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < n; k++) {
             assert_int_equal(ct_tensor_dtype(ct_grad(lo[k])), dts[d]);
             check_close_scaled(ct_grad(lo[k]), ct_grad(hi[k]), tol[d]);
         }
@@ -382,6 +384,26 @@ static void test_conv2d_dtypes(void **state) {
         ct_tensor_release(ylo);
         ct_tensor_release(yhi);
     }
+}
+
+static void test_conv2d_dtypes(void **state) {
+    (void)state;
+    check_dtypes(&conv_cases[3], false); /* stride + padding */
+}
+
+/* 3x3 stride-1 layers with enough channels take the Winograd path on AVX-512
+ * CPUs for all three ops in the reduced types: odd sizes, padding 0..2,
+ * groups, 3-d input, N = 1, non-contiguous operands. */
+static void test_conv2d_dtypes_winograd(void **state) {
+    (void)state;
+    static const conv_case cases[] = {
+        {"wino pad 1", SHP(2, 17, 9, 11), SHP(18, 17, 3, 3), true, {1, 1}, {1, 1}, {1, 1}, 1},
+        {"wino pad 0", SHP(1, 8, 7, 6), SHP(4, 8, 3, 3), false, {1, 1}, {0, 0}, {1, 1}, 1},
+        {"wino groups pad 2", SHP(2, 16, 6, 7), SHP(10, 8, 3, 3), true, {1, 1}, {2, 2}, {1, 1}, 2},
+        {"wino 3-d pad 2x1", SHP(9, 5, 19), SHP(16, 9, 3, 3), true, {1, 1}, {2, 1}, {1, 1}, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int nc = 0; nc < 2; nc++) check_dtypes(&cases[i], nc);
 }
 
 /* Pooling gradients in every float dtype: values k/32 are exact in all of
@@ -634,6 +656,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_max_pool2d_grad_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gradcheck_cnn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv2d_dtypes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv2d_dtypes_winograd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pooling_dtypes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accumulate_and_reuse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_paths, setup, teardown),

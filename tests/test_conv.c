@@ -258,6 +258,35 @@ static void test_conv_paths(void **state) {
         for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
 }
 
+/* 3x3, stride 1 convolutions with at least 4 channels per group (8 input
+ * channels for the weight gradient) take the Winograd F(2x2, 3x3) path on
+ * CPUs with AVX-512 (f32, f16, bf16; f64 keeps im2col): odd sizes, partial
+ * 16-tile chunks, several chunks per tile row, padding 0..2 (also different
+ * per axis), groups, N = 1, blocks spanning images, more blocks than
+ * partial-sum slabs, channel counts that are not multiples of 16, and cases
+ * on each side of the channel thresholds. */
+static void test_conv_winograd(void **state) {
+    (void)state;
+    conv_cfg cases[] = {
+        /* N Cg Cog G  H   W kh kw  s       p       d     bias 3d nc */
+        {2, 17, 19, 1, 13, 11, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {1, 16, 16, 1, 9, 40, 3, 3, {1, 1}, {0, 0}, {1, 1}, false, false, false, 0, 0, 0, 0},
+        {3, 20, 33, 1, 7, 35, 3, 3, {1, 1}, {2, 2}, {1, 1}, true, false, true, 0, 0, 0, 0},
+        {2, 16, 17, 2, 10, 10, 3, 3, {1, 1}, {1, 2}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {1, 16, 18, 1, 5, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, true, false, 0, 0, 0, 0},
+        {2, 16, 16, 1, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, false, 0, 0, 0, 0},
+        {5, 16, 21, 1, 6, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, true, 0, 0, 0, 0},
+        {1, 18, 16, 1, 4, 3, 3, 3, {1, 1}, {2, 0}, {1, 1}, false, false, false, 0, 0, 0, 0},
+        {2, 16, 16, 1, 70, 67, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {2, 4, 5, 1, 8, 9, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, true, 0, 0, 0, 0},
+        {3, 9, 4, 3, 11, 7, 3, 3, {1, 1}, {0, 1}, {1, 1}, false, false, false, 0, 0, 0, 0},
+        {2, 3, 16, 1, 8, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {1, 16, 16, 1, 12, 12, 3, 3, {1, 1}, {3, 3}, {1, 1}, true, false, false, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
+}
+
 static void test_conv_known_values(void **state) {
     (void)state;
     /* 1x1x3x3 input 1..9, 2x2 kernel of ones, padding 1, stride 2: the four
@@ -755,6 +784,7 @@ int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_random),        cmocka_unit_test(test_conv_paths),
+        cmocka_unit_test(test_conv_winograd),
         cmocka_unit_test(test_conv_known_values),  cmocka_unit_test(test_conv_empty_batch),
         cmocka_unit_test(test_conv_errors),        cmocka_unit_test(test_max_pool_random),
         cmocka_unit_test(test_avg_pool_random),    cmocka_unit_test(test_adaptive_pool_random),
