@@ -21,6 +21,9 @@ static const char *dev_s(ct_device d, char *buf, size_t n) { return ct_device_st
  * devices are normalized to index 0. */
 static ct_status check_device(const char *op, ct_device *device) {
     char d[32];
+    /* A device's allocator is registered at init: a program whose first call
+     * puts a tensor on a GPU must find it there. */
+    cti_init();
     if ((unsigned)device->type >= CT_NUM_DEVICE_TYPES)
         return cti_error(CT_ERR_DEVICE, "%s: invalid device type %d", op, (int)device->type);
     if (device->type == CT_DEVICE_CPU) {

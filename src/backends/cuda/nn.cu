@@ -1,1 +1,1065 @@
-#include "cuda_impl.h"
+// Kernels of the neural-network ops: softmax and log_softmax and their
+// backward over any dim, cross-entropy fused from the logits (no softmax is
+// stored), nll_loss, mse_loss, embedding and its backward, dropout.
+//
+// Inputs are contiguous (the front ends in src/dispatch/nn.c copy the others)
+// and viewed as [outer, D, inner] (softmax) or [N, C, inner] (losses). Math
+// runs in f32 for f32/f16/bf16 and in f64 for f64, as on the CPU; sums of
+// losses run in f64. Every reduction folds in an order fixed by the shapes
+// (warp shuffles down to lane 0, then the warps of a block in order, then the
+// blocks in order), so results repeat bit for bit from run to run; nothing
+// uses floating-point atomics.
+//
+// A target class outside [0, C) (and not ignore_index) makes its position's
+// loss, its gradient row and any mean or sum that includes it NaN: checking
+// it as the CPU does would need the host to wait for the device on every
+// loss. Embedding indices are checked exactly as on the CPU: the kernels
+// record the first bad position and the C side reads it back before
+// returning (src/backends/cuda/nn.c).
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels.cuh"
+
+extern "C" {
+// The launch record of the classification losses; nn.c declares the same
+// layout (every field 8 bytes wide, so there is no padding to disagree on).
+typedef struct cti_nn_cls {
+    int64_t kind; // CTI_NN_CE, CTI_NN_CE_BWD, CTI_NN_NLL, CTI_NN_NLL_BWD
+    int64_t dt;
+    const void *input;     // logits or log-probabilities [n, c, inner]
+    const int64_t *target; // [n * inner]
+    const void *weight;    // [c] or NULL
+    const void *grad;      // backward: grad_loss, [n * inner] for none, else one element
+    void *out;
+    void *work; // cti_nn_cls_work bytes (NULL when that is 0)
+    int64_t n, c, inner, reduction, ignore;
+    double ls;
+} cti_nn_cls;
+}
+
+enum { CTI_NN_CE = 0, CTI_NN_CE_BWD = 1, CTI_NN_NLL = 2, CTI_NN_NLL_BWD = 3 };
+enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
+
+namespace cti {
+namespace {
+
+template <int DT> struct Acc { typedef float A; };
+template <> struct Acc<CT_F64> { typedef double A; };
+
+__device__ __forceinline__ float ex(float x) { return expf(x); }
+__device__ __forceinline__ double ex(double x) { return exp(x); }
+__device__ __forceinline__ float ln(float x) { return logf(x); }
+__device__ __forceinline__ double ln(double x) { return log(x); }
+// Products that must not fuse into an fma (both merge orders round alike).
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+template <class A> __device__ __forceinline__ A ninf() { return (A)-INFINITY; }
+template <class A> __device__ __forceinline__ A qnan() { return (A)NAN; }
+
+// ---- warp and block folds ------------------------------------------------------------
+// Warp folds leave the result in lane 0; bcast hands lane 0's value to all.
+template <class A> __device__ __forceinline__ A bcast(A v) { return __shfl_sync(0xffffffffu, v, 0); }
+
+template <class A> __device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// NaN-ignoring max, as the CPU's (a NaN still poisons the sum that follows).
+template <class A> __device__ __forceinline__ A warp_max(A v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        A u = __shfl_down_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    return v;
+}
+
+// Online softmax statistics: m the running max, s the sum of exp(x - m).
+// -inf elements add nothing (a row of only -inf gives s = 0, hence NaN
+// outputs, as the CPU's exp(-inf - -inf)); NaN makes s NaN.
+template <class A> __device__ __forceinline__ void ol_add(A &m, A &s, A x) {
+    if (x > m) {
+        s = mul_rn(s, ex(m - x)) + (A)1;
+        m = x;
+    } else if (x != ninf<A>()) {
+        s += ex(x - m);
+    }
+}
+
+template <class A> __device__ __forceinline__ void ol_merge(A &m, A &s, A m2, A s2) {
+    A mx = m2 > m ? m2 : m;
+    if (mx == ninf<A>()) {
+        s += s2;
+    } else {
+        s = mul_rn(s, ex(m - mx)) + mul_rn(s2, ex(m2 - mx));
+        m = mx;
+    }
+}
+
+template <class A> __device__ __forceinline__ void warp_ol(A &m, A &s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        A m2 = __shfl_down_sync(0xffffffffu, m, o), s2 = __shfl_down_sync(0xffffffffu, s, o);
+        ol_merge(m, s, m2, s2);
+    }
+}
+
+// Block folds: every thread of the block calls them (blockDim a multiple of
+// 32, at most 1024); all get the result. sh holds 33 values.
+template <class A> __device__ A block_sum(A v, A *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : (A)0;
+        v = warp_sum(v);
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    A r = sh[32];
+    __syncthreads(); // sh may be reused as soon as this returns
+    return r;
+}
+
+template <class A> __device__ void block_ol(A &m, A &s, A *shm, A *shs) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    warp_ol(m, s);
+    if (lane == 0) {
+        shm[w] = m;
+        shs[w] = s;
+    }
+    __syncthreads();
+    if (w == 0) {
+        m = lane < nw ? shm[lane] : ninf<A>();
+        s = lane < nw ? shs[lane] : (A)0;
+        warp_ol(m, s);
+        if (lane == 0) {
+            shm[32] = m;
+            shs[32] = s;
+        }
+    }
+    __syncthreads();
+    m = shm[32];
+    s = shs[32];
+    __syncthreads();
+}
+
+static inline unsigned blocks_for(int64_t items, int64_t per_block, int64_t cap) {
+    int64_t b = (items + per_block - 1) / per_block;
+    if (b > cap) b = cap;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+// ---- softmax / log_softmax ----------------------------------------------------------
+// Forward: a = x, out = y. Backward: a = grad_y, b = y, out = dx with
+// softmax: dx = y * (g - sum(g * y)); log_softmax: dx = g - exp(y) * sum(g).
+
+constexpr int kWarpRowsThreads = 128; // 4 rows per block
+constexpr int kBlockRowThreads = 512;
+constexpr int kThreads256 = 256;
+constexpr int64_t kGridCap = 65535;
+
+// Rows of d <= 32 * E elements, one warp per row, the row held in registers.
+template <int DT, int E, bool LOG, bool BWD>
+__global__ void __launch_bounds__(kWarpRowsThreads)
+sm_warp(const typename dtype<DT>::T *__restrict__ a, const typename dtype<DT>::T *__restrict__ b,
+        typename dtype<DT>::T *__restrict__ out, int64_t rows, int d) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    const int lane = threadIdx.x & 31;
+    const int64_t wpb = blockDim.x >> 5, nwarps = (int64_t)gridDim.x * wpb;
+    for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += nwarps) {
+        const T *ar = a + r * d;
+        T *orow = out + r * d;
+        A va[E];
+        if constexpr (!BWD) {
+            A m = ninf<A>();
+#pragma unroll
+            for (int k = 0; k < E; k++) {
+                int c = lane + 32 * k;
+                va[k] = c < d ? (A)dtype<DT>::dec(ar[c]) : ninf<A>();
+                m = va[k] > m ? va[k] : m;
+            }
+            m = bcast(warp_max(m));
+            A s = 0;
+#pragma unroll
+            for (int k = 0; k < E; k++) {
+                if (lane + 32 * k < d) {
+                    A e = ex(va[k] - m);
+                    s += e;
+                    if (!LOG) va[k] = e;
+                }
+            }
+            s = bcast(warp_sum(s));
+            if (LOG) {
+                A ls = ln(s);
+#pragma unroll
+                for (int k = 0; k < E; k++)
+                    if (lane + 32 * k < d) orow[lane + 32 * k] = dtype<DT>::enc((va[k] - m) - ls);
+            } else {
+                A inv = (A)1 / s;
+#pragma unroll
+                for (int k = 0; k < E; k++)
+                    if (lane + 32 * k < d) orow[lane + 32 * k] = dtype<DT>::enc(va[k] * inv);
+            }
+        } else {
+            const T *br = b + r * d;
+            A vb[E];
+            A s = 0;
+#pragma unroll
+            for (int k = 0; k < E; k++) {
+                int c = lane + 32 * k;
+                va[k] = c < d ? (A)dtype<DT>::dec(ar[c]) : (A)0;
+                vb[k] = c < d ? (A)dtype<DT>::dec(br[c]) : (A)0;
+                s += LOG ? va[k] : va[k] * vb[k];
+            }
+            s = bcast(warp_sum(s));
+#pragma unroll
+            for (int k = 0; k < E; k++)
+                if (lane + 32 * k < d)
+                    orow[lane + 32 * k] =
+                        dtype<DT>::enc(LOG ? va[k] - ex(vb[k]) * s : vb[k] * (va[k] - s));
+        }
+    }
+}
+
+// Long rows: one block per row, two passes over memory (statistics, then the
+// outputs).
+template <int DT, bool LOG, bool BWD>
+__global__ void __launch_bounds__(kBlockRowThreads)
+sm_block(const typename dtype<DT>::T *__restrict__ a, const typename dtype<DT>::T *__restrict__ b,
+         typename dtype<DT>::T *__restrict__ out, int64_t rows, int64_t d) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    __shared__ A shm[33], shs[33];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *ar = a + r * d;
+        T *orow = out + r * d;
+        if constexpr (!BWD) {
+            A m = ninf<A>(), s = 0;
+            for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ol_add(m, s, (A)dtype<DT>::dec(ar[c]));
+            block_ol(m, s, shm, shs);
+            if (LOG) {
+                A ls = ln(s);
+                for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+                    orow[c] = dtype<DT>::enc(((A)dtype<DT>::dec(ar[c]) - m) - ls);
+            } else {
+                A inv = (A)1 / s;
+                for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+                    orow[c] = dtype<DT>::enc(ex((A)dtype<DT>::dec(ar[c]) - m) * inv);
+            }
+        } else {
+            const T *br = b + r * d;
+            A s = 0;
+            for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+                A g = dtype<DT>::dec(ar[c]);
+                s += LOG ? g : g * (A)dtype<DT>::dec(br[c]);
+            }
+            s = block_sum(s, shs);
+            for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+                A g = dtype<DT>::dec(ar[c]), y = dtype<DT>::dec(br[c]);
+                orow[c] = dtype<DT>::enc(LOG ? g - ex(y) * s : y * (g - s));
+            }
+        }
+    }
+}
+
+// Softmax over a dim that is not the last: one thread per (outer, inner)
+// column; neighbouring threads read neighbouring addresses.
+template <int DT, bool LOG, bool BWD>
+__global__ void __launch_bounds__(kThreads256)
+sm_strided(const typename dtype<DT>::T *__restrict__ a, const typename dtype<DT>::T *__restrict__ b,
+           typename dtype<DT>::T *__restrict__ out, int64_t outer, int64_t d, int64_t inner) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    const int64_t cols = outer * inner, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; col < cols; col += step) {
+        int64_t o = col / inner, j = col - o * inner;
+        int64_t base = o * d * inner + j;
+        if constexpr (!BWD) {
+            A m = ninf<A>(), s = 0;
+            for (int64_t k = 0; k < d; k++) ol_add(m, s, (A)dtype<DT>::dec(a[base + k * inner]));
+            A ls = LOG ? ln(s) : (A)1 / s;
+            for (int64_t k = 0; k < d; k++) {
+                A x = dtype<DT>::dec(a[base + k * inner]);
+                out[base + k * inner] = dtype<DT>::enc(LOG ? (x - m) - ls : ex(x - m) * ls);
+            }
+        } else {
+            A s = 0;
+            for (int64_t k = 0; k < d; k++) {
+                A g = dtype<DT>::dec(a[base + k * inner]);
+                s += LOG ? g : g * (A)dtype<DT>::dec(b[base + k * inner]);
+            }
+            for (int64_t k = 0; k < d; k++) {
+                A g = dtype<DT>::dec(a[base + k * inner]), y = dtype<DT>::dec(b[base + k * inner]);
+                out[base + k * inner] = dtype<DT>::enc(LOG ? g - ex(y) * s : y * (g - s));
+            }
+        }
+    }
+}
+
+template <int DT, int E, bool LOG, bool BWD>
+void launch_sm_warp(const void *a, const void *b, void *out, int64_t rows, int d, cudaStream_t st) {
+    typedef typename dtype<DT>::T T;
+    unsigned g = blocks_for(rows, kWarpRowsThreads / 32, kGridCap);
+    sm_warp<DT, E, LOG, BWD><<<g, kWarpRowsThreads, 0, st>>>((const T *)a, (const T *)b, (T *)out,
+                                                              rows, d);
+}
+
+template <int DT, bool LOG, bool BWD>
+cudaError_t softmax_launch(const void *a, const void *b, void *out, int64_t outer, int64_t d,
+                           int64_t inner, cudaStream_t st, const char **routine) {
+    typedef typename dtype<DT>::T T;
+    if (inner == 1 && d <= 1024) {
+        int di = (int)d;
+        if (d <= 32) launch_sm_warp<DT, 1, LOG, BWD>(a, b, out, outer, di, st);
+        else if (d <= 64) launch_sm_warp<DT, 2, LOG, BWD>(a, b, out, outer, di, st);
+        else if (d <= 128) launch_sm_warp<DT, 4, LOG, BWD>(a, b, out, outer, di, st);
+        else if (d <= 256) launch_sm_warp<DT, 8, LOG, BWD>(a, b, out, outer, di, st);
+        else if (d <= 512) launch_sm_warp<DT, 16, LOG, BWD>(a, b, out, outer, di, st);
+        else launch_sm_warp<DT, 32, LOG, BWD>(a, b, out, outer, di, st);
+        *routine = BWD ? "cten_softmax_bwd_warp_per_row" : "cten_softmax_warp_per_row";
+    } else if (inner == 1) {
+        unsigned g = blocks_for(outer, 1, kGridCap);
+        sm_block<DT, LOG, BWD><<<g, kBlockRowThreads, 0, st>>>((const T *)a, (const T *)b, (T *)out,
+                                                               outer, d);
+        *routine = BWD ? "cten_softmax_bwd_block_per_row" : "cten_softmax_block_per_row";
+    } else {
+        unsigned g = blocks_for(outer * inner, kThreads256, kGridCap);
+        sm_strided<DT, LOG, BWD><<<g, kThreads256, 0, st>>>((const T *)a, (const T *)b, (T *)out,
+                                                             outer, d, inner);
+        *routine = BWD ? "cten_softmax_bwd_strided" : "cten_softmax_strided";
+    }
+    return cudaGetLastError();
+}
+
+template <int DT>
+cudaError_t softmax_dt(int bwd, int lg, const void *a, const void *b, void *out, int64_t outer,
+                       int64_t d, int64_t inner, cudaStream_t st, const char **routine) {
+    if (bwd) {
+        if (lg) return softmax_launch<DT, true, true>(a, b, out, outer, d, inner, st, routine);
+        return softmax_launch<DT, false, true>(a, b, out, outer, d, inner, st, routine);
+    }
+    if (lg) return softmax_launch<DT, true, false>(a, b, out, outer, d, inner, st, routine);
+    return softmax_launch<DT, false, false>(a, b, out, outer, d, inner, st, routine);
+}
+
+// ---- classification losses -------------------------------------------------------------
+struct Cls {
+    const void *input;
+    const int64_t *target;
+    const void *weight;
+    const void *grad;
+    void *out;
+    int64_t c, inner, npos, reduction, ignore;
+    double ls;
+};
+
+// Positions below this count let every block of a backward kernel fold the
+// weight sum of the mean itself (one launch); above it a separate pass does.
+constexpr int64_t kScanMax = 8192;
+constexpr int64_t kRedBlocksCap = 1024;
+
+__device__ __forceinline__ bool bad_target(int64_t t, int64_t c) { return t < 0 || t >= c; }
+
+// Sum over counted positions of their class weights (1 without weights); an
+// out-of-range target makes it NaN. Every thread of the block calls it.
+template <int DT> __device__ double block_wsum(const Cls &a, double *sh) {
+    typedef typename dtype<DT>::T T;
+    const T *w = (const T *)a.weight;
+    double s = 0;
+    for (int64_t p = threadIdx.x; p < a.npos; p += blockDim.x) {
+        int64_t t = a.target[p];
+        if (t == a.ignore) continue;
+        s += bad_target(t, a.c) ? (double)NAN : w ? (double)dtype<DT>::dec(w[t]) : 1.0;
+    }
+    return block_sum(s, sh);
+}
+
+// The weight sum over several blocks: block partials (or the result when the
+// grid has one block), then wsum_final.
+template <int DT> __global__ void __launch_bounds__(kThreads256) wsum_part(const Cls a, double *part, double *result) {
+    typedef typename dtype<DT>::T T;
+    __shared__ double sh[33];
+    const T *w = (const T *)a.weight;
+    double s = 0;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < a.npos; p += step) {
+        int64_t t = a.target[p];
+        if (t == a.ignore) continue;
+        s += bad_target(t, a.c) ? (double)NAN : w ? (double)dtype<DT>::dec(w[t]) : 1.0;
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        if (gridDim.x == 1) *result = s;
+        else part[blockIdx.x] = s;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads256) wsum_final(const double *part, int nb, double *result) {
+    __shared__ double sh[33];
+    double s = 0;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) *result = s;
+}
+
+// The end of a reducing forward: every thread holds (loss sum, weight sum) of
+// its positions; the block folds them and writes the result (one block) or
+// its partials.
+template <int DT>
+__device__ void reduce_epilogue(double l, double w, int reduction, double *part, void *out) {
+    __shared__ double sh[2][33];
+    l = block_sum(l, sh[0]);
+    w = block_sum(w, sh[1]);
+    if (threadIdx.x != 0) return;
+    if (part) {
+        part[2 * blockIdx.x] = l;
+        part[2 * blockIdx.x + 1] = w;
+    } else {
+        /* a mean over nothing counted is 0/0 = NaN, as on the CPU */
+        ((typename dtype<DT>::T *)out)[0] = dtype<DT>::enc(reduction == RED_MEAN ? l / w : l);
+    }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads256) reduce_final(const double *part, int nb, int reduction, void *out) {
+    double l = 0, w = 0;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+        l += part[2 * i];
+        w += part[2 * i + 1];
+    }
+    reduce_epilogue<DT>(l, w, reduction, nullptr, out);
+}
+
+// Cross-entropy forward. ROWS (inner == 1): one warp per position, its lanes
+// striding over the classes; otherwise one thread per position. One pass
+// gives the max and the sum of exponentials (online), the smoothing sums and
+// the target logit:
+// loss = (1-ls) * w_t * (lse - z_t) + ls/C * sum_c w_c * (lse - z_c).
+template <int DT, bool ROWS>
+__global__ void __launch_bounds__(kThreads256) ce_fwd(const Cls a, double *part) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    const T *x = (const T *)a.input, *w = (const T *)a.weight;
+    const int lane = threadIdx.x & 31;
+    const bool leader = !ROWS || lane == 0;
+    const A ls = (A)a.ls;
+    const int64_t C = a.c;
+    const int64_t per = ROWS ? (kThreads256 / 32) : kThreads256;
+    const int64_t first = (int64_t)blockIdx.x * per + (ROWS ? (threadIdx.x >> 5) : threadIdx.x);
+    const int64_t step = (int64_t)gridDim.x * per;
+    double lsum = 0, wsum = 0;
+    for (int64_t p = first; p < a.npos; p += step) {
+        const int64_t t = a.target[p];
+        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+        A loss = 0, wt = 0;
+        if (bad) {
+            loss = wt = qnan<A>();
+        } else if (!ign) {
+            int64_t nn = p / a.inner, j = p - nn * a.inner;
+            const T *row = x + nn * C * a.inner + j;
+            A m = ninf<A>(), s = 0, sz = 0, sw = 0;
+            for (int64_t c = ROWS ? lane : 0; c < C; c += ROWS ? 32 : 1) {
+                A z = dtype<DT>::dec(row[c * a.inner]);
+                ol_add(m, s, z);
+                if (ls > (A)0) {
+                    A wc = w ? (A)dtype<DT>::dec(w[c]) : (A)1;
+                    sz += w ? wc * z : z;
+                    sw += wc;
+                }
+            }
+            if (ROWS) {
+                warp_ol(m, s);
+                sz = warp_sum(sz);
+                sw = warp_sum(sw);
+            }
+            if (leader) {
+                A lse = m + ln(s);
+                wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
+                loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(row[t * a.inner]));
+                if (ls > (A)0) loss += ls / (A)C * (w ? lse * sw - sz : lse * (A)C - sz);
+            }
+        }
+        if (leader) {
+            if (a.reduction == RED_NONE) {
+                ((T *)a.out)[p] = dtype<DT>::enc(loss);
+            } else {
+                lsum += (double)loss;
+                wsum += (double)wt;
+            }
+        }
+    }
+    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+}
+
+// Cross-entropy backward, the same layouts:
+// dz_c = g * ((1-ls) * w_t * (p_c - [c == t]) + ls/C * (sum(w) * p_c - w_c)).
+// Ignored positions get zeros, out-of-range targets NaN rows.
+template <int DT, bool ROWS>
+__global__ void __launch_bounds__(kThreads256) ce_bwd(const Cls a, const double *wsum_dev) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    __shared__ double sh[33];
+    const T *x = (const T *)a.input, *w = (const T *)a.weight, *g = (const T *)a.grad;
+    T *out = (T *)a.out;
+    const int lane = threadIdx.x & 31;
+    const A ls = (A)a.ls;
+    const int64_t C = a.c;
+    double gs = 0;
+    if (a.reduction != RED_NONE) {
+        gs = (double)dtype<DT>::dec(g[0]);
+        if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, sh);
+    }
+    const int64_t per = ROWS ? (kThreads256 / 32) : kThreads256;
+    const int64_t first = (int64_t)blockIdx.x * per + (ROWS ? (threadIdx.x >> 5) : threadIdx.x);
+    const int64_t step = (int64_t)gridDim.x * per;
+    const int64_t c0 = ROWS ? lane : 0, cs = ROWS ? 32 : 1;
+    for (int64_t p = first; p < a.npos; p += step) {
+        const int64_t t = a.target[p];
+        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+        int64_t nn = p / a.inner, j = p - nn * a.inner;
+        const T *row = x + nn * C * a.inner + j;
+        T *orow = out + nn * C * a.inner + j;
+        if (ign || bad) {
+            T v = dtype<DT>::enc(bad ? qnan<A>() : (A)0);
+            for (int64_t c = c0; c < C; c += cs) orow[c * a.inner] = v;
+            continue;
+        }
+        A gp = (A)(a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
+        A m = ninf<A>(), s = 0, sw = 0;
+        for (int64_t c = c0; c < C; c += cs) {
+            ol_add(m, s, (A)dtype<DT>::dec(row[c * a.inner]));
+            if (w && ls > (A)0) sw += (A)dtype<DT>::dec(w[c]);
+        }
+        if (ROWS) {
+            warp_ol(m, s);
+            m = bcast(m);
+            s = bcast(s);
+            sw = bcast(warp_sum(sw));
+        }
+        A lse = m + ln(s);
+        A wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
+        A ca = gp * ((A)1 - ls) * wt, cb = gp * ls / (A)C;
+        A sumw = w ? sw : (A)C;
+        for (int64_t c = c0; c < C; c += cs) {
+            A pr = ex((A)dtype<DT>::dec(row[c * a.inner]) - lse);
+            A dz = ca * pr + cb * (sumw * pr - (w ? (A)dtype<DT>::dec(w[c]) : (A)1));
+            if (c == t) dz -= ca;
+            orow[c * a.inner] = dtype<DT>::enc(dz);
+        }
+    }
+}
+
+// nll_loss forward: loss_p = -w_t * lp[n, t, j], one thread per position.
+template <int DT> __global__ void __launch_bounds__(kThreads256) nll_fwd(const Cls a, double *part) {
+    typedef typename dtype<DT>::T T;
+    const T *x = (const T *)a.input, *w = (const T *)a.weight;
+    const int64_t C = a.c, step = (int64_t)gridDim.x * blockDim.x;
+    double lsum = 0, wsum = 0;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < a.npos; p += step) {
+        const int64_t t = a.target[p];
+        double loss = 0, wt = 0;
+        if (t != a.ignore) {
+            if (bad_target(t, C)) {
+                loss = wt = (double)NAN;
+            } else {
+                int64_t nn = p / a.inner, j = p - nn * a.inner;
+                wt = w ? (double)dtype<DT>::dec(w[t]) : 1.0;
+                loss = -wt * (double)dtype<DT>::dec(x[(nn * C + t) * a.inner + j]);
+            }
+        }
+        if (a.reduction == RED_NONE) {
+            ((T *)a.out)[p] = dtype<DT>::enc(loss);
+        } else {
+            lsum += loss;
+            wsum += wt;
+        }
+    }
+    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+}
+
+// nll_loss backward: one thread per gradient element; -w_t * g at each
+// counted target, zeros elsewhere.
+template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const Cls a, const double *wsum_dev) {
+    typedef typename dtype<DT>::T T;
+    __shared__ double sh[33];
+    const T *w = (const T *)a.weight, *g = (const T *)a.grad;
+    T *out = (T *)a.out;
+    const int64_t C = a.c, total = a.npos * C, step = (int64_t)gridDim.x * blockDim.x;
+    double gs = 0;
+    if (a.reduction != RED_NONE) {
+        gs = (double)dtype<DT>::dec(g[0]);
+        if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, sh);
+    }
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+        int64_t q = e / a.inner, j = e - q * a.inner;
+        int64_t nn = q / C, c = q - nn * C;
+        int64_t p = nn * a.inner + j;
+        int64_t t = a.target[p];
+        double v = 0;
+        if (t != a.ignore) {
+            if (bad_target(t, C)) v = (double)NAN;
+            else if (c == t)
+                v = -(w ? (double)dtype<DT>::dec(w[t]) : 1.0) *
+                    (a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
+        }
+        out[e] = dtype<DT>::enc(v);
+    }
+}
+
+struct ClsPlan {
+    bool rows;        // cross-entropy with inner == 1: a warp per position
+    unsigned blocks;  // of the main kernel
+    bool split;       // forward: partials, then reduce_final
+    unsigned wblocks; // backward mean over many positions: blocks of wsum_part (0: none)
+    size_t part_off, wsum_off, bytes;
+};
+
+ClsPlan cls_plan(const cti_nn_cls *r) {
+    ClsPlan pl = {};
+    const int64_t npos = r->n * r->inner, c = r->c > 0 ? r->c : 1;
+    const bool ce = r->kind == CTI_NN_CE || r->kind == CTI_NN_CE_BWD;
+    const bool bwd = r->kind == CTI_NN_CE_BWD || r->kind == CTI_NN_NLL_BWD;
+    pl.rows = ce && r->inner == 1;
+    const int64_t per = pl.rows ? kThreads256 / 32 : kThreads256;
+    if (!bwd) {
+        // A block per 16K logits read: a small batch is one launch.
+        int64_t work = ce ? npos * c : npos;
+        int64_t b = (work + 16383) / 16384;
+        int64_t most = (npos + per - 1) / per;
+        if (b > most) b = most;
+        if (b > kRedBlocksCap) b = kRedBlocksCap;
+        pl.blocks = (unsigned)(b < 1 ? 1 : b);
+        pl.split = r->reduction != RED_NONE && pl.blocks > 1;
+        if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
+        return pl;
+    }
+    if (r->kind == CTI_NN_NLL_BWD) pl.blocks = blocks_for(npos * r->c, kThreads256, 8192);
+    else pl.blocks = blocks_for(npos, per, 8192);
+    if (r->reduction == RED_MEAN && npos > kScanMax) {
+        pl.wblocks = blocks_for(npos, kThreads256 * 16, kRedBlocksCap);
+        pl.part_off = 0;
+        pl.wsum_off = ((size_t)pl.wblocks * sizeof(double) + 255) / 256 * 256;
+        pl.bytes = pl.wsum_off + sizeof(double);
+    }
+    return pl;
+}
+
+template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const char **routine) {
+    ClsPlan pl = cls_plan(r);
+    Cls a;
+    a.input = r->input;
+    a.target = r->target;
+    a.weight = r->weight;
+    a.grad = r->grad;
+    a.out = r->out;
+    a.c = r->c;
+    a.inner = r->inner;
+    a.npos = r->n * r->inner;
+    a.reduction = r->reduction;
+    a.ignore = r->ignore;
+    a.ls = r->ls;
+    char *work = (char *)r->work;
+    if (r->kind == CTI_NN_CE || r->kind == CTI_NN_NLL) {
+        double *part = pl.split ? (double *)work : nullptr;
+        if (r->kind == CTI_NN_NLL) {
+            nll_fwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, part);
+            *routine = pl.split ? "cten_nll_loss_fwd+final" : "cten_nll_loss_fwd";
+        } else if (pl.rows) {
+            ce_fwd<DT, true><<<pl.blocks, kThreads256, 0, st>>>(a, part);
+            *routine = pl.split ? "cten_cross_entropy_fwd_warp_per_row+final"
+                                : "cten_cross_entropy_fwd_warp_per_row";
+        } else {
+            ce_fwd<DT, false><<<pl.blocks, kThreads256, 0, st>>>(a, part);
+            *routine = pl.split ? "cten_cross_entropy_fwd_strided+final"
+                                : "cten_cross_entropy_fwd_strided";
+        }
+        if (pl.split)
+            reduce_final<DT><<<1, kThreads256, 0, st>>>(part, (int)pl.blocks, (int)a.reduction, a.out);
+        return cudaGetLastError();
+    }
+    const double *wsum = nullptr;
+    if (pl.wblocks > 0) {
+        double *part = (double *)(work + pl.part_off), *res = (double *)(work + pl.wsum_off);
+        wsum_part<DT><<<pl.wblocks, kThreads256, 0, st>>>(a, part, res);
+        if (pl.wblocks > 1) wsum_final<<<1, kThreads256, 0, st>>>(part, (int)pl.wblocks, res);
+        wsum = res;
+    }
+    if (r->kind == CTI_NN_NLL_BWD) {
+        nll_bwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, wsum);
+        *routine = wsum ? "cten_weight_sum+cten_nll_loss_bwd" : "cten_nll_loss_bwd";
+    } else if (pl.rows) {
+        ce_bwd<DT, true><<<pl.blocks, kThreads256, 0, st>>>(a, wsum);
+        *routine = wsum ? "cten_weight_sum+cten_cross_entropy_bwd_warp_per_row"
+                        : "cten_cross_entropy_bwd_warp_per_row";
+    } else {
+        ce_bwd<DT, false><<<pl.blocks, kThreads256, 0, st>>>(a, wsum);
+        *routine = wsum ? "cten_weight_sum+cten_cross_entropy_bwd_strided"
+                        : "cten_cross_entropy_bwd_strided";
+    }
+    return cudaGetLastError();
+}
+
+// ---- mse_loss ---------------------------------------------------------------------------------
+template <int DT>
+__global__ void __launch_bounds__(kThreads256)
+mse_fwd(const typename dtype<DT>::T *__restrict__ a, const typename dtype<DT>::T *__restrict__ b,
+        void *out, int64_t n, int reduction, double *part) {
+    typedef typename Acc<DT>::A A;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    double lsum = 0, cnt = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        A d = (A)dtype<DT>::dec(a[i]) - (A)dtype<DT>::dec(b[i]);
+        A sq = d * d;
+        if (reduction == RED_NONE) {
+            ((typename dtype<DT>::T *)out)[i] = dtype<DT>::enc(sq);
+        } else {
+            lsum += (double)sq;
+            cnt += 1.0;
+        }
+    }
+    if (reduction != RED_NONE) reduce_epilogue<DT>(lsum, cnt, reduction, part, out);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads256)
+mse_bwd(const typename dtype<DT>::T *__restrict__ g, const typename dtype<DT>::T *__restrict__ a,
+        const typename dtype<DT>::T *__restrict__ b, typename dtype<DT>::T *__restrict__ out,
+        int64_t n, int reduction) {
+    typedef typename Acc<DT>::A A;
+    A gs = 0;
+    if (reduction != RED_NONE) {
+        double g0 = (double)dtype<DT>::dec(g[0]);
+        gs = (A)(reduction == RED_MEAN ? 2.0 * g0 / (double)n : 2.0 * g0);
+    }
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        A d = (A)dtype<DT>::dec(a[i]) - (A)dtype<DT>::dec(b[i]);
+        out[i] = dtype<DT>::enc(reduction == RED_NONE ? (A)2 * d * (A)dtype<DT>::dec(g[i]) : gs * d);
+    }
+}
+
+unsigned mse_blocks(int64_t n) { return blocks_for(n, 4096, kRedBlocksCap); }
+
+template <int DT>
+cudaError_t mse_dt(int bwd, const void *a, const void *b, const void *g, void *out, int64_t n,
+                   int reduction, void *work, cudaStream_t st, const char **routine) {
+    typedef typename dtype<DT>::T T;
+    if (bwd) {
+        mse_bwd<DT><<<blocks_for(n, kThreads256, 8192), kThreads256, 0, st>>>(
+            (const T *)g, (const T *)a, (const T *)b, (T *)out, n, reduction);
+        *routine = "cten_mse_loss_bwd";
+        return cudaGetLastError();
+    }
+    unsigned nb = reduction == RED_NONE ? blocks_for(n, kThreads256, 8192) : mse_blocks(n);
+    bool split = reduction != RED_NONE && nb > 1;
+    double *part = split ? (double *)work : nullptr;
+    mse_fwd<DT><<<nb, kThreads256, 0, st>>>((const T *)a, (const T *)b, out, n, reduction, part);
+    if (split) reduce_final<DT><<<1, kThreads256, 0, st>>>(part, (int)nb, reduction, out);
+    *routine = split ? "cten_mse_loss_fwd+final" : "cten_mse_loss_fwd";
+    return cudaGetLastError();
+}
+
+// ---- embedding ------------------------------------------------------------------------------------
+template <int ES> struct Bits;
+template <> struct Bits<1> { typedef uint8_t T; };
+template <> struct Bits<2> { typedef uint16_t T; };
+template <> struct Bits<4> { typedef uint32_t T; };
+template <> struct Bits<8> { typedef unsigned long long T; };
+
+// out[i, k] = w[idx[i], k], copied as bits. A bad index records its
+// position (the smallest wins, the first in index order as the CPU reports)
+// and its row is left unwritten: the call fails. With d == 0 the indices are
+// still checked.
+template <class E, class I>
+__global__ void __launch_bounds__(kThreads256)
+emb_fwd(const E *__restrict__ w, const I *__restrict__ idx, E *__restrict__ out, int64_t v,
+        int64_t d, int64_t n, unsigned long long *bad) {
+    const int64_t dd = d > 0 ? d : 1, total = n * dd, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+        int64_t i = e / dd, k = e - i * dd;
+        int64_t t = (int64_t)idx[i];
+        if (t < 0 || t >= v) {
+            atomicMin(bad, (unsigned long long)i);
+            continue;
+        }
+        if (d > 0) out[e] = w[t * d + k];
+    }
+}
+
+template <class I>
+cudaError_t emb_fwd_idx(int esize, const void *w, const I *idx, void *out, int64_t v, int64_t d,
+                        int64_t n, unsigned long long *bad, cudaStream_t st) {
+    unsigned g = blocks_for(n * (d > 0 ? d : 1), kThreads256, 8192);
+    switch (esize) {
+    case 1: emb_fwd<<<g, kThreads256, 0, st>>>((const uint8_t *)w, idx, (uint8_t *)out, v, d, n, bad); break;
+    case 2: emb_fwd<<<g, kThreads256, 0, st>>>((const uint16_t *)w, idx, (uint16_t *)out, v, d, n, bad); break;
+    case 4: emb_fwd<<<g, kThreads256, 0, st>>>((const uint32_t *)w, idx, (uint32_t *)out, v, d, n, bad); break;
+    case 8:
+        emb_fwd<<<g, kThreads256, 0, st>>>((const unsigned long long *)w, idx,
+                                           (unsigned long long *)out, v, d, n, bad);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+// Backward, deterministic without atomics: the positions are sorted by index
+// (a stable radix sort, so equal indices keep their order), then each output
+// row finds its run of positions by binary search and sums their gradient
+// rows in index order - the CPU's order, so f32 and f64 results are the
+// CPU's bit for bit. Bad indices get the key v, past every real row.
+template <class I>
+__global__ void __launch_bounds__(kThreads256)
+emb_keys(const I *__restrict__ idx, int64_t n, int64_t v, unsigned long long *__restrict__ keys,
+         int *__restrict__ pos, unsigned long long *bad) {
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        int64_t t = (int64_t)idx[i];
+        bool ok = t >= 0 && t < v;
+        if (!ok) atomicMin(bad, (unsigned long long)i);
+        keys[i] = (unsigned long long)(ok ? t : v);
+        pos[i] = (int)i;
+    }
+}
+
+__device__ __forceinline__ int64_t lower_bound(const unsigned long long *k, int64_t n,
+                                               unsigned long long key) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (k[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+constexpr int kEmbCols = 128;
+
+template <int DT>
+__global__ void __launch_bounds__(kEmbCols)
+emb_bwd(const typename dtype<DT>::T *__restrict__ g, const unsigned long long *__restrict__ keys,
+        const int *__restrict__ pos, typename dtype<DT>::T *__restrict__ out, int64_t v, int64_t d,
+        int64_t n, int64_t pad) {
+    typedef typename Acc<DT>::A A;
+    const int64_t nchunk = (d + kEmbCols - 1) / kEmbCols, items = v * nchunk;
+    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+        int64_t row = it / nchunk, col = (it - row * nchunk) * kEmbCols + threadIdx.x;
+        if (col >= d) continue;
+        A acc = 0;
+        if (row != pad) {
+            int64_t lo = lower_bound(keys, n, (unsigned long long)row);
+            int64_t hi = lower_bound(keys, n, (unsigned long long)row + 1);
+            for (int64_t k = lo; k < hi; k++) acc += (A)dtype<DT>::dec(g[(int64_t)pos[k] * d + col]);
+        }
+        out[row * d + col] = dtype<DT>::enc(acc);
+    }
+}
+
+int key_bits(int64_t v) {
+    int b = 1;
+    while (b < 64 && ((uint64_t)v >> b) != 0) b++;
+    return b;
+}
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+struct EmbWork {
+    size_t keys_in, keys_out, pos_in, pos_out, temp, temp_bytes, total;
+};
+
+cudaError_t emb_work(int64_t n, int64_t v, EmbWork *w) {
+    size_t temp = 0;
+    cudaError_t e = cudaSuccess;
+    if (n > 0)
+        e = cub::DeviceRadixSort::SortPairs(nullptr, temp, (const unsigned long long *)nullptr,
+                                            (unsigned long long *)nullptr, (const int *)nullptr,
+                                            (int *)nullptr, (int)n, 0, key_bits(v));
+    size_t kb = align256((size_t)n * sizeof(unsigned long long)), pb = align256((size_t)n * sizeof(int));
+    w->keys_in = 0;
+    w->keys_out = kb;
+    w->pos_in = 2 * kb;
+    w->pos_out = 2 * kb + pb;
+    w->temp = 2 * kb + 2 * pb;
+    w->temp_bytes = temp;
+    w->total = w->temp + align256(temp);
+    return e;
+}
+
+template <int DT, class I>
+cudaError_t emb_bwd_dt(const void *g, const I *idx, void *out, int64_t v, int64_t d, int64_t n,
+                       int64_t pad, void *work, unsigned long long *bad, cudaStream_t st) {
+    typedef typename dtype<DT>::T T;
+    EmbWork w;
+    cudaError_t e = emb_work(n, v, &w);
+    if (e != cudaSuccess) return e;
+    char *base = (char *)work;
+    unsigned long long *kin = (unsigned long long *)(base + w.keys_in);
+    unsigned long long *kout = (unsigned long long *)(base + w.keys_out);
+    int *pin = (int *)(base + w.pos_in), *pout = (int *)(base + w.pos_out);
+    if (n > 0) {
+        emb_keys<<<blocks_for(n, kThreads256, 8192), kThreads256, 0, st>>>(idx, n, v, kin, pin, bad);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    if (v * d == 0) return cudaSuccess;
+    if (n > 0) {
+        size_t tb = w.temp_bytes;
+        e = cub::DeviceRadixSort::SortPairs((void *)(base + w.temp), tb,
+                                            (const unsigned long long *)kin, kout,
+                                            (const int *)pin, pout, (int)n, 0, key_bits(v), st);
+        if (e != cudaSuccess) return e;
+    }
+    int64_t items = v * ((d + kEmbCols - 1) / kEmbCols);
+    emb_bwd<DT><<<blocks_for(items, 1, kGridCap), kEmbCols, 0, st>>>(
+        (const T *)g, n > 0 ? kout : nullptr, n > 0 ? pout : nullptr, (T *)out, v, d, n, pad);
+    return cudaGetLastError();
+}
+
+// ---- dropout ------------------------------------------------------------------------------------
+// The CPU's layout (src/backends/cpu/nn.c): element k is kept iff the f32
+// uniform of Philox draw first + k, (word >> 8) * 2^-24, is >= p. One thread
+// per Philox block of four draws, so masks equal the CPU's for the same
+// generator state.
+__device__ __forceinline__ void philox(uint64_t seed, uint64_t block, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads256)
+drop_fwd(const typename dtype<DT>::T *__restrict__ x, typename dtype<DT>::T *__restrict__ y,
+         uint8_t *__restrict__ mask, int64_t n, uint64_t seed, uint64_t first, double p,
+         typename Acc<DT>::A scale) {
+    typedef typename Acc<DT>::A A;
+    const uint64_t b0 = first >> 2, units = ((first + (uint64_t)n - 1) >> 2) - b0 + 1;
+    const uint64_t step = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += step) {
+        uint32_t r[4];
+        philox(seed, b0 + u, r);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uint64_t draw = (b0 + u) * 4 + (uint64_t)q;
+            if (draw < first || draw - first >= (uint64_t)n) continue;
+            int64_t k = (int64_t)(draw - first);
+            bool keep = (double)(r[q] >> 8) * 0x1p-24 >= p;
+            if (mask) mask[k] = keep;
+            y[k] = dtype<DT>::enc(keep ? (A)dtype<DT>::dec(x[k]) * scale : (A)0);
+        }
+    }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads256)
+drop_bwd(const typename dtype<DT>::T *__restrict__ g, const uint8_t *__restrict__ mask,
+         typename dtype<DT>::T *__restrict__ out, int64_t n, typename Acc<DT>::A scale) {
+    typedef typename Acc<DT>::A A;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        out[i] = dtype<DT>::enc(mask[i] ? (A)dtype<DT>::dec(g[i]) * scale : (A)0);
+}
+
+template <int DT>
+cudaError_t drop_dt(int bwd, const void *x, void *y, const uint8_t *mask_in, uint8_t *mask_out,
+                    int64_t n, uint64_t seed, uint64_t first, double p, cudaStream_t st) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    A scale = (A)(p < 1 ? 1.0 / (1.0 - p) : 0.0);
+    if (bwd) {
+        drop_bwd<DT><<<blocks_for(n, kThreads256, 8192), kThreads256, 0, st>>>(
+            (const T *)x, mask_in, (T *)y, n, scale);
+    } else {
+        uint64_t units = ((first + (uint64_t)n - 1) >> 2) - (first >> 2) + 1;
+        drop_fwd<DT><<<blocks_for((int64_t)units, kThreads256, 8192), kThreads256, 0, st>>>(
+            (const T *)x, (T *)y, mask_out, n, seed, first, p, scale);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace
+} // namespace cti
+
+#define CTI_NN_FLOAT_SWITCH(dt, CALL)                                                  \
+    switch (dt) {                                                                      \
+    case CT_F32: { constexpr int DTV = CT_F32; return CALL; }                          \
+    case CT_F64: { constexpr int DTV = CT_F64; return CALL; }                          \
+    case CT_F16: { constexpr int DTV = CT_F16; return CALL; }                          \
+    case CT_BF16: { constexpr int DTV = CT_BF16; return CALL; }                        \
+    default: return cudaErrorInvalidValue;                                             \
+    }
+
+extern "C" {
+
+cudaError_t cti_nn_softmax(int dt, int bwd, int lg, const void *a, const void *b, void *out,
+                           int64_t outer, int64_t d, int64_t inner, cudaStream_t st,
+                           const char **routine) {
+    CTI_NN_FLOAT_SWITCH(dt, cti::softmax_dt<DTV>(bwd, lg, a, b, out, outer, d, inner, st, routine))
+}
+
+size_t cti_nn_cls_work(const cti_nn_cls *r) { return cti::cls_plan(r).bytes; }
+
+cudaError_t cti_nn_cls_launch(const cti_nn_cls *r, cudaStream_t st, const char **routine) {
+    CTI_NN_FLOAT_SWITCH((int)r->dt, cti::cls_dt<DTV>(r, st, routine))
+}
+
+size_t cti_nn_mse_work(int64_t n, int reduction) {
+    if (reduction == RED_NONE) return 0;
+    unsigned nb = cti::mse_blocks(n);
+    return nb > 1 ? (size_t)nb * 2 * sizeof(double) : 0;
+}
+
+cudaError_t cti_nn_mse(int dt, int bwd, const void *a, const void *b, const void *g, void *out,
+                       int64_t n, int reduction, void *work, cudaStream_t st, const char **routine) {
+    CTI_NN_FLOAT_SWITCH(dt, cti::mse_dt<DTV>(bwd, a, b, g, out, n, reduction, work, st, routine))
+}
+
+cudaError_t cti_nn_embedding(int esize, int idx_i32, const void *w, const void *idx, void *out,
+                             int64_t v, int64_t d, int64_t n, unsigned long long *bad,
+                             cudaStream_t st) {
+    if (idx_i32) return cti::emb_fwd_idx(esize, w, (const int32_t *)idx, out, v, d, n, bad, st);
+    return cti::emb_fwd_idx(esize, w, (const int64_t *)idx, out, v, d, n, bad, st);
+}
+
+cudaError_t cti_nn_embedding_bwd_work(int64_t n, int64_t v, size_t *bytes) {
+    cti::EmbWork w;
+    cudaError_t e = cti::emb_work(n, v, &w);
+    *bytes = w.total;
+    return e;
+}
+
+cudaError_t cti_nn_embedding_bwd(int dt, int idx_i32, const void *g, const void *idx, void *out,
+                                 int64_t v, int64_t d, int64_t n, int64_t pad, void *work,
+                                 unsigned long long *bad, cudaStream_t st) {
+    if (idx_i32)
+        CTI_NN_FLOAT_SWITCH(dt, (cti::emb_bwd_dt<DTV, int32_t>(g, (const int32_t *)idx, out, v, d, n,
+                                                               pad, work, bad, st)))
+    CTI_NN_FLOAT_SWITCH(dt, (cti::emb_bwd_dt<DTV, int64_t>(g, (const int64_t *)idx, out, v, d, n, pad,
+                                                           work, bad, st)))
+}
+
+cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_t *mask_in,
+                           uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first, double p,
+                           cudaStream_t st) {
+    CTI_NN_FLOAT_SWITCH(dt, cti::drop_dt<DTV>(bwd, x, y, mask_in, mask_out, n, seed, first, p, st))
+}
+
+} // extern "C"
