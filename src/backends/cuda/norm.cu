@@ -1,1 +1,764 @@
-#include "cuda_impl.h"
+// RMSNorm and LayerNorm, forward and backward, over rows of D contiguous
+// elements, with the CPU kernels' formulas (src/backends/cpu/nn.c) and their
+// statistics: float for f16/bf16/f32 (which compute in float), double for
+// f64.
+//
+// Most rows fit in registers: TPR threads own a row and each keeps NV
+// chunks of VEC elements, chunk j of lane l starting at element
+// (j * TPR + l) * VEC, so a warp's loads are contiguous. VEC fills 16 bytes
+// when every row pointer is 16-byte aligned and D a multiple of VEC,
+// else 1. x is read from memory once; the row's sums are formed by warp
+// shuffles (and, past a warp, shared memory in warp order), so every thread
+// of a row holds the same bits and results do not change from run to run.
+// Rows longer than the largest configuration go through "loop" kernels, one
+// block per row, that read the row again for each pass.
+//
+// The backward's dx needs only the row; dweight and dbias sum over rows. Each
+// backward block keeps its own column sums in registers over the rows it
+// visits (a grid the size of what the device holds at once), adds its row
+// slots together in slot order, and writes one partial row to a scratch
+// buffer; a second kernel adds the partial rows per column in a fixed order.
+// No atomics, so the grads are the same from run to run on a device.
+#include <atomic>
+#include <climits>
+#include <cstring>
+
+#include "kernels.cuh"
+#include "norm_impl.h"
+
+namespace cti {
+namespace {
+
+template <int DT> struct acc_of { typedef float A; };
+template <> struct acc_of<CT_F64> { typedef double A; };
+
+__device__ __forceinline__ float msqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double msqrt(double v) { return sqrt(v); }
+
+// The register configurations: TPR threads a row, NV chunks a thread (a
+// chunk is VEC elements), at most 32 bytes of x a thread and 8 chunks, blocks
+// of max(TPR, 256) threads, so up to 32 rows a block. 32 bytes a thread is
+// 64 KiB of loads in flight on a full multiprocessor, what it takes to keep
+// HBM busy. A row of nvec chunks takes the smallest TPR whose largest NV
+// holds it, then the smallest NV that does; so only the (TPR, NV) pairs
+// reachable() says yes to are ever launched. Longer rows go to the loop
+// kernels.
+constexpr int kNumTpr = 6;
+constexpr int kTprs[kNumTpr] = {8, 32, 128, 256, 512, 1024};
+constexpr int kNumCfg = kNumTpr * 4; // NV = 1, 2, 4, 8
+constexpr int kLoopBlock = 1024;
+
+__host__ __device__ constexpr int block_of(int tpr) { return tpr > 256 ? tpr : 256; }
+constexpr int nv_max(int vec, int esize) {
+    return 32 / (vec * esize) < 8 ? 32 / (vec * esize) : 8;
+}
+constexpr int64_t cap_below(int t, int vec, int esize) {
+    return t == 0 ? 0 : (int64_t)kTprs[t - 1] * nv_max(vec, esize);
+}
+constexpr bool reachable(int t, int nv, int vec, int esize) {
+    return nv <= nv_max(vec, esize) && (int64_t)kTprs[t] * nv > cap_below(t, vec, esize);
+}
+constexpr int cfg_tpr(int cfg) { return kTprs[cfg / 4]; }
+constexpr int cfg_nv(int cfg) { return 1 << (cfg % 4); }
+
+// VEC elements at p, decoded; VEC > 1 only for 16-byte aligned p.
+template <int DT, int VEC>
+__device__ __forceinline__ void load(const typename dtype<DT>::T *p,
+                                     typename acc_of<DT>::A (&v)[VEC]) {
+    typedef typename dtype<DT>::T T;
+    T raw[VEC];
+    if constexpr (VEC > 1) {
+        static_assert(VEC * sizeof(T) == 16, "vector chunks are 16 bytes");
+        uint4 u = *reinterpret_cast<const uint4 *>(p);
+        memcpy(raw, &u, 16);
+    } else {
+        raw[0] = p[0];
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; i++) v[i] = dtype<DT>::dec(raw[i]);
+}
+
+template <int DT, int VEC>
+__device__ __forceinline__ void store(typename dtype<DT>::T *p,
+                                      const typename acc_of<DT>::A (&v)[VEC]) {
+    typedef typename dtype<DT>::T T;
+    T raw[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; i++) raw[i] = dtype<DT>::enc(v[i]);
+    if constexpr (VEC > 1) {
+        uint4 u;
+        memcpy(&u, raw, 16);
+        *reinterpret_cast<uint4 *>(p) = u;
+    } else {
+        p[0] = raw[0];
+    }
+}
+
+// Sums v[0..N) over the TPR threads of each row of the block (rows are
+// consecutive groups of TPR threads). Every thread of a row ends with the
+// same bits: a butterfly's partners add the same two values, and past a warp
+// each thread adds the warps' sums in warp order. Every thread of the block
+// must call it; red holds N * blockDim.x / 32 values.
+template <int TPR, int N, class A>
+__device__ __forceinline__ void row_sum(A (&v)[N], A *red) {
+    constexpr int W = TPR < 32 ? TPR : 32;
+#pragma unroll
+    for (int off = W / 2; off > 0; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+    if constexpr (TPR > 32) {
+        constexpr int NW = TPR / 32;
+        const int slot = threadIdx.x / TPR, wr = (threadIdx.x % TPR) >> 5;
+        A *r = red + slot * N * NW;
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int k = 0; k < N; k++) r[k * NW + wr] = v[k];
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            A s = r[k * NW];
+            for (int w = 1; w < NW; w++) s += r[k * NW + w];
+            v[k] = s;
+        }
+        __syncthreads(); // red is reused by the next call
+    }
+}
+
+template <class A> __device__ __forceinline__ A stat_at(const void *p, int64_t row) {
+    return static_cast<const A *>(p)[row];
+}
+
+// ---- forward ----------------------------------------------------------------------------------
+// y = x * inv_rms * w, or (x - mean) * rstd * w + b; statistics per row.
+template <int DT, bool LAYER, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename acc_of<DT>::A A;
+    constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR;
+    __shared__ A red[BLOCK / 32];
+    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    const int64_t D = a.d, groups = (a.rows + RPB - 1) / RPB;
+    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
+    for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
+        const int64_t row = gi * RPB + slot;
+        const bool live = row < a.rows;
+        const T *xr = static_cast<const T *>(a.x) + (live ? row : 0) * D;
+        A v[NV][VEC];
+        A s[1] = {0};
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (live && e < D) load<DT, VEC>(xr + e, v[j]);
+            else
+#pragma unroll
+                for (int i = 0; i < VEC; i++) v[j][i] = 0;
+#pragma unroll
+            for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[j][i] : v[j][i] * v[j][i];
+        }
+        row_sum<TPR>(s, red);
+        A mean = 0, inv;
+        if constexpr (LAYER) {
+            mean = s[0] / (A)D;
+            A q[1] = {0};
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int e = (j * TPR + lane) * VEC;
+                if (e < D)
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) {
+                        A dv = v[j][i] - mean;
+                        q[0] += dv * dv;
+                    }
+            }
+            row_sum<TPR>(q, red);
+            inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
+        } else {
+            inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
+        }
+        if (!live) continue;
+        T *yr = static_cast<T *>(a.y) + row * D;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (e >= D) continue;
+            A o[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
+            if (W) {
+                A wv[VEC];
+                load<DT, VEC>(W + e, wv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) o[i] *= wv[i];
+            }
+            if (LAYER && B) {
+                A bv[VEC];
+                load<DT, VEC>(B + e, bv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) o[i] += bv[i];
+            }
+            store<DT, VEC>(yr + e, o);
+        }
+        if (lane == 0) {
+            if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
+            if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
+        }
+    }
+}
+
+// Rows too long for registers: one block per row, a pass over the row for
+// each sum and one for the output.
+template <int DT, bool LAYER, int VEC>
+__global__ void __launch_bounds__(kLoopBlock) fwd_loop(const cti_cuda_norm a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename acc_of<DT>::A A;
+    __shared__ A red[kLoopBlock / 32];
+    const int64_t D = a.d, nv = D / VEC;
+    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
+    for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+        const T *xr = static_cast<const T *>(a.x) + row * D;
+        A s[1] = {0};
+        for (int64_t q = threadIdx.x; q < nv; q += kLoopBlock) {
+            A v[VEC];
+            load<DT, VEC>(xr + q * VEC, v);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[i] : v[i] * v[i];
+        }
+        row_sum<kLoopBlock>(s, red);
+        A mean = 0, inv;
+        if constexpr (LAYER) {
+            mean = s[0] / (A)D;
+            A sq[1] = {0};
+            for (int64_t q = threadIdx.x; q < nv; q += kLoopBlock) {
+                A v[VEC];
+                load<DT, VEC>(xr + q * VEC, v);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    A dv = v[i] - mean;
+                    sq[0] += dv * dv;
+                }
+            }
+            row_sum<kLoopBlock>(sq, red);
+            inv = (A)1 / msqrt(sq[0] / (A)D + (A)a.eps);
+        } else {
+            inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
+        }
+        T *yr = static_cast<T *>(a.y) + row * D;
+        for (int64_t q = threadIdx.x; q < nv; q += kLoopBlock) {
+            A v[VEC], o[VEC];
+            load<DT, VEC>(xr + q * VEC, v);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[i] - mean) * inv : v[i] * inv;
+            if (W) {
+                A wv[VEC];
+                load<DT, VEC>(W + q * VEC, wv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) o[i] *= wv[i];
+            }
+            if (LAYER && B) {
+                A bv[VEC];
+                load<DT, VEC>(B + q * VEC, bv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) o[i] += bv[i];
+            }
+            store<DT, VEC>(yr + q * VEC, o);
+        }
+        if (threadIdx.x == 0) {
+            if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
+            if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
+        }
+    }
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+// rms:   gw = g * w, c = sum(gw * x) / D, dx = inv * gw - x * (inv^3 * c), dw += g * x * inv
+// layer: xh = (x - mean) * rstd, dx = rstd * (gw - sum(gw) / D - xh * rstd * bb) with
+//        bb = rstd * (sum(gw * x) - mean * sum(gw)) / D, dw += g * xh, db += g
+// The partial sums: dw rows [gridDim.x][D] at work, then db rows likewise.
+
+// Coefficients of dx from the row sums s (rms: s[0] = sum(gw * x); layer:
+// s[0] = sum(gw), s[1] = sum(gw * x)).
+template <bool LAYER, class A>
+__device__ __forceinline__ void dx_coef(const A *s, A D, A rs, A mu, A &c0, A &c1) {
+    if constexpr (LAYER) {
+        c0 = s[0] / D;
+        c1 = rs * (s[1] - mu * s[0]) / D;
+    } else {
+        c0 = rs * rs * rs * (s[0] / D);
+        c1 = 0;
+    }
+}
+
+template <bool LAYER, class A>
+__device__ __forceinline__ A dx_of(A gw, A x, A rs, A mu, A c0, A c1) {
+    if constexpr (LAYER) return rs * (gw - c0 - (x - mu) * rs * c1);
+    else return rs * gw - x * c0;
+}
+
+// Writes a block's column sums acc (one set per row slot) as one partial row:
+// with several slots, slot by slot in slot order through shared memory cols.
+template <int TPR, int NV, int VEC, int RPB, class A>
+__device__ __forceinline__ void write_part(const A (&acc)[NV][VEC], A *part, int64_t D, A *cols) {
+    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    if constexpr (RPB == 1) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (e < D)
+#pragma unroll
+                for (int i = 0; i < VEC; i++) part[e + i] = acc[j][i];
+        }
+    } else {
+        for (int s = 0; s < RPB; s++) {
+            if (slot == s)
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    const int e = (j * TPR + lane) * VEC;
+                    if (e < D)
+#pragma unroll
+                        for (int i = 0; i < VEC; i++)
+                            cols[e + i] = s == 0 ? acc[j][i] : cols[e + i] + acc[j][i];
+                }
+            __syncthreads();
+        }
+        for (int e = threadIdx.x; e < D; e += TPR * RPB) part[e] = cols[e];
+        __syncthreads(); // cols is used again for the next grad
+    }
+}
+
+template <int DT, bool LAYER, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(block_of(TPR)) bwd_reg(const cti_cuda_norm a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename acc_of<DT>::A A;
+    constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, N = LAYER ? 2 : 1;
+    __shared__ A red[N * BLOCK / 32];
+    // Where a block's row slots add their column sums (RPB > 1).
+    __shared__ A cols[RPB > 1 ? TPR * NV * VEC : 1];
+    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    const int64_t D = a.d, groups = (a.rows + RPB - 1) / RPB;
+    const T *W = static_cast<const T *>(a.w);
+    T *DX = static_cast<T *>(a.y);
+    const bool want_w = a.dw != nullptr, want_b = LAYER && a.db != nullptr;
+    A aw[NV][VEC], ab[NV][VEC];
+#pragma unroll
+    for (int j = 0; j < NV; j++)
+#pragma unroll
+        for (int i = 0; i < VEC; i++) aw[j][i] = ab[j][i] = 0;
+
+    for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
+        const int64_t row = gi * RPB + slot;
+        const bool live = row < a.rows;
+        const int64_t off = (live ? row : 0) * D;
+        const T *xr = static_cast<const T *>(a.x) + off, *gr = static_cast<const T *>(a.g) + off;
+        A xv[NV][VEC], gv[NV][VEC];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (live && e < D) {
+                load<DT, VEC>(xr + e, xv[j]);
+                load<DT, VEC>(gr + e, gv[j]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < VEC; i++) xv[j][i] = gv[j][i] = 0;
+            }
+        }
+        const A rs = live ? stat_at<A>(a.rstd, row) : (A)0;
+        const A mu = LAYER && live ? stat_at<A>(a.mean, row) : (A)0;
+        if (DX) {
+            A s[N];
+#pragma unroll
+            for (int k = 0; k < N; k++) s[k] = 0;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int e = (j * TPR + lane) * VEC;
+                A wv[VEC];
+                if (W && e < D) load<DT, VEC>(W + e, wv);
+                else
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) wv[i] = 1;
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    A gw = W ? gv[j][i] * wv[i] : gv[j][i];
+                    if constexpr (LAYER) {
+                        s[0] += gw;
+                        s[1] += gw * xv[j][i];
+                    } else {
+                        s[0] += gw * xv[j][i];
+                    }
+                }
+            }
+            row_sum<TPR>(s, red);
+            A c0, c1;
+            dx_coef<LAYER>(s, (A)D, rs, mu, c0, c1);
+            if (live) {
+                T *dr = DX + row * D;
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    const int e = (j * TPR + lane) * VEC;
+                    if (e >= D) continue;
+                    A wv[VEC], o[VEC];
+                    if (W) load<DT, VEC>(W + e, wv);
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) {
+                        A gw = W ? gv[j][i] * wv[i] : gv[j][i];
+                        o[i] = dx_of<LAYER>(gw, xv[j][i], rs, mu, c0, c1);
+                    }
+                    store<DT, VEC>(dr + e, o);
+                }
+            }
+        }
+        // Rows past the end hold zeros, so they add nothing.
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                if (want_w)
+                    aw[j][i] += LAYER ? gv[j][i] * ((xv[j][i] - mu) * rs) : gv[j][i] * xv[j][i] * rs;
+                if (want_b) ab[j][i] += gv[j][i];
+            }
+    }
+
+    A *part = static_cast<A *>(a.work);
+    if (want_w) write_part<TPR, NV, VEC, RPB>(aw, part + (int64_t)blockIdx.x * D, D, cols);
+    if (want_b)
+        write_part<TPR, NV, VEC, RPB>(
+            ab, part + ((want_w ? (int64_t)gridDim.x : 0) + blockIdx.x) * D, D, cols);
+}
+
+// Rows too long for registers: one block per row, a pass for the sums and
+// one for dx and this block's partial sums (which the block alone touches,
+// each element always by the same thread).
+template <int DT, bool LAYER, int VEC>
+__global__ void __launch_bounds__(kLoopBlock) bwd_loop(const cti_cuda_norm a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename acc_of<DT>::A A;
+    constexpr int N = LAYER ? 2 : 1;
+    __shared__ A red[N * kLoopBlock / 32];
+    const int64_t D = a.d, nv = D / VEC;
+    const T *W = static_cast<const T *>(a.w);
+    T *DX = static_cast<T *>(a.y);
+    const bool want_w = a.dw != nullptr, want_b = LAYER && a.db != nullptr;
+    A *pw = want_w ? static_cast<A *>(a.work) + (int64_t)blockIdx.x * D : nullptr;
+    A *pb = want_b ? static_cast<A *>(a.work) +
+                         ((want_w ? (int64_t)gridDim.x : 0) + blockIdx.x) * D
+                   : nullptr;
+    for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+        const T *xr = static_cast<const T *>(a.x) + row * D;
+        const T *gr = static_cast<const T *>(a.g) + row * D;
+        const A rs = stat_at<A>(a.rstd, row);
+        const A mu = LAYER ? stat_at<A>(a.mean, row) : (A)0;
+        A c0 = 0, c1 = 0;
+        if (DX) {
+            A s[N];
+#pragma unroll
+            for (int k = 0; k < N; k++) s[k] = 0;
+            for (int64_t q = threadIdx.x; q < nv; q += kLoopBlock) {
+                A xv[VEC], gv[VEC], wv[VEC];
+                load<DT, VEC>(xr + q * VEC, xv);
+                load<DT, VEC>(gr + q * VEC, gv);
+                if (W) load<DT, VEC>(W + q * VEC, wv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    A gw = W ? gv[i] * wv[i] : gv[i];
+                    if constexpr (LAYER) {
+                        s[0] += gw;
+                        s[1] += gw * xv[i];
+                    } else {
+                        s[0] += gw * xv[i];
+                    }
+                }
+            }
+            row_sum<kLoopBlock>(s, red);
+            dx_coef<LAYER>(s, (A)D, rs, mu, c0, c1);
+        }
+        const bool first = row == blockIdx.x;
+        T *dr = DX ? DX + row * D : nullptr;
+        for (int64_t q = threadIdx.x; q < nv; q += kLoopBlock) {
+            A xv[VEC], gv[VEC];
+            load<DT, VEC>(xr + q * VEC, xv);
+            load<DT, VEC>(gr + q * VEC, gv);
+            if (dr) {
+                A wv[VEC], o[VEC];
+                if (W) load<DT, VEC>(W + q * VEC, wv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    A gw = W ? gv[i] * wv[i] : gv[i];
+                    o[i] = dx_of<LAYER>(gw, xv[i], rs, mu, c0, c1);
+                }
+                store<DT, VEC>(dr + q * VEC, o);
+            }
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                const int64_t e = q * VEC + i;
+                if (pw) {
+                    A t = LAYER ? gv[i] * ((xv[i] - mu) * rs) : gv[i] * xv[i] * rs;
+                    pw[e] = first ? t : pw[e] + t;
+                }
+                if (pb) pb[e] = first ? gv[i] : pb[e] + gv[i];
+            }
+        }
+    }
+}
+
+// Adds the P partial rows of each column in row order into out (dw for
+// blockIdx.y == 0 when both are wanted, then db). 32 columns a block; the 16
+// thread rows take partial rows ty, ty + 16, ... and are added in order.
+struct ParamSum {
+    const void *part[2];
+    void *out[2];
+    int64_t P, D;
+};
+
+constexpr int kSumX = 32, kSumY = 16;
+
+template <int DT> __global__ void __launch_bounds__(kSumX *kSumY) param_sum(const ParamSum p) {
+    typedef typename acc_of<DT>::A A;
+    __shared__ A sh[kSumY][kSumX + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t col = (int64_t)blockIdx.x * kSumX + tx;
+    const A *src = static_cast<const A *>(blockIdx.y ? p.part[1] : p.part[0]);
+    A s = 0;
+    if (col < p.D)
+        for (int64_t r = ty; r < p.P; r += kSumY) s += src[r * p.D + col];
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty != 0 || col >= p.D) return;
+    A t = sh[0][tx];
+    for (int k = 1; k < kSumY; k++) t += sh[k][tx];
+    static_cast<typename dtype<DT>::T *>(blockIdx.y ? p.out[1] : p.out[0])[col] = dtype<DT>::enc(t);
+}
+
+// ---- host side --------------------------------------------------------------------------------
+typedef void (*norm_kernel)(const cti_cuda_norm);
+
+#define CTI_NORM_CASES(KERNEL)                                                                 \
+    CTI_NORM_CASE(KERNEL, 0) CTI_NORM_CASE(KERNEL, 1) CTI_NORM_CASE(KERNEL, 2)                 \
+    CTI_NORM_CASE(KERNEL, 3) CTI_NORM_CASE(KERNEL, 4) CTI_NORM_CASE(KERNEL, 5)                 \
+    CTI_NORM_CASE(KERNEL, 6) CTI_NORM_CASE(KERNEL, 7) CTI_NORM_CASE(KERNEL, 8)                 \
+    CTI_NORM_CASE(KERNEL, 9) CTI_NORM_CASE(KERNEL, 10) CTI_NORM_CASE(KERNEL, 11)               \
+    CTI_NORM_CASE(KERNEL, 12) CTI_NORM_CASE(KERNEL, 13) CTI_NORM_CASE(KERNEL, 14)              \
+    CTI_NORM_CASE(KERNEL, 15) CTI_NORM_CASE(KERNEL, 16) CTI_NORM_CASE(KERNEL, 17)              \
+    CTI_NORM_CASE(KERNEL, 18) CTI_NORM_CASE(KERNEL, 19) CTI_NORM_CASE(KERNEL, 20)              \
+    CTI_NORM_CASE(KERNEL, 21) CTI_NORM_CASE(KERNEL, 22) CTI_NORM_CASE(KERNEL, 23)
+#define CTI_NORM_CASE(KERNEL, k)                                                               \
+    case k:                                                                                    \
+        if constexpr (reachable(k / 4, cfg_nv(k), VEC, (int)sizeof(typename dtype<DT>::T)))  \
+            return KERNEL<DT, LAYER, VEC, cfg_tpr(k), cfg_nv(k)>;                              \
+        else                                                                                   \
+            return nullptr;
+
+// The kernel of configuration cfg (-1: the loop kernel); nullptr for a
+// configuration the plan never picks, which is not compiled.
+template <int DT, bool LAYER, int VEC> norm_kernel fwd_kernel(int cfg) {
+    switch (cfg) {
+        CTI_NORM_CASES(fwd_reg)
+    default: return fwd_loop<DT, LAYER, VEC>;
+    }
+}
+
+template <int DT, bool LAYER, int VEC> norm_kernel bwd_kernel(int cfg) {
+    switch (cfg) {
+        CTI_NORM_CASES(bwd_reg)
+    default: return bwd_loop<DT, LAYER, VEC>;
+    }
+}
+#undef CTI_NORM_CASE
+#undef CTI_NORM_CASES
+
+// Resident blocks per multiprocessor of a backward kernel, asked once per
+// kernel and kept (a failed query counts 1), so the scratch size and the
+// launch always agree on the grid.
+template <int DT, bool LAYER, int VEC> int bwd_occupancy(int cfg) {
+    static std::atomic<int> cache[kNumCfg + 1];
+    const int slot = cfg < 0 ? kNumCfg : cfg;
+    int n = cache[slot].load(std::memory_order_relaxed);
+    if (n > 0) return n;
+    const int block = cfg < 0 ? kLoopBlock : block_of(cfg_tpr(cfg));
+    norm_kernel k = bwd_kernel<DT, LAYER, VEC>(cfg);
+    if (!k || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, block, 0) != cudaSuccess) {
+        cudaGetLastError();
+        n = 1;
+    }
+    if (n < 1) n = 1;
+    int expected = 0;
+    cache[slot].compare_exchange_strong(expected, n, std::memory_order_relaxed);
+    return cache[slot].load(std::memory_order_relaxed);
+}
+
+struct Plan {
+    int vec;        // elements per chunk: 16 bytes' worth, or 1
+    int cfg;        // register configuration, -1: loop kernels
+    int block, rpb; // threads a block, rows a block
+    int64_t grid;   // blocks
+};
+
+bool aligned16(const void *p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <int DT> int full_vec() { return 16 / (int)sizeof(typename dtype<DT>::T); }
+
+// The occupancy of the backward kernel the plan picked.
+template <int DT, int VEC> int occupancy_of(bool layer, int cfg) {
+    return layer ? bwd_occupancy<DT, true, VEC>(cfg) : bwd_occupancy<DT, false, VEC>(cfg);
+}
+
+template <int DT> Plan make_plan(const cti_cuda_norm *a, int sm_count, bool bwd) {
+    Plan p;
+    const int64_t D = a->d;
+    const int fv = full_vec<DT>();
+    const bool vec = D % fv == 0 && aligned16(a->x) && aligned16(a->y) && aligned16(a->w) &&
+                     (bwd ? aligned16(a->g) : aligned16(a->b));
+    p.vec = vec ? fv : 1;
+    const int64_t nvec = D / p.vec;
+    const int nvm = nv_max(p.vec, (int)sizeof(typename dtype<DT>::T));
+    p.cfg = -1;
+    for (int t = 0; t < kNumTpr && p.cfg < 0; t++) {
+        if ((int64_t)kTprs[t] * nvm < nvec) continue;
+        int n = 0;
+        while ((int64_t)kTprs[t] << n < nvec) n++;
+        p.cfg = t * 4 + n;
+    }
+    p.block = p.cfg < 0 ? kLoopBlock : block_of(cfg_tpr(p.cfg));
+    p.rpb = p.cfg < 0 ? 1 : p.block / cfg_tpr(p.cfg);
+    const int64_t groups = (a->rows + p.rpb - 1) / p.rpb;
+    int64_t grid = groups;
+    if (bwd) {
+        // As many blocks as the device holds at once: each writes one row of
+        // partial sums, so fewer blocks mean less scratch.
+        constexpr int FV = 16 / sizeof(typename dtype<DT>::T);
+        int occ = vec ? occupancy_of<DT, FV>(a->layer, p.cfg) : occupancy_of<DT, 1>(a->layer, p.cfg);
+        int64_t resident = (int64_t)(sm_count > 0 ? sm_count : 1) * occ;
+        if (grid > resident) grid = resident;
+        // Very long rows: keep the partial rows to about 16M elements.
+        if (p.cfg < 0) {
+            int64_t cap = ((int64_t)1 << 24) / (D > 0 ? D : 1);
+            if (grid > cap) grid = cap;
+        }
+    }
+    if (grid > INT_MAX) grid = INT_MAX;
+    p.grid = grid > 0 ? grid : 1;
+    return p;
+}
+
+template <int DT> size_t work_bytes(const cti_cuda_norm *a, int sm_count) {
+    const int ngrad = (a->dw ? 1 : 0) + (a->layer && a->db ? 1 : 0);
+    if (ngrad == 0 || a->rows == 0 || a->d == 0) return 0;
+    Plan p = make_plan<DT>(a, sm_count, true);
+    return (size_t)ngrad * (size_t)p.grid * (size_t)a->d * sizeof(typename acc_of<DT>::A);
+}
+
+const char *routine_name(bool layer, bool bwd, bool loop, bool vec, bool params) {
+    // [layer][bwd][loop][vec]; the backward names add the partial-sum kernel.
+    static const char *const names[2][3][2][2] = {
+        {{{"cten_rms_norm_fwd", "cten_rms_norm_fwd_vec16"},
+          {"cten_rms_norm_fwd_loop", "cten_rms_norm_fwd_loop_vec16"}},
+         {{"cten_rms_norm_bwd", "cten_rms_norm_bwd_vec16"},
+          {"cten_rms_norm_bwd_loop", "cten_rms_norm_bwd_loop_vec16"}},
+         {{"cten_rms_norm_bwd+cten_norm_param_sum", "cten_rms_norm_bwd_vec16+cten_norm_param_sum"},
+          {"cten_rms_norm_bwd_loop+cten_norm_param_sum",
+           "cten_rms_norm_bwd_loop_vec16+cten_norm_param_sum"}}},
+        {{{"cten_layer_norm_fwd", "cten_layer_norm_fwd_vec16"},
+          {"cten_layer_norm_fwd_loop", "cten_layer_norm_fwd_loop_vec16"}},
+         {{"cten_layer_norm_bwd", "cten_layer_norm_bwd_vec16"},
+          {"cten_layer_norm_bwd_loop", "cten_layer_norm_bwd_loop_vec16"}},
+         {{"cten_layer_norm_bwd+cten_norm_param_sum",
+           "cten_layer_norm_bwd_vec16+cten_norm_param_sum"},
+          {"cten_layer_norm_bwd_loop+cten_norm_param_sum",
+           "cten_layer_norm_bwd_loop_vec16+cten_norm_param_sum"}}}};
+    return names[layer][bwd ? (params ? 2 : 1) : 0][loop][vec];
+}
+
+template <int DT>
+cudaError_t forward(const cti_cuda_norm *a, int sm_count, cudaStream_t st, const char **routine) {
+    Plan p = make_plan<DT>(a, sm_count, false);
+    const bool vec = p.vec > 1;
+    *routine = routine_name(a->layer, false, p.cfg < 0, vec, false);
+    if (a->rows == 0) return cudaSuccess;
+    constexpr int FV = 16 / sizeof(typename dtype<DT>::T);
+    norm_kernel k = a->layer ? (vec ? fwd_kernel<DT, true, FV>(p.cfg) : fwd_kernel<DT, true, 1>(p.cfg))
+                             : (vec ? fwd_kernel<DT, false, FV>(p.cfg) : fwd_kernel<DT, false, 1>(p.cfg));
+    if (!k) return cudaErrorInvalidValue;
+    k<<<(unsigned)p.grid, p.block, 0, st>>>(*a);
+    return cudaGetLastError();
+}
+
+template <int DT>
+cudaError_t backward(const cti_cuda_norm *a, int sm_count, cudaStream_t st, const char **routine) {
+    typedef typename acc_of<DT>::A A;
+    const bool want_w = a->dw != nullptr, want_b = a->layer && a->db != nullptr;
+    const int ngrad = (want_w ? 1 : 0) + (want_b ? 1 : 0);
+    Plan p = make_plan<DT>(a, sm_count, true);
+    const bool vec = p.vec > 1;
+    *routine = routine_name(a->layer, true, p.cfg < 0, vec, ngrad > 0);
+    if (!a->y && ngrad == 0) return cudaSuccess;
+    if (a->d == 0) return cudaSuccess; // nothing to write
+    const size_t esize = sizeof(typename dtype<DT>::T);
+    if (a->rows == 0) { // the sums over no rows
+        cudaError_t e = cudaSuccess;
+        if (want_w) e = cudaMemsetAsync(a->dw, 0, (size_t)a->d * esize, st);
+        if (e == cudaSuccess && want_b) e = cudaMemsetAsync(a->db, 0, (size_t)a->d * esize, st);
+        return e;
+    }
+    if (ngrad > 0 && !a->work) return cudaErrorInvalidValue;
+    constexpr int FV = 16 / sizeof(typename dtype<DT>::T);
+    norm_kernel k = a->layer ? (vec ? bwd_kernel<DT, true, FV>(p.cfg) : bwd_kernel<DT, true, 1>(p.cfg))
+                             : (vec ? bwd_kernel<DT, false, FV>(p.cfg) : bwd_kernel<DT, false, 1>(p.cfg));
+    if (!k) return cudaErrorInvalidValue;
+    k<<<(unsigned)p.grid, p.block, 0, st>>>(*a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || ngrad == 0) return e;
+    ParamSum ps = {{nullptr, nullptr}, {nullptr, nullptr}, 0, 0};
+    const A *base = static_cast<const A *>(a->work);
+    int n = 0;
+    if (want_w) {
+        ps.part[n] = base;
+        ps.out[n++] = a->dw;
+    }
+    if (want_b) {
+        ps.part[n] = base + (want_w ? p.grid * a->d : 0);
+        ps.out[n++] = a->db;
+    }
+    ps.P = p.grid;
+    ps.D = a->d;
+    const int64_t bx = (a->d + kSumX - 1) / kSumX;
+    if (bx > INT_MAX) return cudaErrorInvalidValue;
+    param_sum<DT><<<dim3((unsigned)bx, (unsigned)n), dim3(kSumX, kSumY), 0, st>>>(ps);
+    return cudaGetLastError();
+}
+
+} // namespace
+} // namespace cti
+
+extern "C" {
+
+size_t cti_cuda_norm_work(const cti_cuda_norm *a, int sm_count) {
+    switch (a->dt) {
+    case CT_F16: return cti::work_bytes<CT_F16>(a, sm_count);
+    case CT_BF16: return cti::work_bytes<CT_BF16>(a, sm_count);
+    case CT_F32: return cti::work_bytes<CT_F32>(a, sm_count);
+    case CT_F64: return cti::work_bytes<CT_F64>(a, sm_count);
+    default: return 0;
+    }
+}
+
+cudaError_t cti_cuda_norm_forward(const cti_cuda_norm *a, int sm_count, cudaStream_t stream,
+                                  const char **routine) {
+    switch (a->dt) {
+    case CT_F16: return cti::forward<CT_F16>(a, sm_count, stream, routine);
+    case CT_BF16: return cti::forward<CT_BF16>(a, sm_count, stream, routine);
+    case CT_F32: return cti::forward<CT_F32>(a, sm_count, stream, routine);
+    case CT_F64: return cti::forward<CT_F64>(a, sm_count, stream, routine);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t cti_cuda_norm_backward(const cti_cuda_norm *a, int sm_count, cudaStream_t stream,
+                                   const char **routine) {
+    switch (a->dt) {
+    case CT_F16: return cti::backward<CT_F16>(a, sm_count, stream, routine);
+    case CT_BF16: return cti::backward<CT_BF16>(a, sm_count, stream, routine);
+    case CT_F32: return cti::backward<CT_F32>(a, sm_count, stream, routine);
+    case CT_F64: return cti::backward<CT_F64>(a, sm_count, stream, routine);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // extern "C"
