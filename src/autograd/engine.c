@@ -90,8 +90,21 @@ static ct_tensor *fit(ct_tensor *g, int ndim, const int64_t *shape, ct_dtype dt)
 
 /* Leaf gradients outlive the backward call and must never alias a tensor the
  * caller or a formula still holds, so the first one is cloned. */
+/* True when g's handle and storage are held only by this reference and g
+ * covers its whole storage densely: nothing else can see its data, so it can
+ * become a leaf's .grad as it is, as PyTorch steals such a gradient. */
+static bool sole_owner(const ct_tensor *g) {
+    return atomic_load(&g->refcount) == 1 && !g->scope && !g->autograd &&
+           atomic_load(&g->storage->refcount) == 1 && g->offset == 0 && cti_is_contiguous(g) &&
+           g->storage->nbytes == (size_t)cti_numel(g->ndim, g->shape) * ct_dtype_size(g->dtype);
+}
+
 static ct_status leaf_accumulate(ct_tensor *leaf, ct_tensor *g) {
     struct ct_autograd_meta *m = leaf->autograd;
+    if (!m->grad && sole_owner(g)) {
+        m->grad = g;
+        return CT_OK;
+    }
     ct_tensor *s = m->grad ? ct_add(m->grad, g) : ct_clone(g);
     ct_tensor_release(g);
     if (!s) return ct_last_status();
