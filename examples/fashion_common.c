@@ -728,10 +728,13 @@ void fashion_step_done(fashion_run *run, ct_tensor *loss, bool ok) {
 ct_status fashion_evaluate(fashion_forward_fn forward, void *model, ct_dataloader *loader,
                            ct_device device, double *accuracy, double *loss) {
     bool prev = ct_no_grad_begin(); /* with torch.no_grad(): */
-    double correct = 0, loss_sum = 0;
-    ct_status st = CT_OK;
+    /* The sums stay on the device and are read once at the end, so the
+     * batches queue without waiting for one another. */
+    ct_tensor *loss_acc = ct_tensor_zeros(CT_NONE, CT_F64, device);
+    ct_tensor *correct_acc = ct_tensor_zeros(CT_NONE, CT_F64, device);
+    ct_status st = loss_acc && correct_acc ? CT_OK : ct_last_status();
     ct_tensor *cx, *cy;
-    for (;;) {
+    while (st == CT_OK) {
         ct_scope *s = ct_scope_begin();
         if (!ct_dataloader_next(loader, &cx, &cy)) {
             st = ct_dataloader_status(loader);
@@ -740,18 +743,20 @@ ct_status fashion_evaluate(fashion_forward_fn forward, void *model, ct_dataloade
         }
         ct_tensor *x = ct_to_device(cx, device), *y = ct_to_device(cy, device);
         ct_tensor *logits = x && y ? forward(model, x) : NULL;
-        /* loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-         * correct += (logits.argmax(1) == y).sum().item() */
+        /* loss_sum += F.cross_entropy(logits, y, reduction="sum")
+         * correct += (logits.argmax(1) == y).sum() */
         ct_tensor *l = ct_cross_entropy(logits, y, NULL, CT_REDUCTION_SUM, -100, 0.0);
         ct_tensor *c = ct_sum(ct_eq(ct_argmax(logits, 1, false), y), CT_NONE, false);
-        double lv = 0, cv = 0;
-        if (!l || !c || ct_tensor_item(l, &lv) != CT_OK || ct_tensor_item(c, &cv) != CT_OK)
+        if (!l || !c || ct_add_(loss_acc, l) != CT_OK || ct_add_(correct_acc, c) != CT_OK)
             st = ct_last_status();
         ct_scope_end(s);
-        if (st != CT_OK) break;
-        loss_sum += lv;
-        correct += cv;
     }
+    double loss_sum = 0, correct = 0;
+    if (st == CT_OK && (ct_tensor_item(loss_acc, &loss_sum) != CT_OK ||
+                        ct_tensor_item(correct_acc, &correct) != CT_OK))
+        st = ct_last_status();
+    ct_tensor_release(loss_acc);
+    ct_tensor_release(correct_acc);
     ct_no_grad_end(prev);
     if (st == CT_OK) st = ct_dataloader_reset(loader);
     int64_t n = ct_dataloader_num_samples(loader);

@@ -1,6 +1,7 @@
 /* Layers, parameter lists, optimizers, schedules and gradient clipping:
  * initial distributions, SGD/AdamW updates against float64 loops of
- * PyTorch's formulas, optimizer state, bad arguments, and end-to-end
+ * PyTorch's formulas (through the optimizers and the fused update ops they
+ * run on), optimizer state, bad arguments, and end-to-end
  * training of a small MLP (accuracy and constant memory over many steps). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 
 #include "test_util.h"
 
+#include "dispatch/optim_impl.h"
 #include "test_fixture.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ----------------------------- */
@@ -669,6 +671,284 @@ static void test_adamw_updates(void **state) {
     run_adamw_case(cases[2], CT_F32, 1e-5, 1e-6);
 }
 
+/* ---- the fused update ops (CT_OP_SGD_STEP, CT_OP_ADAMW_STEP) against float64 loops -------- */
+
+#define FL 6 /* parameters per list */
+
+/* One list of FL parameters: [7, 9], [200, 200] (split over threads), [0, 3], a
+ * non-contiguous [4, 5] with a non-contiguous first state, [6] with a
+ * non-contiguous gradient, and [3] that never gets a gradient. dts[k] is
+ * parameter k's dtype. */
+typedef struct flist {
+    ct_tensor *param[FL], *grad[FL], *state[2][FL];
+    int64_t step[FL];
+    bool updated[FL];
+    int nstate;
+} flist;
+
+static const int64_t fl_shape[FL][2] = {{7, 9}, {200, 200}, {0, 3}, {4, 5}, {6, 1}, {3, 1}};
+static const int fl_ndim[FL] = {2, 2, 2, 2, 1, 1};
+
+static ct_tensor *fl_rand(int k, ct_dtype dt, double lo, double hi, bool noncontig) {
+    ct_tensor *t = tu_rand(fl_ndim[k], fl_shape[k], dt, lo, hi, NULL);
+    if (!noncontig) return t;
+    ct_tensor *v = tu_noncontig(t);
+    ct_tensor_release(t);
+    assert_false(ct_tensor_is_contiguous(v));
+    return v;
+}
+
+static void flist_init(flist *l, const ct_dtype *dts, int nstate, bool adamw) {
+    memset(l, 0, sizeof *l);
+    l->nstate = nstate;
+    for (int k = 0; k < FL; k++) {
+        l->param[k] = fl_rand(k, dts[k], -1, 1, k == 3);
+        /* SGD's buffers are NaN: the first step must not read them. AdamW's
+         * second moments must be >= 0. */
+        for (int b = 0; b < nstate; b++)
+            l->state[b][k] = adamw ? fl_rand(k, dts[k], b ? 0 : -0.5, 0.5, k == 3 && b == 0)
+                                   : ct_tensor_full(fl_ndim[k], fl_shape[k], NAN, dts[k], CT_CPU);
+    }
+}
+
+static void flist_free(flist *l) {
+    for (int k = 0; k < FL; k++) {
+        ct_tensor_release(l->param[k]);
+        ct_tensor_release(l->grad[k]);
+        for (int b = 0; b < 2; b++) ct_tensor_release(l->state[b][k]);
+    }
+}
+
+static unsigned version_of(const ct_tensor *t) { return atomic_load(&t->storage->version); }
+
+/* One update of parameter k in float64 from the values the tensors hold. */
+static void ref_sgd(const cti_sgd_hparams *h, int64_t step, int64_t n, double *p,
+                    const double *g, double *buf) {
+    for (int64_t i = 0; i < n; i++) {
+        double d = g[i] + h->weight_decay * p[i];
+        if (h->momentum != 0) {
+            buf[i] = step == 1 ? d : h->momentum * buf[i] + (1 - h->dampening) * d;
+            d = h->nesterov ? d + h->momentum * buf[i] : buf[i];
+        }
+        p[i] -= h->lr * d;
+    }
+}
+
+static void ref_adamw(const cti_adamw_hparams *h, int64_t step, int64_t n, double *p,
+                      const double *g, double *m, double *v) {
+    double bc1 = 1 - pow(h->beta1, (double)step), bc2 = 1 - pow(h->beta2, (double)step);
+    for (int64_t i = 0; i < n; i++) {
+        p[i] *= 1 - h->lr * h->weight_decay;
+        m[i] = h->beta1 * m[i] + (1 - h->beta1) * g[i];
+        v[i] = h->beta2 * v[i] + (1 - h->beta2) * g[i] * g[i];
+        p[i] -= h->lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + h->eps);
+    }
+}
+
+static double fl_atol(ct_dtype dt) {
+    return dt == CT_F64 ? 1e-14 : dt == CT_F32 ? 1e-6 : 1e-5;
+}
+
+/* Three steps of the op over a list on the CPU: every parameter and state
+ * against the float64 loops fed with the values the tensors held before the
+ * step, the skipped parameter untouched, one version bump per write. */
+static void run_fused(const ct_dtype *dts, const cti_sgd_hparams *sh,
+                      const cti_adamw_hparams *ah) {
+    bool adamw = ah != NULL;
+    int nstate = adamw ? 2 : sh->momentum != 0 ? 1 : 0;
+    flist l;
+    flist_init(&l, dts, nstate, adamw);
+    cti_optim_list list = {FL, l.param, l.grad, {l.state[0], l.state[1]}, l.step, l.updated};
+    if (nstate < 2) list.state[1] = NULL;
+    if (nstate < 1) list.state[0] = NULL;
+    for (int step = 1; step <= 3; step++) {
+        double *p[FL], *g[FL], *s[2][FL];
+        unsigned ver[FL][3];
+        for (int k = 0; k < FL; k++) {
+            ct_tensor_release(l.grad[k]);
+            l.grad[k] = k == FL - 1 ? NULL : fl_rand(k, dts[k], -1, 1, k == 4);
+            /* Parameter 0 skips step 2: its count stays behind. */
+            if (k == 0 && step == 2) {
+                ct_tensor_release(l.grad[k]);
+                l.grad[k] = NULL;
+            }
+            if (l.grad[k]) l.step[k]++;
+            else if (l.step[k] == 0) l.step[k] = 1; /* a skipped entry's count is not read */
+            p[k] = tu_values(l.param[k]);
+            g[k] = l.grad[k] ? tu_values(l.grad[k]) : NULL;
+            ver[k][0] = version_of(l.param[k]);
+            for (int b = 0; b < nstate; b++) {
+                s[b][k] = tu_values(l.state[b][k]);
+                ver[k][1 + b] = version_of(l.state[b][k]);
+            }
+        }
+        bool prev = ct_no_grad_begin();
+        ct_status st = adamw ? cti_adamw_step("test", &list, ah) : cti_sgd_step("test", &list, sh);
+        ct_no_grad_end(prev);
+        assert_int_equal(st, CT_OK);
+        for (int k = 0; k < FL; k++) {
+            ct_dtype dt = dts[k];
+            int64_t n = ct_tensor_numel(l.param[k]);
+            bool live = l.grad[k] != NULL;
+            assert_true(l.updated[k] == live);
+            double *ref[3] = {p[k], s[0][k], s[1][k]};
+            if (live && adamw) ref_adamw(ah, l.step[k], n, p[k], g[k], s[0][k], s[1][k]);
+            else if (live) ref_sgd(sh, l.step[k], n, p[k], g[k], nstate ? s[0][k] : NULL);
+            for (int j = 0; j <= nstate; j++) {
+                ct_tensor *t = j == 0 ? l.param[k] : l.state[j - 1][k];
+                double *got = tu_values(t);
+                /* Untouched tensors keep their exact values (NaN included). */
+                if (live) tu_assert_close(got, ref[j], n, tu_rtol(dt), fl_atol(dt));
+                else
+                    for (int64_t i = 0; i < n; i++)
+                        assert_true(got[i] == ref[j][i] || (isnan(got[i]) && isnan(ref[j][i])));
+                assert_int_equal(version_of(t), ver[k][j] + (live ? 1 : 0));
+                free(got);
+            }
+            free(p[k]);
+            free(g[k]);
+            for (int b = 0; b < nstate; b++) free(s[b][k]);
+        }
+    }
+    flist_free(&l);
+}
+
+static void test_fused_sgd_op(void **state) {
+    (void)state;
+    const cti_sgd_hparams hs[] = {
+        {0.05, 0.9, 0.1, 0.01, false},
+        {0.02, 0.8, 0, 0.05, true},
+        {0.3, 0, 0, 0.2, false},
+        {0.1, 0.5, 0.5, 0, false},
+    };
+    for (size_t di = 0; di < 4; di++) {
+        ct_dtype dts[FL];
+        for (int k = 0; k < FL; k++) dts[k] = tu_float_dtypes[di];
+        for (size_t h = 0; h < sizeof hs / sizeof hs[0]; h++) run_fused(dts, &hs[h], NULL);
+    }
+    /* One list of several dtypes: one dispatch per dtype. */
+    const ct_dtype mixed[FL] = {CT_F32, CT_BF16, CT_F64, CT_F32, CT_F16, CT_F64};
+    run_fused(mixed, &hs[0], NULL);
+    run_fused(mixed, &hs[1], NULL);
+}
+
+static void test_fused_adamw_op(void **state) {
+    (void)state;
+    const cti_adamw_hparams hs[] = {
+        {1e-3, 0.9, 0.999, 1e-8, 1e-2},
+        {0.05, 0.5, 0.9, 1e-3, 0.1},
+        {0.1, 0, 0, 1e-8, 0},
+    };
+    for (size_t di = 0; di < 4; di++) {
+        ct_dtype dts[FL];
+        for (int k = 0; k < FL; k++) dts[k] = tu_float_dtypes[di];
+        for (size_t h = 0; h < sizeof hs / sizeof hs[0]; h++) run_fused(dts, NULL, &hs[h]);
+    }
+    const ct_dtype mixed[FL] = {CT_BF16, CT_F32, CT_F16, CT_F64, CT_F32, CT_F16};
+    run_fused(mixed, NULL, &hs[0]);
+}
+
+/* Bad lists: a status and a message naming the parameter, nothing written. */
+static void test_fused_op_bad_args(void **state) {
+    (void)state;
+    const cti_sgd_hparams sh = {0.1, 0.9, 0, 0, false};
+    const cti_adamw_hparams ah = {1e-3, 0.9, 0.999, 1e-8, 0};
+    ct_tensor *p[2], *g[2], *b[2], *v[2];
+    int64_t steps[2] = {1, 1};
+    for (int k = 0; k < 2; k++) {
+        p[k] = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
+        g[k] = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
+        b[k] = ct_tensor_zeros(CT_SHAPE(3, 4), CT_F32, CT_CPU);
+        v[k] = ct_tensor_zeros(CT_SHAPE(3, 4), CT_F32, CT_CPU);
+    }
+    double *before = tu_values(p[0]);
+    unsigned ver = version_of(p[0]);
+    cti_optim_list l = {2, p, g, {b, NULL}, steps, NULL};
+    cti_optim_list la = {2, p, g, {b, v}, steps, NULL};
+    bool prev = ct_no_grad_begin();
+
+    tu_assert_error(cti_sgd_step("op_x", NULL, &sh), CT_ERR_INVALID_ARG, "op_x", "NULL");
+    tu_assert_error(cti_sgd_step("op_x", &l, NULL), CT_ERR_INVALID_ARG, "op_x", "NULL");
+    cti_optim_list nostate = {2, p, g, {NULL, NULL}, steps, NULL};
+    tu_assert_error(cti_sgd_step("op_x", &nostate, &sh), CT_ERR_INVALID_ARG, "op_x",
+                    "malformed");
+    /* A gradient of another shape, then another dtype. */
+    ct_tensor *bad = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
+    ct_tensor *g1 = g[1], *v1 = v[1];
+    g[1] = bad;
+    tu_assert_error(cti_sgd_step("op_x", &l, &sh), CT_ERR_SHAPE, "op_x", "parameter 1",
+                    "gradient", "[4, 3]", "[3, 4]");
+    ct_tensor *bad64 = tu_rand(CT_SHAPE(3, 4), CT_F64, -1, 1, NULL);
+    g[1] = bad64;
+    tu_assert_error(cti_adamw_step("op_x", &la, &ah), CT_ERR_SHAPE, "op_x", "parameter 1",
+                    "float64", "float32");
+    g[1] = g1;
+    /* A state of another shape, two states on one storage, an expanded
+     * parameter. */
+    v[1] = bad;
+    tu_assert_error(cti_adamw_step("op_x", &la, &ah), CT_ERR_SHAPE, "op_x", "parameter 1",
+                    "exp_avg_sq", "[4, 3]");
+    v[1] = v[0];
+    tu_assert_error(cti_adamw_step("op_x", &la, &ah), CT_ERR_INVALID_ARG, "op_x",
+                    "share memory");
+    v[1] = v1;
+    ct_tensor *row = tu_rand(CT_SHAPE(1, 4), CT_F32, -1, 1, NULL);
+    ct_tensor *ex = ct_expand(row, CT_SHAPE(3, 4));
+    ct_tensor *p1 = p[1];
+    p[1] = ex;
+    tu_assert_error(cti_sgd_step("op_x", &l, &sh), CT_ERR_INVALID_ARG, "op_x", "parameter 1",
+                    "expanded");
+    /* Two parameters on one storage; an integer parameter; a step of 0. */
+    p[1] = p[0];
+    tu_assert_error(cti_sgd_step("op_x", &l, &sh), CT_ERR_INVALID_ARG, "op_x", "share memory");
+    ct_tensor *ip = ct_tensor_zeros(CT_SHAPE(3, 4), CT_I64, CT_CPU);
+    p[1] = ip;
+    tu_assert_error(cti_sgd_step("op_x", &l, &sh), CT_ERR_DTYPE, "op_x", "parameter 1",
+                    "int64", "floating");
+    p[1] = p1;
+    steps[1] = 0;
+    tu_assert_error(cti_sgd_step("op_x", &l, &sh), CT_ERR_INVALID_ARG, "op_x", "parameter 1",
+                    "step 0");
+    steps[1] = 1;
+    ct_no_grad_end(prev);
+    /* In grad mode a parameter that requires grad is refused, as in-place ops. */
+    assert_int_equal(ct_requires_grad_(p[1], true), CT_OK);
+    tu_assert_error(cti_sgd_step("op_x", &l, &sh), CT_ERR_AUTOGRAD, "op_x", "leaf",
+                    "no_grad");
+    double *after = tu_values(p[0]);
+    tu_assert_close(after, before, 12, 0, 0);
+    assert_int_equal(version_of(p[0]), ver);
+    /* In no-grad mode the same call runs. */
+    prev = ct_no_grad_begin();
+    assert_int_equal(cti_sgd_step("op_x", &l, &sh), CT_OK);
+    ct_no_grad_end(prev);
+    assert_int_equal(version_of(p[0]), ver + 1);
+    free(before);
+    free(after);
+    ct_tensor_release(bad);
+    ct_tensor_release(bad64);
+    ct_tensor_release(row);
+    ct_tensor_release(ex);
+    ct_tensor_release(ip);
+    for (int k = 0; k < 2; k++) {
+        ct_tensor_release(p[k]);
+        ct_tensor_release(g[k]);
+        ct_tensor_release(b[k]);
+        ct_tensor_release(v[k]);
+    }
+}
+
+/* The optimizers in float16 and bfloat16: parameters and states keep the
+ * dtype and follow float64 loops of the same updates within a few roundings. */
+static void test_optim_low_precision(void **state) {
+    (void)state;
+    for (int di = 2; di < 4; di++) {
+        ct_dtype dt = tu_float_dtypes[di];
+        run_sgd_case((sgd_cfg){0.05, 0.9, 0.1, 0.01, false}, dt, 4 * tu_rtol(dt), 1e-2);
+        run_adamw_case((adamw_cfg){0.01, 0.8, 0.99, 1e-6, 0.01}, dt, 4 * tu_rtol(dt), 2e-2);
+    }
+}
+
 /* Copying one optimizer's state into a fresh one makes both continue
  * identically: what a checkpoint restore does. */
 static void test_state_restore(void **state) {
@@ -842,6 +1122,25 @@ static void test_optim_bad_args(void **state) {
     ct_tensor_release(y);
     ct_tensor_release(leaf);
     ct_tensor_release(i);
+
+    /* A restored step count that is no count: refused, nothing updated. */
+    double g[12];
+    p = make_leaves(CT_F32, ref);
+    ct_optimizer *o = ct_optim_adamw_new(p, 1e-3, 0.9, 0.999, 1e-8, 0);
+    for (int k = 0; k < NP; k++) set_fresh_grad(p, k, CT_F32, g);
+    assert_int_equal(ct_fill_(ct_optim_state_get(o, 3, NULL), -2), CT_OK); /* "1.step" */
+    tu_assert_error(ct_optim_step(o), CT_ERR_INVALID_ARG, "ct_optim_step", "parameter 1",
+                    "-2");
+    assert_int_equal(ct_fill_(ct_optim_state_get(o, 3, NULL), NAN), CT_OK);
+    tu_assert_error(ct_optim_step(o), CT_ERR_INVALID_ARG, "ct_optim_step", "parameter 1",
+                    "nan");
+    assert_param_values(p, ref, 0, 0);
+    double t;
+    assert_int_equal(ct_tensor_item(ct_optim_state_get(o, 0, NULL), &t), CT_OK);
+    assert_true(t == 0);
+    ct_optim_free(o);
+    ct_params_free(p);
+    for (int k = 0; k < NP; k++) free(ref[k]);
 }
 
 /* On a GPU the same updates run through the device's kernels: parameters,
@@ -1210,6 +1509,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_layer_bad_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sgd_updates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adamw_updates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fused_sgd_op, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fused_adamw_op, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fused_op_bad_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_optim_low_precision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_restore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_optim_misc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_optim_bad_args, setup, teardown),

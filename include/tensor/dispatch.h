@@ -48,7 +48,8 @@ extern "C" {
     X(NLL_LOSS, "nll_loss") X(NLL_LOSS_BACKWARD, "nll_loss_backward")        \
     X(MSE_LOSS, "mse_loss") X(MSE_LOSS_BACKWARD, "mse_loss_backward")        \
     X(EMBEDDING, "embedding") X(EMBEDDING_BACKWARD, "embedding_backward")    \
-    X(DROPOUT, "dropout") X(DROPOUT_BACKWARD, "dropout_backward")
+    X(DROPOUT, "dropout") X(DROPOUT_BACKWARD, "dropout_backward")            \
+    X(SGD_STEP, "sgd_step") X(ADAMW_STEP, "adamw_step")
 
 typedef enum ct_op {
 #define CT_OP_ENUM_(id, name) CT_OP_##id,

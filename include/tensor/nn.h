@@ -133,8 +133,10 @@ void ct_nn_layer_norm_free(ct_nn_layer_norm *m);
  * An optimizer keeps its own references to the tensors of params (the list
  * may be freed afterwards) and updates, at each ct_optim_step, every one that
  * has a gradient (those without are skipped, their state untouched). Updates
- * run in no-grad mode with in-place tensor ops, on the parameter's device and
- * in its dtype, with state tensors of the same kind. */
+ * run in no-grad mode, in place, on the parameter's device and in its dtype,
+ * with state tensors of the same kind: one fused kernel per (device, dtype)
+ * of the parameters, float16/bfloat16 computed in float32 and rounded once.
+ * Nothing is read back from a GPU (the step counts live on the CPU). */
 typedef struct ct_optimizer ct_optimizer;
 
 /* torch.optim.SGD (maximize=False). With g = grad + weight_decay * p:

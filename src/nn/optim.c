@@ -1,11 +1,12 @@
-/* Optimizers (torch.optim.SGD and AdamW, single-tensor form) and gradient
- * clipping. Updates are in-place public ops in no-grad mode, so they run on
- * whatever device holds the parameter; per-parameter temporaries live in a
- * scope of their own. */
+/* Optimizers (torch.optim.SGD and AdamW) and gradient clipping. A step is
+ * one fused update kernel per (device, dtype) of the parameters
+ * (CT_OP_SGD_STEP, CT_OP_ADAMW_STEP), in no-grad mode, on whatever device
+ * holds them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "dispatch/optim_impl.h"
 #include "nn_impl.h"
 
 typedef enum opt_kind { OPT_SGD, OPT_ADAMW } opt_kind;
@@ -27,6 +28,10 @@ struct ct_optimizer {
     int nbuf; /* state buffers per parameter besides the step */
     int64_t n;
     slot *slots;
+    /* The fused update's argument arrays, n each, filled at every step. */
+    ct_tensor **list_param, **list_grad, **list_state[MAX_BUFS];
+    int64_t *list_step;
+    bool *list_updated;
 };
 
 void ct_optim_free(ct_optimizer *opt) {
@@ -38,6 +43,9 @@ void ct_optim_free(ct_optimizer *opt) {
         for (int b = 0; b < MAX_BUFS; b++) ct_tensor_release(s->buf[b]);
     }
     free(opt->slots);
+    free(opt->list_param);
+    free(opt->list_step);
+    free(opt->list_updated);
     free(opt);
 }
 
@@ -77,15 +85,27 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
     opt->kind = kind;
     opt->nbuf = nbuf;
     opt->slots = slots;
+    size_t n = (size_t)params->n;
+    opt->list_param = calloc(n * (2 + MAX_BUFS), sizeof *opt->list_param);
+    opt->list_step = calloc(n, sizeof *opt->list_step);
+    opt->list_updated = calloc(n, sizeof *opt->list_updated);
+    if (!opt->list_param || !opt->list_step || !opt->list_updated) {
+        ct_optim_free(opt);
+        return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    }
+    opt->list_grad = opt->list_param + n;
+    for (int b = 0; b < MAX_BUFS; b++) opt->list_state[b] = opt->list_param + (2 + b) * n;
     for (int64_t k = 0; k < params->n; k++) {
         slot *s = &slots[k];
         s->param = ct_tensor_retain(params->tensors[k]);
+        opt->list_param[k] = s->param;
         opt->n = k + 1;
         snprintf(s->names[0], STATE_NAME_MAX, "%lld.step", (long long)k);
         if (!(s->step = owned(ct_tensor_scalar(0.0, CT_F64, CT_CPU)))) goto fail;
         for (int b = 0; b < nbuf; b++) {
             snprintf(s->names[1 + b], STATE_NAME_MAX, "%lld.%s", (long long)k, bufnames[b]);
             if (!(s->buf[b] = owned(ct_tensor_zeros_like(s->param)))) goto fail;
+            opt->list_state[b][k] = s->buf[b];
         }
     }
     return opt;
@@ -156,68 +176,53 @@ ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta
 }
 
 /* ---- updates ----------------------------------------------------------------------------------
- * Each returns the status of the first failing op; t is the parameter's
- * step count including this update. */
-static ct_status sgd_update(const ct_optimizer *o, slot *s, ct_tensor *g, double t) {
-    ct_tensor *p = s->param, *d = g;
-    if (o->weight_decay != 0 && !(d = ct_add_alpha(g, p, o->weight_decay)))
-        return ct_last_status();
-    if (o->momentum != 0) {
-        ct_tensor *buf = s->buf[0];
-        ct_status st = t == 1 ? ct_copy_(buf, d) : ct_mul_scalar_(buf, o->momentum);
-        if (st == CT_OK && t != 1) st = ct_add_alpha_(buf, d, 1 - o->dampening);
-        if (st != CT_OK) return st;
-        if (!o->nesterov) d = buf;
-        else if (!(d = ct_add_alpha(d, buf, o->momentum))) return ct_last_status();
+ * One fused update per (device, dtype) of the parameters that have a
+ * gradient (src/dispatch/optim.c); the step counts are read and written on
+ * the host, so a step waits for nothing. */
+static ct_status fused_update(const char *op, ct_optimizer *o) {
+    cti_optim_list l = {o->n,
+                        o->list_param,
+                        o->list_grad,
+                        {o->nbuf > 0 ? o->list_state[0] : NULL,
+                         o->nbuf > 1 ? o->list_state[1] : NULL},
+                        o->list_step,
+                        o->list_updated};
+    for (int64_t k = 0; k < o->n; k++) {
+        slot *s = &o->slots[k];
+        o->list_grad[k] = ct_grad(s->param);
+        o->list_updated[k] = false;
+        if (!o->list_grad[k]) continue;
+        /* The count is a float64 like torch's, so a restored one may be any
+         * value: the update counts whole steps. */
+        double t = *(const double *)cti_data(s->step);
+        if (!(t >= 0 && t < 9007199254740992.0))
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: the step count of parameter %lld is %g (expected a count >= "
+                             "0; was a bad checkpoint restored?)",
+                             op, (long long)k, t);
+        o->list_step[k] = (int64_t)t + 1;
     }
-    return ct_add_alpha_(p, d, -o->lr);
-}
-
-static ct_status adamw_update(const ct_optimizer *o, slot *s, ct_tensor *g, double t) {
-    ct_tensor *p = s->param, *m = s->buf[0], *v = s->buf[1];
-    ct_status st = CT_OK;
-    if (o->weight_decay != 0) st = ct_mul_scalar_(p, 1 - o->lr * o->weight_decay);
-    if (st == CT_OK) st = ct_mul_scalar_(m, o->beta1);
-    if (st == CT_OK) st = ct_add_alpha_(m, g, 1 - o->beta1);
-    if (st == CT_OK) st = ct_mul_scalar_(v, o->beta2);
-    if (st != CT_OK) return st;
-    ct_tensor *g2 = ct_mul(g, g);
-    if (!g2 || (st = ct_add_alpha_(v, g2, 1 - o->beta2))) return ct_last_status();
-    double bc1 = 1 - pow(o->beta1, t), bc2 = 1 - pow(o->beta2, t);
-    ct_tensor *denom = ct_sqrt(v);
-    if (!denom) return ct_last_status();
-    if ((st = ct_div_scalar_(denom, sqrt(bc2))) || (st = ct_add_scalar_(denom, o->eps)))
-        return st;
-    ct_tensor *q = ct_div(m, denom);
-    if (!q) return ct_last_status();
-    return ct_add_alpha_(p, q, -o->lr / bc1);
+    if (o->kind == OPT_SGD) {
+        cti_sgd_hparams h = {o->lr, o->momentum, o->dampening, o->weight_decay, o->nesterov};
+        return cti_sgd_step(op, &l, &h);
+    }
+    cti_adamw_hparams h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay};
+    return cti_adamw_step(op, &l, &h);
 }
 
 ct_status ct_optim_step(ct_optimizer *opt) {
     static const char op[] = "ct_optim_step";
     if (!opt) return cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
     bool prev = ct_no_grad_begin();
-    ct_status st = CT_OK;
-    for (int64_t k = 0; k < opt->n && st == CT_OK; k++) {
-        slot *s = &opt->slots[k];
-        ct_tensor *g = ct_grad(s->param);
-        if (!g) continue;
-        double t;
-        if ((st = ct_tensor_item(s->step, &t))) break;
-        t += 1;
-        ct_scope *scope = ct_scope_begin();
-        if (!scope) {
-            st = ct_last_status();
-            break;
-        }
-        st = opt->kind == OPT_SGD ? sgd_update(opt, s, g, t) : adamw_update(opt, s, g, t);
-        ct_scope_end(scope);
-        if (st == CT_OK) st = ct_fill_(s->step, t);
-        if (st != CT_OK)
-            cti_error(st, "%s: updating parameter %lld (%s): %s", op, (long long)k,
-                      cti_desc(s->param), ct_last_error());
-    }
+    ct_status st = fused_update(op, opt);
     ct_no_grad_end(prev);
+    for (int64_t k = 0; k < opt->n; k++) {
+        if (!opt->list_updated[k]) continue;
+        ct_tensor *t = opt->slots[k].step;
+        *(double *)cti_data(t) = (double)opt->list_step[k];
+        cti_bump_version(t);
+    }
+    for (int64_t k = 0; k < opt->n; k++) opt->list_grad[k] = NULL; /* borrowed for the call */
     return st;
 }
 

@@ -43,5 +43,6 @@ void cti_cpu_register_reduce(void);
 void cti_cpu_register_linalg(void);
 void cti_cpu_register_conv(void);        /* conv2d and pooling */
 void cti_cpu_register_nn(void);          /* norms, softmax, losses, embedding, dropout */
+void cti_cpu_register_optim(void);       /* fused optimizer updates */
 
 #endif

@@ -9,4 +9,5 @@ void cti_cpu_register(void) {
     cti_cpu_register_linalg();
     cti_cpu_register_conv();
     cti_cpu_register_nn();
+    cti_cpu_register_optim();
 }

@@ -87,6 +87,9 @@ ct_status cti_cuda_sync(const char *op, int device);
  * op on device. Errors left by earlier asynchronous work name the last
  * launched op. Clears the runtime's last error. */
 ct_status cti_cuda_fail(const char *op, int device, const char *call, cudaError_t e);
+/* How many times the host waited for device work (cti_cuda_sync and
+ * ct_cuda_synchronize), all devices, since start. */
+int64_t cti_cuda_host_waits(void);
 /* The op last launched on device ("none" before any). */
 const char *cti_cuda_last_op(int device);
 /* The op label messages start with: "ct_copy_", "ct_add", ... */

@@ -14,6 +14,11 @@
 static _Atomic(cudaStream_t) streams[CTI_CUDA_MAX_DEVICES];
 static _Atomic(const char *) last_op[CTI_CUDA_MAX_DEVICES];
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Host waits for device work (cti_cuda_sync, ct_cuda_synchronize), so tests
+ * can check that a path never waits. */
+static atomic_llong host_waits;
+
+int64_t cti_cuda_host_waits(void) { return atomic_load_explicit(&host_waits, memory_order_relaxed); }
 
 /* Errors that poison the context: always the result of earlier kernels. */
 static bool sticky(cudaError_t e) {
@@ -102,6 +107,7 @@ ct_status cti_cuda_launched(const char *op, int device, const char *op_name) {
 ct_status cti_cuda_sync(const char *op, int device) {
     cudaStream_t s = atomic_load_explicit(&streams[device], memory_order_acquire);
     if (!s) return CT_OK; /* nothing was ever queued */
+    atomic_fetch_add_explicit(&host_waits, 1, memory_order_relaxed);
     cudaError_t e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return fail(op, device, "cudaStreamSynchronize", e, true);
     return CT_OK;
@@ -112,6 +118,7 @@ ct_status ct_cuda_synchronize(int device) {
     if (cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) return cti_cuda_fail(op, device, "cudaSetDevice", e);
+    atomic_fetch_add_explicit(&host_waits, 1, memory_order_relaxed);
     e = cudaDeviceSynchronize();
     if (e != cudaSuccess) return fail(op, device, "cudaDeviceSynchronize", e, true);
     return CT_OK;

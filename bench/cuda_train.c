@@ -1,0 +1,204 @@
+/* One training step on the GPU, the whole of it: forward, cross-entropy,
+ * zero_grad, backward and an SGD-momentum step, batch 64, float32 (TF32
+ * off), for the two Fashion-MNIST models of examples/: the MLP 784-256-10
+ * and the CNN conv(1->16, 3x3, pad 1)-relu-maxpool 2-conv(16->32)-relu-
+ * maxpool 2-linear(1568->10). Blocks of STEPS steps are timed with CUDA
+ * events on the library's stream, starting from an idle device; the loss is
+ * read back once per block, as a training loop printing progress would.
+ * Prints the median ms per step and its ratio to the target (PyTorch eager
+ * on the same models measured 0.73 and 1.34 ms on an H200;
+ * bench/torch_cuda_train.py measures it beside this program).
+ *
+ *     bench_cuda_train [blocks] [--profile]
+ *
+ * --profile prints the dispatcher's per-op table of one step of each model
+ * (what runs, how often, and the host time spent per op). Skips (exit 0, a
+ * line saying why) without a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_impl.h"
+#include "tensor/tensor.h"
+
+#define BATCH 64
+#define STEPS 50
+#define WARMUP_BLOCKS 2
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+static int die(const char *what, const char *why) {
+    fprintf(stderr, "bench_cuda_train: %s: %s\n", what, why);
+    return 1;
+}
+
+#define CUDA_OK(call)                                                     \
+    do {                                                                  \
+        cudaError_t e_ = (call);                                          \
+        if (e_ != cudaSuccess) return die(#call, cudaGetErrorString(e_)); \
+    } while (0)
+
+typedef struct net {
+    bool cnn;
+    ct_nn_linear *fc1, *fc2;
+    ct_nn_conv2d *conv1, *conv2;
+    ct_params *params;
+} net;
+
+static void net_free(net *m) {
+    ct_nn_linear_free(m->fc1);
+    ct_nn_linear_free(m->fc2);
+    ct_nn_conv2d_free(m->conv1);
+    ct_nn_conv2d_free(m->conv2);
+    ct_params_free(m->params);
+}
+
+static bool net_init(net *m, bool cnn, ct_device dev) {
+    memset(m, 0, sizeof *m);
+    m->cnn = cnn;
+    m->params = ct_params_new();
+    if (!m->params) return false;
+    if (cnn) {
+        const int64_t k3[2] = {3, 3}, pad1[2] = {1, 1};
+        m->conv1 = ct_nn_conv2d_new(1, 16, k3, NULL, pad1, NULL, 1, true, CT_F32, dev, NULL);
+        m->conv2 = ct_nn_conv2d_new(16, 32, k3, NULL, pad1, NULL, 1, true, CT_F32, dev, NULL);
+        m->fc2 = ct_nn_linear_new(32 * 7 * 7, 10, true, CT_F32, dev, NULL);
+        return m->conv1 && m->conv2 && m->fc2 &&
+               ct_nn_conv2d_params(m->conv1, "conv1", m->params) == CT_OK &&
+               ct_nn_conv2d_params(m->conv2, "conv2", m->params) == CT_OK &&
+               ct_nn_linear_params(m->fc2, "fc", m->params) == CT_OK;
+    }
+    m->fc1 = ct_nn_linear_new(28 * 28, 256, true, CT_F32, dev, NULL);
+    m->fc2 = ct_nn_linear_new(256, 10, true, CT_F32, dev, NULL);
+    return m->fc1 && m->fc2 && ct_nn_linear_params(m->fc1, "fc1", m->params) == CT_OK &&
+           ct_nn_linear_params(m->fc2, "fc2", m->params) == CT_OK;
+}
+
+static ct_tensor *net_forward(net *m, ct_tensor *x) {
+    if (!m->cnn) return ct_nn_linear_forward(m->fc2, ct_relu(ct_nn_linear_forward(m->fc1, x)));
+    const int64_t k2[2] = {2, 2};
+    x = ct_max_pool2d(ct_relu(ct_nn_conv2d_forward(m->conv1, x)), k2, NULL, NULL, NULL, false,
+                      NULL);
+    x = ct_max_pool2d(ct_relu(ct_nn_conv2d_forward(m->conv2, x)), k2, NULL, NULL, NULL, false,
+                      NULL);
+    return ct_nn_linear_forward(m->fc2, ct_flatten(x, 1, -1));
+}
+
+/* One step; *loss (when not NULL) receives a reference to the loss. */
+static bool train_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_tensor **loss) {
+    ct_scope *s = ct_scope_begin();
+    ct_tensor *l = ct_cross_entropy(net_forward(m, x), y, NULL, CT_REDUCTION_MEAN, -100, 0.0);
+    bool ok = l != NULL;
+    if (ok) {
+        ct_optim_zero_grad(opt);
+        ok = ct_backward(l, NULL, false) == CT_OK && ct_optim_step(opt) == CT_OK;
+    }
+    if (ok && loss) *loss = ct_tensor_retain(l);
+    ct_scope_end(s);
+    return ok;
+}
+
+typedef struct bcase {
+    const char *label;
+    bool cnn;
+    double target_ms, torch_ms; /* the goal; PyTorch eager measured on an H200 */
+} bcase;
+
+/* Median ms per step over blocks of STEPS steps. */
+static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool profile,
+                      double *ms_step) {
+    const ct_device dev = CT_CUDA(0);
+    net m;
+    if (!net_init(&m, bc->cnn, dev)) return die("building the model", ct_last_error());
+    ct_optimizer *opt = ct_optim_sgd_new(m.params, 0.01, 0.9, 0, 0, false);
+    ct_tensor *x = bc->cnn ? ct_tensor_randn(NULL, CT_SHAPE(BATCH, 1, 28, 28), CT_F32, dev)
+                           : ct_tensor_randn(NULL, CT_SHAPE(BATCH, 28 * 28), CT_F32, dev);
+    ct_tensor *y = ct_tensor_randint(NULL, 0, 10, CT_SHAPE(BATCH), CT_I64, dev);
+    if (!opt || !x || !y) return die("setting up", ct_last_error());
+    cudaEvent_t t0, t1;
+    CUDA_OK(cudaEventCreate(&t0));
+    CUDA_OK(cudaEventCreate(&t1));
+    double *per = malloc(sizeof(double) * (size_t)blocks);
+    if (!per) return die("malloc", "out of memory");
+    for (int b = -WARMUP_BLOCKS; b < blocks; b++) {
+        if (ct_cuda_synchronize(0) != CT_OK) return die("synchronize", ct_last_error());
+        CUDA_OK(cudaEventRecord(t0, stream));
+        ct_tensor *loss = NULL;
+        for (int s = 0; s < STEPS; s++)
+            if (!train_step(&m, opt, x, y, s == STEPS - 1 ? &loss : NULL))
+                return die(bc->label, ct_last_error());
+        CUDA_OK(cudaEventRecord(t1, stream));
+        double lv;
+        if (ct_tensor_item(loss, &lv) != CT_OK) return die("reading the loss", ct_last_error());
+        ct_tensor_release(loss);
+        if (!(lv == lv)) return die(bc->label, "the loss is NaN");
+        float ms = 0;
+        CUDA_OK(cudaEventSynchronize(t1));
+        CUDA_OK(cudaEventElapsedTime(&ms, t0, t1));
+        if (b >= 0) per[b] = ms / STEPS;
+    }
+    *ms_step = median(per, blocks);
+    if (profile) {
+        ct_profile_reset();
+        ct_set_profile(true);
+        bool ok = train_step(&m, opt, x, y, NULL);
+        ct_set_profile(false);
+        if (!ok) return die(bc->label, ct_last_error());
+        fprintf(stderr, "\none step of %s:\n", bc->label);
+        ct_profile_print(stderr);
+    }
+    free(per);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    ct_tensor_release(x);
+    ct_tensor_release(y);
+    ct_optim_free(opt);
+    net_free(&m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int blocks = 15;
+    bool profile = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--profile")) profile = true;
+        else if (atoi(argv[i]) > 0) blocks = atoi(argv[i]);
+        else return die("usage", "bench_cuda_train [blocks] [--profile]");
+    }
+    if (ct_device_count(CT_DEVICE_CUDA) == 0) {
+        printf("bench_cuda_train: skipped, no usable GPU\n");
+        return 0;
+    }
+    ct_cuda_device_props p;
+    if (ct_cuda_get_device_properties(0, &p) != CT_OK) return die("properties", ct_last_error());
+    ct_set_allow_tf32(false);
+    cudaStream_t stream;
+    if (cti_cuda_begin("bench_cuda_train", 0, &stream) != CT_OK)
+        return die("stream", ct_last_error());
+    printf("bench_cuda_train on %s (%d SMs): batch %d, float32, TF32 off, SGD momentum; "
+           "median of %d blocks of %d steps, loss read once per block\n",
+           p.name, p.multiprocessors, BATCH, blocks, STEPS);
+
+    static const bcase cases[] = {
+        {"train step mlp 784-256-10", false, 0.25, 0.73},
+        {"train step cnn 2conv+fc", true, 0.50, 1.34},
+    };
+    printf("%-30s %10s %10s %12s %14s\n", "case", "ms/step", "target", "ratio", "vs torch ref");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double ms;
+        if (bench_case(&cases[i], stream, blocks, profile, &ms)) return 1;
+        printf("%-30s %10.3f %10.2f %11.2fx %13.2fx\n", cases[i].label, ms, cases[i].target_ms,
+               ms / cases[i].target_ms, ms / cases[i].torch_ms);
+    }
+    printf("ratio: ms/step over the target (<= 1 meets it); vs torch ref: over PyTorch eager's "
+           "0.73 / 1.34 ms on an H200 (bench/torch_cuda_train.py measures it in the same run)\n");
+    return 0;
+}
