@@ -661,6 +661,56 @@ static void test_adaptive_pool_random(void **state) {
     }
 }
 
+/* The float32 kernels for contiguous, undilated pooling against the general
+ * path (taken by float64) on data full of ties (ReLU's zeros) and NaNs: the
+ * first maximum in window order wins, a NaN wins over numbers, and a later
+ * NaN wins over an earlier one, on both paths. */
+static void test_max_pool_f32_path_ties_nan(void **state) {
+    (void)state;
+    static const int64_t cfg[][6] = {
+        /* kernel, stride, padding (h = w) and H, W, ceil_mode */
+        {2, 2, 0, 8, 10, 0}, {2, 2, 0, 7, 9, 1}, {3, 2, 1, 9, 8, 0}, {3, 1, 1, 5, 6, 1}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        int64_t k[2] = {cfg[c][0], cfg[c][0]}, st[2] = {cfg[c][1], cfg[c][1]},
+                pd[2] = {cfg[c][2], cfg[c][2]}, one[2] = {1, 1};
+        int64_t n = 2 * 3 * cfg[c][3] * cfg[c][4];
+        double *v = tu_rand_vals(n, CT_F64, -1, 1);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t r = tu_randint(0, 10);
+            if (r < 5) v[i] = 0;         /* ties */
+            else if (r == 5) v[i] = NAN; /* NaNs, some windows with two */
+            else v[i] = (float)v[i];     /* the same value in both dtypes */
+        }
+        ct_tensor *x32 = tu_from_f64(v, CT_SHAPE(2, 3, cfg[c][3], cfg[c][4]), CT_F32);
+        ct_tensor *x64 = tu_from_f64(v, CT_SHAPE(2, 3, cfg[c][3], cfg[c][4]), CT_F64);
+        ct_tensor *i32 = NULL, *i64 = NULL;
+        ct_tensor *y32 = must(ct_max_pool2d(x32, k, st, pd, one, cfg[c][5], &i32));
+        ct_tensor *y64 = must(ct_max_pool2d(x64, k, st, pd, one, cfg[c][5], &i64));
+        int64_t ny = ct_tensor_numel(y32);
+        double *a = tu_values(y32), *b = tu_values(y64), *ia = tu_values(i32), *ib = tu_values(i64);
+        for (int64_t i = 0; i < ny; i++) {
+            assert_true(a[i] == b[i] || (isnan(a[i]) && isnan(b[i])));
+            assert_int_equal((int64_t)ia[i], (int64_t)ib[i]);
+        }
+        /* the backward through the same indices */
+        ct_tensor *dy = tu_rand(4, ct_tensor_shape(y32), CT_F32, -1, 1, NULL);
+        ct_tensor *dy64 = ct_to_dtype(dy, CT_F64);
+        ct_tensor *d32 = must(ct_max_pool2d_backward(dy, x32, i32));
+        ct_tensor *d64 = must(ct_max_pool2d_backward(dy64, x64, i64));
+        double *ga = tu_values(d32), *gb = tu_values(d64);
+        tu_assert_close(ga, gb, n, 1e-6, 1e-6);
+        ct_tensor *ts[] = {x32, x64, i32, i64, y32, y64, dy, dy64, d32, d64};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ct_tensor_release(ts[i]);
+        free(v);
+        free(a);
+        free(b);
+        free(ia);
+        free(ib);
+        free(ga);
+        free(gb);
+    }
+}
+
 static void test_pool_known_values(void **state) {
     (void)state;
     double v16[16], v9[9];
@@ -788,7 +838,8 @@ int main(void) {
         cmocka_unit_test(test_conv_known_values),  cmocka_unit_test(test_conv_empty_batch),
         cmocka_unit_test(test_conv_errors),        cmocka_unit_test(test_max_pool_random),
         cmocka_unit_test(test_avg_pool_random),    cmocka_unit_test(test_adaptive_pool_random),
-        cmocka_unit_test(test_pool_known_values),  cmocka_unit_test(test_pool_errors),
+        cmocka_unit_test(test_pool_known_values),  cmocka_unit_test(test_max_pool_f32_path_ties_nan),
+        cmocka_unit_test(test_pool_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tensor_impl.h"
 
@@ -66,14 +67,19 @@ cti_alloc_stats cti_get_alloc_stats(void) {
 }
 
 /* ---- allocators ----------------------------------------------------------------
- * Large CPU blocks are kept in a small cache when freed and handed out again
- * for the same rounded size: glibc returns such blocks to the kernel at once,
- * so every new result would otherwise pay a page fault per 4 KiB on first
- * touch (50 ms for 64 MiB here, several times the work of a memory-bound op).
- * They are also advised to use transparent huge pages. The cache holds at
- * most CT_CPU_CACHE_MB (default 512) megabytes; ct_cpu_empty_cache frees it. */
-#define CTI_BIG (1u << 20)         /* blocks from this size on are cached */
-#define CTI_BIG_ROUND (2u << 20)   /* rounded up to huge-page multiples */
+ * CPU blocks from 64 KiB on are kept in a cache when freed and handed out
+ * again for the same rounded size. glibc returns such blocks to the kernel
+ * (mmap'd chunks at once, the heap's top when it trims), so every new result
+ * would otherwise pay page faults on first touch: with transparent huge pages
+ * that is 2 MiB zeroed per fault, measured as 40% of a small CNN's training
+ * step here, several times the work of the memory-bound ops themselves.
+ * Blocks from 2 MiB on are rounded to huge-page multiples and advised to use
+ * them; smaller ones to 64 KiB multiples. The cache holds at most
+ * CT_CPU_CACHE_MB (default 512) megabytes; ct_cpu_empty_cache frees it. */
+#define CTI_BIG (64u << 10)        /* blocks from this size on are cached */
+#define CTI_SMALL_ROUND (64u << 10)
+#define CTI_BIG_ROUND (2u << 20)   /* from this size on, huge-page multiples */
+#define CTI_CACHE_BUCKETS 64
 
 typedef struct cached_block {
     void *ptr;
@@ -82,7 +88,7 @@ typedef struct cached_block {
 } cached_block;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static cached_block *cache_head;
+static cached_block *cache_heads[CTI_CACHE_BUCKETS]; /* hashed by size */
 static size_t cache_bytes;
 static size_t cache_limit = (size_t)-1; /* read from the environment on first use */
 
@@ -96,7 +102,12 @@ static size_t cache_cap(void) {
 }
 
 static size_t big_size(size_t nbytes) {
-    return (nbytes + CTI_BIG_ROUND - 1) / CTI_BIG_ROUND * CTI_BIG_ROUND;
+    size_t r = nbytes >= CTI_BIG_ROUND ? CTI_BIG_ROUND : CTI_SMALL_ROUND;
+    return (nbytes + r - 1) / r * r;
+}
+
+static cached_block **bucket(size_t size) {
+    return &cache_heads[(size / CTI_SMALL_ROUND) % CTI_CACHE_BUCKETS];
 }
 
 static void *cpu_alloc(size_t nbytes, int index) {
@@ -105,7 +116,7 @@ static void *cpu_alloc(size_t nbytes, int index) {
     if (nbytes >= CTI_BIG) {
         size_t size = big_size(nbytes);
         pthread_mutex_lock(&cache_lock);
-        for (cached_block **b = &cache_head; *b; b = &(*b)->next) {
+        for (cached_block **b = bucket(size); *b; b = &(*b)->next) {
             if ((*b)->size != size) continue;
             cached_block *hit = *b;
             *b = hit->next;
@@ -116,12 +127,13 @@ static void *cpu_alloc(size_t nbytes, int index) {
         }
         pthread_mutex_unlock(&cache_lock);
         if (p) return p;
-        if (posix_memalign(&p, CTI_BIG_ROUND, size) != 0) {
+        size_t align = size >= CTI_BIG_ROUND ? CTI_BIG_ROUND : 4096;
+        if (posix_memalign(&p, align, size) != 0) {
             ct_cpu_empty_cache(); /* retry once with the cache returned to the system */
-            if (posix_memalign(&p, CTI_BIG_ROUND, size) != 0) return NULL;
+            if (posix_memalign(&p, align, size) != 0) return NULL;
         }
 #ifdef MADV_HUGEPAGE
-        madvise(p, size, MADV_HUGEPAGE);
+        if (size >= CTI_BIG_ROUND) madvise(p, size, MADV_HUGEPAGE);
 #endif
         return p;
     }
@@ -139,8 +151,8 @@ static void cpu_free(void *p, size_t nbytes, int index) {
         if (b && cache_bytes + size <= cache_cap()) {
             b->ptr = p;
             b->size = size;
-            b->next = cache_head;
-            cache_head = b;
+            b->next = *bucket(size);
+            *bucket(size) = b;
             cache_bytes += size;
             p = NULL;
             b = NULL;
@@ -152,16 +164,20 @@ static void cpu_free(void *p, size_t nbytes, int index) {
 }
 
 void ct_cpu_empty_cache(void) {
+    cached_block *lists[CTI_CACHE_BUCKETS];
     pthread_mutex_lock(&cache_lock);
-    cached_block *b = cache_head;
-    cache_head = NULL;
+    memcpy(lists, cache_heads, sizeof lists);
+    memset(cache_heads, 0, sizeof cache_heads);
     cache_bytes = 0;
     pthread_mutex_unlock(&cache_lock);
-    while (b) {
-        cached_block *next = b->next;
-        free(b->ptr);
-        free(b);
-        b = next;
+    for (int i = 0; i < CTI_CACHE_BUCKETS; i++) {
+        cached_block *b = lists[i];
+        while (b) {
+            cached_block *next = b->next;
+            free(b->ptr);
+            free(b);
+            b = next;
+        }
     }
 }
 

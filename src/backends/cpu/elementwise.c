@@ -418,6 +418,25 @@ B_INT_TO_BOOL(logical_or, (a != 0) | (b != 0))
             const uint8_t *restrict c = (const uint8_t *)p[1];                         \
             const T *restrict a = (const T *)p[2], *restrict b = (const T *)p[3];      \
             for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : b[i];                 \
+        } else if (s[0] == st && s[1] == 1 && (s[2] == 0 || s[2] == st) &&             \
+                   (s[3] == 0 || s[3] == st)) {                                        \
+            /* a scalar on one side (relu's backward): a select the compiler          \
+             * turns into blends, where the general path below would branch on        \
+             * every element */                                                        \
+            T *restrict o = (T *)p[0];                                                 \
+            const uint8_t *restrict c = (const uint8_t *)p[1];                         \
+            const T *restrict a = (const T *)p[2], *restrict b = (const T *)p[3];      \
+            const int64_t ia = s[2] ? 1 : 0, ib = s[3] ? 1 : 0;                        \
+            if (!ia && ib) {                                                           \
+                const T av = a[0];                                                     \
+                for (int64_t i = 0; i < n; i++) o[i] = c[i] ? av : b[i];               \
+            } else if (ia && !ib) {                                                    \
+                const T bv = b[0];                                                     \
+                for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : bv;               \
+            } else {                                                                   \
+                const T av = a[0], bv = b[0];                                          \
+                for (int64_t i = 0; i < n; i++) o[i] = c[i] ? av : bv;                 \
+            }                                                                          \
         } else {                                                                       \
             char *po = p[0];                                                           \
             const char *pc = p[1], *pa = p[2], *pb = p[3];                             \

@@ -3,6 +3,7 @@
  * N*C planes; each task reads a plane into a float64 scratch row (exact for
  * every input dtype), pools it and writes its output plane. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,10 +150,127 @@ static void max_plane(const pool_ctx *k, int64_t p, const double *src, double *d
     }
 }
 
+/* ---- float32, contiguous, undilated: the layers of a CNN -----------------------------
+ * The general path above converts every plane to float64 and back, which
+ * costs several times the pooling itself; here the planes are read and
+ * written in place, with the same window rules (clipped to the input, the
+ * first maximum wins, NaN propagates). */
+static bool f32_fast(const pgeo *g, const ct_tensor *a, const ct_tensor *b, const ct_tensor *c) {
+    return g->dh == 1 && g->dw == 1 && a->dtype == CT_F32 && cti_is_contiguous(a) &&
+           cti_is_contiguous(b) && cti_is_contiguous(c);
+}
+
+typedef struct fast_ctx {
+    pgeo g;
+    const float *x;  /* forward: x; backward: grad_out */
+    float *y;        /* forward: y; backward: grad_in */
+    int64_t *ind;    /* forward: written; backward: read */
+    const int64_t *cind;
+    atomic_int bad;
+} fast_ctx;
+
+/* Takes v at index i when it beats best or is NaN (the first NaN then
+ * stays): written as selects, since on real data the comparison is a coin
+ * flip and a branch would be mispredicted half the time. */
+static inline void take_max(float v, int64_t i, float *best, int64_t *bi) {
+    uint32_t t = (uint32_t)(v > *best) | (uint32_t)(v != v);
+    uint32_t m = 0u - t, vb, bb;
+    memcpy(&vb, &v, 4);
+    memcpy(&bb, best, 4);
+    bb = (vb & m) | (bb & ~m);
+    memcpy(best, &bb, 4);
+    uint64_t m64 = 0u - (uint64_t)t;
+    *bi = (int64_t)(((uint64_t)i & m64) | ((uint64_t)*bi & ~m64));
+}
+
+static void max_fast_plane(const pgeo *g, const float *restrict src, float *restrict dst,
+                           int64_t *restrict ind) {
+    /* 2x2 windows at stride 2 that all lie inside the input */
+    /* locals: the stores below could alias the geometry for the compiler */
+    const int64_t W = g->W, OH = g->OH, OW = g->OW;
+    if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 &&
+        2 * OH <= g->H && 2 * OW <= W) {
+        for (int64_t oh = 0; oh < OH; oh++) {
+            const float *r0 = src + 2 * oh * W, *r1 = r0 + W;
+            int64_t i0 = 2 * oh * W, i1 = i0 + W;
+            float *drow = dst + oh * OW;
+            int64_t *irow = ind + oh * OW;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t w = 2 * ow;
+                float best = r0[w];
+                int64_t bi = i0 + w;
+                take_max(r0[w + 1], i0 + w + 1, &best, &bi);
+                take_max(r1[w], i1 + w, &best, &bi);
+                take_max(r1[w + 1], i1 + w + 1, &best, &bi);
+                drow[ow] = best;
+                irow[ow] = bi;
+            }
+        }
+        return;
+    }
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        int64_t hs = oh * g->sh - g->ph, he = hs + g->kh;
+        if (hs < 0) hs = 0;
+        if (he > g->H) he = g->H;
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t ws = ow * g->sw - g->pw, we = ws + g->kw;
+            if (ws < 0) ws = 0;
+            if (we > g->W) we = g->W;
+            float best = -INFINITY;
+            int64_t bi = hs < he && ws < we ? hs * g->W + ws : -1;
+            for (int64_t h = hs; h < he; h++)
+                for (int64_t w = ws; w < we; w++) take_max(src[h * g->W + w], h * g->W + w, &best, &bi);
+            dst[oh * g->OW + ow] = best;
+            ind[oh * g->OW + ow] = bi;
+        }
+    }
+}
+
+static void max_fast_task(int64_t begin, int64_t end, void *vctx) {
+    fast_ctx *k = vctx;
+    const pgeo *g = &k->g;
+    int64_t in_plane = g->H * g->W, out_plane = g->OH * g->OW;
+    for (int64_t p = begin; p < end; p++)
+        max_fast_plane(g, k->x + p * in_plane, k->y + p * out_plane, k->ind + p * out_plane);
+}
+
+static void max_back_fast_task(int64_t begin, int64_t end, void *vctx) {
+    fast_ctx *k = vctx;
+    const pgeo *g = &k->g;
+    int64_t in_plane = g->H * g->W, out_plane = g->OH * g->OW;
+    for (int64_t p = begin; p < end; p++) {
+        const float *go = k->x + p * out_plane;
+        const int64_t *ind = k->cind + p * out_plane;
+        float *gi = k->y + p * in_plane;
+        memset(gi, 0, (size_t)in_plane * sizeof(float));
+        for (int64_t o = 0; o < out_plane; o++) {
+            int64_t i = ind[o];
+            if (i == -1) continue;
+            if (i < 0 || i >= in_plane) {
+                atomic_store(&k->bad, 1);
+                continue;
+            }
+            gi[i] += go[o];
+        }
+    }
+}
+
+static int64_t fast_grain(const pgeo *g) {
+    int64_t per = g->H * g->W + g->OH * g->OW;
+    return per > 0 ? 1 + 16384 / per : 1;
+}
+
 /* in: x; out: y, indices (int64). */
 static ct_status k_max_pool2d(ct_call *c) {
     pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
                   .out_idx = c->out[1], .plane_fn = max_plane};
+    if (f32_fast(&k.g, c->in[0], c->out[0], c->out[1])) {
+        fast_ctx f = {.g = k.g, .x = (const float *)cti_data(c->in[0]),
+                      .y = (float *)cti_data(c->out[0]), .ind = (int64_t *)cti_data(c->out[1])};
+        c->routine = "max_pool2d_f32";
+        cti_parallel_for(k.g.N * k.g.C, fast_grain(&k.g), max_fast_task, &f);
+        return CT_OK;
+    }
     k.in_plane = k.g.H * k.g.W;
     k.out_plane = k.g.OH * k.g.OW;
     c->routine = "max_pool2d_direct";
@@ -182,6 +300,20 @@ static void max_back_plane(const pool_ctx *k, int64_t p, const double *src, doub
 static ct_status k_max_pool2d_backward(ct_call *c) {
     pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .idx = c->in[2], .out = c->out[0],
                   .plane_fn = max_back_plane};
+    /* the indices carry the window: no geometry beyond the plane sizes */
+    if (c->in[0]->dtype == CT_F32 && cti_is_contiguous(c->in[0]) &&
+        cti_is_contiguous(c->in[2]) && cti_is_contiguous(c->out[0])) {
+        fast_ctx f = {.g = k.g, .x = (const float *)cti_data(c->in[0]),
+                      .y = (float *)cti_data(c->out[0]),
+                      .cind = (const int64_t *)cti_data(c->in[2])};
+        atomic_init(&f.bad, 0);
+        c->routine = "max_pool2d_backward_f32";
+        cti_parallel_for(k.g.N * k.g.C, fast_grain(&k.g), max_back_fast_task, &f);
+        if (atomic_load(&f.bad))
+            return cti_error(CT_ERR_INDEX, "%s: indices hold a value outside [0, %lld)",
+                             "ct_max_pool2d_backward", (long long)(k.g.H * k.g.W));
+        return CT_OK;
+    }
     k.in_plane = k.g.OH * k.g.OW;
     k.out_plane = k.g.H * k.g.W;
     c->routine = "max_pool2d_backward_direct";
