@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <cuda_runtime_api.h>
+
 #include "test_util.h"
 
 #include "core/tensor_impl.h"
@@ -169,6 +171,7 @@ static void test_no_device_messages(void **state) {
     ct_cuda_memstats m;
     tu_assert_error(ct_cuda_memory_stats(0, &m), CT_ERR_DEVICE, "ct_cuda_memory_stats");
     tu_assert_error(ct_cuda_synchronize(0), CT_ERR_DEVICE, "ct_cuda_synchronize");
+    tu_assert_null_error(ct_cuda_stream(0), CT_ERR_DEVICE, "ct_cuda_stream", "cuda:0");
     /* The CPU side is unaffected. */
     ct_tensor *d = checked(ct_add(c, c));
     double *vc = tu_values(c), *vd = tu_values(d);
@@ -241,7 +244,29 @@ static void test_invalid_index(void **state) {
     tu_assert_null_error(ct_to_device(c, CT_CUDA(-1)), CT_ERR_DEVICE, "cuda:-1");
     tu_assert_error(ct_cuda_synchronize(ngpu), CT_ERR_DEVICE, "ct_cuda_synchronize", want);
     tu_assert_error(ct_cuda_empty_cache(ngpu), CT_ERR_DEVICE, "ct_cuda_empty_cache", want);
+    tu_assert_null_error(ct_cuda_stream(ngpu), CT_ERR_DEVICE, "ct_cuda_stream", want);
+    tu_assert_null_error(ct_cuda_stream(-1), CT_ERR_DEVICE, "ct_cuda_stream");
     ct_tensor_release(c);
+}
+
+/* The public stream is the one ops queue on: an event recorded on it after
+ * an op completes only once the op's result is there. */
+static void test_public_stream(void **state) {
+    (void)state;
+    NEED_GPU();
+    void *s = ct_cuda_stream(0);
+    assert_non_null(s);
+    assert_ptr_equal(s, ct_cuda_stream(0));
+    ct_tensor *x = checked(ct_tensor_full(CT_SHAPE(1 << 20), 2.0, CT_F32, CT_CUDA(0)));
+    ct_tensor *y = checked(ct_mul(x, x));
+    assert_int_equal(cudaStreamSynchronize((cudaStream_t)s), cudaSuccess);
+    double v;
+    ct_tensor *last = checked(ct_select(y, 0, (1 << 20) - 1));
+    assert_int_equal(ct_tensor_item(last, &v), CT_OK);
+    assert_true(v == 4.0);
+    ct_tensor_release(last);
+    ct_tensor_release(y);
+    ct_tensor_release(x);
 }
 
 static void test_mixed_devices(void **state) {
@@ -680,6 +705,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_no_device_messages),   T(test_tf32_switch),
         T(test_properties),           T(test_invalid_index),
+        T(test_public_stream),
         T(test_mixed_devices),        T(test_add_kernel_or_message),
         T(test_roundtrip_every_dtype), T(test_noncontiguous_transfers),
         T(test_broadcast_copies),     T(test_device_to_device),

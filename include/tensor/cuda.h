@@ -52,6 +52,12 @@ ct_status ct_cuda_get_device_properties(int device, ct_cuda_device_props *props)
  * the device. */
 ct_status ct_cuda_synchronize(int device);
 
+/* The stream cten queues device's work on (a cudaStream_t), created on first
+ * use; NULL (error set) for a device not present. A program mixing its own
+ * CUDA work or CUDA events with cten's orders them on this stream, as it
+ * would with torch.cuda.current_stream(). */
+void *ct_cuda_stream(int device);
+
 /* The caching allocator's counters for one device. Device memory freed by
  * tensors is kept for reuse ("cached") instead of being returned with
  * cudaFree; reserved = allocated + cached. Sizes are the rounded block sizes

@@ -51,6 +51,12 @@ ct_status ct_cuda_get_device_properties(int device, ct_cuda_device_props *props)
 
 ct_status ct_cuda_synchronize(int device) { return no_cuda("ct_cuda_synchronize"); }
 
+void *ct_cuda_stream(int device) {
+    (void)device;
+    no_cuda("ct_cuda_stream");
+    return NULL;
+}
+
 ct_status ct_cuda_memory_stats(int device, ct_cuda_memstats *stats) {
     return no_cuda("ct_cuda_memory_stats");
 }

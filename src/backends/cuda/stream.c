@@ -113,6 +113,14 @@ ct_status cti_cuda_sync(const char *op, int device) {
     return CT_OK;
 }
 
+void *ct_cuda_stream(int device) {
+    static const char op[] = "ct_cuda_stream";
+    if (cti_cuda_check_device(op, device) != CT_OK) return NULL;
+    cudaStream_t s;
+    if (cti_cuda_begin(op, device, &s) != CT_OK) return NULL;
+    return (void *)s;
+}
+
 ct_status ct_cuda_synchronize(int device) {
     static const char op[] = "ct_cuda_synchronize";
     if (cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
