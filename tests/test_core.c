@@ -2125,11 +2125,72 @@ static void test_properties(void **state) {
     ct_tensor_release(t);
 }
 
+/* The inline bfloat16 conversions kernels use agree with the library's on
+ * every bfloat16 value, on random float bit patterns (NaNs included) and on
+ * the ties that round to even. */
+static void test_bf16_inline_conversions(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = ct_bf16_to_f32((uint16_t)h), b = cti_bf16_to_f32((uint16_t)h);
+        assert_memory_equal(&a, &b, sizeof a);
+        assert_int_equal(ct_f32_to_bf16(a), cti_f32_to_bf16(a));
+    }
+    for (int i = 0; i < 1000000; i++) {
+        uint32_t u = (uint32_t)tu_next();
+        if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
+        float f;
+        memcpy(&f, &u, sizeof f);
+        assert_int_equal(ct_f32_to_bf16(f), cti_f32_to_bf16(f));
+    }
+}
+
+/* Freed blocks from 64 KiB on are reused for the same rounded size; a full
+ * cache evicts its oldest blocks, so the most recent sizes stay cached.
+ * Assumes CT_CPU_CACHE_MB is unset (512). Tensors stay untouched, so the
+ * large ones cost no memory. */
+static void test_cpu_block_cache(void **state) {
+    (void)state;
+    const size_t MiB = (size_t)1 << 20;
+    ct_cpu_empty_cache();
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+    /* small blocks are not cached; 100 KiB rounds to 128 KiB */
+    ct_tensor *t = ct_tensor_empty(CT_SHAPE(1000), CT_F32, CT_CPU);
+    ct_tensor_release(t);
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+    t = ct_tensor_empty(CT_SHAPE(25600), CT_F32, CT_CPU);
+    ct_tensor_release(t);
+    assert_int_equal(ct_cpu_cached_bytes(), 128 << 10);
+    t = ct_tensor_empty(CT_SHAPE(25000), CT_F32, CT_CPU); /* same rounded size: reused */
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+    ct_tensor_release(t);
+    /* blocks of 130, 134, ..., 146 MiB in a 512 MiB cache: the 4th evicts the 1st */
+    for (int64_t k = 0; k < 5; k++) {
+        t = ct_tensor_empty(CT_SHAPE((int64_t)(130 * MiB / 4) + k * 1024 * 1024), CT_F32, CT_CPU);
+        assert_non_null(t);
+        ct_tensor_release(t);
+        assert_true(ct_cpu_cached_bytes() <= 512 * MiB);
+    }
+    /* the last one is still there: taking it back empties its share */
+    size_t before = ct_cpu_cached_bytes();
+    t = ct_tensor_empty(CT_SHAPE((int64_t)(130 * MiB / 4) + 4 * 1024 * 1024), CT_F32, CT_CPU);
+    assert_int_equal(before - ct_cpu_cached_bytes(), 146 * MiB); /* 130 MiB + 4 * 4 MiB */
+    ct_tensor_release(t);
+    /* the first one was evicted: taking its size allocates anew */
+    before = ct_cpu_cached_bytes();
+    t = ct_tensor_empty(CT_SHAPE((int64_t)(130 * MiB / 4)), CT_F32, CT_CPU);
+    assert_int_equal(ct_cpu_cached_bytes(), before);
+    ct_tensor_release(t);
+    ct_cpu_empty_cache();
+    assert_int_equal(ct_cpu_cached_bytes(), 0);
+}
+
 int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_dtype_sizes_names),
+        T(test_cpu_block_cache),
+        T(test_bf16_inline_conversions),
         T(test_promotion_table),
         T(test_result_type_and_can_cast),
         T(test_device_strings),

@@ -170,9 +170,10 @@ ct_tensor *ct_cat(int n, ct_tensor *const *tensors, int dim);
 ct_tensor *ct_stack(int n, ct_tensor *const *tensors, int dim);
 
 /* ---- CPU memory ---------------------------------------------------------------------
- * Freed CPU blocks of 1 MiB and more are kept (up to CT_CPU_CACHE_MB
- * megabytes, default 512) and reused for the next tensor of the same rounded
- * size, sparing the page faults of fresh memory. */
+ * Freed CPU blocks of 64 KiB and more are kept (up to CT_CPU_CACHE_MB
+ * megabytes, default 512; when full, the least recently cached blocks go
+ * first) and reused for the next tensor of the same rounded size, sparing
+ * the page faults of fresh memory. */
 /* Returns every cached block to the system. */
 void ct_cpu_empty_cache(void);
 /* Bytes held in the cache now. */

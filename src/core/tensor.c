@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,12 +85,14 @@ cti_alloc_stats cti_get_alloc_stats(void) {
 typedef struct cached_block {
     void *ptr;
     size_t size;
+    uint64_t seq; /* when it was cached: the oldest goes first when the cache is full */
     struct cached_block *next;
 } cached_block;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static cached_block *cache_heads[CTI_CACHE_BUCKETS]; /* hashed by size */
 static size_t cache_bytes;
+static uint64_t cache_seq;
 static size_t cache_limit = (size_t)-1; /* read from the environment on first use */
 
 static size_t cache_cap(void) {
@@ -142,15 +145,40 @@ static void *cpu_alloc(size_t nbytes, int index) {
     return p;
 }
 
+/* Unlinks the least recently cached block; NULL when the cache is empty.
+ * Called with cache_lock held. */
+static cached_block *take_oldest(void) {
+    cached_block **oldest = NULL;
+    for (int i = 0; i < CTI_CACHE_BUCKETS; i++)
+        for (cached_block **b = &cache_heads[i]; *b; b = &(*b)->next)
+            if (!oldest || (*b)->seq < (*oldest)->seq) oldest = b;
+    if (!oldest) return NULL;
+    cached_block *o = *oldest;
+    *oldest = o->next;
+    cache_bytes -= o->size;
+    return o;
+}
+
+/* A block that does not fit evicts the least recently cached ones, so a
+ * program whose shapes change keeps caching its current sizes instead of
+ * holding on to sizes it no longer uses. */
 static void cpu_free(void *p, size_t nbytes, int index) {
     (void)index;
+    cached_block *evicted = NULL;
     if (nbytes >= CTI_BIG) {
         size_t size = big_size(nbytes);
         cached_block *b = malloc(sizeof *b);
         pthread_mutex_lock(&cache_lock);
-        if (b && cache_bytes + size <= cache_cap()) {
+        size_t cap = cache_cap();
+        if (b && size <= cap) {
+            while (cache_bytes + size > cap) {
+                cached_block *o = take_oldest();
+                o->next = evicted;
+                evicted = o;
+            }
             b->ptr = p;
             b->size = size;
+            b->seq = ++cache_seq;
             b->next = *bucket(size);
             *bucket(size) = b;
             cache_bytes += size;
@@ -161,6 +189,12 @@ static void cpu_free(void *p, size_t nbytes, int index) {
         free(b);
     }
     free(p);
+    while (evicted) {
+        cached_block *next = evicted->next;
+        free(evicted->ptr);
+        free(evicted);
+        evicted = next;
+    }
 }
 
 void ct_cpu_empty_cache(void) {

@@ -61,6 +61,25 @@ const char *cti_desc(const ct_tensor *t);
 /* Shape only: "[2, 3]", same ring. */
 const char *cti_shape_s(int ndim, const int64_t *shape);
 
+/* ---- bfloat16 in loops ----------------------------------------------------------
+ * The same conversions as ct_bf16_to_f32 / ct_f32_to_bf16 (round to nearest
+ * even, NaN kept quiet), inline and branch-free so that conversion loops
+ * vectorize instead of calling into the library per element. */
+static inline float cti_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t cti_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t quiet = (x >> 16) | 0x0040u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+
 /* ---- element access --------------------------------------------------------- */
 static inline char *cti_data(const ct_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)ct_dtype_size(t->dtype);
