@@ -9,14 +9,20 @@
 #   4. the CUDA tests again under compute-sanitizer: memcheck (with the
 #      caching allocator off, so every block is a real allocation the tool
 #      can check) and racecheck,
-#   5. every GPU benchmark (build/bench/bench_cuda_*).
+#   5. every GPU benchmark (build/bench/bench_cuda_*) and PyTorch's twins
+#      (bench/torch_cuda_*.py),
+#   6. cten-bench and bench/torch_ref.py on the GPU (JSON into $OUT),
+#   7. both Fashion-MNIST models on the GPU beside PyTorch, when the data set
+#      is there (Debian's dataset-fashion-mnist, or a copy in .data/).
 # Every step runs even when an earlier check fails; a summary table ends the
 # output and the exit status is non-zero if any step failed. Logs go to $OUT
 # when it is set (gpu.log: every step's output; summary.txt; testlog.txt:
 # meson's), else to the build directory's gpu-logs/.
 #
 # Environment: CT_GPU_BUILD (build directory, default build-gpu),
-# CT_GPU_SKIP_SANITIZER=1 to leave out step 4.
+# CT_GPU_SKIP_SANITIZER=1 to leave out step 4, CT_GPU_SKIP_BENCH=1 step 5,
+# CT_GPU_BENCH=quick|full|0 for step 6, CT_GPU_FASHION_EPOCHS=N (0: none) for
+# step 7. Steps 4-7 can run in separate calls on the same build directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -77,7 +83,7 @@ summary() {
         for f in "$steplogs"/fashion-*.log; do
             [ -f "$f" ] && grep -iE 'best|total|epoch .*acc' "$f" | tail -n 3 | sed "s/^/$(basename "$f" .log)  /"
         done
-        for b in "$steplogs"/bench_cuda_*.log "$steplogs"/torch_cuda_*.log; do
+        for b in "$steplogs"/bench_cuda_*.log "$steplogs"/torch_cuda_*.log "$steplogs"/cten-bench-gpu.log; do
             [ -f "$b" ] && sed "s/^/$(basename "$b" .log)  /" "$b"
         done
     } | tee "$out/summary.txt"
@@ -164,17 +170,29 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
 fi
 
 # ---- 5. benchmarks ------------------------------------------------------------------------------
-for b in "$build"/bench/bench_cuda_*; do
+[ "${CT_GPU_SKIP_BENCH:-0}" = 1 ] || for b in "$build"/bench/bench_cuda_*; do
     [ -x "$b" ] && [ -f "$b" ] || continue
     step "$(basename "$b")" "$b"
 done
 # PyTorch on the same GPU, in the same call, for the ratios.
-for p in bench/torch_cuda_*.py; do
+[ "${CT_GPU_SKIP_BENCH:-0}" = 1 ] || for p in bench/torch_cuda_*.py; do
     [ -f "$p" ] || continue
     step "$(basename "$p" .py)" python3 "$p"
 done
 
-# ---- 6. Fashion-MNIST on the GPU, cten against PyTorch, when the data is here ---------------------
+# ---- 6. cten-bench and its PyTorch twin on the GPU (JSON to $out; draw the chart with
+# bench/report.py where matplotlib is). CT_GPU_BENCH=quick|full|0 (default quick).
+bench_mode=${CT_GPU_BENCH:-quick}
+if [ "$bench_mode" != 0 ] && [ -x "$build/bench/cten-bench" ]; then
+    bench_flags=()
+    [ "$bench_mode" = quick ] && bench_flags+=(--quick)
+    step cten-bench-gpu "$build/bench/cten-bench" "${bench_flags[@]}" --devices cuda \
+        --json "$out/cten-gpu.json"
+    step torch-ref-gpu python3 bench/torch_ref.py "${bench_flags[@]}" --devices cuda \
+        --json "$out/torch-gpu.json"
+fi
+
+# ---- 7. Fashion-MNIST on the GPU, cten against PyTorch, when the data is here ---------------------
 # (the dataset-fashion-mnist package's files, or a copy in .data/fashion-mnist).
 # CT_GPU_FASHION_EPOCHS picks the epochs (default 10; 0 leaves the step out).
 fashion_epochs=${CT_GPU_FASHION_EPOCHS:-10}
