@@ -669,7 +669,8 @@ static void test_max_pool_f32_path_ties_nan(void **state) {
     (void)state;
     static const int64_t cfg[][6] = {
         /* kernel, stride, padding (h = w) and H, W, ceil_mode */
-        {2, 2, 0, 8, 10, 0}, {2, 2, 0, 7, 9, 1}, {3, 2, 1, 9, 8, 0}, {3, 1, 1, 5, 6, 1}};
+        {2, 2, 0, 8, 10, 0}, {2, 2, 0, 14, 14, 0}, {2, 2, 0, 7, 9, 1}, {3, 2, 1, 9, 8, 0},
+        {3, 1, 1, 5, 6, 1}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         int64_t k[2] = {cfg[c][0], cfg[c][0]}, st[2] = {cfg[c][1], cfg[c][1]},
                 pd[2] = {cfg[c][2], cfg[c][2]}, one[2] = {1, 1};

@@ -4,6 +4,7 @@
  * every input dtype), pools it and writes its output plane. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +167,7 @@ typedef struct fast_ctx {
     float *y;        /* forward: y; backward: grad_in */
     int64_t *ind;    /* forward: written; backward: read */
     const int64_t *cind;
+    const int32_t *base; /* max2x2_table's, or NULL */
     atomic_int bad;
 } fast_ctx;
 
@@ -226,12 +228,91 @@ static void max_fast_plane(const pgeo *g, const float *restrict src, float *rest
     }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define POOL_HAVE_AVX512 1
+
+static inline __attribute__((target("avx512f"))) void take_max16(__m512 v, __m512i i, __m512 *best,
+                                                                 __m512i *bi) {
+    __mmask16 m = _mm512_cmp_ps_mask(v, *best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    *best = _mm512_mask_mov_ps(*best, m, v);
+    *bi = _mm512_mask_mov_epi32(*bi, m, i);
+}
+
+/* 2x2 windows at stride 2 over a whole plane, 16 outputs at a time: short
+ * output rows (7 or 14 in a small CNN) leave nothing to vectorize along a
+ * row, so the four taps of 16 consecutive outputs are gathered through a
+ * table of each output's top-left input offset (base). Same order and rules
+ * as take_max. Returns how many outputs it wrote (a multiple of 16). */
+__attribute__((target("avx512f"))) static int64_t max2x2_plane_avx512(
+    const float *src, float *dst, int64_t *ind, int64_t n, int64_t W, const int32_t *base) {
+    const __m512i one = _mm512_set1_epi32(1), wv = _mm512_set1_epi32((int32_t)W);
+    int64_t q = 0;
+    for (; q + 16 <= n; q += 16) {
+        __m512i b0 = _mm512_loadu_si512(base + q);
+        __m512i b1 = _mm512_add_epi32(b0, one);
+        __m512i b2 = _mm512_add_epi32(b0, wv);
+        __m512i b3 = _mm512_add_epi32(b2, one);
+        __m512 best = _mm512_i32gather_ps(b0, src, 4);
+        __m512i bi = b0;
+        take_max16(_mm512_i32gather_ps(b1, src, 4), b1, &best, &bi);
+        take_max16(_mm512_i32gather_ps(b2, src, 4), b2, &best, &bi);
+        take_max16(_mm512_i32gather_ps(b3, src, 4), b3, &best, &bi);
+        _mm512_storeu_ps(dst + q, best);
+        _mm512_storeu_si512(ind + q, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bi)));
+        _mm512_storeu_si512(ind + q + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bi, 1)));
+    }
+    return q;
+}
+#endif
+
 static void max_fast_task(int64_t begin, int64_t end, void *vctx) {
     fast_ctx *k = vctx;
     const pgeo *g = &k->g;
     int64_t in_plane = g->H * g->W, out_plane = g->OH * g->OW;
-    for (int64_t p = begin; p < end; p++)
-        max_fast_plane(g, k->x + p * in_plane, k->y + p * out_plane, k->ind + p * out_plane);
+    for (int64_t p = begin; p < end; p++) {
+        const float *src = k->x + p * in_plane;
+        float *dst = k->y + p * out_plane;
+        int64_t *ind = k->ind + p * out_plane;
+#ifdef POOL_HAVE_AVX512
+        if (k->base) {
+            int64_t done = max2x2_plane_avx512(src, dst, ind, out_plane, g->W, k->base);
+            for (int64_t q = done; q < out_plane; q++) {
+                int64_t b = k->base[q];
+                float best = src[b];
+                int64_t bi = b;
+                take_max(src[b + 1], b + 1, &best, &bi);
+                take_max(src[b + g->W], b + g->W, &best, &bi);
+                take_max(src[b + g->W + 1], b + g->W + 1, &best, &bi);
+                dst[q] = best;
+                ind[q] = bi;
+            }
+            continue;
+        }
+#endif
+        max_fast_plane(g, src, dst, ind);
+    }
+}
+
+/* The gather table of max2x2_plane_avx512 when it applies (2x2 windows at
+ * stride 2 inside the input, planes addressable in 31 bits, AVX-512 present),
+ * else NULL: the caller then takes the scalar path. */
+static int32_t *max2x2_table(const pgeo *g) {
+#ifdef POOL_HAVE_AVX512
+    if (g->kh != 2 || g->kw != 2 || g->sh != 2 || g->sw != 2 || g->ph != 0 || g->pw != 0 ||
+        2 * g->OH > g->H || 2 * g->OW > g->W || g->H * g->W >= INT32_MAX ||
+        g->OH * g->OW < 16 || !__builtin_cpu_supports("avx512f"))
+        return NULL;
+    int32_t *base = malloc((size_t)(g->OH * g->OW) * sizeof(int32_t));
+    if (!base) return NULL; /* the scalar path needs no table */
+    for (int64_t oh = 0; oh < g->OH; oh++)
+        for (int64_t ow = 0; ow < g->OW; ow++)
+            base[oh * g->OW + ow] = (int32_t)(2 * oh * g->W + 2 * ow);
+    return base;
+#else
+    (void)g;
+    return NULL;
+#endif
 }
 
 static void max_back_fast_task(int64_t begin, int64_t end, void *vctx) {
@@ -267,8 +348,11 @@ static ct_status k_max_pool2d(ct_call *c) {
     if (f32_fast(&k.g, c->in[0], c->out[0], c->out[1])) {
         fast_ctx f = {.g = k.g, .x = (const float *)cti_data(c->in[0]),
                       .y = (float *)cti_data(c->out[0]), .ind = (int64_t *)cti_data(c->out[1])};
-        c->routine = "max_pool2d_f32";
+        int32_t *base = max2x2_table(&k.g);
+        f.base = base;
+        c->routine = base ? "max_pool2d_f32_2x2_avx512" : "max_pool2d_f32";
         cti_parallel_for(k.g.N * k.g.C, fast_grain(&k.g), max_fast_task, &f);
+        free(base);
         return CT_OK;
     }
     k.in_plane = k.g.H * k.g.W;
