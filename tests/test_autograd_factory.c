@@ -9,21 +9,7 @@
 #include "core/tensor_impl.h"
 #include "test_util.h"
 
-static cti_alloc_stats base;
-
-static int setup(void **state) {
-    (void)state;
-    base = cti_get_alloc_stats();
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cti_alloc_stats s = cti_get_alloc_stats();
-    assert_int_equal(s.live_tensors, base.live_tensors);
-    assert_int_equal(s.live_storages, base.live_storages);
-    return 0;
-}
+#include "test_fixture.h"
 
 static ct_tensor *leaf(int ndim, const int64_t *shape) {
     ct_tensor *t = tu_rand(ndim, shape, CT_F64, -1, 1, NULL);

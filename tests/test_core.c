@@ -9,32 +9,11 @@
 
 #include "test_util.h"
 
+#include "test_fixture.h"
+
 #include "core/tensor_impl.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------- */
-
-static cti_alloc_stats start_stats;
-
-static int setup(void **state) {
-    (void)state;
-    ct_clear_error();
-    start_stats = cti_get_alloc_stats();
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cti_alloc_stats s = cti_get_alloc_stats();
-    if (s.live_tensors != start_stats.live_tensors || s.live_storages != start_stats.live_storages ||
-        s.live_bytes != start_stats.live_bytes) {
-        fprintf(stderr, "leak: tensors %lld -> %lld, storages %lld -> %lld, bytes %lld -> %lld\n",
-                (long long)start_stats.live_tensors, (long long)s.live_tensors,
-                (long long)start_stats.live_storages, (long long)s.live_storages,
-                (long long)start_stats.live_bytes, (long long)s.live_bytes);
-        return -1;
-    }
-    return 0;
-}
 
 #define N_DTYPES 7
 static const ct_dtype all_dt[N_DTYPES] = {CT_BOOL, CT_I32, CT_I64, CT_F16, CT_BF16, CT_F32, CT_F64};

@@ -14,6 +14,8 @@
 
 #include "test_util.h"
 
+#include "test_fixture.h"
+
 #include "dispatch/dispatch_impl.h"
 
 static int ngpu;
@@ -561,27 +563,6 @@ static void run_case(const pcase *pc, ct_dtype dt) {
 }
 
 /* ---- tests ------------------------------------------------------------------------------------------------------ */
-static cti_alloc_stats start_stats;
-
-static int setup(void **state) {
-    (void)state;
-    ct_clear_error();
-    start_stats = cti_get_alloc_stats();
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cti_alloc_stats s = cti_get_alloc_stats();
-    if (s.live_tensors != start_stats.live_tensors || s.live_storages != start_stats.live_storages) {
-        fprintf(stderr, "leak: tensors %lld -> %lld, storages %lld -> %lld\n",
-                (long long)start_stats.live_tensors, (long long)s.live_tensors,
-                (long long)start_stats.live_storages, (long long)s.live_storages);
-        return -1;
-    }
-    return 0;
-}
-
 /* Every CUDA kernel in the table has a case (no GPU needed). */
 static void test_every_cuda_kernel_has_a_case(void **state) {
     (void)state;

@@ -9,22 +9,7 @@
 #include "dispatch/dispatch_impl.h"
 #include "test_util.h"
 
-static cti_alloc_stats base_stats;
-
-static int setup(void **state) {
-    (void)state;
-    base_stats = cti_get_alloc_stats();
-    ct_clear_error();
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cti_alloc_stats s = cti_get_alloc_stats();
-    assert_int_equal(s.live_tensors, base_stats.live_tensors);
-    assert_int_equal(s.live_storages, base_stats.live_storages);
-    return 0;
-}
+#include "test_fixture.h"
 
 static void test_op_names_unique(void **state) {
     (void)state;

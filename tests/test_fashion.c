@@ -14,31 +14,10 @@
 #include "core/tensor_impl.h"
 #include "test_util.h"
 
+#include "test_fixture.h"
+
 #define MEAN 0.2860
 #define STD 0.3530
-
-static cti_alloc_stats start_stats;
-
-static int setup(void **state) {
-    (void)state;
-    start_stats = cti_get_alloc_stats();
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cti_alloc_stats s = cti_get_alloc_stats();
-    if (s.live_tensors != start_stats.live_tensors ||
-        s.live_storages != start_stats.live_storages ||
-        s.live_bytes != start_stats.live_bytes) {
-        fprintf(stderr, "leak: %lld tensors, %lld storages, %lld bytes alive (were %lld, %lld, %lld)\n",
-                (long long)s.live_tensors, (long long)s.live_storages, (long long)s.live_bytes,
-                (long long)start_stats.live_tensors, (long long)start_stats.live_storages,
-                (long long)start_stats.live_bytes);
-        return -1;
-    }
-    return 0;
-}
 
 static const char *data_dir(void) {
     const char *d = getenv("CT_FASHION_DATA");

@@ -145,6 +145,16 @@ static void *cpu_alloc(size_t nbytes, int index) {
     return p;
 }
 
+/* Returns a list of blocks to the system. */
+static void free_blocks(cached_block *b) {
+    while (b) {
+        cached_block *next = b->next;
+        free(b->ptr);
+        free(b);
+        b = next;
+    }
+}
+
 /* Unlinks the least recently cached block; NULL when the cache is empty.
  * Called with cache_lock held. */
 static cached_block *take_oldest(void) {
@@ -189,12 +199,7 @@ static void cpu_free(void *p, size_t nbytes, int index) {
         free(b);
     }
     free(p);
-    while (evicted) {
-        cached_block *next = evicted->next;
-        free(evicted->ptr);
-        free(evicted);
-        evicted = next;
-    }
+    free_blocks(evicted);
 }
 
 void ct_cpu_empty_cache(void) {
@@ -204,15 +209,7 @@ void ct_cpu_empty_cache(void) {
     memset(cache_heads, 0, sizeof cache_heads);
     cache_bytes = 0;
     pthread_mutex_unlock(&cache_lock);
-    for (int i = 0; i < CTI_CACHE_BUCKETS; i++) {
-        cached_block *b = lists[i];
-        while (b) {
-            cached_block *next = b->next;
-            free(b->ptr);
-            free(b);
-            b = next;
-        }
-    }
+    for (int i = 0; i < CTI_CACHE_BUCKETS; i++) free_blocks(lists[i]);
 }
 
 size_t ct_cpu_cached_bytes(void) {

@@ -79,12 +79,15 @@ static void write_plane(ct_tensor *t, int64_t p, const double *restrict src, int
     }
 }
 
+struct pool_ctx;
+typedef void (*plane_fn_t)(const struct pool_ctx *k, int64_t p, const double *src, double *dst);
+
 typedef struct pool_ctx {
     pgeo g;
     const ct_tensor *in;  /* the plane-wise source: x or grad_out */
     const ct_tensor *idx; /* max pool backward: indices */
     ct_tensor *out, *out_idx;
-    void (*plane_fn)(const struct pool_ctx *k, int64_t p, const double *src, double *dst);
+    plane_fn_t plane_fn;
     int64_t in_plane, out_plane; /* elements of a source and a destination plane */
     atomic_int failed;           /* a task could not allocate, or saw a bad index */
 } pool_ctx;
@@ -106,16 +109,34 @@ static void pool_task(int64_t begin, int64_t end, void *vctx) {
     free(src);
 }
 
-static ct_status run_planes(pool_ctx *k, const char *op) {
-    int64_t planes = k->g.N * k->g.C;
-    atomic_init(&k->failed, 0);
-    int64_t per = k->in_plane + k->out_plane;
-    cti_parallel_for(planes, per > 0 ? 1 + 16384 / per : planes, pool_task, k);
-    int f = atomic_load(&k->failed);
+/* Planes per task for planes of per elements read and written. */
+static int64_t plane_grain(int64_t per, int64_t planes) {
+    return per > 0 ? 1 + 16384 / per : planes;
+}
+
+static ct_status bad_indices(const char *op, const pgeo *g) {
+    return cti_error(CT_ERR_INDEX, "%s: indices hold a value outside [0, %lld)", op,
+                     (long long)(g->H * g->W));
+}
+
+/* The general path of every pooling kernel: plane_fn maps an input plane
+ * (H x W) to an output plane (OH x OW), or the reverse for the backward
+ * kinds; idx are max backward's indices, out_idx max forward's. */
+static ct_status pool_planes(ct_call *c, plane_fn_t plane_fn, bool backward,
+                             const ct_tensor *idx, ct_tensor *out_idx, const char *routine,
+                             const char *op) {
+    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .idx = idx, .out = c->out[0],
+                  .out_idx = out_idx, .plane_fn = plane_fn};
+    int64_t in_plane = k.g.H * k.g.W, out_plane = k.g.OH * k.g.OW;
+    k.in_plane = backward ? out_plane : in_plane;
+    k.out_plane = backward ? in_plane : out_plane;
+    c->routine = routine;
+    int64_t planes = k.g.N * k.g.C;
+    atomic_init(&k.failed, 0);
+    cti_parallel_for(planes, plane_grain(k.in_plane + k.out_plane, planes), pool_task, &k);
+    int f = atomic_load(&k.failed);
     if (f == 1) return cti_error(CT_ERR_OOM, "%s: out of memory for a plane buffer", op);
-    if (f == 2)
-        return cti_error(CT_ERR_INDEX, "%s: indices hold a value outside [0, %lld)", op,
-                         (long long)(k->g.H * k->g.W));
+    if (f == 2) return bad_indices(op, &k.g);
     return CT_OK;
 }
 
@@ -185,6 +206,16 @@ static inline void take_max(float v, int64_t i, float *best, int64_t *bi) {
     *bi = (int64_t)(((uint64_t)i & m64) | ((uint64_t)*bi & ~m64));
 }
 
+/* The 2x2 window whose top-left input element is src[b], in a plane of
+ * width W. */
+static inline void max2x2_at(const float *src, int64_t b, int64_t W, float *best, int64_t *bi) {
+    *best = src[b];
+    *bi = b;
+    take_max(src[b + 1], b + 1, best, bi);
+    take_max(src[b + W], b + W, best, bi);
+    take_max(src[b + W + 1], b + W + 1, best, bi);
+}
+
 static void max_fast_plane(const pgeo *g, const float *restrict src, float *restrict dst,
                            int64_t *restrict ind) {
     /* 2x2 windows at stride 2 that all lie inside the input */
@@ -192,22 +223,9 @@ static void max_fast_plane(const pgeo *g, const float *restrict src, float *rest
     const int64_t W = g->W, OH = g->OH, OW = g->OW;
     if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 &&
         2 * OH <= g->H && 2 * OW <= W) {
-        for (int64_t oh = 0; oh < OH; oh++) {
-            const float *r0 = src + 2 * oh * W, *r1 = r0 + W;
-            int64_t i0 = 2 * oh * W, i1 = i0 + W;
-            float *drow = dst + oh * OW;
-            int64_t *irow = ind + oh * OW;
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t w = 2 * ow;
-                float best = r0[w];
-                int64_t bi = i0 + w;
-                take_max(r0[w + 1], i0 + w + 1, &best, &bi);
-                take_max(r1[w], i1 + w, &best, &bi);
-                take_max(r1[w + 1], i1 + w + 1, &best, &bi);
-                drow[ow] = best;
-                irow[ow] = bi;
-            }
-        }
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++)
+                max2x2_at(src, 2 * oh * W + 2 * ow, W, &dst[oh * OW + ow], &ind[oh * OW + ow]);
         return;
     }
     for (int64_t oh = 0; oh < g->OH; oh++) {
@@ -277,16 +295,8 @@ static void max_fast_task(int64_t begin, int64_t end, void *vctx) {
 #ifdef POOL_HAVE_AVX512
         if (k->base) {
             int64_t done = max2x2_plane_avx512(src, dst, ind, out_plane, g->W, k->base);
-            for (int64_t q = done; q < out_plane; q++) {
-                int64_t b = k->base[q];
-                float best = src[b];
-                int64_t bi = b;
-                take_max(src[b + 1], b + 1, &best, &bi);
-                take_max(src[b + g->W], b + g->W, &best, &bi);
-                take_max(src[b + g->W + 1], b + g->W + 1, &best, &bi);
-                dst[q] = best;
-                ind[q] = bi;
-            }
+            for (int64_t q = done; q < out_plane; q++)
+                max2x2_at(src, k->base[q], g->W, &dst[q], &ind[q]);
             continue;
         }
 #endif
@@ -337,28 +347,23 @@ static void max_back_fast_task(int64_t begin, int64_t end, void *vctx) {
 }
 
 static int64_t fast_grain(const pgeo *g) {
-    int64_t per = g->H * g->W + g->OH * g->OW;
-    return per > 0 ? 1 + 16384 / per : 1;
+    return plane_grain(g->H * g->W + g->OH * g->OW, 1);
 }
 
 /* in: x; out: y, indices (int64). */
 static ct_status k_max_pool2d(ct_call *c) {
-    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
-                  .out_idx = c->out[1], .plane_fn = max_plane};
-    if (f32_fast(&k.g, c->in[0], c->out[0], c->out[1])) {
-        fast_ctx f = {.g = k.g, .x = (const float *)cti_data(c->in[0]),
+    pgeo g = pgeo_from_call(c);
+    if (f32_fast(&g, c->in[0], c->out[0], c->out[1])) {
+        fast_ctx f = {.g = g, .x = (const float *)cti_data(c->in[0]),
                       .y = (float *)cti_data(c->out[0]), .ind = (int64_t *)cti_data(c->out[1])};
-        int32_t *base = max2x2_table(&k.g);
+        int32_t *base = max2x2_table(&g);
         f.base = base;
         c->routine = base ? "max_pool2d_f32_2x2_avx512" : "max_pool2d_f32";
-        cti_parallel_for(k.g.N * k.g.C, fast_grain(&k.g), max_fast_task, &f);
+        cti_parallel_for(g.N * g.C, fast_grain(&g), max_fast_task, &f);
         free(base);
         return CT_OK;
     }
-    k.in_plane = k.g.H * k.g.W;
-    k.out_plane = k.g.OH * k.g.OW;
-    c->routine = "max_pool2d_direct";
-    return run_planes(&k, "ct_max_pool2d");
+    return pool_planes(c, max_plane, false, NULL, c->out[1], "max_pool2d_direct", "ct_max_pool2d");
 }
 
 static void max_back_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
@@ -382,26 +387,20 @@ static void max_back_plane(const pool_ctx *k, int64_t p, const double *src, doub
 
 /* in: grad_out, x, indices; out: grad_in. */
 static ct_status k_max_pool2d_backward(ct_call *c) {
-    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .idx = c->in[2], .out = c->out[0],
-                  .plane_fn = max_back_plane};
+    static const char op[] = "ct_max_pool2d_backward";
+    pgeo g = pgeo_from_call(c);
     /* the indices carry the window: no geometry beyond the plane sizes */
     if (c->in[0]->dtype == CT_F32 && cti_is_contiguous(c->in[0]) &&
         cti_is_contiguous(c->in[2]) && cti_is_contiguous(c->out[0])) {
-        fast_ctx f = {.g = k.g, .x = (const float *)cti_data(c->in[0]),
+        fast_ctx f = {.g = g, .x = (const float *)cti_data(c->in[0]),
                       .y = (float *)cti_data(c->out[0]),
                       .cind = (const int64_t *)cti_data(c->in[2])};
         atomic_init(&f.bad, 0);
         c->routine = "max_pool2d_backward_f32";
-        cti_parallel_for(k.g.N * k.g.C, fast_grain(&k.g), max_back_fast_task, &f);
-        if (atomic_load(&f.bad))
-            return cti_error(CT_ERR_INDEX, "%s: indices hold a value outside [0, %lld)",
-                             "ct_max_pool2d_backward", (long long)(k.g.H * k.g.W));
-        return CT_OK;
+        cti_parallel_for(g.N * g.C, fast_grain(&g), max_back_fast_task, &f);
+        return atomic_load(&f.bad) ? bad_indices(op, &g) : CT_OK;
     }
-    k.in_plane = k.g.OH * k.g.OW;
-    k.out_plane = k.g.H * k.g.W;
-    c->routine = "max_pool2d_backward_direct";
-    return run_planes(&k, "ct_max_pool2d_backward");
+    return pool_planes(c, max_back_plane, true, c->in[2], NULL, "max_pool2d_backward_direct", op);
 }
 
 /* ---- average pooling ----------------------------------------------------------------- */
@@ -454,22 +453,12 @@ static void avg_back_plane(const pool_ctx *k, int64_t p, const double *src, doub
 }
 
 static ct_status k_avg_pool2d(ct_call *c) {
-    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
-                  .plane_fn = avg_plane};
-    k.in_plane = k.g.H * k.g.W;
-    k.out_plane = k.g.OH * k.g.OW;
-    c->routine = "avg_pool2d_direct";
-    return run_planes(&k, "ct_avg_pool2d");
+    return pool_planes(c, avg_plane, false, NULL, NULL, "avg_pool2d_direct", "ct_avg_pool2d");
 }
 
 /* in: grad_out, x; out: grad_in. */
 static ct_status k_avg_pool2d_backward(ct_call *c) {
-    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
-                  .plane_fn = avg_back_plane};
-    k.in_plane = k.g.OH * k.g.OW;
-    k.out_plane = k.g.H * k.g.W;
-    c->routine = "avg_pool2d_backward_direct";
-    return run_planes(&k, "ct_avg_pool2d_backward");
+    return pool_planes(c, avg_back_plane, true, NULL, NULL, "avg_pool2d_backward_direct", "ct_avg_pool2d_backward");
 }
 
 /* ---- adaptive average pooling ---------------------------------------------------------- */
@@ -509,22 +498,12 @@ static void adaptive_back_plane(const pool_ctx *k, int64_t p, const double *src,
 }
 
 static ct_status k_adaptive_avg_pool2d(ct_call *c) {
-    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
-                  .plane_fn = adaptive_plane};
-    k.in_plane = k.g.H * k.g.W;
-    k.out_plane = k.g.OH * k.g.OW;
-    c->routine = "adaptive_avg_pool2d_direct";
-    return run_planes(&k, "ct_adaptive_avg_pool2d");
+    return pool_planes(c, adaptive_plane, false, NULL, NULL, "adaptive_avg_pool2d_direct", "ct_adaptive_avg_pool2d");
 }
 
 /* in: grad_out, x; out: grad_in. */
 static ct_status k_adaptive_avg_pool2d_backward(ct_call *c) {
-    pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .out = c->out[0],
-                  .plane_fn = adaptive_back_plane};
-    k.in_plane = k.g.OH * k.g.OW;
-    k.out_plane = k.g.H * k.g.W;
-    c->routine = "adaptive_avg_pool2d_backward_direct";
-    return run_planes(&k, "ct_adaptive_avg_pool2d_backward");
+    return pool_planes(c, adaptive_back_plane, true, NULL, NULL, "adaptive_avg_pool2d_backward_direct", "ct_adaptive_avg_pool2d_backward");
 }
 
 void cti_cpu_register_pool2d(void) {

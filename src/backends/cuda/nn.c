@@ -9,43 +9,7 @@
  * message. */
 #include <limits.h>
 
-#include "cuda_impl.h"
-
-/* ---- nn.cu's launchers ------------------------------------------------------------------ */
-/* The classification losses' record; nn.cu declares the same layout. */
-typedef struct cti_nn_cls {
-    int64_t kind; /* CTI_NN_* below */
-    int64_t dt;
-    const void *input;
-    const int64_t *target;
-    const void *weight;
-    const void *grad;
-    void *out;
-    void *work;
-    int64_t n, c, inner, reduction, ignore;
-    double ls;
-} cti_nn_cls;
-
-enum { CTI_NN_CE = 0, CTI_NN_CE_BWD = 1, CTI_NN_NLL = 2, CTI_NN_NLL_BWD = 3 };
-
-cudaError_t cti_nn_softmax(int dt, int bwd, int lg, const void *a, const void *b, void *out,
-                           int64_t outer, int64_t d, int64_t inner, cudaStream_t st,
-                           const char **routine);
-size_t cti_nn_cls_work(const cti_nn_cls *r);
-cudaError_t cti_nn_cls_launch(const cti_nn_cls *r, cudaStream_t st, const char **routine);
-size_t cti_nn_mse_work(int64_t n, int reduction);
-cudaError_t cti_nn_mse(int dt, int bwd, const void *a, const void *b, const void *g, void *out,
-                       int64_t n, int reduction, void *work, cudaStream_t st, const char **routine);
-cudaError_t cti_nn_embedding(int esize, int idx_i32, const void *w, const void *idx, void *out,
-                             int64_t v, int64_t d, int64_t n, unsigned long long *bad,
-                             cudaStream_t st);
-cudaError_t cti_nn_embedding_bwd_work(int64_t n, int64_t v, size_t *bytes);
-cudaError_t cti_nn_embedding_bwd(int dt, int idx_i32, const void *g, const void *idx, void *out,
-                                 int64_t v, int64_t d, int64_t n, int64_t pad, void *work,
-                                 unsigned long long *bad, cudaStream_t st);
-cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_t *mask_in,
-                           uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first, double p,
-                           cudaStream_t st);
+#include "ops_impl.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 static int dev_of(const ct_tensor *t) { return t->storage->device.index; }

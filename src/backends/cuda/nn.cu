@@ -19,25 +19,8 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels.cuh"
+#include "ops_impl.h"
 
-extern "C" {
-// The launch record of the classification losses; nn.c declares the same
-// layout (every field 8 bytes wide, so there is no padding to disagree on).
-typedef struct cti_nn_cls {
-    int64_t kind; // CTI_NN_CE, CTI_NN_CE_BWD, CTI_NN_NLL, CTI_NN_NLL_BWD
-    int64_t dt;
-    const void *input;     // logits or log-probabilities [n, c, inner]
-    const int64_t *target; // [n * inner]
-    const void *weight;    // [c] or NULL
-    const void *grad;      // backward: grad_loss, [n * inner] for none, else one element
-    void *out;
-    void *work; // cti_nn_cls_work bytes (NULL when that is 0)
-    int64_t n, c, inner, reduction, ignore;
-    double ls;
-} cti_nn_cls;
-}
-
-enum { CTI_NN_CE = 0, CTI_NN_CE_BWD = 1, CTI_NN_NLL = 2, CTI_NN_NLL_BWD = 3 };
 enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
 
 namespace cti {

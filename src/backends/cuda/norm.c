@@ -12,7 +12,7 @@
  * soon as the kernels are queued (reuse is ordered after them on the stream). */
 #include <string.h>
 
-#include "norm_impl.h"
+#include "ops_impl.h"
 
 static const void *opt_data(const ct_tensor *t) { return t ? cti_data(t) : NULL; }
 

@@ -24,7 +24,7 @@
 #include <cstring>
 
 #include "kernels.cuh"
-#include "norm_impl.h"
+#include "ops_impl.h"
 
 namespace cti {
 namespace {

@@ -1,5 +1,6 @@
 /* Private to the CUDA backend: the launch records of the compute kernels
- * (elementwise, reductions, random fills, ranges). The C files turn a ct_call
+ * (elementwise, reductions, random fills, ranges, pooling, norms, optimizer
+ * updates, softmax and losses), the one place their C and CUDA sides share. The C files turn a ct_call
  * into one of these records; the .cu files launch from it. Like cuda_impl.h's
  * first part, nothing here names a ct_tensor, so nvcc can read it. */
 #ifndef CTEN_CUDA_OPS_IMPL_H
@@ -81,6 +82,121 @@ cudaError_t cti_cuda_random(int kind, void *out, ct_dtype dt, int64_t n, uint64_
 cudaError_t cti_cuda_range(void *out, ct_dtype dt, int64_t n, double start, double step,
                            double end, int64_t steps, bool linspace, int sm_count,
                            cudaStream_t stream);
+
+/* ---- 2-d pooling (pool.cu) -------------------------------------------------------------------- */
+enum { CTI_POOL_MAX_FWD, CTI_POOL_MAX_BWD, CTI_POOL_AVG_FWD, CTI_POOL_AVG_BWD, CTI_POOL_ADA_FWD,
+       CTI_POOL_ADA_BWD };
+
+/* geo: call->i's 15 values (N C H W kh kw sh sw ph pw dh dw OH OW
+ * count_include_pad). in: the source (x, or grad_out for the backward
+ * kinds) with in_st its NCHW element strides; idx/idx_st: max backward's
+ * indices; out: the contiguous result (max backward: acc, the zeroed
+ * f32/f64 accumulation target); out_idx: max forward's indices. *routine:
+ * the kernel launched. */
+cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const void *in,
+                            const int64_t *in_st, const int64_t *idx, const int64_t *idx_st,
+                            void *out, int64_t *out_idx, void *acc, int sm_count,
+                            cudaStream_t stream, const char **routine);
+
+/* ---- RMSNorm and LayerNorm (norm.cu) ------------------------------------------------------- */
+/* Rows of d contiguous elements of dtype dt. Statistics (inv_rms, mean,
+ * rstd) are float for f16/bf16/f32 and double for f64, one per row. Every
+ * pointer may be NULL where the op allows it (weight, bias, outputs the caller
+ * did not ask for). */
+typedef struct cti_cuda_norm {
+    ct_dtype dt;
+    bool layer;          /* layer_norm, else rms_norm */
+    int64_t rows, d;
+    double eps;          /* forward only */
+    const void *x, *w;
+    const void *b;       /* forward: the bias (layer_norm) */
+    const void *g;       /* backward: grad_y */
+    const void *mean;    /* backward: saved mean (layer_norm) */
+    const void *rstd;    /* backward: saved inv_rms / rstd */
+    void *y;             /* forward: y; backward: dx */
+    void *mean_out;      /* forward: mean (layer_norm) */
+    void *rstd_out;      /* forward: inv_rms / rstd */
+    void *dw, *db;       /* backward: grads of weight and bias */
+    void *work;          /* backward: cti_cuda_norm_work bytes when that is > 0 */
+} cti_cuda_norm;
+
+/* Scratch bytes the backward needs for the per-block partial sums of dw and
+ * db (0: none); a pure function of the record's shapes, pointers and sm_count. */
+size_t cti_cuda_norm_work(const cti_cuda_norm *a, int sm_count);
+/* Queue the forward / backward on stream; *routine receives the kernel(s)
+ * launched (a static string). They never wait. */
+cudaError_t cti_cuda_norm_forward(const cti_cuda_norm *a, int sm_count, cudaStream_t stream,
+                                  const char **routine);
+cudaError_t cti_cuda_norm_backward(const cti_cuda_norm *a, int sm_count, cudaStream_t stream,
+                                   const char **routine);
+
+/* ---- fused optimizer updates (optim.cu) ------------------------------------------------------- */
+/* Parameters per launch: the kernel receives every address as a launch
+ * argument (no copy of a table to the device), which bounds the count. */
+#define CTI_CUDA_OPTIM_MAX 32
+
+/* One launch over n parameters of one dtype, each contiguous with numel[k]
+ * > 0 elements: param p[k], gradient g[k], states s0[k] (SGD's momentum
+ * buffer when momentum != 0; AdamW's exp_avg) and s1[k] (exp_avg_sq), and
+ * its per-step scalars: SGD: a0[k] 1 on the first step (the buffer starts
+ * as the update), else 0; AdamW: a0[k] -step_size, a1[k] bc2_sqrt
+ * (cti_adamw_scalars). f[] and nesterov are the call's parameters
+ * (src/dispatch/optim_impl.h). */
+typedef struct cti_cuda_optim {
+    bool adamw;
+    ct_dtype dt;
+    int n;
+    void *p[CTI_CUDA_OPTIM_MAX];
+    const void *g[CTI_CUDA_OPTIM_MAX];
+    void *s0[CTI_CUDA_OPTIM_MAX];
+    void *s1[CTI_CUDA_OPTIM_MAX];
+    int64_t numel[CTI_CUDA_OPTIM_MAX];
+    double a0[CTI_CUDA_OPTIM_MAX], a1[CTI_CUDA_OPTIM_MAX];
+    double f[5];
+    bool nesterov;
+} cti_cuda_optim;
+
+/* Whether a kernel exists for dt (f32, f64, f16, bf16). */
+bool cti_cuda_optim_supported(ct_dtype dt);
+/* Queues one kernel; *routine receives its name (static string). */
+cudaError_t cti_cuda_optim_step(const cti_cuda_optim *o, int sm_count, cudaStream_t stream,
+                                const char **routine);
+
+/* ---- softmax, losses, embedding, dropout (nn.cu) --------------------------------------------- */
+enum { CTI_NN_CE = 0, CTI_NN_CE_BWD = 1, CTI_NN_NLL = 2, CTI_NN_NLL_BWD = 3 };
+
+/* The classification losses' launch record. */
+typedef struct cti_nn_cls {
+    int64_t kind;          /* CTI_NN_* */
+    int64_t dt;
+    const void *input;     /* logits or log-probabilities [n, c, inner] */
+    const int64_t *target; /* [n * inner] */
+    const void *weight;    /* [c] or NULL */
+    const void *grad;      /* backward: grad_loss, [n * inner] for none, else one element */
+    void *out;
+    void *work;            /* cti_nn_cls_work bytes (NULL when that is 0) */
+    int64_t n, c, inner, reduction, ignore;
+    double ls;
+} cti_nn_cls;
+
+cudaError_t cti_nn_softmax(int dt, int bwd, int lg, const void *a, const void *b, void *out,
+                           int64_t outer, int64_t d, int64_t inner, cudaStream_t st,
+                           const char **routine);
+size_t cti_nn_cls_work(const cti_nn_cls *r);
+cudaError_t cti_nn_cls_launch(const cti_nn_cls *r, cudaStream_t st, const char **routine);
+size_t cti_nn_mse_work(int64_t n, int reduction);
+cudaError_t cti_nn_mse(int dt, int bwd, const void *a, const void *b, const void *g, void *out,
+                       int64_t n, int reduction, void *work, cudaStream_t st, const char **routine);
+cudaError_t cti_nn_embedding(int esize, int idx_i32, const void *w, const void *idx, void *out,
+                             int64_t v, int64_t d, int64_t n, unsigned long long *bad,
+                             cudaStream_t st);
+cudaError_t cti_nn_embedding_bwd_work(int64_t n, int64_t v, size_t *bytes);
+cudaError_t cti_nn_embedding_bwd(int dt, int idx_i32, const void *g, const void *idx, void *out,
+                                 int64_t v, int64_t d, int64_t n, int64_t pad, void *work,
+                                 unsigned long long *bad, cudaStream_t st);
+cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_t *mask_in,
+                           uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first, double p,
+                           cudaStream_t st);
 
 #ifdef __cplusplus
 }

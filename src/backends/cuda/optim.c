@@ -5,7 +5,7 @@
  * computed here, on the host, from the step counts the optimizer keeps
  * there: nothing is read back from the device. */
 #include "dispatch/optim_impl.h"
-#include "optim_launch.h"
+#include "ops_impl.h"
 
 static ct_status flush(const char *op, ct_call *c, int dev, cti_cuda_optim *o,
                        cudaStream_t stream) {

@@ -9,7 +9,7 @@
 // loads of a chunk are issued before any arithmetic, then every tensor is
 // written once. float16/bfloat16/float32 compute in float, float64 in double.
 #include "kernels.cuh"
-#include "optim_launch.h"
+#include "ops_impl.h"
 
 namespace cti {
 namespace {

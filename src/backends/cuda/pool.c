@@ -11,15 +11,8 @@
  * contiguous. The max backward adds into a zeroed buffer with atomics: the
  * output itself for float32/float64, a float32 buffer for the half types,
  * converted into the output afterwards. */
-#include "cuda_impl.h"
+#include "ops_impl.h"
 
-/* pool.cu */
-cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const void *in,
-                            const int64_t *in_st, const int64_t *idx, const int64_t *idx_st,
-                            void *out, int64_t *out_idx, void *acc, int sm_count,
-                            cudaStream_t stream, const char **routine);
-
-enum { K_MAX_FWD, K_MAX_BWD, K_AVG_FWD, K_AVG_BWD, K_ADA_FWD, K_ADA_BWD };
 
 /* A 3-d (CHW) or 4-d tensor's element strides as NCHW. */
 static void strides4(const ct_tensor *t, int64_t st[4]) {
@@ -30,12 +23,12 @@ static void strides4(const ct_tensor *t, int64_t st[4]) {
 
 static int kind_of(ct_op op) {
     switch (op) {
-    case CT_OP_MAX_POOL2D: return K_MAX_FWD;
-    case CT_OP_MAX_POOL2D_BACKWARD: return K_MAX_BWD;
-    case CT_OP_AVG_POOL2D: return K_AVG_FWD;
-    case CT_OP_AVG_POOL2D_BACKWARD: return K_AVG_BWD;
-    case CT_OP_ADAPTIVE_AVG_POOL2D: return K_ADA_FWD;
-    default: return K_ADA_BWD;
+    case CT_OP_MAX_POOL2D: return CTI_POOL_MAX_FWD;
+    case CT_OP_MAX_POOL2D_BACKWARD: return CTI_POOL_MAX_BWD;
+    case CT_OP_AVG_POOL2D: return CTI_POOL_AVG_FWD;
+    case CT_OP_AVG_POOL2D_BACKWARD: return CTI_POOL_AVG_BWD;
+    case CT_OP_ADAPTIVE_AVG_POOL2D: return CTI_POOL_ADA_FWD;
+    default: return CTI_POOL_ADA_BWD;
     }
 }
 
@@ -62,7 +55,7 @@ static ct_status max_backward(ct_call *c, const char *op, int dev, cudaStream_t 
     const char *call = "cudaMemsetAsync";
     if (e == cudaSuccess) {
         call = "the max_pool2d_backward kernel launch";
-        e = cti_cuda_pool2d(K_MAX_BWD, dx->dtype, c->i, cti_data(dy), st,
+        e = cti_cuda_pool2d(CTI_POOL_MAX_BWD, dx->dtype, c->i, cti_data(dy), st,
                             (const int64_t *)cti_data(idx), ist, NULL, NULL, target,
                             cti_cuda_sm_count(dev), stream, &c->routine);
     }
@@ -99,11 +92,11 @@ static ct_status k_pool(ct_call *c) {
     strides4(src, st);
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
-    if (kind == K_MAX_BWD) {
+    if (kind == CTI_POOL_MAX_BWD) {
         strides4(c->in[2], ist);
         return max_backward(c, op, dev, stream, st, ist);
     }
-    int64_t *out_idx = kind == K_MAX_FWD ? (int64_t *)cti_data(c->out[1]) : NULL;
+    int64_t *out_idx = kind == CTI_POOL_MAX_FWD ? (int64_t *)cti_data(c->out[1]) : NULL;
     cudaError_t e = cti_cuda_pool2d(kind, out->dtype, c->i, cti_data(src), st, NULL, NULL,
                                     cti_data(out), out_idx, NULL, cti_cuda_sm_count(dev), stream,
                                     &c->routine);

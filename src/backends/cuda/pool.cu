@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels.cuh"
+#include "ops_impl.h"
 
 namespace cti {
 namespace {
@@ -227,7 +228,6 @@ avg_bwd(const typename dtype<DT>::T *__restrict__ dy, Strides ds, typename dtype
 
 // ---- launching ----------------------------------------------------------------------------
 
-enum { K_MAX_FWD, K_MAX_BWD, K_AVG_FWD, K_AVG_BWD, K_ADA_FWD, K_ADA_BWD };
 
 struct Args {
     int kind;
@@ -248,21 +248,21 @@ template <int DT, class I> cudaError_t launch_typed(const Args &a, cudaStream_t 
     typedef typename dtype<DT>::T T;
     typedef typename acc_t<DT>::A A;
     switch (a.kind) {
-    case K_MAX_FWD:
+    case CTI_POOL_MAX_FWD:
         max_fwd<DT, I><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, (T *)a.out, a.out_idx,
                                                     a.g);
         break;
-    case K_MAX_BWD:
+    case CTI_POOL_MAX_BWD:
         max_bwd<DT, I><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, a.idx, a.xs, (A *)a.acc,
                                                     a.g);
         break;
-    case K_AVG_FWD:
+    case CTI_POOL_AVG_FWD:
         avg_fwd<DT, I, false><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, (T *)a.out, a.g);
         break;
-    case K_AVG_BWD:
+    case CTI_POOL_AVG_BWD:
         avg_bwd<DT, I, false><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, (T *)a.out, a.g);
         break;
-    case K_ADA_FWD:
+    case CTI_POOL_ADA_FWD:
         avg_fwd<DT, I, true><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, (T *)a.out, a.g);
         break;
     default:
@@ -291,12 +291,7 @@ int64_t extent(const Strides &s, int64_t N, int64_t C, int64_t A, int64_t B) {
 
 extern "C" {
 
-// kind: 0 max forward, 1 max backward, 2 avg forward, 3 avg backward,
-// 4 adaptive forward, 5 adaptive backward. geo: call->i's 15 values. in:
-// the source (x, or grad_out for the backward kinds) with in_st its NCHW
-// element strides; idx/idx_st: max backward's indices; out: the contiguous
-// result (max backward: acc, the zeroed f32/f64 accumulation target);
-// out_idx: max forward's indices. *routine: the kernel launched.
+// Arguments: ops_impl.h.
 cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const void *in,
                             const int64_t *in_st, const int64_t *idx, const int64_t *idx_st,
                             void *out, int64_t *out_idx, void *acc, int sm_count,
@@ -314,11 +309,11 @@ cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const voi
     a.out_idx = out_idx;
     a.acc = acc;
     const PoolGeo &g = a.g;
-    bool fwd = kind == K_MAX_FWD || kind == K_AVG_FWD || kind == K_ADA_FWD;
+    bool fwd = kind == CTI_POOL_MAX_FWD || kind == CTI_POOL_AVG_FWD || kind == CTI_POOL_ADA_FWD;
     int64_t in_h = fwd ? g.H : g.OH, in_w = fwd ? g.W : g.OW;
-    a.n = g.N * g.C * (fwd || kind == K_MAX_BWD ? g.OH * g.OW : g.H * g.W);
+    a.n = g.N * g.C * (fwd || kind == CTI_POOL_MAX_BWD ? g.OH * g.OW : g.H * g.W);
     int64_t reach = extent(a.is, g.N, g.C, in_h, in_w);
-    if (kind == K_MAX_BWD && extent(a.xs, g.N, g.C, g.OH, g.OW) > reach)
+    if (kind == CTI_POOL_MAX_BWD && extent(a.xs, g.N, g.C, g.OH, g.OW) > reach)
         reach = extent(a.xs, g.N, g.C, g.OH, g.OW);
     int64_t outs = g.N * g.C * (g.H * g.W > g.OH * g.OW ? g.H * g.W : g.OH * g.OW);
     // 32-bit loop indices when every linear index (plus one grid stride) fits
