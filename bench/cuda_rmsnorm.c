@@ -3,7 +3,9 @@
  *   - forward in float32 and bfloat16: ct_rms_norm alternating with a
  *     device-to-device cudaMemcpyAsync of x's bytes on the same stream, each
  *     timed with CUDA events; median time, GB/s counting x read and y
- *     written, and that as a share of the copy's GB/s (read + write);
+ *     written, and that as a share of the copy's GB/s (read + write). Once
+ *     with one op between the events (the host's time to queue it counts),
+ *     once with BURST ops queued back to back (the device's rate);
  *   - forward + backward: ct_rms_norm then ct_rms_norm_backward (dx and
  *     dweight), and the same through autograd (x and weight require grad,
  *     ct_backward with a given grad);
@@ -23,6 +25,7 @@
 #define DIM 4096
 #define REPS 25
 #define WARMUP 3
+#define BURST 10 /* ops a timed interval holds in the queued rows */
 #define EPS 1e-6
 
 static int cmp_double(const void *a, const void *b) {
@@ -104,18 +107,23 @@ static int run_once(const bench_in *in, int kind) {
     }
 }
 
-/* Median milliseconds of each of the nk kinds, timed in alternation. */
-static int time_kinds(const bench_in *in, int nk, const int *kinds, double *ms) {
+/* Median milliseconds of one run of each of the nk kinds, timed in
+ * alternation. A timed interval holds burst runs queued back to back: with
+ * burst 1 it also holds the host's time to queue the op (the device sits
+ * idle until the launch arrives), with more the device runs one op after
+ * another as in a model's forward. */
+static int time_kinds(const bench_in *in, int nk, const int *kinds, int burst, double *ms) {
     double t[4][REPS];
     for (int r = -WARMUP; r < REPS; r++)
         for (int k = 0; k < nk; k++) {
             CUDA_OK(cudaEventRecord(ev_start, stream));
-            if (run_once(in, kinds[k])) return 1;
+            for (int b = 0; b < burst; b++)
+                if (run_once(in, kinds[k])) return 1;
             CUDA_OK(cudaEventRecord(ev_stop, stream));
             CUDA_OK(cudaEventSynchronize(ev_stop));
             float f = 0;
             CUDA_OK(cudaEventElapsedTime(&f, ev_start, ev_stop));
-            if (r >= 0) t[k][r] = f;
+            if (r >= 0) t[k][r] = f / burst;
         }
     for (int k = 0; k < nk; k++) ms[k] = median(t[k], REPS);
     return 0;
@@ -163,15 +171,22 @@ static int bench_one(bool layer, ct_dtype dt) {
 
     int kinds[4] = {K_COPY, K_FWD, K_FWD_BWD, K_AUTOGRAD};
     double ms[4];
-    if (time_kinds(&in, 4, kinds, ms)) return 1;
+    if (time_kinds(&in, 4, kinds, 1, ms)) return 1;
+    double ms_burst[2];
+    if (time_kinds(&in, 2, kinds, BURST, ms_burst)) return 1;
     double bytes = (double)ROWS * DIM * (double)ct_dtype_size(dt);
     double copy_gbs = 2 * bytes / (ms[0] * 1e-3) / 1e9, fwd_gbs = 2 * bytes / (ms[1] * 1e-3) / 1e9;
+    double copy_gbs_b = 2 * bytes / (ms_burst[0] * 1e-3) / 1e9;
+    double fwd_gbs_b = 2 * bytes / (ms_burst[1] * 1e-3) / 1e9;
     double peak = 0, base = 0;
     if (peak_extra(&in, K_AUTOGRAD, &peak, &base)) return 1;
 
     const char *dn = ct_dtype_name(dt);
     printf("%-10s %-8s forward             %8.3f ms %8.0f GB/s  %5.1f%% of copy (%.3f ms, %.0f GB/s)\n",
            name, dn, ms[1], fwd_gbs, 100 * fwd_gbs / copy_gbs, ms[0], copy_gbs);
+    printf("%-10s %-8s forward, %d queued  %8.3f ms %8.0f GB/s  %5.1f%% of copy (%.3f ms, %.0f GB/s)\n",
+           name, dn, BURST, ms_burst[1], fwd_gbs_b, 100 * fwd_gbs_b / copy_gbs_b, ms_burst[0],
+           copy_gbs_b);
     printf("%-10s %-8s forward+backward    %8.3f ms\n", name, dn, ms[2]);
     printf("%-10s %-8s fwd+bwd (autograd)  %8.3f ms\n", name, dn, ms[3]);
     printf("%-10s %-8s peak memory of autograd fwd+bwd: %.1f MiB above the %.1f MiB of inputs\n",
