@@ -36,14 +36,11 @@ __device__ __forceinline__ float msqrt(float v) { return sqrtf(v); }
 __device__ __forceinline__ double msqrt(double v) { return sqrt(v); }
 
 // The register configurations: TPR threads a row, NV chunks a thread (a
-// chunk is VEC elements), at most kBytes of x a thread and 8 chunks, blocks
+// chunk is VEC elements), at most 32 bytes of x a thread and 8 chunks, blocks
 // of max(TPR, 256) threads, so up to 32 rows a block. 32 bytes a thread is
 // 64 KiB of loads in flight on a full multiprocessor, what it takes to keep
-// HBM busy. The forward of 2-byte types takes 64: with 32 its 16384 x 4096
-// bfloat16 rows ran at 94-95% of copy bandwidth on an H200, with 64 at 96-97%
-// (fewer, fuller rows per block; the backward, which holds x and dy, keeps
-// 32). A row of nvec chunks takes the smallest TPR whose largest NV holds
-// it, then the smallest NV that does; so only the (TPR, NV) pairs
+// HBM busy. A row of nvec chunks takes the smallest TPR whose largest NV
+// holds it, then the smallest NV that does; so only the (TPR, NV) pairs
 // reachable() says yes to are ever launched. Longer rows go to the loop
 // kernels.
 constexpr int kNumTpr = 6;
@@ -52,15 +49,14 @@ constexpr int kNumCfg = kNumTpr * 4; // NV = 1, 2, 4, 8
 constexpr int kLoopBlock = 1024;
 
 __host__ __device__ constexpr int block_of(int tpr) { return tpr > 256 ? tpr : 256; }
-constexpr int kbytes(int esize, bool bwd) { return !bwd && esize == 2 ? 64 : 32; }
-constexpr int nv_max(int vec, int esize, bool bwd) {
-    return kbytes(esize, bwd) / (vec * esize) < 8 ? kbytes(esize, bwd) / (vec * esize) : 8;
+constexpr int nv_max(int vec, int esize) {
+    return 32 / (vec * esize) < 8 ? 32 / (vec * esize) : 8;
 }
-constexpr int64_t cap_below(int t, int vec, int esize, bool bwd) {
-    return t == 0 ? 0 : (int64_t)kTprs[t - 1] * nv_max(vec, esize, bwd);
+constexpr int64_t cap_below(int t, int vec, int esize) {
+    return t == 0 ? 0 : (int64_t)kTprs[t - 1] * nv_max(vec, esize);
 }
-constexpr bool reachable(int t, int nv, int vec, int esize, bool bwd) {
-    return nv <= nv_max(vec, esize, bwd) && (int64_t)kTprs[t] * nv > cap_below(t, vec, esize, bwd);
+constexpr bool reachable(int t, int nv, int vec, int esize) {
+    return nv <= nv_max(vec, esize) && (int64_t)kTprs[t] * nv > cap_below(t, vec, esize);
 }
 constexpr int cfg_tpr(int cfg) { return kTprs[cfg / 4]; }
 constexpr int cfg_nv(int cfg) { return 1 << (cfg % 4); }
@@ -545,8 +541,7 @@ typedef void (*norm_kernel)(const cti_cuda_norm);
     CTI_NORM_CASE(KERNEL, 21) CTI_NORM_CASE(KERNEL, 22) CTI_NORM_CASE(KERNEL, 23)
 #define CTI_NORM_CASE(KERNEL, k)                                                               \
     case k:                                                                                    \
-        if constexpr (reachable(k / 4, cfg_nv(k), VEC, (int)sizeof(typename dtype<DT>::T),    \
-                                BWD))                                                          \
+        if constexpr (reachable(k / 4, cfg_nv(k), VEC, (int)sizeof(typename dtype<DT>::T)))  \
             return KERNEL<DT, LAYER, VEC, cfg_tpr(k), cfg_nv(k)>;                              \
         else                                                                                   \
             return nullptr;
@@ -554,7 +549,6 @@ typedef void (*norm_kernel)(const cti_cuda_norm);
 // The kernel of configuration cfg (-1: the loop kernel); nullptr for a
 // configuration the plan never picks, which is not compiled.
 template <int DT, bool LAYER, int VEC> norm_kernel fwd_kernel(int cfg) {
-    constexpr bool BWD = false;
     switch (cfg) {
         CTI_NORM_CASES(fwd_reg)
     default: return fwd_loop<DT, LAYER, VEC>;
@@ -562,7 +556,6 @@ template <int DT, bool LAYER, int VEC> norm_kernel fwd_kernel(int cfg) {
 }
 
 template <int DT, bool LAYER, int VEC> norm_kernel bwd_kernel(int cfg) {
-    constexpr bool BWD = true;
     switch (cfg) {
         CTI_NORM_CASES(bwd_reg)
     default: return bwd_loop<DT, LAYER, VEC>;
@@ -615,7 +608,7 @@ template <int DT> Plan make_plan(const cti_cuda_norm *a, int sm_count, bool bwd)
                      (bwd ? aligned16(a->g) : aligned16(a->b));
     p.vec = vec ? fv : 1;
     const int64_t nvec = D / p.vec;
-    const int nvm = nv_max(p.vec, (int)sizeof(typename dtype<DT>::T), bwd);
+    const int nvm = nv_max(p.vec, (int)sizeof(typename dtype<DT>::T));
     p.cfg = -1;
     for (int t = 0; t < kNumTpr && p.cfg < 0; t++) {
         if ((int64_t)kTprs[t] * nvm < nvec) continue;
