@@ -287,6 +287,32 @@ static void test_conv_winograd(void **state) {
         for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
 }
 
+/* Stride-1 layers with 1 to 4 input channels per group take the direct
+ * AVX-512 kernels for the forward and the weight gradient (f32, f16, bf16;
+ * f64 and the input gradient keep im2col): output widths below, at and
+ * above one 16-lane vector, output channels past one block of 16 and not a
+ * multiple of it, single-pixel outputs, padding wider than the kernel,
+ * kernels up to 7x7 (98 taps, 11 passes of the weight gradient), groups,
+ * 3-d input, non-contiguous operands, and a 4-channel 3x3 layer whose
+ * forward goes to Winograd while its weight gradient stays direct. */
+static void test_conv_direct(void **state) {
+    (void)state;
+    conv_cfg cases[] = {
+        /* N Cg Cog G  H   W kh kw  s       p       d     bias 3d nc */
+        {3, 1, 16, 1, 28, 28, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {2, 1, 20, 1, 9, 17, 3, 3, {1, 1}, {0, 0}, {1, 1}, true, false, true, 0, 0, 0, 0},
+        {1, 3, 33, 1, 13, 35, 5, 5, {1, 1}, {2, 2}, {1, 1}, false, false, false, 0, 0, 0, 0},
+        {2, 2, 3, 3, 7, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {2, 1, 1, 1, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {2, 1, 4, 1, 4, 5, 3, 3, {1, 1}, {3, 3}, {1, 1}, true, false, true, 0, 0, 0, 0},
+        {5, 2, 7, 1, 6, 9, 7, 7, {1, 1}, {3, 3}, {1, 1}, true, false, false, 0, 0, 0, 0},
+        {1, 3, 18, 1, 11, 33, 3, 2, {1, 1}, {1, 0}, {1, 1}, true, true, false, 0, 0, 0, 0},
+        {2, 4, 17, 1, 10, 19, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, true, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
+}
+
 static void test_conv_known_values(void **state) {
     (void)state;
     /* 1x1x3x3 input 1..9, 2x2 kernel of ones, padding 1, stride 2: the four
@@ -836,6 +862,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_random),        cmocka_unit_test(test_conv_paths),
         cmocka_unit_test(test_conv_winograd),
+        cmocka_unit_test(test_conv_direct),
         cmocka_unit_test(test_conv_known_values),  cmocka_unit_test(test_conv_empty_batch),
         cmocka_unit_test(test_conv_errors),        cmocka_unit_test(test_max_pool_random),
         cmocka_unit_test(test_avg_pool_random),    cmocka_unit_test(test_adaptive_pool_random),

@@ -1,7 +1,9 @@
 /* CPU 2-d convolution: im2col + GEMM (OpenBLAS) forward, GEMM + col2im for
  * the input gradient, im2col + GEMM accumulated for the weight gradient.
  * 3x3 stride-1 layers with enough channels take Winograd F(2x2, 3x3) instead
- * for f32, f16 and bf16 on AVX-512 CPUs (winograd.c; use_winograd below).
+ * for f32, f16 and bf16 on AVX-512 CPUs (winograd.c; use_winograd below), and
+ * stride-1 layers with one to four input channels a direct kernel for the
+ * forward and the weight gradient (conv_direct.c; use_direct below).
  *
  * The output pixels are processed in column tiles: a few output rows of one
  * image when an image is large (so the im2col tile stays in cache), or several
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv_direct.h"
 #include "cpu_impl.h"
 #include "winograd.h"
 
@@ -76,6 +79,34 @@ static cti_wino_geo wino_geo(const geo *g) {
 }
 
 #define WINO_ROUTINE "winograd F(2x2,3x3) avx512"
+
+/* Input channels per group up to which the direct kernels beat im2col + GEMM
+ * (measured on a 2-core AVX-512 Xeon: see use_direct), and the most taps
+ * (channels x kernel positions) they take. */
+#define CONV_DIRECT_MAX_CHANNELS 4
+#define CONV_DIRECT_MAX_TAPS 100
+
+/* Stride 1, dilation 1, not 1x1 (a 1x1 layer is a plain GEMM), f32 compute,
+ * nonempty, and not already Winograd's. which: 0 forward, 2 weight gradient
+ * (the input gradient of a few-channel layer is rarely needed: the input of
+ * a first layer takes no gradient). */
+static bool use_direct(const geo *g, ct_dtype dt, int which) {
+    if (dt == CT_F64 || which == 1 || g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1 ||
+        g->pointwise)
+        return false;
+    if (g->Cg > CONV_DIRECT_MAX_CHANNELS || g->K > CONV_DIRECT_MAX_TAPS) return false;
+    if (g->N == 0 || g->P == 0 || g->HW == 0) return false;
+    if (use_winograd(g, dt, which)) return false;
+    return cti_direct_supported();
+}
+
+static cti_direct_geo direct_geo(const geo *g) {
+    cti_direct_geo d = {g->N, g->G, g->Cg, g->Cog, g->H, g->W, g->OH, g->OW,
+                        g->kh, g->kw, g->ph, g->pw};
+    return d;
+}
+
+#define DIRECT_ROUTINE "direct avx512"
 
 /* Output columns per GEMM. OpenBLAS needs a long N dimension to reach its
  * peak when M (output channels) is small; on the 2-core Emerald Rapids
@@ -327,8 +358,8 @@ static const char *routine(const geo *g, ct_dtype dt, int which) {
 static ct_status k_conv2d(ct_call *c) {
     geo g = geo_from_call(c);
     ct_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
-    bool wino = use_winograd(&g, y->dtype, 0);
-    c->routine = wino ? WINO_ROUTINE : routine(&g, y->dtype, 0);
+    bool wino = use_winograd(&g, y->dtype, 0), direct = use_direct(&g, y->dtype, 0);
+    c->routine = wino ? WINO_ROUTINE : direct ? DIRECT_ROUTINE : routine(&g, y->dtype, 0);
     if (cti_numel(y->ndim, y->shape) == 0) return CT_OK;
     operand xo = {0}, wo = {0}, bo = {0}, yo = {0};
     ct_status s = load_nchw(x, &xo);
@@ -337,7 +368,9 @@ static ct_status k_conv2d(ct_call *c) {
     if (s == CT_OK) s = out_buffer(y, &yo);
     if (s == CT_OK) {
         cti_wino_geo wg = wino_geo(&g);
+        cti_direct_geo dg = direct_geo(&g);
         if (wino) s = cti_wino_forward(&wg, xo.p, wo.p, bo.p, yo.p);
+        else if (direct) s = cti_direct_forward(&dg, xo.p, wo.p, bo.p, yo.p);
         else if (y->dtype == CT_F64) s = conv_forward_f64(&g, xo.p, wo.p, bo.p, yo.p);
         else s = conv_forward_f32(&g, xo.p, wo.p, bo.p, yo.p);
     }
@@ -377,15 +410,17 @@ static ct_status k_conv2d_backward_input(ct_call *c) {
 static ct_status k_conv2d_backward_weight(ct_call *c) {
     geo g = geo_from_call(c);
     ct_tensor *dy = c->in[0], *x = c->in[1], *dw = c->out[0];
-    bool wino = use_winograd(&g, dw->dtype, 2);
-    c->routine = wino ? WINO_ROUTINE : routine(&g, dw->dtype, 2);
+    bool wino = use_winograd(&g, dw->dtype, 2), direct = use_direct(&g, dw->dtype, 2);
+    c->routine = wino ? WINO_ROUTINE : direct ? DIRECT_ROUTINE : routine(&g, dw->dtype, 2);
     operand dyo = {0}, xo = {0}, dwo = {0};
     ct_status s = load_nchw(dy, &dyo);
     if (s == CT_OK) s = load_nchw(x, &xo);
     if (s == CT_OK) s = out_buffer(dw, &dwo);
     if (s == CT_OK) {
         cti_wino_geo wg = wino_geo(&g);
+        cti_direct_geo dg = direct_geo(&g);
         if (wino) s = cti_wino_backward_weight(&wg, dyo.p, xo.p, dwo.p);
+        else if (direct) s = cti_direct_backward_weight(&dg, dyo.p, xo.p, dwo.p);
         else if (dw->dtype == CT_F64) s = conv_backward_weight_f64(&g, dyo.p, xo.p, dwo.p);
         else s = conv_backward_weight_f32(&g, dyo.p, xo.p, dwo.p);
     }
