@@ -338,11 +338,14 @@ static int64_t row_grain(int64_t d) {
                 dx[o] = lg ? g[o] - EXP(y[o]) * s[j] : y[o] * (g[o] - s[j]);                 \
             }                                                                                \
     }                                                                                        \
-    /* log(sum(exp(z))) of a contiguous row; tmp holds d elements. */                       \
-    static T logsumexp_##S(const T *restrict z, T *restrict tmp, int64_t d) {               \
+    /* log(sum(exp(z))) of a contiguous row; tmp gets exp(z - max(z)) (d elements) and     \
+     * *inv 1 / sum(tmp), so that softmax(z) = tmp * inv without another exp. */            \
+    static T logsumexp_##S(const T *restrict z, T *restrict tmp, int64_t d, T *inv) {       \
         T m = max_##S(z, d);                                                                 \
         for (int64_t i = 0; i < d; i++) tmp[i] = EXP(z[i] - m);                              \
-        return m + LOG(sum_##S(tmp, d));                                                     \
+        T s = sum_##S(tmp, d);                                                               \
+        *inv = (T)1 / s;                                                                     \
+        return m + LOG(s);                                                                   \
     }                                                                                        \
     /* Cross-entropy of one position: (1-ls) * w_t * (lse - z_t)                             \
      *   + ls/C * sum_c w_c * (lse - z_c)   (PyTorch's label smoothing with weights). */    \
@@ -356,13 +359,14 @@ static int64_t row_grain(int64_t d) {
         }                                                                                    \
         return loss;                                                                         \
     }                                                                                        \
-    /* d loss / d z_c = g * ((1-ls) * w_t * (p_c - [c==t]) + ls/C * (sumw * p_c - w_c)) */   \
-    static void ce_grad_row_##S(const T *restrict z, const T *restrict w, int64_t t, T lse, \
+    /* d loss / d z_c = g * ((1-ls) * w_t * (p_c - [c==t]) + ls/C * (sumw * p_c - w_c)),    \
+     * p = e * inv from logsumexp. */                                                        \
+    static void ce_grad_row_##S(const T *restrict e, T inv, const T *restrict w, int64_t t, \
                                 T sumw, int64_t d, T ls, T g, T *restrict dz) {              \
         T wt = w ? w[t] : (T)1;                                                              \
         T a = g * ((T)1 - ls) * wt, b = g * ls / (T)d;                                       \
         for (int64_t i = 0; i < d; i++) {                                                    \
-            T p = EXP(z[i] - lse);                                                           \
+            T p = e[i] * inv;                                                                \
             dz[i] = a * p + b * (sumw * p - (w ? w[i] : (T)1));                              \
         }                                                                                    \
         dz[t] -= a;                                                                          \
@@ -880,14 +884,15 @@ static double grad_scale(const ce_ctx *k, int64_t p) {
             } else {                                                                        \
                 load_f32(src, dt, nc, inner, (float *)z);                                   \
             }                                                                               \
-            T lse = logsumexp_##S(zr, tmp, nc);                                             \
+            T inv;                                                                          \
+            T lse = logsumexp_##S(zr, tmp, nc, &inv);                                       \
             if (!k->grad) {                                                                 \
                 T loss = ce_loss_row_##S(zr, w, tg[p], lse, nc, (T)k->ls);                  \
                 if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, loss); \
                 else acc += loss;                                                           \
                 continue;                                                                   \
             }                                                                               \
-            ce_grad_row_##S(zr, w, tg[p], lse, sumw, nc, (T)k->ls, (T)grad_scale(k, p), dz); \
+            ce_grad_row_##S(tmp, inv, w, tg[p], sumw, nc, (T)k->ls, (T)grad_scale(k, p), dz); \
             char *dst = cti_data(k->out) + base * (int64_t)es;                              \
             if (dt == CT_F64)                                                               \
                 for (int64_t i = 0; i < nc; i++) ((double *)dst)[i * inner] = (double)dz[i]; \
