@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "autograd_util.h"
 
 #include "test_fixture.h"
 
@@ -20,12 +21,6 @@
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-typedef struct shp {
-    int nd;
-    int64_t s[4];
-} shp;
-
-#define SHP(...) {(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), {__VA_ARGS__}}
 /* A two-element parameter (kernel, stride, padding, dilation). */
 #define P2(a, b) ((const int64_t[]){a, b})
 static const int64_t S1[2] = {1, 1}, S2[2] = {2, 2}, S12[2] = {1, 2}, S21[2] = {2, 1};
@@ -70,21 +65,6 @@ static ct_tensor *distinct_t(shp s, bool nc, bool rg) {
     return finish(t, s, nc, rg);
 }
 
-static void gradcheck_ok(const char *what, ct_gradcheck_fn fn, void *ctx, int n,
-                         ct_tensor *const *in) {
-    ct_status st = ct_gradcheck(fn, ctx, n, in, 1e-6, 1e-5, 1e-4);
-    if (st != CT_OK) {
-        fprintf(stderr, "%s: %s\n", what, ct_last_error());
-        fail();
-    }
-}
-
-static void check_shape(const ct_tensor *t, int nd, const int64_t *shape) {
-    assert_non_null(t);
-    assert_int_equal(ct_tensor_ndim(t), nd);
-    for (int d = 0; d < nd; d++) assert_int_equal(ct_tensor_shape(t)[d], shape[d]);
-}
-
 /* Asserts got (any float dtype) is close to ref (float64) up to tol times the
  * largest magnitude of ref. */
 static void check_close_scaled(const ct_tensor *got, const ct_tensor *ref, double tol) {
@@ -98,20 +78,6 @@ static void check_close_scaled(const ct_tensor *got, const ct_tensor *ref, doubl
     tu_assert_close(g, r, n, 0, tol * (scale > 0 ? scale : 1));
     free(g);
     free(r);
-}
-
-/* Backward of out with a grad_out of ones. */
-static void backward_ones(ct_tensor *out) {
-    ct_tensor *g = ct_tensor_ones_like(out);
-    assert_non_null(g);
-    ct_status st = ct_backward(out, g, false);
-    if (st != CT_OK) fprintf(stderr, "backward: %s\n", ct_last_error());
-    assert_int_equal(st, CT_OK);
-    ct_tensor_release(g);
-}
-
-static void release_all(int n, ct_tensor **ts) {
-    for (int i = 0; i < n; i++) ct_tensor_release(ts[i]);
 }
 
 /* ---- conv2d ---------------------------------------------------------------------------- */

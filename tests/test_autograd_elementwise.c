@@ -11,28 +11,13 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "autograd_util.h"
 
 #include "test_fixture.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------- */
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-typedef struct shp {
-    int nd;
-    int64_t s[4];
-} shp;
-
-#define SHP(...) {(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), {__VA_ARGS__}}
-#define SHP0 {0, {0}}
-
-/* A leaf of dtype from vals (row-major), requiring grad. */
-static ct_tensor *leaf_of(const double *vals, int nd, const int64_t *shape, ct_dtype dt) {
-    ct_tensor *t = tu_from_f64(vals, nd, shape, dt);
-    assert_non_null(t);
-    assert_int_equal(ct_requires_grad_(t, true), CT_OK);
-    return t;
-}
 
 /* A random float64 leaf in [lo, hi), non-contiguous when nc. */
 static ct_tensor *rand_leaf(shp s, double lo, double hi, bool nc, bool grad) {
@@ -47,36 +32,6 @@ static ct_tensor *rand_leaf(shp s, double lo, double hi, bool nc, bool grad) {
     }
     if (grad) assert_int_equal(ct_requires_grad_(t, true), CT_OK);
     return t;
-}
-
-/* Asserts t's values equal ref within tolerances. */
-static void check_values(const ct_tensor *t, const double *ref, int64_t n, double rtol,
-                         double atol) {
-    assert_non_null(t);
-    assert_int_equal(ct_tensor_numel(t), n);
-    double *v = tu_values(t);
-    tu_assert_close(v, ref, n, rtol, atol);
-    free(v);
-}
-
-/* Runs ct_gradcheck and fails with its message on a mismatch. */
-static void gradcheck_ok(const char *what, ct_gradcheck_fn fn, void *ctx, int n,
-                         ct_tensor *const *in) {
-    ct_status st = ct_gradcheck(fn, ctx, n, in, 1e-6, 1e-5, 1e-4);
-    if (st != CT_OK) {
-        fprintf(stderr, "%s: %s\n", what, ct_last_error());
-        fail();
-    }
-}
-
-/* Backward of out with grad_out of ones (in out's shape and dtype). */
-static void backward_ones(ct_tensor *out, bool retain) {
-    ct_tensor *g = ct_tensor_ones_like(out);
-    assert_non_null(g);
-    ct_status st = ct_backward(out, g, retain);
-    if (st != CT_OK) fprintf(stderr, "backward: %s\n", ct_last_error());
-    assert_int_equal(st, CT_OK);
-    ct_tensor_release(g);
 }
 
 static unsigned version_of(const ct_tensor *t) { return atomic_load(&t->storage->version); }
@@ -339,7 +294,7 @@ static double *grad1(ct_tensor *(*f)(ct_tensor *, void *), void *ctx, const doub
     ct_tensor *y = f(x, ctx);
     assert_non_null(y);
     assert_true(ct_requires_grad(y));
-    backward_ones(y, false);
+    backward_ones(y);
     assert_non_null(ct_grad(x));
     double *g = tu_values(ct_grad(x));
     ct_tensor_release(y);
@@ -444,7 +399,7 @@ static void test_edge_pow(void **state) {
     int64_t shape[1] = {4};
     ct_tensor *a = leaf_of(av, 1, shape, CT_F64), *b = leaf_of(bv, 1, shape, CT_F64);
     ct_tensor *y = ct_pow(a, b);
-    backward_ones(y, false);
+    backward_ones(y);
     check_values(ct_grad(a), (double[]){0, 0, 12, INFINITY}, 4, 1e-14, 0);
     check_values(ct_grad(b), (double[]){0, 0, 8 * log(2.0), 0}, 4, 1e-14, 0);
     ct_tensor_release(y);
@@ -612,7 +567,7 @@ static void test_dtypes_mixed(void **state) {
     ct_tensor *y = ct_div(ai, b); /* f64 [2,3] */
     ct_tensor_release(ai);
     assert_int_equal(ct_tensor_dtype(y), CT_F64);
-    backward_ones(y, false);
+    backward_ones(y);
     assert_int_equal(ct_tensor_dtype(ct_grad(a)), CT_F32);
     assert_int_equal(ct_tensor_dtype(ct_grad(b)), CT_F64);
     assert_null(ct_grad(i));
@@ -646,7 +601,7 @@ static void test_same_input_twice(void **state) {
     } ops[] = {{ct_mul}, {ct_add}, {ct_sub}, {ct_div}, {ct_pow}, {ct_maximum}};
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
         ct_tensor *y = ops[k].op(x, x);
-        backward_ones(y, false);
+        backward_ones(y);
         for (int i = 0; i < 5; i++) {
             double v = xv[i];
             switch (k) {
@@ -682,7 +637,7 @@ static void test_non_differentiable(void **state) {
     tu_assert_error(ct_backward(m, NULL, false), CT_ERR_AUTOGRAD, "does not require grad");
     ct_tensor *z = ct_tensor_zeros(CT_SHAPE(4), CT_F64, ct_tensor_device(x));
     ct_tensor *y = ct_where(m, x, z);
-    backward_ones(y, false);
+    backward_ones(y);
     check_values(ct_grad(x), (double[]){0, 1, 0, 1}, 4, 0, 0);
     assert_null(ct_grad(z));
     ct_tensor *ts[6] = {x, m, m2, m3, z, y};
@@ -901,10 +856,10 @@ static void test_accumulate_and_retain(void **state) {
     ct_tensor_release(x2); /* the graph keeps what backward needs */
     double ref[4];
     for (int i = 0; i < 4; i++) ref[i] = 2 * cos(2 * xv[i]);
-    backward_ones(y, true);
+    backward_ones_retain(y, true);
     check_values(ct_grad(x), ref, 4, 1e-14, 0);
     /* the second backward accumulates */
-    backward_ones(y, false);
+    backward_ones(y);
     for (int i = 0; i < 4; i++) ref[i] *= 2;
     check_values(ct_grad(x), ref, 4, 1e-14, 0);
     /* the graph is freed now */
@@ -914,7 +869,7 @@ static void test_accumulate_and_retain(void **state) {
     check_values(ct_grad(x), ref, 4, 1e-14, 0); /* unchanged by the failure */
     /* a fresh graph accumulates into the same grad */
     ct_tensor *y2 = ct_mul_scalar(x, 3);
-    backward_ones(y2, true);
+    backward_ones_retain(y2, true);
     for (int i = 0; i < 4; i++) ref[i] += 3;
     check_values(ct_grad(x), ref, 4, 1e-14, 0);
     /* zero_grad drops it; set_grad replaces it */
@@ -922,7 +877,7 @@ static void test_accumulate_and_retain(void **state) {
     assert_null(ct_grad(x));
     ct_tensor *r = ct_tensor_full(CT_SHAPE(4), 0.25, CT_F64, ct_tensor_device(x));
     assert_int_equal(ct_set_grad(x, r), CT_OK);
-    backward_ones(y2, true);
+    backward_ones_retain(y2, true);
     check_values(ct_grad(x), (double[]){3.25, 3.25, 3.25, 3.25}, 4, 0, 0);
     check_values(r, (double[]){0.25, 0.25, 0.25, 0.25}, 4, 0, 0); /* not written through */
     free(xv);
@@ -937,13 +892,13 @@ static void test_shared_subgraph_freed(void **state) {
     ct_tensor *w = rand_leaf((shp)SHP(3), 0.5, 1, false, false);
     ct_tensor *h = ct_mul(x, w);
     ct_tensor *z1 = ct_exp(h), *z2 = ct_sin(h);
-    backward_ones(z1, false);
+    backward_ones(z1);
     ct_tensor *g = ct_tensor_ones_like(z2);
     tu_assert_error(ct_backward(z2, g, false), CT_ERR_AUTOGRAD, "second time", "retain_graph");
     ct_tensor *h2 = ct_mul(x, w);
     ct_tensor *z3 = ct_exp(h2), *z4 = ct_sin(h2);
-    backward_ones(z3, true);
-    backward_ones(z4, false);
+    backward_ones_retain(z3, true);
+    backward_ones(z4);
     ct_tensor *ts[9] = {x, w, h, z1, z2, g, h2, z3, z4};
     for (int i = 0; i < 9; i++) ct_tensor_release(ts[i]);
 }
@@ -1028,7 +983,7 @@ static void test_grad_mode_and_detach(void **state) {
     assert_false(ct_requires_grad(z));
     /* y's history is untouched */
     assert_string_equal(ct_grad_fn_name(y), "MulBackward");
-    backward_ones(y, false);
+    backward_ones(y);
     check_values(ct_grad(x), (double[]){2, 2, 2}, 3, 0, 0);
 
     /* requires_grad_ rules */
@@ -1056,7 +1011,7 @@ static void test_deep_chain(void **state) {
         ct_tensor_release(y);
         y = n;
     }
-    backward_ones(y, false);
+    backward_ones(y);
     double ref = pow(1.001, 1000);
     check_values(ct_grad(x), (double[]){ref, ref, ref, ref}, 4, 1e-10, 0);
     ct_tensor_release(y);
@@ -1154,7 +1109,7 @@ static void test_scopes_around_backward(void **state) {
     /* backward inside a no-grad region still computes gradients */
     ct_tensor *q2 = ct_square(l);
     bool prev = ct_no_grad_begin();
-    backward_ones(q2, false);
+    backward_ones(q2);
     ct_no_grad_end(prev);
     check_values(ct_grad(l), (double[]){6, 6}, 2, 0, 0);
     assert_true(ct_is_grad_enabled());

@@ -15,20 +15,13 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "autograd_util.h"
 
 #include "test_fixture.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------- */
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-typedef struct shp {
-    int nd;
-    int64_t s[4];
-} shp;
-
-#define SHP(...) {(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), {__VA_ARGS__}}
-#define SHP0 {0, {0}}
 
 /* Operand layouts: contiguous, the transpose of a contiguous tensor of the
  * swapped shape (what BLAS reads through its transpose flag), and
@@ -77,25 +70,6 @@ static ct_tensor *rand_in(shp s, layout l, bool rg) {
     free(v);
     if (rg) assert_int_equal(ct_requires_grad_(t, true), CT_OK);
     return t;
-}
-
-static void release_all(int n, ct_tensor **ts) {
-    for (int i = 0; i < n; i++) ct_tensor_release(ts[i]);
-}
-
-static void check_shape(const ct_tensor *t, int nd, const int64_t *shape) {
-    assert_non_null(t);
-    assert_int_equal(ct_tensor_ndim(t), nd);
-    for (int d = 0; d < nd; d++) assert_int_equal(ct_tensor_shape(t)[d], shape[d]);
-}
-
-static void gradcheck_ok(const char *what, ct_gradcheck_fn fn, void *ctx, int n,
-                         ct_tensor *const *in) {
-    ct_status st = ct_gradcheck(fn, ctx, n, in, 1e-6, 1e-5, 1e-4);
-    if (st != CT_OK) {
-        fprintf(stderr, "%s: %s\n", what, ct_last_error());
-        fail();
-    }
 }
 
 static void backward_with(ct_tensor *out, ct_tensor *go) {

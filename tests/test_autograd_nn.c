@@ -14,20 +14,13 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "autograd_util.h"
 
 #include "test_fixture.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------- */
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-typedef struct shp {
-    int nd;
-    int64_t s[4];
-} shp;
-
-#define SHP(...) {(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), {__VA_ARGS__}}
-#define SHP0 {0, {0}}
 
 /* t made non-contiguous (same values) when nc, then marked requires_grad = rg. */
 static ct_tensor *finish(ct_tensor *t, shp s, bool nc, bool rg) {
@@ -59,38 +52,6 @@ static ct_tensor *ints(const int64_t *vals, shp s, ct_dtype dt) {
     free(v);
     assert_non_null(t);
     return t;
-}
-
-static void gradcheck_ok(const char *what, ct_gradcheck_fn fn, void *ctx, int n,
-                         ct_tensor *const *in) {
-    ct_status st = ct_gradcheck(fn, ctx, n, in, 1e-6, 1e-5, 1e-4);
-    if (st != CT_OK) {
-        fprintf(stderr, "%s: %s\n", what, ct_last_error());
-        fail();
-    }
-}
-
-static void release_all(int n, ct_tensor **ts) {
-    for (int i = 0; i < n; i++) ct_tensor_release(ts[i]);
-}
-
-/* Backward of out with grad_out of ones. */
-static void backward_ones(ct_tensor *out) {
-    ct_tensor *g = ct_tensor_ones_like(out);
-    assert_non_null(g);
-    ct_status st = ct_backward(out, g, false);
-    if (st != CT_OK) fprintf(stderr, "backward: %s\n", ct_last_error());
-    assert_int_equal(st, CT_OK);
-    ct_tensor_release(g);
-}
-
-static void check_values(const ct_tensor *t, const double *ref, int64_t n, double rtol,
-                         double atol) {
-    assert_non_null(t);
-    assert_int_equal(ct_tensor_numel(t), n);
-    double *v = tu_values(t);
-    tu_assert_close(v, ref, n, rtol, atol);
-    free(v);
 }
 
 static const char *red_name(ct_reduction r) {

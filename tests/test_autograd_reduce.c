@@ -11,28 +11,13 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "autograd_util.h"
 
 #include "test_fixture.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------- */
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-typedef struct shp {
-    int nd;
-    int64_t s[4];
-} shp;
-
-#define SHP(...) {(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), {__VA_ARGS__}}
-#define SHP0 {0, {0}}
-
-/* A leaf of dtype from vals (row-major), requiring grad. */
-static ct_tensor *leaf_of(const double *vals, int nd, const int64_t *shape, ct_dtype dt) {
-    ct_tensor *t = tu_from_f64(vals, nd, shape, dt);
-    assert_non_null(t);
-    assert_int_equal(ct_requires_grad_(t, true), CT_OK);
-    return t;
-}
 
 /* Makes t non-contiguous (same values) when nc, requiring grad. */
 static ct_tensor *finish_leaf(ct_tensor *t, shp s, bool nc) {
@@ -63,44 +48,6 @@ static ct_tensor *signed_leaf(shp s, double lo, double hi, bool nc) {
     ct_tensor *t = tu_from_f64(v, s.nd, s.s, CT_F64);
     free(v);
     return finish_leaf(t, s, nc);
-}
-
-static void check_values(const ct_tensor *t, const double *ref, int64_t n, double rtol,
-                         double atol) {
-    assert_non_null(t);
-    assert_int_equal(ct_tensor_numel(t), n);
-    double *v = tu_values(t);
-    tu_assert_close(v, ref, n, rtol, atol);
-    free(v);
-}
-
-static void check_shape(const ct_tensor *t, int nd, const int64_t *shape) {
-    assert_non_null(t);
-    assert_int_equal(ct_tensor_ndim(t), nd);
-    for (int d = 0; d < nd; d++) assert_int_equal(ct_tensor_shape(t)[d], shape[d]);
-}
-
-static void gradcheck_ok(const char *what, ct_gradcheck_fn fn, void *ctx, int n,
-                         ct_tensor *const *in) {
-    ct_status st = ct_gradcheck(fn, ctx, n, in, 1e-6, 1e-5, 1e-4);
-    if (st != CT_OK) {
-        fprintf(stderr, "%s: %s\n", what, ct_last_error());
-        fail();
-    }
-}
-
-/* Backward of out with grad_out of ones. */
-static void backward_ones(ct_tensor *out) {
-    ct_tensor *g = ct_tensor_ones_like(out);
-    assert_non_null(g);
-    ct_status st = ct_backward(out, g, false);
-    if (st != CT_OK) fprintf(stderr, "backward: %s\n", ct_last_error());
-    assert_int_equal(st, CT_OK);
-    ct_tensor_release(g);
-}
-
-static void release_all(int n, ct_tensor **ts) {
-    for (int i = 0; i < n; i++) ct_tensor_release(ts[i]);
 }
 
 /* ---- reductions: the function under gradcheck ------------------------------------------ */
