@@ -354,82 +354,62 @@ static const char *routine(const geo *g, ct_dtype dt, int which) {
     }
 }
 
-/* in: x, w, bias (or NULL); out: y. */
-static ct_status k_conv2d(ct_call *c) {
-    geo g = geo_from_call(c);
-    ct_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2], *y = c->out[0];
-    bool wino = use_winograd(&g, y->dtype, 0), direct = use_direct(&g, y->dtype, 0);
-    c->routine = wino ? WINO_ROUTINE : direct ? DIRECT_ROUTINE : routine(&g, y->dtype, 0);
-    if (cti_numel(y->ndim, y->shape) == 0) return CT_OK;
-    operand xo = {0}, wo = {0}, bo = {0}, yo = {0};
-    ct_status s = load_nchw(x, &xo);
-    if (s == CT_OK) s = load_nchw(w, &wo);
-    if (s == CT_OK && b) s = load_vector(b, &bo);
-    if (s == CT_OK) s = out_buffer(y, &yo);
-    if (s == CT_OK) {
-        cti_wino_geo wg = wino_geo(&g);
-        cti_direct_geo dg = direct_geo(&g);
-        if (wino) s = cti_wino_forward(&wg, xo.p, wo.p, bo.p, yo.p);
-        else if (direct) s = cti_direct_forward(&dg, xo.p, wo.p, bo.p, yo.p);
-        else if (y->dtype == CT_F64) s = conv_forward_f64(&g, xo.p, wo.p, bo.p, yo.p);
-        else s = conv_forward_f32(&g, xo.p, wo.p, bo.p, yo.p);
+/* One of the three convolutions on compute-type arrays, by the path picked
+ * for it. which: 0 forward (a = x, b = w, bias -> y), 1 input gradient
+ * (a = dy, b = w -> dx), 2 weight gradient (a = dy, b = x -> dw). */
+static ct_status conv_run(const geo *g, ct_dtype dt, int which, bool wino, bool direct,
+                         const void *a, const void *b, const void *bias, void *out) {
+    cti_wino_geo wg = wino_geo(g);
+    cti_direct_geo dg = direct_geo(g);
+    bool f64 = dt == CT_F64;
+    switch (which) {
+    case 0:
+        if (wino) return cti_wino_forward(&wg, a, b, bias, out);
+        if (direct) return cti_direct_forward(&dg, a, b, bias, out);
+        return f64 ? conv_forward_f64(g, a, b, bias, out) : conv_forward_f32(g, a, b, bias, out);
+    case 1:
+        if (wino) return cti_wino_backward_input(&wg, a, b, out);
+        return f64 ? conv_backward_input_f64(g, a, b, out) : conv_backward_input_f32(g, a, b, out);
+    default:
+        if (wino) return cti_wino_backward_weight(&wg, a, b, out);
+        if (direct) return cti_direct_backward_weight(&dg, a, b, out);
+        return f64 ? conv_backward_weight_f64(g, a, b, out) : conv_backward_weight_f32(g, a, b, out);
     }
-    if (s == CT_OK) out_finish(y, &yo);
-    else operand_free(&yo);
-    operand_free(&xo);
-    operand_free(&wo);
-    operand_free(&bo);
+}
+
+/* The kernels of the three ops: in[0] and in[1] (and the forward's bias,
+ * in[2] or NULL) in the compute type, the output written through an f32
+ * buffer for the half types. An empty output needs no work, except the
+ * weight gradient of an empty batch: zeros. */
+static ct_status conv_op(ct_call *c, int which) {
+    geo g = geo_from_call(c);
+    ct_tensor *out = c->out[0];
+    ct_dtype dt = out->dtype;
+    bool wino = use_winograd(&g, dt, which), direct = use_direct(&g, dt, which);
+    c->routine = wino ? WINO_ROUTINE : direct ? DIRECT_ROUTINE : routine(&g, dt, which);
+    if (which != 2 && cti_numel(out->ndim, out->shape) == 0) return CT_OK;
+    operand a = {0}, b = {0}, bias = {0}, o = {0};
+    ct_status s = load_nchw(c->in[0], &a);
+    if (s == CT_OK) s = load_nchw(c->in[1], &b);
+    if (s == CT_OK && which == 0 && c->in[2]) s = load_vector(c->in[2], &bias);
+    if (s == CT_OK) s = out_buffer(out, &o);
+    if (s == CT_OK) s = conv_run(&g, dt, which, wino, direct, a.p, b.p, bias.p, o.p);
+    if (s == CT_OK) out_finish(out, &o);
+    else operand_free(&o);
+    operand_free(&a);
+    operand_free(&b);
+    operand_free(&bias);
     return s;
 }
+
+/* in: x, w, bias (or NULL); out: y. */
+static ct_status k_conv2d(ct_call *c) { return conv_op(c, 0); }
 
 /* in: grad_out, w; out: grad_in. */
-static ct_status k_conv2d_backward_input(ct_call *c) {
-    geo g = geo_from_call(c);
-    ct_tensor *dy = c->in[0], *w = c->in[1], *dx = c->out[0];
-    bool wino = use_winograd(&g, dx->dtype, 1);
-    c->routine = wino ? WINO_ROUTINE : routine(&g, dx->dtype, 1);
-    if (cti_numel(dx->ndim, dx->shape) == 0) return CT_OK;
-    operand dyo = {0}, wo = {0}, dxo = {0};
-    ct_status s = load_nchw(dy, &dyo);
-    if (s == CT_OK) s = load_nchw(w, &wo);
-    if (s == CT_OK) s = out_buffer(dx, &dxo);
-    if (s == CT_OK) {
-        cti_wino_geo wg = wino_geo(&g);
-        if (wino) s = cti_wino_backward_input(&wg, dyo.p, wo.p, dxo.p);
-        else if (dx->dtype == CT_F64) s = conv_backward_input_f64(&g, dyo.p, wo.p, dxo.p);
-        else s = conv_backward_input_f32(&g, dyo.p, wo.p, dxo.p);
-    }
-    if (s == CT_OK) out_finish(dx, &dxo);
-    else operand_free(&dxo);
-    operand_free(&dyo);
-    operand_free(&wo);
-    return s;
-}
+static ct_status k_conv2d_backward_input(ct_call *c) { return conv_op(c, 1); }
 
 /* in: grad_out, x; out: grad_w. */
-static ct_status k_conv2d_backward_weight(ct_call *c) {
-    geo g = geo_from_call(c);
-    ct_tensor *dy = c->in[0], *x = c->in[1], *dw = c->out[0];
-    bool wino = use_winograd(&g, dw->dtype, 2), direct = use_direct(&g, dw->dtype, 2);
-    c->routine = wino ? WINO_ROUTINE : direct ? DIRECT_ROUTINE : routine(&g, dw->dtype, 2);
-    operand dyo = {0}, xo = {0}, dwo = {0};
-    ct_status s = load_nchw(dy, &dyo);
-    if (s == CT_OK) s = load_nchw(x, &xo);
-    if (s == CT_OK) s = out_buffer(dw, &dwo);
-    if (s == CT_OK) {
-        cti_wino_geo wg = wino_geo(&g);
-        cti_direct_geo dg = direct_geo(&g);
-        if (wino) s = cti_wino_backward_weight(&wg, dyo.p, xo.p, dwo.p);
-        else if (direct) s = cti_direct_backward_weight(&dg, dyo.p, xo.p, dwo.p);
-        else if (dw->dtype == CT_F64) s = conv_backward_weight_f64(&g, dyo.p, xo.p, dwo.p);
-        else s = conv_backward_weight_f32(&g, dyo.p, xo.p, dwo.p);
-    }
-    if (s == CT_OK) out_finish(dw, &dwo);
-    else operand_free(&dwo);
-    operand_free(&dyo);
-    operand_free(&xo);
-    return s;
-}
+static ct_status k_conv2d_backward_weight(ct_call *c) { return conv_op(c, 2); }
 
 /* ---- bias gradient: sums over N, H, W per channel ------------------------------------ */
 
