@@ -21,6 +21,9 @@
 #include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
 
+#define BENCH_NAME "bench_cuda_conv"
+#include "cuda_bench.h"
+
 #define N 32
 #define C 64
 #define HW 56
@@ -29,44 +32,11 @@
 #define WARMUP 5
 #define WS_CAP ((size_t)2 << 30)
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return v[n / 2];
-}
-
-static int die(const char *what, const char *why) {
-    fprintf(stderr, "bench_cuda_conv: %s: %s\n", what, why);
-    return 1;
-}
-
-#define CUDA_OK(call)                                                          \
-    do {                                                                       \
-        cudaError_t e_ = (call);                                               \
-        if (e_ != cudaSuccess) return die(#call, cudaGetErrorString(e_));      \
-    } while (0)
 #define DNN_OK(call)                                                           \
     do {                                                                       \
         cudnnStatus_t s_ = (call);                                             \
         if (s_ != CUDNN_STATUS_SUCCESS) return die(#call, cudnnGetErrorString(s_)); \
     } while (0)
-
-typedef struct timer {
-    cudaStream_t stream;
-    cudaEvent_t start, stop;
-} timer;
-
-static int elapsed(timer *t, double *ms) {
-    float f = 0;
-    CUDA_OK(cudaEventSynchronize(t->stop));
-    CUDA_OK(cudaEventElapsedTime(&f, t->start, t->stop));
-    *ms = f;
-    return 0;
-}
 
 /* The direct cuDNN side: descriptors, the chosen algorithms, a workspace. */
 typedef struct direct {

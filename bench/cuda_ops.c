@@ -16,51 +16,20 @@
 #include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
 
+#define BENCH_NAME "bench_cuda_ops"
+#include "cuda_bench.h"
+
 #define N_MM 8192
 #define N_EW ((int64_t)256 << 20)
 #define REPS_MM 15
 #define REPS_EW 15
 #define WORKSPACE ((size_t)32 << 20)
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return v[n / 2];
-}
-
-static int die(const char *what, const char *why) {
-    fprintf(stderr, "bench_cuda_ops: %s: %s\n", what, why);
-    return 1;
-}
-
-#define CUDA_OK(call)                                                  \
-    do {                                                               \
-        cudaError_t e_ = (call);                                       \
-        if (e_ != cudaSuccess) return die(#call, cudaGetErrorString(e_)); \
-    } while (0)
 #define BLAS_OK(call)                                                  \
     do {                                                               \
         cublasStatus_t s_ = (call);                                    \
         if (s_ != CUBLAS_STATUS_SUCCESS) return die(#call, cublasGetStatusString(s_)); \
     } while (0)
-
-typedef struct timer {
-    cudaStream_t stream;
-    cudaEvent_t start, stop;
-} timer;
-
-/* Milliseconds between the two events after waiting for the second. */
-static int elapsed(timer *t, double *ms) {
-    float f = 0;
-    CUDA_OK(cudaEventSynchronize(t->stop));
-    CUDA_OK(cudaEventElapsedTime(&f, t->start, t->stop));
-    *ms = f;
-    return 0;
-}
 
 typedef struct mm_result {
     const char *name;

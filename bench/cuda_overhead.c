@@ -17,6 +17,9 @@
 #include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
 
+#define BENCH_NAME "bench_cuda_overhead"
+#include "cuda_bench.h"
+
 #define BATCHES 7
 #define CALLS 100000
 #define REPS 10
@@ -25,16 +28,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return v[n / 2];
 }
 
 static int fail(const char *what) {

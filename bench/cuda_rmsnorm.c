@@ -21,6 +21,9 @@
 #include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
 
+#define BENCH_NAME "bench_cuda_rmsnorm"
+#include "cuda_bench.h"
+
 #define ROWS 16384
 #define DIM 4096
 #define REPS 25
@@ -28,26 +31,6 @@
 #define BURST 10 /* ops a timed interval holds in the queued rows */
 #define EPS 1e-6
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return v[n / 2];
-}
-
-static int die(const char *what, const char *why) {
-    fprintf(stderr, "bench_cuda_rmsnorm: %s: %s\n", what, why);
-    return 1;
-}
-
-#define CUDA_OK(call)                                                      \
-    do {                                                                   \
-        cudaError_t e_ = (call);                                           \
-        if (e_ != cudaSuccess) return die(#call, cudaGetErrorString(e_)); \
-    } while (0)
 #define CT_OK_(call)                                       \
     do {                                                   \
         if ((call) != CT_OK) return die(#call, ct_last_error()); \

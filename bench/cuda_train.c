@@ -21,30 +21,12 @@
 #include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
 
+#define BENCH_NAME "bench_cuda_train"
+#include "cuda_bench.h"
+
 #define BATCH 64
 #define STEPS 50
 #define WARMUP_BLOCKS 2
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return v[n / 2];
-}
-
-static int die(const char *what, const char *why) {
-    fprintf(stderr, "bench_cuda_train: %s: %s\n", what, why);
-    return 1;
-}
-
-#define CUDA_OK(call)                                                     \
-    do {                                                                  \
-        cudaError_t e_ = (call);                                          \
-        if (e_ != cudaSuccess) return die(#call, cudaGetErrorString(e_)); \
-    } while (0)
 
 typedef struct net {
     bool cnn;
