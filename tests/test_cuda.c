@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 #include "core/tensor_impl.h"
@@ -58,17 +59,6 @@ static int teardown(void **state) {
 }
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
-
-static ct_tensor *checked(ct_tensor *t) {
-    if (!t) fprintf(stderr, "unexpected failure: %s\n", ct_last_error());
-    assert_non_null(t);
-    return t;
-}
-
-static void ok(ct_status s) {
-    if (s != CT_OK) fprintf(stderr, "unexpected failure: %s\n", ct_last_error());
-    assert_int_equal(s, CT_OK);
-}
 
 static ct_tensor *to_gpu(ct_tensor *t, int dev) {
     ct_tensor *g = checked(ct_to_device(t, CT_CUDA(dev)));

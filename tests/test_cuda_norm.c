@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 #include "test_fixture.h"
@@ -26,17 +27,6 @@ static int ngpu;
     do {                       \
         if (ngpu == 0) skip(); \
     } while (0)
-
-static ct_tensor *checked(ct_tensor *t) {
-    if (!t) fprintf(stderr, "unexpected failure: %s\n", ct_last_error());
-    assert_non_null(t);
-    return t;
-}
-
-static void ok(ct_status s) {
-    if (s != CT_OK) fprintf(stderr, "unexpected failure: %s\n", ct_last_error());
-    assert_int_equal(s, CT_OK);
-}
 
 static ct_tensor *gpu(ct_tensor *t) { return checked(ct_to_device(t, CT_CUDA(0))); }
 
