@@ -99,10 +99,15 @@ typedef struct smg {
     bool nc;
 } smg;
 
+/* Rows of one warp (d <= 1024), rows held in one block's registers (1500:
+ * one element a chunk; 4096 and 8200: 16-byte chunks, 8200 past what float64
+ * holds so it takes the two-pass kernel there; 20000: two-pass for float32,
+ * registers for the 2-byte types), and softmax over inner dims. */
 static const smg sm_geoms[] = {
     {2, {4, 37}, 1, false},   {2, {64, 1024}, -1, false}, {2, {3, 1500}, 1, false},
     {3, {5, 6, 7}, 1, true},  {3, {5, 6, 7}, 0, false},   {3, {5, 6, 7}, 2, true},
     {2, {2, 1025}, 0, false}, {4, {2, 3, 33, 4}, 2, false}, {1, {9}, 0, false},
+    {2, {5, 4096}, -1, false}, {2, {3, 8200}, 1, true},   {2, {2, 20000}, 1, false},
 };
 
 static void split(const smg *g, int64_t *outer, int64_t *d, int64_t *inner) {
@@ -162,8 +167,8 @@ static void test_softmax_reference(void **state) {
 static void test_softmax_special_values(void **state) {
     (void)state;
     NEED_GPU();
-    static const int64_t lens[] = {40, 2000};
-    for (size_t li = 0; li < 2; li++) {
+    static const int64_t lens[] = {40, 2000, 3001}; /* a warp, 16-byte and 1-element chunks */
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         int64_t d = lens[li], shape[2] = {4, d};
         ct_scope *sc = ct_scope_begin();
         double *v = malloc(sizeof(double) * (size_t)(4 * d));

@@ -18,6 +18,10 @@
 // returning (src/backends/cuda/nn.c).
 #include <cub/device/device_radix_sort.cuh>
 
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
 #include "kernels.cuh"
 #include "ops_impl.h"
 
@@ -251,6 +255,141 @@ sm_block(const typename dtype<DT>::T *__restrict__ a, const typename dtype<DT>::
     }
 }
 
+// Rows up to kRowsMaxNV chunks a thread: one block of kBlockRowThreads per
+// row, the row held in registers, so x (and for the backward g and y) is
+// read from memory once and the output written once, with 16-byte accesses
+// when VEC > 1. Every chunk is loaded before any is decoded: a decode
+// between two loads would make the second wait for the first. The block's
+// max and sums go through block_max / block_sum, so every thread holds the
+// same bits.
+constexpr int kRowsMaxNV = 8;
+
+template <class A> __device__ A block_max(A v, A *sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : ninf<A>();
+        v = warp_max(v);
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    A r = sh[32];
+    __syncthreads(); // sh may be reused as soon as this returns
+    return r;
+}
+
+template <int DT, int VEC> struct RowChunk {
+    typedef typename dtype<DT>::T T;
+    typedef typename std::conditional<(VEC > 1), uint4, T>::type R;
+    static __device__ __forceinline__ R load(const T *p) {
+        if constexpr (VEC > 1) return *reinterpret_cast<const uint4 *>(p);
+        else return *p;
+    }
+    template <class A> static __device__ __forceinline__ void decode(const R &r, A (&v)[VEC]) {
+        T t[VEC];
+        memcpy(t, &r, sizeof t);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) v[i] = (A)dtype<DT>::dec(t[i]);
+    }
+    template <class A> static __device__ __forceinline__ void store(T *p, const A (&v)[VEC]) {
+        T t[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) t[i] = dtype<DT>::enc(v[i]);
+        if constexpr (VEC > 1) {
+            uint4 u;
+            memcpy(&u, t, sizeof u);
+            *reinterpret_cast<uint4 *>(p) = u;
+        } else {
+            *p = t[0];
+        }
+    }
+};
+
+template <int DT, bool LOG, bool BWD, int VEC, int NV>
+__global__ void __launch_bounds__(kBlockRowThreads)
+sm_rows(const typename dtype<DT>::T *__restrict__ a, const typename dtype<DT>::T *__restrict__ b,
+        typename dtype<DT>::T *__restrict__ out, int64_t rows, int64_t d) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    typedef RowChunk<DT, VEC> C;
+    __shared__ A sh[33];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *ar = a + r * d;
+        const T *br = BWD ? b + r * d : nullptr;
+        T *orow = out + r * d;
+        typename C::R ra[NV], rb[BWD ? NV : 1];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+            if (e < d) {
+                ra[j] = C::load(ar + e);
+                if constexpr (BWD) rb[j] = C::load(br + e);
+            }
+        }
+        A va[NV][VEC];
+        A vb[BWD ? NV : 1][VEC];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const bool ok = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < d;
+            if (ok) {
+                C::decode(ra[j], va[j]);
+                if constexpr (BWD) C::decode(rb[j], vb[j]);
+            }
+        }
+        if constexpr (!BWD) {
+            A m = ninf<A>();
+#pragma unroll
+            for (int j = 0; j < NV; j++)
+                if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < d)
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) m = va[j][i] > m ? va[j][i] : m;
+            m = block_max(m, sh);
+            A s = 0;
+#pragma unroll
+            for (int j = 0; j < NV; j++)
+                if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < d)
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) {
+                        A e = ex(va[j][i] - m);
+                        s += e;
+                        if (!LOG) va[j][i] = e;
+                    }
+            s = block_sum(s, sh);
+            const A k = LOG ? ln(s) : (A)1 / s;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+                if (e >= d) continue;
+                A o[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; i++) o[i] = LOG ? (va[j][i] - m) - k : va[j][i] * k;
+                C::store(orow + e, o);
+            }
+        } else {
+            // a = grad_y, b = y
+            A s = 0;
+#pragma unroll
+            for (int j = 0; j < NV; j++)
+                if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < d)
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) s += LOG ? va[j][i] : va[j][i] * vb[j][i];
+            s = block_sum(s, sh);
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+                if (e >= d) continue;
+                A o[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    o[i] = LOG ? va[j][i] - ex(vb[j][i]) * s : vb[j][i] * (va[j][i] - s);
+                C::store(orow + e, o);
+            }
+        }
+    }
+}
+
 // Softmax over a dim that is not the last: one thread per (outer, inner)
 // column; neighbouring threads read neighbouring addresses.
 template <int DT, bool LOG, bool BWD>
@@ -293,6 +432,37 @@ void launch_sm_warp(const void *a, const void *b, void *out, int64_t rows, int d
                                                               rows, d);
 }
 
+template <int DT, bool LOG, bool BWD, int VEC>
+bool launch_sm_rows_vec(const void *a, const void *b, void *out, int64_t rows, int64_t d,
+                        cudaStream_t st) {
+    typedef typename dtype<DT>::T T;
+    const int64_t nvec = (d + VEC - 1) / VEC;
+    const unsigned g = blocks_for(rows, 1, kGridCap);
+    const T *ta = (const T *)a, *tb = (const T *)b;
+    T *to = (T *)out;
+    if (nvec <= kBlockRowThreads) sm_rows<DT, LOG, BWD, VEC, 1><<<g, kBlockRowThreads, 0, st>>>(ta, tb, to, rows, d);
+    else if (nvec <= 2 * kBlockRowThreads) sm_rows<DT, LOG, BWD, VEC, 2><<<g, kBlockRowThreads, 0, st>>>(ta, tb, to, rows, d);
+    else if (nvec <= 4 * kBlockRowThreads) sm_rows<DT, LOG, BWD, VEC, 4><<<g, kBlockRowThreads, 0, st>>>(ta, tb, to, rows, d);
+    else if (nvec <= kRowsMaxNV * kBlockRowThreads) sm_rows<DT, LOG, BWD, VEC, kRowsMaxNV><<<g, kBlockRowThreads, 0, st>>>(ta, tb, to, rows, d);
+    else return false;
+    return true;
+}
+
+inline bool aligned16_ptr(const void *p) { return p == nullptr || ((uintptr_t)p & 15) == 0; }
+
+// Rows that fit the registers of one block (kRowsMaxNV chunks a thread):
+// 16-byte chunks when every pointer is aligned and d a multiple of the
+// chunk, else one element a chunk. false: the row is too long.
+template <int DT, bool LOG, bool BWD>
+bool launch_sm_rows(const void *a, const void *b, void *out, int64_t rows, int64_t d,
+                    cudaStream_t st) {
+    typedef typename dtype<DT>::T T;
+    constexpr int FV = 16 / sizeof(T);
+    if (d % FV == 0 && aligned16_ptr(a) && aligned16_ptr(b) && aligned16_ptr(out))
+        return launch_sm_rows_vec<DT, LOG, BWD, FV>(a, b, out, rows, d, st);
+    return launch_sm_rows_vec<DT, LOG, BWD, 1>(a, b, out, rows, d, st);
+}
+
 template <int DT, bool LOG, bool BWD>
 cudaError_t softmax_launch(const void *a, const void *b, void *out, int64_t outer, int64_t d,
                            int64_t inner, cudaStream_t st, const char **routine) {
@@ -306,6 +476,8 @@ cudaError_t softmax_launch(const void *a, const void *b, void *out, int64_t oute
         else if (d <= 512) launch_sm_warp<DT, 16, LOG, BWD>(a, b, out, outer, di, st);
         else launch_sm_warp<DT, 32, LOG, BWD>(a, b, out, outer, di, st);
         *routine = BWD ? "cten_softmax_bwd_warp_per_row" : "cten_softmax_warp_per_row";
+    } else if (inner == 1 && launch_sm_rows<DT, LOG, BWD>(a, b, out, outer, d, st)) {
+        *routine = BWD ? "cten_softmax_bwd_row_in_registers" : "cten_softmax_row_in_registers";
     } else if (inner == 1) {
         unsigned g = blocks_for(outer, 1, kGridCap);
         sm_block<DT, LOG, BWD><<<g, kBlockRowThreads, 0, st>>>((const T *)a, (const T *)b, (T *)out,

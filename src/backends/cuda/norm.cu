@@ -22,6 +22,7 @@
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels.cuh"
 #include "ops_impl.h"
@@ -61,21 +62,40 @@ constexpr bool reachable(int t, int nv, int vec, int esize) {
 constexpr int cfg_tpr(int cfg) { return kTprs[cfg / 4]; }
 constexpr int cfg_nv(int cfg) { return 1 << (cfg % 4); }
 
-// VEC elements at p, decoded; VEC > 1 only for 16-byte aligned p.
+// A chunk as loaded, before decoding: one 16-byte vector, or one element.
+template <int DT, int VEC>
+using raw_t = typename std::conditional<(VEC > 1), uint4, typename dtype<DT>::T>::type;
+
+// VEC elements at p, not decoded; VEC > 1 only for 16-byte aligned p. A
+// kernel that loads several chunks loads them all this way before decoding
+// any: decoding reads the loaded registers, so a decode placed between two
+// loads (under different conditions) makes the second wait for the first.
+template <int DT, int VEC>
+__device__ __forceinline__ void load_raw(const typename dtype<DT>::T *p, raw_t<DT, VEC> &r) {
+    if constexpr (VEC > 1) {
+        static_assert(VEC * sizeof(typename dtype<DT>::T) == 16, "vector chunks are 16 bytes");
+        r = *reinterpret_cast<const uint4 *>(p);
+    } else {
+        r = p[0];
+    }
+}
+
+template <int DT, int VEC>
+__device__ __forceinline__ void decode(const raw_t<DT, VEC> &r, typename acc_of<DT>::A (&v)[VEC]) {
+    typedef typename dtype<DT>::T T;
+    T raw[VEC];
+    memcpy(raw, &r, sizeof raw);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) v[i] = dtype<DT>::dec(raw[i]);
+}
+
+// VEC elements at p, decoded.
 template <int DT, int VEC>
 __device__ __forceinline__ void load(const typename dtype<DT>::T *p,
                                      typename acc_of<DT>::A (&v)[VEC]) {
-    typedef typename dtype<DT>::T T;
-    T raw[VEC];
-    if constexpr (VEC > 1) {
-        static_assert(VEC * sizeof(T) == 16, "vector chunks are 16 bytes");
-        uint4 u = *reinterpret_cast<const uint4 *>(p);
-        memcpy(raw, &u, 16);
-    } else {
-        raw[0] = p[0];
-    }
-#pragma unroll
-    for (int i = 0; i < VEC; i++) v[i] = dtype<DT>::dec(raw[i]);
+    raw_t<DT, VEC> r;
+    load_raw<DT, VEC>(p, r);
+    decode<DT, VEC>(r, v);
 }
 
 template <int DT, int VEC>
@@ -143,15 +163,20 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
         const int64_t row = gi * RPB + slot;
         const bool live = row < a.rows;
         const T *xr = static_cast<const T *>(a.x) + (live ? row : 0) * D;
+        // All NV chunks in flight at once (see load_raw); chunks past the row
+        // and rows past the end are zeros (all-zero bits: +0 in every dtype).
+        raw_t<DT, VEC> r[NV];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (live && e < D) load_raw<DT, VEC>(xr + e, r[j]);
+            else r[j] = raw_t<DT, VEC>{};
+        }
         A v[NV][VEC];
         A s[1] = {0};
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            const int e = (j * TPR + lane) * VEC;
-            if (live && e < D) load<DT, VEC>(xr + e, v[j]);
-            else
-#pragma unroll
-                for (int i = 0; i < VEC; i++) v[j][i] = 0;
+            decode<DT, VEC>(r[j], v[j]);
 #pragma unroll
             for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[j][i] : v[j][i] * v[j][i];
         }
@@ -349,17 +374,23 @@ __global__ void __launch_bounds__(block_of(TPR)) bwd_reg(const cti_cuda_norm a) 
         const bool live = row < a.rows;
         const int64_t off = (live ? row : 0) * D;
         const T *xr = static_cast<const T *>(a.x) + off, *gr = static_cast<const T *>(a.g) + off;
-        A xv[NV][VEC], gv[NV][VEC];
+        // All chunks of x and dy in flight at once (see load_raw).
+        raw_t<DT, VEC> rx[NV], rg[NV];
 #pragma unroll
         for (int j = 0; j < NV; j++) {
             const int e = (j * TPR + lane) * VEC;
             if (live && e < D) {
-                load<DT, VEC>(xr + e, xv[j]);
-                load<DT, VEC>(gr + e, gv[j]);
+                load_raw<DT, VEC>(xr + e, rx[j]);
+                load_raw<DT, VEC>(gr + e, rg[j]);
             } else {
-#pragma unroll
-                for (int i = 0; i < VEC; i++) xv[j][i] = gv[j][i] = 0;
+                rx[j] = rg[j] = raw_t<DT, VEC>{};
             }
+        }
+        A xv[NV][VEC], gv[NV][VEC];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            decode<DT, VEC>(rx[j], xv[j]);
+            decode<DT, VEC>(rg[j], gv[j]);
         }
         const A rs = live ? stat_at<A>(a.rstd, row) : (A)0;
         const A mu = LAYER && live ? stat_at<A>(a.mean, row) : (A)0;
