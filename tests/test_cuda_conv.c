@@ -17,6 +17,15 @@
 
 /* src/backends/cuda/conv.c: algorithm searches run so far. */
 uint64_t cti_cuda_conv_search_count(void);
+int64_t cti_cuda_conv_direct_limit(int64_t macs);
+
+/* The tests run on cuDNN unless they pick the direct kernels themselves:
+ * setup sets the direct limit to 0, teardown puts the default back. */
+static int64_t default_direct_limit;
+#define CUDNN_ONLY 0
+#define DIRECT_ALWAYS INT64_MAX
+static const int64_t both_paths[2] = {CUDNN_ONLY, DIRECT_ALWAYS};
+static const char *path_name(int64_t limit) { return limit == CUDNN_ONLY ? "cuDNN" : "direct"; }
 
 static int ngpu;
 
@@ -43,6 +52,7 @@ static int setup(void **state) {
     ct_clear_error();
     ct_set_grad_enabled(true);
     ct_set_allow_tf32(false);
+    cti_cuda_conv_direct_limit(CUDNN_ONLY);
     start_stats = cti_get_alloc_stats();
     start_gpu_allocated = gpu_allocated();
     return 0;
@@ -51,6 +61,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     (void)state;
     ct_set_allow_tf32(false);
+    cti_cuda_conv_direct_limit(default_direct_limit);
     if (ngpu > 0 && ct_cuda_synchronize(0) != CT_OK) {
         fprintf(stderr, "device error: %s\n", ct_last_error());
         return -1;
@@ -191,8 +202,9 @@ static void conv_grads(const conv_setup *c, ct_tensor *x, ct_tensor *w, ct_tenso
 static void test_conv_gradients(void **state) {
     (void)state;
     NEED_GPU();
-    for (size_t k = 0; k < 4; k++) {
-        ct_dtype dt = tu_float_dtypes[k];
+    for (size_t k = 0; k < 8; k++) {
+        ct_dtype dt = tu_float_dtypes[k % 4];
+        cti_cuda_conv_direct_limit(both_paths[k / 4]);
         for (size_t i = 0; i < sizeof conv_setups / sizeof conv_setups[0]; i++) {
             const conv_setup *c = &conv_setups[i];
             ct_scope *sc = ct_scope_begin();
@@ -208,8 +220,8 @@ static void test_conv_gradients(void **state) {
             char what[96];
             static const char *const names[3] = {"grad x", "grad w", "grad bias"};
             for (int j = 0; j < 3; j++) {
-                snprintf(what, sizeof what, "conv setup %zu %s %s", i, ct_dtype_name(dt),
-                         names[j]);
+                snprintf(what, sizeof what, "conv setup %zu %s %s (%s)", i, ct_dtype_name(dt),
+                         names[j], path_name(both_paths[k / 4]));
                 assert_tensor_close(gg[j], cg[j], grad_rtol(dt), what);
             }
             ct_scope_end(sc);
@@ -285,9 +297,16 @@ static void test_chain_gradients_f64(void **state) {
     };
     ct_tensor *cg[5], *gg[5];
     chain_grads(in, CT_CPU, cg);
-    chain_grads(in, CT_CUDA(0), gg);
-    static const char *const names[5] = {"x", "w1", "b1", "w2", "b2"};
-    for (int i = 0; i < 5; i++) assert_tensor_close(gg[i], cg[i], 1e-10, names[i]);
+    for (int p = 0; p < 2; p++) {
+        cti_cuda_conv_direct_limit(both_paths[p]);
+        chain_grads(in, CT_CUDA(0), gg);
+        static const char *const names[5] = {"x", "w1", "b1", "w2", "b2"};
+        char what[64];
+        for (int i = 0; i < 5; i++) {
+            snprintf(what, sizeof what, "%s (%s)", names[i], path_name(both_paths[p]));
+            assert_tensor_close(gg[i], cg[i], 1e-10, what);
+        }
+    }
     ct_scope_end(sc);
 }
 
@@ -375,9 +394,7 @@ static void test_tf32_math_mode(void **state) {
 }
 
 /* A channel slice keeps NCHW with a packed last dim: cuDNN reads it in place. */
-static void test_strided_view_without_copy(void **state) {
-    (void)state;
-    NEED_GPU();
+static void strided_view_without_copy(void) {
     ct_scope *sc = ct_scope_begin();
     ct_tensor *big = tu_rand(CT_SHAPE(2, 8, 12, 12), CT_F32, -1, 1, NULL);
     ct_tensor *w = tu_rand(CT_SHAPE(4, 3, 3, 3), CT_F32, -1, 1, NULL);
@@ -400,6 +417,73 @@ static void test_strided_view_without_copy(void **state) {
     ref = checked(ct_conv2d(checked(ct_transpose(sq, 2, 3)), w, NULL, NULL, P(1, 1), NULL, 1));
     assert_tensor_close(checked(ct_conv2d(t, io.w, NULL, NULL, P(1, 1), NULL, 1)), ref,
                         1e-5, "transposed");
+    ct_scope_end(sc);
+}
+
+static void test_strided_view_without_copy(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (int p = 0; p < 2; p++) {
+        cti_cuda_conv_direct_limit(both_paths[p]);
+        strided_view_without_copy();
+    }
+}
+
+/* ---- the direct kernels ------------------------------------------------------------------------- */
+
+typedef struct bias_io {
+    ct_tensor *dy, *db;
+} bias_io;
+
+static void run_bias(void *ctx) {
+    bias_io *io = ctx;
+    io->db = ct_conv2d_backward_bias(io->dy);
+}
+
+/* With the default limit a small convolution runs the direct kernel with
+ * the bias fused, a large one cuDNN; the bias gradient has its own kernel,
+ * which also takes a strided grad_out (checked against float64 sums). */
+static void test_direct_routing(void **state) {
+    (void)state;
+    NEED_GPU();
+    cti_cuda_conv_direct_limit(default_direct_limit);
+    ct_scope *sc = ct_scope_begin();
+    conv_io io = {to_gpu(tu_rand(CT_SHAPE(2, 4, 10, 9), CT_F32, -1, 1, NULL)),
+                  to_gpu(tu_rand(CT_SHAPE(6, 4, 3, 3), CT_F32, -1, 1, NULL)),
+                  to_gpu(tu_rand(CT_SHAPE(6), CT_F32, -1, 1, NULL)), NULL};
+    char *small = traced(run_conv, &io);
+    checked(io.y);
+    fprintf(stderr, "[ routine  ] small: %s\n", kernel_of(small, "conv2d"));
+    assert_string_equal(kernel_of(small, "conv2d"), "cuda_conv2d_direct+bias");
+    assert_null(strstr(small, "[cten] add"));
+    free(small);
+    /* 8 x 64 x 28 x 28 -> 64, 3 x 3: 231M multiply-adds, over the limit */
+    conv_io big = {checked(ct_tensor_randn(NULL, CT_SHAPE(8, 64, 28, 28), CT_F32, CT_CUDA(0))),
+                   checked(ct_tensor_randn(NULL, CT_SHAPE(64, 64, 3, 3), CT_F32, CT_CUDA(0))),
+                   NULL, NULL};
+    char *large = traced(run_conv, &big);
+    checked(big.y);
+    fprintf(stderr, "[ routine  ] large: %s\n", kernel_of(large, "conv2d"));
+    assert_non_null(strstr(kernel_of(large, "conv2d"), "cudnnConvolutionForward("));
+    free(large);
+
+    /* the bias gradient of a channel-sliced (strided) grad_out */
+    ct_tensor *dyc = tu_rand(CT_SHAPE(3, 7, 5, 6), CT_F32, -1, 1, NULL);
+    bias_io b = {checked(ct_narrow(to_gpu(dyc), 1, 1, 5)), NULL};
+    assert_false(cti_is_contiguous(b.dy));
+    char *bt = traced(run_bias, &b);
+    checked(b.db);
+    assert_string_equal(kernel_of(bt, "conv2d_backward_bias"), "cuda_conv2d_backward_bias");
+    free(bt);
+    double *v = tu_values(dyc), *got = tu_values(checked(ct_to_device(b.db, CT_CPU)));
+    for (int c = 0; c < 5; c++) {
+        double ref = 0;
+        for (int n = 0; n < 3; n++)
+            for (int hw = 0; hw < 30; hw++) ref += v[(n * 7 + c + 1) * 30 + hw];
+        assert_true(fabs(got[c] - ref) <= 1e-5 * (1 + fabs(ref)));
+    }
+    free(v);
+    free(got);
     ct_scope_end(sc);
 }
 
@@ -500,6 +584,7 @@ int main(void) {
     tu_seed();
     ngpu = ct_device_count(CT_DEVICE_CUDA);
     if (ngpu == 0) fprintf(stderr, "[ cuda conv] no usable GPU: the tests skip\n");
+    default_direct_limit = cti_cuda_conv_direct_limit(-1);
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_conv_gradients),
@@ -508,6 +593,7 @@ int main(void) {
         T(test_algorithm_cache),
         T(test_tf32_math_mode),
         T(test_strided_view_without_copy),
+        T(test_direct_routing),
         T(test_bad_inputs),
         T(test_max_pool_backward_drops_bad_indices),
         T(test_workspace_released),

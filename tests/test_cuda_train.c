@@ -14,7 +14,7 @@
  * sample's share, far past float32 tolerances. Each MLP batch is therefore
  * drawn again until every hidden pre-activation the CPU model computes for
  * it is at least RELU_MARGIN from zero, well above the devices' rounding
- * differences (about 1e-6 for these sums). */
+ * differences (about 1e-6 for these sums). The CNN: see CNN_NORM_RTOL. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +29,17 @@
 #define BATCH 64
 #define STEPS 5
 #define RELU_MARGIN 1e-5
+/* The CNN has 800k ReLU inputs and 200k pooling windows a batch, so some
+ * always sit within rounding of a kink (a ReLU at 0, a near tie in a
+ * window), and no redraw avoids them all. One such flip moves one output
+ * channel's weight gradient by about one position's share, which after five
+ * steps leaves that channel's weights about 1e-4 apart. The CNN's
+ * parameters are therefore held to a looser elementwise bound and to a
+ * whole-tensor one that a wrong gradient (even in a single channel) breaks
+ * by orders of magnitude. */
+#define CNN_RTOL 1e-2
+#define CNN_ATOL 1e-3
+#define CNN_NORM_RTOL 1e-3
 
 typedef struct model {
     bool cnn;
@@ -217,11 +228,21 @@ static void run_case(bool cnn, bool adamw) {
         assert_true(ct_device_eq(ct_tensor_device(pg), dev));
         double *c = tu_values(pc), *g = tu_values(pg);
         int64_t n = ct_tensor_numel(pc);
-        for (int64_t i = 0; i < n; i++)
-            if (!(fabs(g[i] - c[i]) <= 5e-5 + 2e-4 * fabs(c[i])))
+        const double rtol = cnn ? CNN_RTOL : 2e-4, atol = cnn ? CNN_ATOL : 5e-5;
+        double d2 = 0, c2 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (!(fabs(g[i] - c[i]) <= atol + rtol * fabs(c[i])))
                 fprintf(stderr, "%s.%s[%lld]: GPU %.9g, CPU %.9g\n", cnn ? "cnn" : "mlp", name,
                         (long long)i, g[i], c[i]);
-        tu_assert_close(g, c, n, 2e-4, 5e-5);
+            d2 += (g[i] - c[i]) * (g[i] - c[i]);
+            c2 += c[i] * c[i];
+        }
+        tu_assert_close(g, c, n, rtol, atol);
+        if (cnn) {
+            if (!(sqrt(d2) <= CNN_NORM_RTOL * sqrt(c2)))
+                fprintf(stderr, "cnn.%s: |GPU - CPU| / |CPU| = %.3g\n", name, sqrt(d2 / c2));
+            assert_true(sqrt(d2) <= CNN_NORM_RTOL * sqrt(c2));
+        }
         free(c);
         free(g);
     }

@@ -90,11 +90,12 @@ static ct_tensor *fit(ct_tensor *g, int ndim, const int64_t *shape, ct_dtype dt)
 
 /* Leaf gradients outlive the backward call and must never alias a tensor the
  * caller or a formula still holds, so the first one is cloned. */
-/* True when g's handle and storage are held only by this reference and g
- * covers its whole storage densely: nothing else can see its data, so it can
- * become a leaf's .grad as it is, as PyTorch steals such a gradient. */
+/* True when g's handle and storage are held only by this reference (a scope
+ * listing g does not add one) and g covers its whole storage densely:
+ * nothing else can see its data, so it can become a leaf's .grad as it is,
+ * as PyTorch steals such a gradient. */
 static bool sole_owner(const ct_tensor *g) {
-    return atomic_load(&g->refcount) == 1 && !g->scope && !g->autograd &&
+    return atomic_load(&g->refcount) == 1 && !g->autograd &&
            atomic_load(&g->storage->refcount) == 1 && g->offset == 0 && cti_is_contiguous(g) &&
            g->storage->nbytes == (size_t)cti_numel(g->ndim, g->shape) * ct_dtype_size(g->dtype);
 }
@@ -102,6 +103,9 @@ static bool sole_owner(const ct_tensor *g) {
 static ct_status leaf_accumulate(ct_tensor *leaf, ct_tensor *g) {
     struct ct_autograd_meta *m = leaf->autograd;
     if (!m->grad && sole_owner(g)) {
+        /* A scope open around backward lists g, but the reference is this
+         * one: the leaf takes it over, as it does a clone below. */
+        cti_scope_forget(g);
         m->grad = g;
         return CT_OK;
     }

@@ -27,12 +27,19 @@
  * workspace of one cannot be allocated, the next one with less workspace
  * runs instead.
  *
+ * Small convolutions skip cuDNN: each cuDNN call costs 20-35 us of host
+ * time, more than a small layer's whole kernel, so a convolution of at most
+ * cti_cuda_conv_direct_limit() multiply-adds runs the direct kernels of
+ * conv_direct.cu (bias fused into the forward). The default, 2^26, is where
+ * those kernels take about as long on an H200 as cuDNN's call does on the
+ * host; above it cuDNN's kernels win.
+ *
  * Math: float32 uses CUDNN_FMA_MATH unless ct_allow_tf32() (then
  * CUDNN_DEFAULT_MATH, which lets cuDNN use TF32 tensor cores); float16 and
  * bfloat16 use CUDNN_TENSOR_OP_MATH with float32 compute; float64 computes in
- * float64. The bias is added by the elementwise kernel (in place, broadcast
- * over N, H, W) and its gradient is the CUDA sum over N, H, W; both round
- * once from float32 for the half types.
+ * float64. After a cuDNN forward the bias is added by the elementwise kernel
+ * (in place, broadcast over N, H, W); its gradient is conv_direct.cu's
+ * per-channel sum for every size.
  *
  * One cuDNN handle per device, bound to the device's stream; a per-device
  * lock serializes the handle, the table and the descriptors. Workspaces come
@@ -46,10 +53,15 @@
 #include <stdlib.h>
 
 #include "cuda_impl.h"
+#include "ops_impl.h"
 
 /* Algorithm searches run so far (all devices); the tests read it to see
  * that a repeated shape reuses its choice. */
 uint64_t cti_cuda_conv_search_count(void);
+/* Sets the largest work (multiply-adds) the direct kernels take and returns
+ * the previous limit; a negative value only reads it. The tests use it to
+ * run both paths. */
+int64_t cti_cuda_conv_direct_limit(int64_t macs);
 
 enum { FWD, BWD_DATA, BWD_FILTER };
 enum { ROLE_X, ROLE_W, ROLE_Y };
@@ -105,6 +117,19 @@ static pthread_once_t devs_once = PTHREAD_ONCE_INIT;
 static atomic_uint_fast64_t searches;
 
 uint64_t cti_cuda_conv_search_count(void) { return (uint64_t)atomic_load(&searches); }
+
+static _Atomic int64_t direct_limit = (int64_t)1 << 26;
+
+int64_t cti_cuda_conv_direct_limit(int64_t macs) {
+    return macs < 0 ? atomic_load(&direct_limit) : atomic_exchange(&direct_limit, macs);
+}
+
+/* Multiply-adds of the convolution (the same in all three directions). */
+static int64_t conv_macs(const geo *g) {
+    double m = (double)g->N * (double)g->Co * (double)g->OH * (double)g->OW *
+               (double)(g->C / g->G) * (double)g->kh * (double)g->kw;
+    return m > 9e18 ? INT64_MAX : (int64_t)m;
+}
 
 static void init_devs(void) {
     for (int i = 0; i < CTI_CUDA_MAX_DEVICES; i++) pthread_mutex_init(&devs[i].lock, NULL);
@@ -712,8 +737,30 @@ static ct_status execute(cudnnHandle_t h, const conv_run *r, conv_entry *e, bool
                      algo_name(r->kind, least->algo), least->ws);
 }
 
-/* Looks up (or searches) the plan for r and runs it. */
-static ct_status run_conv(conv_run *r, bool bias, const char **routine) {
+/* The direct kernel of r's direction, with the bias fused into a forward. */
+static ct_status run_direct(const conv_run *r, const ct_tensor *bias, cudaStream_t stream,
+                            const char **routine) {
+    static const int kinds[3] = {CTI_CONV_DIRECT_FWD, CTI_CONV_DIRECT_BWD_DATA,
+                                 CTI_CONV_DIRECT_BWD_FILTER};
+    static const char *const names[3][2] = {
+        {"cuda_conv2d_direct", "cuda_conv2d_direct+bias"},
+        {"cuda_conv2d_backward_input_direct", "cuda_conv2d_backward_input_direct"},
+        {"cuda_conv2d_backward_weight_direct", "cuda_conv2d_backward_weight_direct"}};
+    const void *p[4] = {cti_data(r->t[ROLE_X]), cti_data(r->t[ROLE_W]), cti_data(r->t[ROLE_Y]),
+                        bias ? cti_data(bias) : NULL};
+    const int64_t *st[3] = {r->st[ROLE_X], r->st[ROLE_W], r->st[ROLE_Y]};
+    cudaError_t e = cti_cuda_conv_direct(kinds[r->kind], r->ctx.dt, (const int64_t *)&r->ctx.g, p,
+                                         st, bias ? bias->stride[0] : 0,
+                                         cti_cuda_sm_count(r->ctx.dev), stream);
+    if (e != cudaSuccess) return cti_cuda_fail(r->ctx.op, r->ctx.dev, "conv kernel launch", e);
+    *routine = names[r->kind][bias ? 1 : 0];
+    return cti_cuda_launched(r->ctx.op, r->ctx.dev, names[r->kind][0]);
+}
+
+/* Runs r: the direct kernels for small work (the bias fused; *bias_done),
+ * else the cuDNN plan, looked up or searched. */
+static ct_status run_conv(conv_run *r, const ct_tensor *bias, bool *bias_done,
+                          const char **routine) {
     const conv_ctx *x = &r->ctx;
     for (int k = 0; k < 3; k++) {
         role_dims(&x->g, k, r->dims[k]);
@@ -733,6 +780,11 @@ static ct_status run_conv(conv_run *r, bool bias, const char **routine) {
     }
     cudaStream_t stream;
     if (cti_cuda_begin(x->op, x->dev, &stream) != CT_OK) return ct_last_status();
+    if (conv_macs(&x->g) <= atomic_load(&direct_limit)) {
+        if (bias_done) *bias_done = true;
+        return run_direct(r, bias, stream, routine);
+    }
+    const bool has_bias = bias != NULL;
     conv_key key;
     make_key(r, requested_math(x->dt), &key);
     uint64_t hv = key_hash(&key);
@@ -755,7 +807,7 @@ static ct_status run_conv(conv_run *r, bool bias, const char **routine) {
     }
     for (int k = 0; st == CT_OK && k < 3; k++)
         if (e->pack[k] && !r->pk[k]) st = pack_role(r, k);
-    if (st == CT_OK) st = execute(h, r, e, bias, routine);
+    if (st == CT_OK) st = execute(h, r, e, has_bias, routine);
     pthread_mutex_unlock(&d->lock);
     if (st == CT_OK) st = cti_cuda_launched(x->op, x->dev, kind_call(r->kind));
     return st;
@@ -826,9 +878,10 @@ static ct_status k_conv2d(ct_call *c) {
     r.t[ROLE_W] = w;
     r.t[ROLE_Y] = y;
     r.is_out[ROLE_Y] = true;
-    ct_status st = run_conv(&r, bias != NULL, &c->routine);
+    bool bias_done = false;
+    ct_status st = run_conv(&r, bias, &bias_done, &c->routine);
     finish_run(&r);
-    if (st == CT_OK && bias) st = add_bias(y, bias);
+    if (st == CT_OK && bias && !bias_done) st = add_bias(y, bias);
     return st;
 }
 
@@ -846,7 +899,7 @@ static ct_status k_conv2d_backward_input(ct_call *c) {
     r.t[ROLE_W] = w;
     r.t[ROLE_Y] = dy;
     r.is_out[ROLE_X] = true;
-    ct_status st = run_conv(&r, false, &c->routine);
+    ct_status st = run_conv(&r, NULL, NULL, &c->routine);
     finish_run(&r);
     return st;
 }
@@ -871,28 +924,34 @@ static ct_status k_conv2d_backward_weight(ct_call *c) {
     r.t[ROLE_W] = dw;
     r.t[ROLE_Y] = dy;
     r.is_out[ROLE_W] = true;
-    ct_status st = run_conv(&r, false, &c->routine);
+    ct_status st = run_conv(&r, NULL, NULL, &c->routine);
     finish_run(&r);
     return st;
 }
 
-/* The sum of grad_out over N, H, W, by the CUDA reduction. */
+/* The sum of grad_out over N, H, W: one block per channel. */
 static ct_status k_conv2d_backward_bias(ct_call *c) {
     const char *op = "ct_conv2d_backward_bias";
     ct_tensor *dy = c->in[0], *db = c->out[0];
     if (same_device(op, c) != CT_OK) return ct_last_status();
-    ct_call s;
-    cti_call_init(&s, CT_OP_SUM);
-    s.in[0] = dy;
-    s.nin = 1;
-    s.out[0] = db;
-    s.nout = 1;
-    s.i[0] = dy->ndim == 4 ? 0xD : 0x6; /* dims N, H, W (or H, W of one image) */
-    s.i[1] = 0;
-    s.f[0] = 0;
-    ct_status st = cti_dispatch(&s, db->storage->device, db->dtype);
-    c->routine = s.routine ? s.routine : "cuda_sum";
-    return st;
+    int dev = db->storage->device.index;
+    /* the call carries no geometry: grad_out's [N,] Co, OH, OW give it */
+    geo g = {.N = 1, .C = 1, .H = 1, .W = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .dh = 1,
+             .dw = 1, .G = 1};
+    int64_t d[4] = {1, 1, 1, 1}, st[4];
+    for (int k = 0; k < dy->ndim; k++) d[k + 4 - dy->ndim] = dy->shape[k];
+    g.N = d[0], g.Co = d[1], g.OH = d[2], g.OW = d[3];
+    nchw_strides(dy, d, st);
+    cudaStream_t stream;
+    if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
+    const void *p[4] = {NULL, NULL, cti_data(dy), cti_data(db)};
+    const int64_t *sts[3] = {st, st, st};
+    cudaError_t e =
+        cti_cuda_conv_direct(CTI_CONV_DIRECT_BWD_BIAS, db->dtype, (const int64_t *)&g, p, sts, 1,
+                             cti_cuda_sm_count(dev), stream);
+    if (e != cudaSuccess) return cti_cuda_fail(op, dev, "conv kernel launch", e);
+    c->routine = "cuda_conv2d_backward_bias";
+    return cti_cuda_launched(op, dev, "conv2d_backward_bias");
 }
 
 void cti_cuda_register_conv(void) {
@@ -905,6 +964,6 @@ void cti_cuda_register_conv(void) {
         cti_register_kernel(CT_OP_CONV2D_BACKWARD_WEIGHT, CT_DEVICE_CUDA, dts[i],
                             k_conv2d_backward_weight, "cudnnConvolutionBackwardFilter");
         cti_register_kernel(CT_OP_CONV2D_BACKWARD_BIAS, CT_DEVICE_CUDA, dts[i],
-                            k_conv2d_backward_bias, "cuda_sum");
+                            k_conv2d_backward_bias, "cuda_conv2d_backward_bias");
     }
 }
