@@ -28,11 +28,13 @@
  * runs instead.
  *
  * Small convolutions skip cuDNN: each cuDNN call costs 20-35 us of host
- * time, more than a small layer's whole kernel, so a convolution of at most
- * cti_cuda_conv_direct_limit() multiply-adds runs the direct kernels of
- * conv_direct.cu (bias fused into the forward). The default, 2^26, is where
- * those kernels take about as long on an H200 as cuDNN's call does on the
- * host; above it cuDNN's kernels win.
+ * time, more than a small layer's whole kernel, so the forward and the input
+ * gradient of a convolution of at most cti_cuda_conv_direct_limit()
+ * multiply-adds (and whose indices fit 32 bits) run the direct kernels of
+ * conv_direct.cu, the bias fused into the forward. The default, 2^26, is
+ * about where those kernels take as long on an H200 as cuDNN's call does on
+ * the host; above it cuDNN's kernels win. The weight gradient always runs
+ * on cuDNN.
  *
  * Math: float32 uses CUDNN_FMA_MATH unless ct_allow_tf32() (then
  * CUDNN_DEFAULT_MATH, which lets cuDNN use TF32 tensor cores); float16 and
@@ -129,6 +131,20 @@ static int64_t conv_macs(const geo *g) {
     double m = (double)g->N * (double)g->Co * (double)g->OH * (double)g->OW *
                (double)(g->C / g->G) * (double)g->kh * (double)g->kw;
     return m > 9e18 ? INT64_MAX : (int64_t)m;
+}
+
+/* Whether every element count and offset of the three roles fits the direct
+ * kernels' 32-bit indexing. */
+static bool fits32(const int64_t dims[3][4], const int64_t st[3][4]) {
+    for (int k = 0; k < 3; k++) {
+        double n = 1, reach = 1;
+        for (int d = 0; d < 4; d++) {
+            n *= (double)dims[k][d];
+            reach += (double)(dims[k][d] - 1) * (double)(st[k][d] < 0 ? -st[k][d] : st[k][d]);
+        }
+        if (n >= 2147483647.0 || reach >= 2147483647.0) return false;
+    }
+    return true;
 }
 
 static void init_devs(void) {
@@ -740,12 +756,10 @@ static ct_status execute(cudnnHandle_t h, const conv_run *r, conv_entry *e, bool
 /* The direct kernel of r's direction, with the bias fused into a forward. */
 static ct_status run_direct(const conv_run *r, const ct_tensor *bias, cudaStream_t stream,
                             const char **routine) {
-    static const int kinds[3] = {CTI_CONV_DIRECT_FWD, CTI_CONV_DIRECT_BWD_DATA,
-                                 CTI_CONV_DIRECT_BWD_FILTER};
-    static const char *const names[3][2] = {
+    static const int kinds[2] = {CTI_CONV_DIRECT_FWD, CTI_CONV_DIRECT_BWD_DATA};
+    static const char *const names[2][2] = {
         {"cuda_conv2d_direct", "cuda_conv2d_direct+bias"},
-        {"cuda_conv2d_backward_input_direct", "cuda_conv2d_backward_input_direct"},
-        {"cuda_conv2d_backward_weight_direct", "cuda_conv2d_backward_weight_direct"}};
+        {"cuda_conv2d_backward_input_direct", "cuda_conv2d_backward_input_direct"}};
     const void *p[4] = {cti_data(r->t[ROLE_X]), cti_data(r->t[ROLE_W]), cti_data(r->t[ROLE_Y]),
                         bias ? cti_data(bias) : NULL};
     const int64_t *st[3] = {r->st[ROLE_X], r->st[ROLE_W], r->st[ROLE_Y]};
@@ -757,8 +771,8 @@ static ct_status run_direct(const conv_run *r, const ct_tensor *bias, cudaStream
     return cti_cuda_launched(r->ctx.op, r->ctx.dev, names[r->kind][0]);
 }
 
-/* Runs r: the direct kernels for small work (the bias fused; *bias_done),
- * else the cuDNN plan, looked up or searched. */
+/* Runs r: a forward or input gradient of small work on the direct kernels
+ * (the bias fused; *bias_done), else the cuDNN plan, looked up or searched. */
 static ct_status run_conv(conv_run *r, const ct_tensor *bias, bool *bias_done,
                           const char **routine) {
     const conv_ctx *x = &r->ctx;
@@ -780,7 +794,8 @@ static ct_status run_conv(conv_run *r, const ct_tensor *bias, bool *bias_done,
     }
     cudaStream_t stream;
     if (cti_cuda_begin(x->op, x->dev, &stream) != CT_OK) return ct_last_status();
-    if (conv_macs(&x->g) <= atomic_load(&direct_limit)) {
+    if (r->kind != BWD_FILTER && conv_macs(&x->g) <= atomic_load(&direct_limit) &&
+        fits32(r->dims, r->st)) {
         if (bias_done) *bias_done = true;
         return run_direct(r, bias, stream, routine);
     }

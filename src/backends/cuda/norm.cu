@@ -50,12 +50,8 @@ constexpr int kNumCfg = kNumTpr * 4; // NV = 1, 2, 4, 8
 constexpr int kLoopBlock = 1024;
 
 __host__ __device__ constexpr int block_of(int tpr) { return tpr > 256 ? tpr : 256; }
-#ifndef CTI_NORM_HALF_BYTES
-#define CTI_NORM_HALF_BYTES 32
-#endif
-constexpr int thread_bytes(int esize) { return esize == 2 ? CTI_NORM_HALF_BYTES : 32; }
 constexpr int nv_max(int vec, int esize) {
-    return thread_bytes(esize) / (vec * esize) < 8 ? thread_bytes(esize) / (vec * esize) : 8;
+    return 32 / (vec * esize) < 8 ? 32 / (vec * esize) : 8;
 }
 constexpr int64_t cap_below(int t, int vec, int esize) {
     return t == 0 ? 0 : (int64_t)kTprs[t - 1] * nv_max(vec, esize);
@@ -99,6 +95,20 @@ __device__ __forceinline__ void load(const typename dtype<DT>::T *p,
                                      typename acc_of<DT>::A (&v)[VEC]) {
     raw_t<DT, VEC> r;
     load_raw<DT, VEC>(p, r);
+    decode<DT, VEC>(r, v);
+}
+
+// VEC elements at p through the read-only path: the forward's weight and
+// bias. Plain loads there may not pass the store of the chunk before them
+// (y could alias w as far as the compiler knows), which puts an L1/L2 round
+// trip between every two chunks' stores; read-only loads carry no such
+// order.
+template <int DT, int VEC>
+__device__ __forceinline__ void load_ro(const typename dtype<DT>::T *p,
+                                        typename acc_of<DT>::A (&v)[VEC]) {
+    raw_t<DT, VEC> r;
+    if constexpr (VEC > 1) r = __ldg(reinterpret_cast<const uint4 *>(p));
+    else r = __ldg(p);
     decode<DT, VEC>(r, v);
 }
 
@@ -176,20 +186,6 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
             if (live && e < D) load_raw<DT, VEC>(xr + e, r[j]);
             else r[j] = raw_t<DT, VEC>{};
         }
-        // The weight (and bias) chunks too, before the row's sums: loaded
-        // after them, each load would wait for the store before it (y may
-        // alias w as far as the compiler knows), a round trip per chunk.
-        raw_t<DT, VEC> rw[NV], rb[LAYER ? NV : 1];
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            const int e = (j * TPR + lane) * VEC;
-            if (W && live && e < D) load_raw<DT, VEC>(W + e, rw[j]);
-            else rw[j] = raw_t<DT, VEC>{};
-            if constexpr (LAYER) {
-                if (B && live && e < D) load_raw<DT, VEC>(B + e, rb[j]);
-                else rb[j] = raw_t<DT, VEC>{};
-            }
-        }
         A v[NV][VEC];
         A s[1] = {0};
 #pragma unroll
@@ -229,17 +225,15 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
             for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
             if (W) {
                 A wv[VEC];
-                decode<DT, VEC>(rw[j], wv);
+                load_ro<DT, VEC>(W + e, wv);
 #pragma unroll
                 for (int i = 0; i < VEC; i++) o[i] *= wv[i];
             }
-            if constexpr (LAYER) {
-                if (B) {
-                    A bv[VEC];
-                    decode<DT, VEC>(rb[j], bv);
+            if (LAYER && B) {
+                A bv[VEC];
+                load_ro<DT, VEC>(B + e, bv);
 #pragma unroll
-                    for (int i = 0; i < VEC; i++) o[i] += bv[i];
-                }
+                for (int i = 0; i < VEC; i++) o[i] += bv[i];
             }
             store<DT, VEC>(yr + e, o);
         }

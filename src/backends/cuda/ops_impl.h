@@ -99,14 +99,14 @@ cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const voi
                             cudaStream_t stream, const char **routine);
 
 /* ---- direct convolution (conv_direct.cu) -------------------------------------------------- */
-enum { CTI_CONV_DIRECT_FWD, CTI_CONV_DIRECT_BWD_DATA, CTI_CONV_DIRECT_BWD_FILTER,
-       CTI_CONV_DIRECT_BWD_BIAS };
+enum { CTI_CONV_DIRECT_FWD, CTI_CONV_DIRECT_BWD_DATA, CTI_CONV_DIRECT_BWD_BIAS };
 
 /* geo: call->i's 16 values (N C H W Co kh kw sh sw ph pw dh dw groups OH OW).
- * ptr[0..3]: the image X (x or grad_in), the filter W (w or grad_w), the
- * result side Y (y or grad_out), the bias (forward: may be NULL; bias kind:
- * the [Co] result); strides[0..2]: the NCHW element strides of X, W, Y.
- * The written operand is contiguous. Queues one kernel; never waits. */
+ * ptr[0..3]: the image X (x or grad_in), the filter W, the result side Y (y
+ * or grad_out), the bias (forward: may be NULL; bias kind: the [Co]
+ * result); strides[0..2]: the NCHW element strides of X, W, Y. The written
+ * operand is contiguous. The forward and input-gradient kinds index in 32
+ * bits: every count and offset must fit. Queues one kernel; never waits. */
 cudaError_t cti_cuda_conv_direct(int kind, ct_dtype dt, const int64_t *geo,
                                  const void *const *ptr, const int64_t *const *strides,
                                  int64_t bias_stride, int sm_count, cudaStream_t stream);
