@@ -98,20 +98,6 @@ __device__ __forceinline__ void load(const typename dtype<DT>::T *p,
     decode<DT, VEC>(r, v);
 }
 
-// VEC elements at p through the read-only path: the forward's weight and
-// bias. Plain loads there may not pass the store of the chunk before them
-// (y could alias w as far as the compiler knows), which puts an L1/L2 round
-// trip between every two chunks' stores; read-only loads carry no such
-// order.
-template <int DT, int VEC>
-__device__ __forceinline__ void load_ro(const typename dtype<DT>::T *p,
-                                        typename acc_of<DT>::A (&v)[VEC]) {
-    raw_t<DT, VEC> r;
-    if constexpr (VEC > 1) r = __ldg(reinterpret_cast<const uint4 *>(p));
-    else r = __ldg(p);
-    decode<DT, VEC>(r, v);
-}
-
 template <int DT, int VEC>
 __device__ __forceinline__ void store(typename dtype<DT>::T *p,
                                       const typename acc_of<DT>::A (&v)[VEC]) {
@@ -132,9 +118,11 @@ __device__ __forceinline__ void store(typename dtype<DT>::T *p,
 // consecutive groups of TPR threads). Every thread of a row ends with the
 // same bits: a butterfly's partners add the same two values, and past a warp
 // each thread adds the warps' sums in warp order. Every thread of the block
-// must call it; red holds N * blockDim.x / 32 values.
+// must call it; red holds N * blockDim.x / 32 values. reuse: red is written
+// again after this call (else the closing barrier is left out; the value
+// must be the same in every thread of the block).
 template <int TPR, int N, class A>
-__device__ __forceinline__ void row_sum(A (&v)[N], A *red) {
+__device__ __forceinline__ void row_sum(A (&v)[N], A *red, bool reuse = true) {
     constexpr int W = TPR < 32 ? TPR : 32;
 #pragma unroll
     for (int off = W / 2; off > 0; off >>= 1)
@@ -154,7 +142,7 @@ __device__ __forceinline__ void row_sum(A (&v)[N], A *red) {
             for (int w = 1; w < NW; w++) s += r[k * NW + w];
             v[k] = s;
         }
-        __syncthreads(); // red is reused by the next call
+        if (reuse) __syncthreads(); // red is reused by the next call
     }
 }
 
@@ -194,7 +182,10 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
 #pragma unroll
             for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[j][i] : v[j][i] * v[j][i];
         }
-        row_sum<TPR>(s, red);
+        // A block's last row leaves out the barrier that only guards red for
+        // a next row (a block of the forward usually has one row).
+        const bool more = gi + gridDim.x < groups;
+        row_sum<TPR>(s, red, LAYER || more);
         A mean = 0, inv;
         if constexpr (LAYER) {
             mean = s[0] / (A)D;
@@ -209,7 +200,7 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
                         q[0] += dv * dv;
                     }
             }
-            row_sum<TPR>(q, red);
+            row_sum<TPR>(q, red, more);
             inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
         } else {
             inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
@@ -225,13 +216,13 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
             for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
             if (W) {
                 A wv[VEC];
-                load_ro<DT, VEC>(W + e, wv);
+                load<DT, VEC>(W + e, wv);
 #pragma unroll
                 for (int i = 0; i < VEC; i++) o[i] *= wv[i];
             }
             if (LAYER && B) {
                 A bv[VEC];
-                load_ro<DT, VEC>(B + e, bv);
+                load<DT, VEC>(B + e, bv);
 #pragma unroll
                 for (int i = 0; i < VEC; i++) o[i] += bv[i];
             }
