@@ -175,9 +175,12 @@ typedef struct nshape {
 /* D = 1, 7, 33 (scalar loads, several rows a warp or block), 1024 and 8192
  * (16-byte vectors in every dtype), 4099 (odd: scalar, one block a row),
  * 8195 and 40000 (the loop kernels, scalar and vector), 70000 rows of 3
- * (grid-stride loops and many partial sums). */
-static const nshape shapes[] = {{1000, 1}, {257, 7}, {300, 33}, {64, 1024}, {20, 4099},
-                                {9, 8192}, {3, 8195}, {5, 40000}, {70000, 3}, {1, 64}};
+ * (grid-stride loops and many partial sums). 64, 512, 1024, 4096 and 8192
+ * fill their 16-byte chunks exactly (the forward's fwd_full); 1 row of 64
+ * and 5 rows of 512 leave rows of the last block empty. */
+static const nshape shapes[] = {{1000, 1}, {257, 7},   {300, 33}, {64, 1024}, {20, 4099},
+                                {9, 8192}, {3, 8195},  {5, 40000}, {70000, 3}, {1, 64},
+                                {5, 512},  {37, 4096}};
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
 /* Fresh [rows, d] values in [lo, hi) rounded to dt, as a CPU tensor and doubles. */

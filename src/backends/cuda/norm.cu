@@ -235,6 +235,80 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
     }
 }
 
+// Rows that fill their chunks exactly (D == TPR * NV * VEC, 16-byte
+// chunks), one group of rows a block: fwd_reg without the per-chunk bounds
+// tests and the loop over groups, and with D a constant, so every offset is
+// folded. On bf16 rows of 4096, fwd_reg executed a fifth more instructions
+// than a kernel written for that one shape and ran 10% longer, well short of
+// the copy rate; the bytes moved and the occupancy were the same.
+template <int DT, bool LAYER, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename acc_of<DT>::A A;
+    constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
+    __shared__ A red[BLOCK / 32];
+    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    const int64_t row = (int64_t)blockIdx.x * RPB + slot;
+    const bool live = row < a.rows;
+    // a row past the end reads row 0 (there is one) and writes nothing
+    const T *xr = static_cast<const T *>(a.x) + (live ? row : 0) * D;
+    raw_t<DT, VEC> r[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) load_raw<DT, VEC>(xr + (j * TPR + lane) * VEC, r[j]);
+    A v[NV][VEC];
+    A s[1] = {0};
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        decode<DT, VEC>(r[j], v[j]);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[j][i] : v[j][i] * v[j][i];
+    }
+    row_sum<TPR>(s, red, LAYER);
+    A mean = 0, inv;
+    if constexpr (LAYER) {
+        mean = s[0] / (A)D;
+        A q[1] = {0};
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                A dv = v[j][i] - mean;
+                q[0] += dv * dv;
+            }
+        row_sum<TPR>(q, red, false);
+        inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
+    } else {
+        inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
+    }
+    if (!live) return;
+    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
+    T *yr = static_cast<T *>(a.y) + row * D;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int e = (j * TPR + lane) * VEC;
+        A o[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
+        if (W) {
+            A wv[VEC];
+            load<DT, VEC>(W + e, wv);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] *= wv[i];
+        }
+        if (LAYER && B) {
+            A bv[VEC];
+            load<DT, VEC>(B + e, bv);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] += bv[i];
+        }
+        store<DT, VEC>(yr + e, o);
+    }
+    if (lane == 0) {
+        if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
+        if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
+    }
+}
+
 // Rows too long for registers: one block per row, a pass over the row for
 // each sum and one for the output.
 template <int DT, bool LAYER, int VEC>
@@ -591,6 +665,14 @@ template <int DT, bool LAYER, int VEC> norm_kernel fwd_kernel(int cfg) {
     }
 }
 
+// fwd_full's kernel of configuration cfg (VEC > 1 only).
+template <int DT, bool LAYER, int VEC> norm_kernel full_kernel(int cfg) {
+    switch (cfg) {
+        CTI_NORM_CASES(fwd_full)
+    default: return nullptr;
+    }
+}
+
 template <int DT, bool LAYER, int VEC> norm_kernel bwd_kernel(int cfg) {
     switch (cfg) {
         CTI_NORM_CASES(bwd_reg)
@@ -709,8 +791,13 @@ cudaError_t forward(const cti_cuda_norm *a, int sm_count, cudaStream_t st, const
     *routine = routine_name(a->layer, false, p.cfg < 0, vec, false);
     if (a->rows == 0) return cudaSuccess;
     constexpr int FV = 16 / sizeof(typename dtype<DT>::T);
-    norm_kernel k = a->layer ? (vec ? fwd_kernel<DT, true, FV>(p.cfg) : fwd_kernel<DT, true, 1>(p.cfg))
-                             : (vec ? fwd_kernel<DT, false, FV>(p.cfg) : fwd_kernel<DT, false, 1>(p.cfg));
+    // rows that fill their chunks exactly, and a grid of every group: fwd_full
+    const bool full = vec && p.cfg >= 0 && a->d == (int64_t)cfg_tpr(p.cfg) * cfg_nv(p.cfg) * FV &&
+                      p.grid * p.rpb >= a->rows;
+    norm_kernel k = full ? (a->layer ? full_kernel<DT, true, FV>(p.cfg)
+                                     : full_kernel<DT, false, FV>(p.cfg))
+                    : a->layer ? (vec ? fwd_kernel<DT, true, FV>(p.cfg) : fwd_kernel<DT, true, 1>(p.cfg))
+                               : (vec ? fwd_kernel<DT, false, FV>(p.cfg) : fwd_kernel<DT, false, 1>(p.cfg));
     if (!k) return cudaErrorInvalidValue;
     k<<<(unsigned)p.grid, p.block, 0, st>>>(*a);
     return cudaGetLastError();
