@@ -867,6 +867,81 @@ static void test_backward_passes_transposes_to_blas(void **state) {
     }
 }
 
+/* ---- leaf gradients taken over ----------------------------------------------------------- */
+
+/* Counts the copy ops in a trace. */
+static int trace_copies(const char *trace) {
+    int n = 0;
+    for (const char *l = trace; (l = strstr(l, "] copy ")) != NULL; l++) n++;
+    return n;
+}
+
+/* A gradient nothing else holds becomes the leaf's .grad as it is, also when
+ * a scope around the step lists it (as a training loop's does): no copy op
+ * runs, and the grads outlive the scope with the right values. */
+static void test_leaf_grads_taken_without_copy(void **state) {
+    (void)state;
+    ct_tensor *x = rand_in((shp)SHP(4, 5), L_CONTIG, true);
+    ct_tensor *w = rand_in((shp)SHP(3, 5), L_CONTIG, true);
+    ct_tensor *b = rand_in((shp)SHP(3), L_CONTIG, true);
+    double *xv = tu_values(x), *wv = tu_values(w);
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *y = ct_sum(ct_linear(x, w, b), CT_NONE, false);
+    assert_non_null(y);
+    char *trace = traced_backward(y, NULL);
+    if (trace_copies(trace) != 0) fprintf(stderr, "copies in the backward:\n%s", trace);
+    assert_int_equal(trace_copies(trace), 0);
+    free(trace);
+    ct_scope_end(sc);
+    /* d sum(x w^T + b) / dx[i][k] = sum_j w[j][k]; / dw[j][k] = sum_i x[i][k]; / db = 4 */
+    double gx[20], gw[15], gb[3];
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 5; k++) {
+            gx[i * 5 + k] = 0;
+            for (int j = 0; j < 3; j++) gx[i * 5 + k] += wv[j * 5 + k];
+        }
+    for (int j = 0; j < 3; j++) {
+        gb[j] = 4;
+        for (int k = 0; k < 5; k++) {
+            gw[j * 5 + k] = 0;
+            for (int i = 0; i < 4; i++) gw[j * 5 + k] += xv[i * 5 + k];
+        }
+    }
+    double *got[3] = {tu_values(ct_grad(x)), tu_values(ct_grad(w)), tu_values(ct_grad(b))};
+    tu_assert_close(got[0], gx, 20, 1e-12, 1e-12);
+    tu_assert_close(got[1], gw, 15, 1e-12, 1e-12);
+    tu_assert_close(got[2], gb, 3, 1e-12, 1e-12);
+    for (int k = 0; k < 3; k++) free(got[k]);
+    free(xv);
+    free(wv);
+    ct_tensor *in[3] = {x, w, b};
+    release_all(3, in);
+}
+
+/* A gradient the caller still holds (here the grad_out itself, passed
+ * through by an add) is copied: x.grad must not change when the caller
+ * writes to its tensor afterwards. */
+static void test_held_grad_is_copied(void **state) {
+    (void)state;
+    ct_tensor *x = rand_in((shp)SHP(6), L_CONTIG, true);
+    ct_tensor *c = rand_in((shp)SHP(6), L_CONTIG, false);
+    ct_tensor *go = rand_in((shp)SHP(6), L_CONTIG, false);
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *y = ct_add(x, c);
+    assert_non_null(y);
+    backward_with(y, go);
+    ct_scope_end(sc);
+    assert_false(ct_tensor_shares_storage(ct_grad(x), go));
+    double *want = tu_values(go);
+    assert_int_equal(ct_fill_(go, 7.0), CT_OK);
+    double *got = tu_values(ct_grad(x));
+    tu_assert_close(got, want, 6, 0, 0);
+    free(got);
+    free(want);
+    ct_tensor *in[3] = {x, c, go};
+    release_all(3, in);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -891,6 +966,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_failures_leave_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chain_gradcheck, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backward_passes_transposes_to_blas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leaf_grads_taken_without_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_held_grad_is_copied, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
