@@ -29,7 +29,7 @@
 #define BATCH 64
 #define STEPS 5
 #define RELU_MARGIN 1e-5
-/* The CNN has 800k ReLU inputs and 200k pooling windows a batch, so some
+/* The CNN has 1.2M ReLU inputs and 300k pooling windows a batch, so some
  * always sit within rounding of a kink (a ReLU at 0, a near tie in a
  * window), and no redraw avoids them all. One such flip moves one output
  * channel's weight gradient by about one position's share, which after five
