@@ -64,7 +64,8 @@ const char *cti_shape_s(int ndim, const int64_t *shape);
 /* ---- bfloat16 in loops ----------------------------------------------------------
  * The same conversions as ct_bf16_to_f32 / ct_f32_to_bf16 (round to nearest
  * even, NaN kept quiet), inline and branch-free so that conversion loops
- * vectorize instead of calling into the library per element. */
+ * vectorize instead of calling into the library per element. Every CPU
+ * kernel's bf16 loop uses these. */
 static inline float cti_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;

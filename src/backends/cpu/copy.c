@@ -40,22 +40,6 @@ static inline uint16_t enc_f16(float f) {
 #endif
 }
 
-static inline float dec_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Inlined copy of ct_f32_to_bf16 (round to nearest even, NaN made quiet) so
- * the conversion loops vectorize; the tests check both agree bit for bit. */
-static inline uint16_t enc_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 /* Written as selects the vectorizer turns into blends: convert in-range
  * values (others as 0), then patch in the saturated ends. NaN fails every
  * comparison and stays 0. */
@@ -81,7 +65,7 @@ static inline int64_t cast_i64(int64_t v) { return v; }
 #define TO_F32(v) ((float)(v))
 #define TO_F64(v) ((double)(v))
 #define TO_F16(v) enc_f16((float)(v))
-#define TO_BF16(v) enc_bf16((float)(v))
+#define TO_BF16(v) cti_f32_to_bf16((float)(v))
 #define TO_BOOL(v) ((uint8_t)((v) != 0))
 
 /* Storage types and decoders per dtype; the decoded value is float, double or
@@ -97,7 +81,7 @@ typedef double st_F64;
 #define DEC_I32(x) ((int64_t)(x))
 #define DEC_I64(x) ((int64_t)(x))
 #define DEC_F16(x) dec_f16(x)
-#define DEC_BF16(x) dec_bf16(x)
+#define DEC_BF16(x) cti_bf16_to_f32(x)
 #define DEC_F32(x) (x)
 #define DEC_F64(x) (x)
 

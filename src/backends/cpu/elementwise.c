@@ -40,20 +40,6 @@ typedef struct ew_params {
 /* ---- float16 / bfloat16 blocks -------------------------------------------------- */
 #define BLK 256
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)(nan ? ((u >> 16) | 0x40u) : rounded);
-}
-
 static void load_f16(float *restrict dst, const char *src, int64_t stride, int64_t m) {
     if (stride == 2) {
         const uint16_t *restrict s = (const uint16_t *)src;
@@ -89,17 +75,18 @@ static void store_f16(char *dst, int64_t stride, const float *restrict src, int6
 static void load_bf16(float *restrict dst, const char *src, int64_t stride, int64_t m) {
     if (stride == 2) {
         const uint16_t *restrict s = (const uint16_t *)src;
-        for (int64_t i = 0; i < m; i++) dst[i] = bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < m; i++) dst[i] = cti_bf16_to_f32(s[i]);
     } else {
-        for (int64_t i = 0; i < m; i++) dst[i] = bf16_to_f32(*(const uint16_t *)(src + i * stride));
+        for (int64_t i = 0; i < m; i++)
+            dst[i] = cti_bf16_to_f32(*(const uint16_t *)(src + i * stride));
     }
 }
 static void store_bf16(char *dst, int64_t stride, const float *restrict src, int64_t m) {
     if (stride == 2) {
         uint16_t *restrict d = (uint16_t *)dst;
-        for (int64_t i = 0; i < m; i++) d[i] = f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < m; i++) d[i] = cti_f32_to_bf16(src[i]);
     } else {
-        for (int64_t i = 0; i < m; i++) *(uint16_t *)(dst + i * stride) = f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < m; i++) *(uint16_t *)(dst + i * stride) = cti_f32_to_bf16(src[i]);
     }
 }
 static void load_f32(float *restrict dst, const char *src, int64_t stride, int64_t m) {

@@ -67,19 +67,6 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
 }
 
 /* ---- low-precision conversions (inline: they run once per element) ------- */
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                      /* to nearest even */
-    return (uint16_t)(u >> 16);
-}
 #ifdef __FLT16_MAX__
 static inline float f16_to_f32(uint16_t h) {
     _Float16 x;
@@ -100,7 +87,7 @@ static inline uint16_t f32_to_f16(float f) { return ct_f32_to_f16(f); }
 static inline float load_f32(ct_dtype dt, const char *base, int64_t i) {
     switch (dt) {
     case CT_F16: return f16_to_f32(((const uint16_t *)base)[i]);
-    case CT_BF16: return bf16_to_f32(((const uint16_t *)base)[i]);
+    case CT_BF16: return cti_bf16_to_f32(((const uint16_t *)base)[i]);
     default: return ((const float *)base)[i];
     }
 }
@@ -131,7 +118,7 @@ static void pack_widen(ct_dtype dt, const uint16_t *src, int64_t rs, int64_t cs,
         const uint16_t *r = src + i * rs;
         float *restrict o = dst + i * cols;
         if (dt == CT_BF16)
-            for (int64_t j = 0; j < cols; j++) o[j] = bf16_to_f32(r[j * cs]);
+            for (int64_t j = 0; j < cols; j++) o[j] = cti_bf16_to_f32(r[j * cs]);
         else
             for (int64_t j = 0; j < cols; j++) o[j] = f16_to_f32(r[j * cs]);
     }
@@ -180,7 +167,7 @@ static void store_narrow(ct_dtype dt, const float *src, int64_t n, int64_t m, ui
         const float *s = src + i * m;
         uint16_t *restrict o = out + i * ldo;
         if (dt == CT_BF16)
-            for (int64_t j = 0; j < m; j++) o[j] = f32_to_bf16(s[j]);
+            for (int64_t j = 0; j < m; j++) o[j] = cti_f32_to_bf16(s[j]);
         else
             for (int64_t j = 0; j < m; j++) o[j] = f32_to_f16(s[j]);
     }
