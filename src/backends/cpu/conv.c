@@ -73,11 +73,6 @@ static bool use_winograd(const geo *g, ct_dtype dt, int which) {
     return cti_wino_supported();
 }
 
-static cti_wino_geo wino_geo(const geo *g) {
-    cti_wino_geo w = {g->N, g->G, g->Cg, g->Cog, g->H, g->W, g->OH, g->OW, g->ph, g->pw};
-    return w;
-}
-
 #define WINO_ROUTINE "winograd F(2x2,3x3) avx512"
 
 /* Input channels per group up to which the direct kernels beat im2col + GEMM
@@ -98,12 +93,6 @@ static bool use_direct(const geo *g, ct_dtype dt, int which) {
     if (g->N == 0 || g->P == 0 || g->HW == 0) return false;
     if (use_winograd(g, dt, which)) return false;
     return cti_direct_supported();
-}
-
-static cti_direct_geo direct_geo(const geo *g) {
-    cti_direct_geo d = {g->N, g->G, g->Cg, g->Cog, g->H, g->W, g->OH, g->OW,
-                        g->kh, g->kw, g->ph, g->pw};
-    return d;
 }
 
 #define DIRECT_ROUTINE "direct avx512"
@@ -359,20 +348,22 @@ static const char *routine(const geo *g, ct_dtype dt, int which) {
  * (a = dy, b = w -> dx), 2 weight gradient (a = dy, b = x -> dw). */
 static ct_status conv_run(const geo *g, ct_dtype dt, int which, bool wino, bool direct,
                          const void *a, const void *b, const void *bias, void *out) {
-    cti_wino_geo wg = wino_geo(g);
-    cti_direct_geo dg = direct_geo(g);
+    /* the Winograd and direct kernels' geometry */
+    const cti_conv_f32_geo fg = {.N = g->N, .G = g->G, .C = g->Cg, .Co = g->Cog, .H = g->H,
+                                 .W = g->W, .OH = g->OH, .OW = g->OW, .kh = g->kh, .kw = g->kw,
+                                 .ph = g->ph, .pw = g->pw};
     bool f64 = dt == CT_F64;
     switch (which) {
     case 0:
-        if (wino) return cti_wino_forward(&wg, a, b, bias, out);
-        if (direct) return cti_direct_forward(&dg, a, b, bias, out);
+        if (wino) return cti_wino_forward(&fg, a, b, bias, out);
+        if (direct) return cti_direct_forward(&fg, a, b, bias, out);
         return f64 ? conv_forward_f64(g, a, b, bias, out) : conv_forward_f32(g, a, b, bias, out);
     case 1:
-        if (wino) return cti_wino_backward_input(&wg, a, b, out);
+        if (wino) return cti_wino_backward_input(&fg, a, b, out);
         return f64 ? conv_backward_input_f64(g, a, b, out) : conv_backward_input_f32(g, a, b, out);
     default:
-        if (wino) return cti_wino_backward_weight(&wg, a, b, out);
-        if (direct) return cti_direct_backward_weight(&dg, a, b, out);
+        if (wino) return cti_wino_backward_weight(&fg, a, b, out);
+        if (direct) return cti_direct_backward_weight(&fg, a, b, out);
         return f64 ? conv_backward_weight_f64(g, a, b, out) : conv_backward_weight_f32(g, a, b, out);
     }
 }

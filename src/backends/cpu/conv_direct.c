@@ -50,7 +50,7 @@ typedef struct layout {
     int64_t chunk;         /* images per chunk */
 } layout;
 
-static layout make_layout(const cti_direct_geo *g) {
+static layout make_layout(const cti_conv_f32_geo *g) {
     layout l;
     l.Hp = g->OH + g->kh - 1;
     l.Wp = (g->OW + 15) / 16 * 16 + g->kw - 1;
@@ -65,13 +65,13 @@ static layout make_layout(const cti_direct_geo *g) {
 }
 
 /* Offset of tap t (channel, kernel row, kernel column) in a padded image. */
-static int64_t tap_offset(const cti_direct_geo *g, const layout *l, int64_t t) {
+static int64_t tap_offset(const cti_conv_f32_geo *g, const layout *l, int64_t t) {
     int64_t c = t / (g->kh * g->kw), r = t % (g->kh * g->kw);
     return c * l->plane + (r / g->kw) * l->Wp + r % g->kw;
 }
 
 typedef struct pad_ctx {
-    const cti_direct_geo *g;
+    const cti_conv_f32_geo *g;
     const layout *l;
     const float *x; /* the chunk's first plane */
     float *xp;
@@ -79,7 +79,7 @@ typedef struct pad_ctx {
 
 static void pad_task(int64_t begin, int64_t end, void *vctx) {
     const pad_ctx *k = vctx;
-    const cti_direct_geo *g = k->g;
+    const cti_conv_f32_geo *g = k->g;
     const layout *l = k->l;
     for (int64_t pl = begin; pl < end; pl++) {
         float *dst = k->xp + pl * l->plane;
@@ -90,7 +90,7 @@ static void pad_task(int64_t begin, int64_t end, void *vctx) {
     }
 }
 
-static void pad_chunk(const cti_direct_geo *g, const layout *l, const float *x, int64_t n0,
+static void pad_chunk(const cti_conv_f32_geo *g, const layout *l, const float *x, int64_t n0,
                       int64_t nb, float *xp) {
     pad_ctx k = {g, l, x + n0 * g->G * g->C * g->H * g->W, xp};
     int64_t per = l->plane > 0 ? l->plane : 1;
@@ -104,7 +104,7 @@ static __mmask16 tail_mask(int64_t left) {
 /* ---- forward ---------------------------------------------------------------------- */
 
 typedef struct fwd_ctx {
-    const cti_direct_geo *g;
+    const cti_conv_f32_geo *g;
     const layout *l;
     const float *xp;   /* padded chunk */
     const float *wpk;  /* [G][nocb][taps][OCB], zeros past Co */
@@ -117,7 +117,7 @@ typedef struct fwd_ctx {
 /* Output rows [r0, r1) of one image, one group, one block of output channels. */
 DIRECT_TARGET static void fwd_rows(const fwd_ctx *k, const float *x, const float *wpk, const float *bpk,
                         float *y, int nb, int64_t r0, int64_t r1) {
-    const cti_direct_geo *g = k->g;
+    const cti_conv_f32_geo *g = k->g;
     const int64_t Wp = k->l->Wp, taps = k->l->taps, P = g->OH * g->OW;
     for (int64_t oh = r0; oh < r1; oh++)
         for (int64_t ow0 = 0; ow0 < g->OW; ow0 += 16) {
@@ -139,7 +139,7 @@ DIRECT_TARGET static void fwd_rows(const fwd_ctx *k, const float *x, const float
 
 static void fwd_task(int64_t begin, int64_t end, void *vctx) {
     const fwd_ctx *k = vctx;
-    const cti_direct_geo *g = k->g;
+    const cti_conv_f32_geo *g = k->g;
     const layout *l = k->l;
     for (int64_t u = begin; u < end; u++) {
         int64_t rbi = u % k->nrb, rest = u / k->nrb;
@@ -156,7 +156,7 @@ static void fwd_task(int64_t begin, int64_t end, void *vctx) {
     }
 }
 
-ct_status cti_direct_forward(const cti_direct_geo *g, const float *x, const float *w,
+ct_status cti_direct_forward(const cti_conv_f32_geo *g, const float *x, const float *w,
                              const float *bias, float *y) {
     layout l = make_layout(g);
     int64_t nw = g->G * l.nocb * l.taps * OCB;
@@ -199,7 +199,7 @@ ct_status cti_direct_forward(const cti_direct_geo *g, const float *x, const floa
 /* ---- weight gradient --------------------------------------------------------------- */
 
 typedef struct dw_ctx {
-    const cti_direct_geo *g;
+    const cti_conv_f32_geo *g;
     const layout *l;
     const float *xp; /* padded chunk */
     const float *dy;
@@ -212,7 +212,7 @@ typedef struct dw_ctx {
  * o0 + 1 (when has1) and taps [t0, t0 + nt), into part[o][t]. */
 DIRECT_TARGET static void dw_pass(const dw_ctx *k, const float *x, const float *dy, float *part, int64_t o0,
                        bool has1, int64_t t0, int nt) {
-    const cti_direct_geo *g = k->g;
+    const cti_conv_f32_geo *g = k->g;
     const int64_t Wp = k->l->Wp, taps = k->l->taps, P = g->OH * g->OW;
     int64_t off[DW_TAPS];
     for (int t = 0; t < DW_TAPS; t++) off[t] = t < nt ? k->off[t0 + t] : 0;
@@ -249,7 +249,7 @@ DIRECT_TARGET static void dw_pass(const dw_ctx *k, const float *x, const float *
 
 static void dw_task(int64_t begin, int64_t end, void *vctx) {
     const dw_ctx *k = vctx;
-    const cti_direct_geo *g = k->g;
+    const cti_conv_f32_geo *g = k->g;
     const layout *l = k->l;
     for (int64_t u = begin; u < end; u++) {
         int64_t ocb = u % l->nocb, img = u / l->nocb; /* img: chunk image * G + group */
@@ -266,7 +266,7 @@ static void dw_task(int64_t begin, int64_t end, void *vctx) {
     }
 }
 
-ct_status cti_direct_backward_weight(const cti_direct_geo *g, const float *dy, const float *x,
+ct_status cti_direct_backward_weight(const cti_conv_f32_geo *g, const float *dy, const float *x,
                                      float *dw) {
     layout l = make_layout(g);
     int64_t per_chunk = l.chunk * g->G * l.nocb * OCB * l.taps;
@@ -304,13 +304,13 @@ ct_status cti_direct_backward_weight(const cti_direct_geo *g, const float *dy, c
 
 bool cti_direct_supported(void) { return false; }
 
-ct_status cti_direct_forward(const cti_direct_geo *g, const float *x, const float *w,
+ct_status cti_direct_forward(const cti_conv_f32_geo *g, const float *x, const float *w,
                              const float *bias, float *y) {
     (void)g, (void)x, (void)w, (void)bias, (void)y;
     return cti_error(CT_ERR_UNSUPPORTED, "ct_conv2d: direct kernels need x86-64 AVX-512");
 }
 
-ct_status cti_direct_backward_weight(const cti_direct_geo *g, const float *dy, const float *x,
+ct_status cti_direct_backward_weight(const cti_conv_f32_geo *g, const float *dy, const float *x,
                                      float *dw) {
     (void)g, (void)dy, (void)x, (void)dw;
     return cti_error(CT_ERR_UNSUPPORTED,

@@ -7,21 +7,16 @@
 
 #include "cpu_impl.h"
 
-/* One convolution: x [N, G*C, H, W] * w [G*Co, C, kh, kw] -> y [N, G*Co, OH, OW]
- * with OH = H + 2 ph - kh + 1, OW = W + 2 pw - kw + 1; all arrays contiguous. */
-typedef struct cti_direct_geo {
-    int64_t N, G;
-    int64_t C, Co; /* channels per group, in and out */
-    int64_t H, W, OH, OW, kh, kw, ph, pw;
-} cti_direct_geo;
+/* The geometry is cti_conv_f32_geo (cpu_impl.h): OH = H + 2 ph - kh + 1,
+ * OW = W + 2 pw - kw + 1. */
 
 /* Whether this CPU runs the kernels (they need AVX-512F). */
 bool cti_direct_supported(void);
 
-ct_status cti_direct_forward(const cti_direct_geo *g, const float *x, const float *w,
+ct_status cti_direct_forward(const cti_conv_f32_geo *g, const float *x, const float *w,
                              const float *bias, float *y);
 /* dw [G*Co, C, kh, kw] from dy [N, G*Co, OH, OW] and x. */
-ct_status cti_direct_backward_weight(const cti_direct_geo *g, const float *dy, const float *x,
+ct_status cti_direct_backward_weight(const cti_conv_f32_geo *g, const float *dy, const float *x,
                                      float *dw);
 
 #endif

@@ -35,6 +35,16 @@ void cti_blas_init(void);
 void cti_blas_set_threads(int n);
 const char *cti_cpu_blas_info(void);
 
+/* ---- f32 convolution kernels (winograd.c, conv_direct.c) ----------------------------
+ * One convolution in forward terms: x [N, G*C, H, W] * w [G*Co, C, kh, kw]
+ * -> y [N, G*Co, OH, OW] with padding ph/pw, stride and dilation 1, all
+ * arrays contiguous. conv.c routes the shapes each kernel suits to it. */
+typedef struct cti_conv_f32_geo {
+    int64_t N, G;
+    int64_t C, Co; /* channels per group, in and out */
+    int64_t H, W, OH, OW, kh, kw, ph, pw;
+} cti_conv_f32_geo;
+
 /* ---- registration, one per kernel file ---------------------------------------------- */
 void cti_cpu_register(void);
 void cti_cpu_register_copy(void);        /* copy/convert, fill, arange, linspace, eye, random */

@@ -424,7 +424,7 @@ static ct_status run_forward(const plan *p, const float *x, const float *U, cons
     return CT_OK;
 }
 
-ct_status cti_wino_forward(const cti_wino_geo *g, const float *x, const float *w,
+ct_status cti_wino_forward(const cti_conv_f32_geo *g, const float *x, const float *w,
                            const float *bias, float *y) {
     plan p = make_plan(g->N, g->G, g->C, g->Co, g->H, g->W, g->OH, g->OW, g->ph, g->pw);
     float *U = make_u(&p, w, false);
@@ -434,7 +434,7 @@ ct_status cti_wino_forward(const cti_wino_geo *g, const float *x, const float *w
     return s;
 }
 
-ct_status cti_wino_backward_input(const cti_wino_geo *g, const float *dy, const float *w,
+ct_status cti_wino_backward_input(const cti_conv_f32_geo *g, const float *dy, const float *w,
                                   float *dx) {
     /* dx = dy (*) rot180(w) with the channel axes swapped, padding 2 - p */
     plan p = make_plan(g->N, g->G, g->Co, g->C, g->OH, g->OW, g->H, g->W, 2 - g->ph, 2 - g->pw);
@@ -535,7 +535,7 @@ static void bwd_task(int64_t begin, int64_t end, void *vctx) {
     free(s.stage);
 }
 
-ct_status cti_wino_backward_weight(const cti_wino_geo *g, const float *dy, const float *x,
+ct_status cti_wino_backward_weight(const cti_conv_f32_geo *g, const float *dy, const float *x,
                                    float *dw) {
     plan p = make_plan(g->N, g->G, g->C, g->Co, g->H, g->W, g->OH, g->OW, g->ph, g->pw);
     bwd_ctx k = {.p = &p, .dy = dy, .x = x};
@@ -584,20 +584,20 @@ ct_status cti_wino_backward_weight(const cti_wino_geo *g, const float *dy, const
 
 bool cti_wino_supported(void) { return false; }
 
-ct_status cti_wino_forward(const cti_wino_geo *g, const float *x, const float *w,
+ct_status cti_wino_forward(const cti_conv_f32_geo *g, const float *x, const float *w,
                            const float *bias, float *y) {
     (void)g, (void)x, (void)w, (void)bias, (void)y;
     return cti_error(CT_ERR_UNSUPPORTED, "ct_conv2d: Winograd kernels need x86-64 AVX-512");
 }
 
-ct_status cti_wino_backward_input(const cti_wino_geo *g, const float *dy, const float *w,
+ct_status cti_wino_backward_input(const cti_conv_f32_geo *g, const float *dy, const float *w,
                                   float *dx) {
     (void)g, (void)dy, (void)w, (void)dx;
     return cti_error(CT_ERR_UNSUPPORTED,
                      "ct_conv2d_backward_input: Winograd kernels need x86-64 AVX-512");
 }
 
-ct_status cti_wino_backward_weight(const cti_wino_geo *g, const float *dy, const float *x,
+ct_status cti_wino_backward_weight(const cti_conv_f32_geo *g, const float *dy, const float *x,
                                    float *dw) {
     (void)g, (void)dy, (void)x, (void)dw;
     return cti_error(CT_ERR_UNSUPPORTED,
