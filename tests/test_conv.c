@@ -227,6 +227,12 @@ static conv_cfg random_conv(void) {
     return k;
 }
 
+/* Each case in every float dtype. */
+static void run_cases(const conv_cfg *cases, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
+}
+
 static void test_conv_random(void **state) {
     (void)state;
     for (int it = 0; it < 40; it++) {
@@ -254,8 +260,7 @@ static void test_conv_paths(void **state) {
         {2, 2, 2, 1, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
         {2, 2, 3, 1, 9, 9, 2, 2, {4, 4}, {0, 0}, {1, 1}, false, false, false, 0, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
+    run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* 3x3, stride 1 convolutions with at least 4 channels per group (8 input
@@ -283,8 +288,7 @@ static void test_conv_winograd(void **state) {
         {2, 3, 16, 1, 8, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false, 0, 0, 0, 0},
         {1, 16, 16, 1, 12, 12, 3, 3, {1, 1}, {3, 3}, {1, 1}, true, false, false, 0, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
+    run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* Stride-1 layers with 1 to 4 input channels per group take the direct
@@ -309,8 +313,7 @@ static void test_conv_direct(void **state) {
         {1, 3, 18, 1, 11, 33, 3, 2, {1, 1}, {1, 0}, {1, 1}, true, true, false, 0, 0, 0, 0},
         {2, 4, 17, 1, 10, 19, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, true, 0, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (size_t d = 0; d < 4; d++) run_conv(cases[i], tu_float_dtypes[d]);
+    run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 static void test_conv_known_values(void **state) {
