@@ -152,6 +152,74 @@ template <class A> __device__ __forceinline__ A stat_at(const void *p, int64_t r
 
 // ---- forward ----------------------------------------------------------------------------------
 // y = x * inv_rms * w, or (x - mean) * rstd * w + b; statistics per row.
+// The register kernels' steps; CHECK: chunks may lie past the row's end.
+
+// Decodes the row's NV chunks into v; s gets their sum (LAYER) or sum of
+// squares.
+template <int DT, bool LAYER, int VEC, int NV, class A>
+__device__ __forceinline__ void decode_row(const raw_t<DT, VEC> (&r)[NV], A (&v)[NV][VEC],
+                                           A &s) {
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        decode<DT, VEC>(r[j], v[j]);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) s += LAYER ? v[j][i] : v[j][i] * v[j][i];
+    }
+}
+
+// This thread's share of sum((v - mean)^2) over the row.
+template <int VEC, int TPR, int NV, bool CHECK, class A>
+__device__ __forceinline__ A centered_squares(const A (&v)[NV][VEC], A mean, int lane, int64_t D) {
+    A q = 0;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int e = (j * TPR + lane) * VEC;
+        if (!CHECK || e < D)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                A dv = v[j][i] - mean;
+                q += dv * dv;
+            }
+    }
+    return q;
+}
+
+// Writes this thread's chunks of the row's y, and (lane 0) its statistics.
+template <int DT, bool LAYER, int VEC, int TPR, int NV, bool CHECK, class A>
+__device__ __forceinline__ void write_row(const cti_cuda_norm &a, int64_t row, int64_t D, int lane,
+                                          const A (&v)[NV][VEC], A mean, A inv) {
+    typedef typename dtype<DT>::T T;
+    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
+    T *yr = static_cast<T *>(a.y) + row * D;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int e = (j * TPR + lane) * VEC;
+        if (CHECK && e >= D) continue;
+        A o[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
+        if (W) {
+            A wv[VEC];
+            load<DT, VEC>(W + e, wv);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] *= wv[i];
+        }
+        if (LAYER && B) {
+            A bv[VEC];
+            load<DT, VEC>(B + e, bv);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] += bv[i];
+        }
+        store<DT, VEC>(yr + e, o);
+    }
+    if (lane == 0) {
+        if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
+        if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
+    }
+}
+
+// Rows of any length up to the configuration's TPR * NV * VEC, a grid-stride
+// loop over groups of RPB rows.
 template <int DT, bool LAYER, int VEC, int TPR, int NV>
 __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) {
     typedef typename dtype<DT>::T T;
@@ -160,7 +228,6 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
     __shared__ A red[BLOCK / 32];
     const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
     const int64_t D = a.d, groups = (a.rows + RPB - 1) / RPB;
-    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
     for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
         const int64_t row = gi * RPB + slot;
         const bool live = row < a.rows;
@@ -176,12 +243,7 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
         }
         A v[NV][VEC];
         A s[1] = {0};
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            decode<DT, VEC>(r[j], v[j]);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[j][i] : v[j][i] * v[j][i];
-        }
+        decode_row<DT, LAYER>(r, v, s[0]);
         // A block's last row leaves out the barrier that only guards red for
         // a next row (a block of the forward usually has one row).
         const bool more = gi + gridDim.x < groups;
@@ -189,49 +251,14 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
         A mean = 0, inv;
         if constexpr (LAYER) {
             mean = s[0] / (A)D;
-            A q[1] = {0};
-#pragma unroll
-            for (int j = 0; j < NV; j++) {
-                const int e = (j * TPR + lane) * VEC;
-                if (e < D)
-#pragma unroll
-                    for (int i = 0; i < VEC; i++) {
-                        A dv = v[j][i] - mean;
-                        q[0] += dv * dv;
-                    }
-            }
+            A q[1] = {centered_squares<VEC, TPR, NV, true>(v, mean, lane, D)};
             row_sum<TPR>(q, red, more);
             inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
         } else {
             inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
         }
         if (!live) continue;
-        T *yr = static_cast<T *>(a.y) + row * D;
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            const int e = (j * TPR + lane) * VEC;
-            if (e >= D) continue;
-            A o[VEC];
-#pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
-            if (W) {
-                A wv[VEC];
-                load<DT, VEC>(W + e, wv);
-#pragma unroll
-                for (int i = 0; i < VEC; i++) o[i] *= wv[i];
-            }
-            if (LAYER && B) {
-                A bv[VEC];
-                load<DT, VEC>(B + e, bv);
-#pragma unroll
-                for (int i = 0; i < VEC; i++) o[i] += bv[i];
-            }
-            store<DT, VEC>(yr + e, o);
-        }
-        if (lane == 0) {
-            if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
-            if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
-        }
+        write_row<DT, LAYER, VEC, TPR, NV, true>(a, row, D, lane, v, mean, inv);
     }
 }
 
@@ -257,56 +284,19 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a)
     for (int j = 0; j < NV; j++) load_raw<DT, VEC>(xr + (j * TPR + lane) * VEC, r[j]);
     A v[NV][VEC];
     A s[1] = {0};
-#pragma unroll
-    for (int j = 0; j < NV; j++) {
-        decode<DT, VEC>(r[j], v[j]);
-#pragma unroll
-        for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[j][i] : v[j][i] * v[j][i];
-    }
+    decode_row<DT, LAYER>(r, v, s[0]);
     row_sum<TPR>(s, red, LAYER);
     A mean = 0, inv;
     if constexpr (LAYER) {
         mean = s[0] / (A)D;
-        A q[1] = {0};
-#pragma unroll
-        for (int j = 0; j < NV; j++)
-#pragma unroll
-            for (int i = 0; i < VEC; i++) {
-                A dv = v[j][i] - mean;
-                q[0] += dv * dv;
-            }
+        A q[1] = {centered_squares<VEC, TPR, NV, false>(v, mean, lane, D)};
         row_sum<TPR>(q, red, false);
         inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
     } else {
         inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
     }
     if (!live) return;
-    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
-    T *yr = static_cast<T *>(a.y) + row * D;
-#pragma unroll
-    for (int j = 0; j < NV; j++) {
-        const int e = (j * TPR + lane) * VEC;
-        A o[VEC];
-#pragma unroll
-        for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
-        if (W) {
-            A wv[VEC];
-            load<DT, VEC>(W + e, wv);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] *= wv[i];
-        }
-        if (LAYER && B) {
-            A bv[VEC];
-            load<DT, VEC>(B + e, bv);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] += bv[i];
-        }
-        store<DT, VEC>(yr + e, o);
-    }
-    if (lane == 0) {
-        if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
-        if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
-    }
+    write_row<DT, LAYER, VEC, TPR, NV, false>(a, row, D, lane, v, mean, inv);
 }
 
 // Rows too long for registers: one block per row, a pass over the row for
