@@ -96,14 +96,14 @@ template <class A> __device__ __forceinline__ void warp_ol(A &m, A &s) {
 
 // Block folds: every thread of the block calls them (blockDim a multiple of
 // 32, at most 1024); all get the result. sh holds 33 values.
-template <class A> __device__ A block_sum(A v, A *sh) {
+template <bool MAX, class A> __device__ A block_fold(A v, A *sh) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
+    v = MAX ? warp_max(v) : warp_sum(v);
     if (lane == 0) sh[w] = v;
     __syncthreads();
     if (w == 0) {
-        v = lane < nw ? sh[lane] : (A)0;
-        v = warp_sum(v);
+        v = lane < nw ? sh[lane] : MAX ? ninf<A>() : (A)0;
+        v = MAX ? warp_max(v) : warp_sum(v);
         if (lane == 0) sh[32] = v;
     }
     __syncthreads();
@@ -111,6 +111,8 @@ template <class A> __device__ A block_sum(A v, A *sh) {
     __syncthreads(); // sh may be reused as soon as this returns
     return r;
 }
+template <class A> __device__ A block_sum(A v, A *sh) { return block_fold<false>(v, sh); }
+template <class A> __device__ A block_max(A v, A *sh) { return block_fold<true>(v, sh); }
 
 template <class A> __device__ void block_ol(A &m, A &s, A *shm, A *shs) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -263,22 +265,6 @@ sm_block(const typename dtype<DT>::T *__restrict__ a, const typename dtype<DT>::
 // max and sums go through block_max / block_sum, so every thread holds the
 // same bits.
 constexpr int kRowsMaxNV = 8;
-
-template <class A> __device__ A block_max(A v, A *sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = lane < nw ? sh[lane] : ninf<A>();
-        v = warp_max(v);
-        if (lane == 0) sh[32] = v;
-    }
-    __syncthreads();
-    A r = sh[32];
-    __syncthreads(); // sh may be reused as soon as this returns
-    return r;
-}
 
 template <int DT, int VEC> struct RowChunk {
     typedef typename dtype<DT>::T T;
