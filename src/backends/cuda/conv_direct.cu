@@ -53,6 +53,17 @@ struct St32 {
     int n, c, h, w;
 };
 
+// The NCHW coordinates of linear index i over [*, C, H, W].
+__device__ __forceinline__ void unravel(unsigned i, int C, int H, int W, int &n, int &c, int &h,
+                                        int &w) {
+    w = (int)(i % (unsigned)W);
+    i /= (unsigned)W;
+    h = (int)(i % (unsigned)H);
+    i /= (unsigned)H;
+    c = (int)(i % (unsigned)C);
+    n = (int)(i / (unsigned)C);
+}
+
 // y[n, co, oh, ow] = bias[co] + sum over the group's channels and the taps.
 template <int DT>
 __global__ void __launch_bounds__(kThreads)
@@ -67,12 +78,8 @@ __global__ void __launch_bounds__(kThreads)
     const int cg = g.C / g.G, cog = g.Co / g.G;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += gridDim.x * blockDim.x) {
-        unsigned t = i;
-        const int ow = (int)(t % (unsigned)g.OW);
-        t /= (unsigned)g.OW;
-        const int oh = (int)(t % (unsigned)g.OH);
-        t /= (unsigned)g.OH;
-        const int co = (int)(t % (unsigned)g.Co), n = (int)(t / (unsigned)g.Co);
+        int n, co, oh, ow;
+        unravel(i, g.Co, g.OH, g.OW, n, co, oh, ow);
         const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
         const T *xp = x + n * xs.n + (co / cog) * cg * xs.c, *wp = w + co * ws.n;
         A acc = b ? (A)dtype<DT>::dec(b[co * bs]) : (A)0;
@@ -104,12 +111,8 @@ __global__ void __launch_bounds__(kThreads)
     const int cg = g.C / g.G, cog = g.Co / g.G;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += gridDim.x * blockDim.x) {
-        unsigned t = i;
-        const int iw = (int)(t % (unsigned)g.W);
-        t /= (unsigned)g.W;
-        const int ih = (int)(t % (unsigned)g.H);
-        t /= (unsigned)g.H;
-        const int c = (int)(t % (unsigned)g.C), n = (int)(t / (unsigned)g.C);
+        int n, c, ih, iw;
+        unravel(i, g.C, g.H, g.W, n, c, ih, iw);
         const int grp = c / cg, ci = c - grp * cg;
         const T *dp = dy + n * ds.n + grp * cog * ds.c, *wp = w + grp * cog * ws.n + ci * ws.c;
         A acc = 0;
