@@ -11,7 +11,7 @@
 
 #include "test_util.h"
 
-#include "dispatch/optim_impl.h"
+#include "ops/optim_impl.h"
 #include "test_fixture.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ----------------------------- */

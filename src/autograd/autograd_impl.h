@@ -5,6 +5,8 @@
 #ifndef CTEN_AUTOGRAD_IMPL_H
 #define CTEN_AUTOGRAD_IMPL_H
 
+#include <stddef.h>
+
 #include "dispatch/dispatch_impl.h"
 #include "tensor/autograd.h"
 #include "tensor/ops.h"
@@ -45,8 +47,9 @@ struct cti_node {
     ct_tensor *saved[CTI_AG_MAX_SAVED];
     unsigned saved_version[CTI_AG_MAX_SAVED];
     bool released; /* saved tensors freed by a backward without retain_graph */
-    double f[8];
-    int64_t i[16];
+    /* A copy of the op's parameter struct, read with CTI_NODE_PARAMS. */
+    _Alignas(max_align_t) unsigned char params[CTI_PARAMS_MAX];
+    size_t params_size;
     /* engine scratch */
     int deps;
     bool queued;
@@ -63,15 +66,53 @@ struct ct_autograd_meta {
 /* Grad mode on and any of the n tensors (NULLs skipped) requires grad. */
 bool cti_ag_needed(int n, ct_tensor *const *ts);
 
-/* Records outputs as computed from inputs by a backward formula bw named name.
- * Saves nsaved tensors (detached aliases; NULL entries allowed), copies nf
- * float and ni integer parameters. Inputs that do not require grad get no
- * edge. On failure (out of memory) returns the error; the outputs are left
- * without history and the caller releases them. */
-ct_status cti_ag_record(const char *name, cti_backward_fn bw, int nin, ct_tensor *const *inputs,
-                        int nout, ct_tensor *const *outputs, int nsaved,
-                        ct_tensor *const *saved, const double *f, int nf, const int64_t *i,
-                        int ni);
+/* What cti_ag_record records, by name:
+ *   cti_ag_record(&(cti_ag_rec){.name = "MulBackward", .backward = cti_bw_mul,
+ *                               .nin = 2, .in = {a, b}, .nout = 1, .out = {out},
+ *                               .nsaved = 2, .saved = {sa, sb}, CTI_AG_PARAMS(&p)});
+ * in: the op's inputs (NULL for an absent optional one); inputs that do not
+ * require grad get no edge. saved: what the formula reads (detached aliases
+ * are kept with their storage version; NULL entries allowed). params: the
+ * parameter struct the formula reads with CTI_NODE_PARAMS, copied. */
+typedef struct cti_ag_rec {
+    const char *name;
+    cti_backward_fn backward;
+    int nin, nout, nsaved;
+    ct_tensor *in[CTI_AG_MAX_IN];
+    ct_tensor *out[CTI_AG_MAX_OUT];
+    ct_tensor *saved[CTI_AG_MAX_SAVED];
+    const void *params;
+    size_t params_size;
+} cti_ag_rec;
+
+#define CTI_AG_PARAMS(p) .params = (p), .params_size = sizeof *(p)
+
+/* Records r's outputs as computed from its inputs. On failure (out of
+ * memory) returns the error; the outputs are left without history and the
+ * caller releases them. */
+ct_status cti_ag_record(const cti_ag_rec *r);
+
+/* LEGACY: the positional form (f and i packed into the node's params). */
+ct_status cti_ag_record_legacy(const char *name, cti_backward_fn bw, int nin,
+                               ct_tensor *const *inputs, int nout, ct_tensor *const *outputs,
+                               int nsaved, ct_tensor *const *saved, const double *f, int nf,
+                               const int64_t *i, int ni);
+
+/* LEGACY: what cti_ag_record_legacy packs. */
+typedef struct cti_legacy_params {
+    double f[8];
+    int64_t i[16];
+} cti_legacy_params;
+#define LEGACY_F(n) (CTI_NODE_PARAMS(n, cti_legacy_params)->f)
+#define LEGACY_I(n) (CTI_NODE_PARAMS(n, cti_legacy_params)->i)
+
+/* The node's parameters as the struct T its front end recorded. */
+#define CTI_NODE_PARAMS(n, T) ((const T *)cti_node_params_(n, sizeof(T)))
+static inline const void *cti_node_params_(const cti_node *n, size_t size) {
+    assert(n->params_size == size);
+    (void)size;
+    return n->params;
+}
 
 /* Saved tensor k of n, checked against in-place modification since the
  * forward (error naming the node and the versions). NULL if it was saved as

@@ -41,7 +41,7 @@ static ct_tensor *shape_of_input(const cti_node *n, ct_tensor *g) {
 
 CTI_BW(cti_bw_conv2d) {
     if (!go[0]) return CT_OK;
-    const int64_t *stride = n->i, *padding = n->i + 2, *dilation = n->i + 4, groups = n->i[6];
+    const int64_t *stride = LEGACY_I(n), *padding = LEGACY_I(n) + 2, *dilation = LEGACY_I(n) + 4, groups = LEGACY_I(n)[6];
     ct_status st;
     if (n->needs[0]) {
         ct_tensor *w = cti_ag_saved(n, 1, &st);
@@ -79,8 +79,8 @@ CTI_BW(cti_bw_avg_pool2d) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     ct_tensor *x = shape_of_input(n, go[0]);
     if (!x) return ct_last_status();
-    ct_status st = put(&gi[0], ct_avg_pool2d_backward(go[0], x, n->i, n->i + 2, n->i + 4,
-                                                      n->i[6] != 0, n->i[7] != 0));
+    ct_status st = put(&gi[0], ct_avg_pool2d_backward(go[0], x, LEGACY_I(n), LEGACY_I(n) + 2, LEGACY_I(n) + 4,
+                                                      LEGACY_I(n)[6] != 0, LEGACY_I(n)[7] != 0));
     ct_tensor_release(x);
     return st;
 }

@@ -74,7 +74,7 @@ CTI_BW(cti_bw_add) {
     if (!go[0]) return CT_OK;
     if (n->needs[0]) gi[0] = ct_tensor_retain(go[0]);
     if (n->nin > 1 && n->needs[1]) {
-        double alpha = n->f[0];
+        double alpha = LEGACY_F(n)[0];
         ct_tensor *g = alpha == 1.0 ? ct_tensor_retain(go[0]) : ct_mul_scalar(go[0], alpha);
         return put(&gi[1], g);
     }
@@ -102,7 +102,7 @@ CTI_BW(cti_bw_mul) {
 /* out = x * f[0]. */
 CTI_BW(cti_bw_mul_scalar) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    return put(&gi[0], ct_mul_scalar(go[0], n->f[0]));
+    return put(&gi[0], ct_mul_scalar(go[0], LEGACY_F(n)[0]));
 }
 
 /* Saved: a (when b needs grad), b. d/da = 1/b, d/db = -a/b^2, the latter
@@ -129,7 +129,7 @@ CTI_BW(cti_bw_div) {
 /* out = x / f[0] (divided, not multiplied by the reciprocal, as PyTorch). */
 CTI_BW(cti_bw_div_scalar) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    return put(&gi[0], ct_div_scalar(go[0], n->f[0]));
+    return put(&gi[0], ct_div_scalar(go[0], LEGACY_F(n)[0]));
 }
 
 /* ---- pow ----------------------------------------------------------------------------- */
@@ -173,7 +173,7 @@ CTI_BW(cti_bw_pow) {
 /* out = x^f[0]. Saved: x. */
 CTI_BW(cti_bw_pow_scalar) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    double e = n->f[0];
+    double e = LEGACY_F(n)[0];
     if (e == 0.0) return put(&gi[0], ct_tensor_zeros_like(go[0]));
     SAVED(x, 0);
     ct_tensor *p = ct_pow_scalar(x, e - 1.0);
@@ -215,7 +215,7 @@ static ct_status extremum_scalar_bw(cti_node *n, ct_tensor *const *go, ct_tensor
                                     bool is_max) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(x, 0);
-    double s = n->f[0];
+    double s = LEGACY_F(n)[0];
     ct_tensor *eq = ct_eq_scalar(x, s);
     ct_tensor *half = ct_mul_scalar(go[0], 0.5);
     if (!eq || !half) return ct_last_status();
@@ -245,7 +245,7 @@ CTI_BW(cti_bw_where) {
 CTI_BW(cti_bw_clamp) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(x, 0);
-    ct_tensor *lo = ct_ge_scalar(x, n->f[0]), *hi = ct_le_scalar(x, n->f[1]);
+    ct_tensor *lo = ct_ge_scalar(x, LEGACY_F(n)[0]), *hi = ct_le_scalar(x, LEGACY_F(n)[1]);
     if (!lo || !hi) return ct_last_status();
     ct_tensor *in = drop2(ct_logical_and(lo, hi), lo, hi);
     if (!in) return ct_last_status();

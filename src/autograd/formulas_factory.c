@@ -3,7 +3,7 @@
 
 /* Each input gets the slice of the gradient it filled (i[0] = dim). */
 CTI_BW(cti_bw_cat) {
-    int dim = (int)n->i[0];
+    int dim = (int)LEGACY_I(n)[0];
     int64_t pos = 0;
     for (int k = 0; k < n->nin; k++) {
         bool skipped = n->in_ndim[k] == 1 && n->in_shape[k][0] == 0;
@@ -18,7 +18,7 @@ CTI_BW(cti_bw_cat) {
 
 /* Each input gets its index along the new dim (i[0] = dim). */
 CTI_BW(cti_bw_stack) {
-    int dim = (int)n->i[0];
+    int dim = (int)LEGACY_I(n)[0];
     for (int k = 0; k < n->nin; k++)
         if (n->needs[k] && go[0] && !(gi[k] = ct_select(go[0], dim, k))) return ct_last_status();
     return CT_OK;

@@ -181,7 +181,7 @@ CTI_BW(cti_bw_bmm) {
  * product's shape for the engine to sum to the input's broadcast shape. */
 CTI_BW(cti_bw_addmm) {
     if (!go[0]) return CT_OK;
-    double beta = n->f[0], alpha = n->f[1];
+    double beta = LEGACY_F(n)[0], alpha = LEGACY_F(n)[1];
     ct_status st;
     if (n->needs[0]) {
         ct_tensor *g = beta == 1.0 ? ct_tensor_retain(go[0]) : ct_mul_scalar(go[0], beta);

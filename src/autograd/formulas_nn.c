@@ -48,13 +48,13 @@ CTI_BW(cti_bw_layer_norm) {
 CTI_BW(cti_bw_softmax) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(y, 0);
-    return put(&gi[0], ct_softmax_backward(go[0], y, (int)n->i[0]));
+    return put(&gi[0], ct_softmax_backward(go[0], y, (int)LEGACY_I(n)[0]));
 }
 
 CTI_BW(cti_bw_log_softmax) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(y, 0);
-    return put(&gi[0], ct_log_softmax_backward(go[0], y, (int)n->i[0]));
+    return put(&gi[0], ct_log_softmax_backward(go[0], y, (int)LEGACY_I(n)[0]));
 }
 
 CTI_BW(cti_bw_cross_entropy) {
@@ -63,7 +63,7 @@ CTI_BW(cti_bw_cross_entropy) {
     SAVED(target, 1);
     SAVED(w, 2);
     return put(&gi[0], ct_cross_entropy_backward(go[0], logits, target, w,
-                                                 (ct_reduction)n->i[0], n->i[1], n->f[0]));
+                                                 (ct_reduction)LEGACY_I(n)[0], LEGACY_I(n)[1], LEGACY_F(n)[0]));
 }
 
 CTI_BW(cti_bw_nll_loss) {
@@ -71,14 +71,14 @@ CTI_BW(cti_bw_nll_loss) {
     SAVED(lp, 0);
     SAVED(target, 1);
     SAVED(w, 2);
-    return put(&gi[0], ct_nll_loss_backward(go[0], lp, target, w, (ct_reduction)n->i[0], n->i[1]));
+    return put(&gi[0], ct_nll_loss_backward(go[0], lp, target, w, (ct_reduction)LEGACY_I(n)[0], LEGACY_I(n)[1]));
 }
 
 CTI_BW(cti_bw_mse_loss) {
     if (!go[0]) return CT_OK;
     SAVED(input, 0);
     SAVED(target, 1);
-    ct_reduction r = (ct_reduction)n->i[0];
+    ct_reduction r = (ct_reduction)LEGACY_I(n)[0];
     ct_status st = CT_OK;
     if (n->needs[0]) st = put(&gi[0], ct_mse_loss_backward(go[0], input, target, r));
     /* The loss is symmetric in its two arguments, so the target's gradient
@@ -97,5 +97,5 @@ CTI_BW(cti_bw_embedding) {
 CTI_BW(cti_bw_dropout) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(mask, 0);
-    return put(&gi[0], ct_dropout_backward(go[0], mask, n->f[0]));
+    return put(&gi[0], ct_dropout_backward(go[0], mask, LEGACY_F(n)[0]));
 }

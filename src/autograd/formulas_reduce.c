@@ -34,7 +34,7 @@ static ct_status put(ct_tensor **slot, ct_tensor *g) {
 static int reduced_dims(const cti_node *n, int64_t *dims) {
     int k = 0;
     for (int d = 0; d < n->in_ndim[0]; d++)
-        if (n->i[0] >> d & 1) dims[k++] = d;
+        if (LEGACY_I(n)[0] >> d & 1) dims[k++] = d;
     return k;
 }
 
@@ -42,7 +42,7 @@ static int reduced_dims(const cti_node *n, int64_t *dims) {
 static int64_t reduced_count(const cti_node *n) {
     int64_t c = 1;
     for (int d = 0; d < n->in_ndim[0]; d++)
-        if (n->i[0] >> d & 1) c *= n->in_shape[0][d];
+        if (LEGACY_I(n)[0] >> d & 1) c *= n->in_shape[0][d];
     return c;
 }
 
@@ -51,7 +51,7 @@ static int64_t reduced_count(const cti_node *n) {
 static ct_tensor *kept(const cti_node *n, ct_tensor *t) {
     int64_t shape[CT_MAX_DIMS];
     for (int d = 0; d < n->in_ndim[0]; d++)
-        shape[d] = (n->i[0] >> d & 1) ? 1 : n->in_shape[0][d];
+        shape[d] = (LEGACY_I(n)[0] >> d & 1) ? 1 : n->in_shape[0][d];
     return ct_reshape(t, n->in_ndim[0], shape);
 }
 
@@ -131,7 +131,7 @@ CTI_BW(cti_bw_prod) {
 static ct_tensor *var_grad(cti_node *n, ct_tensor *x0, ct_tensor *g) {
     int64_t dims[CT_MAX_DIMS];
     int nd = reduced_dims(n, dims);
-    double dof = fmax(0.0, (double)reduced_count(n) - n->f[0]);
+    double dof = fmax(0.0, (double)reduced_count(n) - LEGACY_F(n)[0]);
     ct_tensor *x = up(x0);
     ct_tensor *m = x ? ct_mean(x, nd, dims, true) : NULL;
     ct_tensor *c = m ? ct_sub(x, m) : NULL;
@@ -191,7 +191,7 @@ CTI_BW(cti_bw_norm) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(x0, 0);
     SAVED(out, 1);
-    double p = n->f[0];
+    double p = LEGACY_F(n)[0];
     if (p == 0.0) return put(&gi[0], ct_tensor_zeros_like(x0));
     ct_tensor *x = up(x0);
     ct_tensor *g = x ? kept_up(n, go[0]) : NULL;
@@ -261,7 +261,7 @@ CTI_BW(cti_bw_max_dim) {
     int nd = n->in_ndim[0];
     if (nd == 0) return put(&gi[0], ct_tensor_retain(go[0]));
     int d = 0;
-    while (d < nd - 1 && !(n->i[0] >> d & 1)) d++;
+    while (d < nd - 1 && !(LEGACY_I(n)[0] >> d & 1)) d++;
     int64_t len = n->in_shape[0][d];
     int64_t shape[CT_MAX_DIMS];
     for (int k = 0; k < nd; k++) shape[k] = k == d ? len : 1;

@@ -24,15 +24,15 @@ CTI_BW(cti_bw_view) {
 
 CTI_BW(cti_bw_transpose) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    if (n->i[0] < 0) return put(&gi[0], ct_tensor_retain(go[0]));
-    return put(&gi[0], ct_transpose(go[0], (int)n->i[0], (int)n->i[1]));
+    if (LEGACY_I(n)[0] < 0) return put(&gi[0], ct_tensor_retain(go[0]));
+    return put(&gi[0], ct_transpose(go[0], (int)LEGACY_I(n)[0], (int)LEGACY_I(n)[1]));
 }
 
 CTI_BW(cti_bw_permute) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     int nd = n->in_ndim[0];
     int64_t inv[CT_MAX_DIMS];
-    for (int k = 0; k < nd; k++) inv[n->i[k]] = k;
+    for (int k = 0; k < nd; k++) inv[LEGACY_I(n)[k]] = k;
     return put(&gi[0], ct_permute(go[0], nd, inv));
 }
 
@@ -52,7 +52,7 @@ static ct_status scatter_into_zeros(cti_node *n, ct_tensor *g, part_fn part, ct_
     ct_tensor *z = ct_tensor_zeros(n->in_ndim[0], n->in_shape[0], ct_tensor_dtype(g),
                                    ct_tensor_device(g));
     if (!z) return ct_last_status();
-    ct_tensor *v = part(z, n->i);
+    ct_tensor *v = part(z, LEGACY_I(n));
     ct_status st = v ? ct_copy_(v, g) : ct_last_status();
     ct_tensor_release(v);
     if (st != CT_OK) {

@@ -88,19 +88,23 @@ static ct_tensor *alias(ct_tensor *t) {
     return a;
 }
 
-ct_status cti_ag_record(const char *name, cti_backward_fn bw, int nin, ct_tensor *const *inputs,
-                        int nout, ct_tensor *const *outputs, int nsaved,
-                        ct_tensor *const *saved, const double *f, int nf, const int64_t *i,
-                        int ni) {
+ct_status cti_ag_record(const cti_ag_rec *r) {
+    const char *name = r->name;
+    if (r->params_size > CTI_PARAMS_MAX || r->nin > CTI_AG_MAX_IN || r->nout > CTI_AG_MAX_OUT ||
+        r->nsaved > CTI_AG_MAX_SAVED)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: a node takes at most %d inputs, %d outputs, %d saved tensors and %d "
+                         "bytes of parameters",
+                         name, CTI_AG_MAX_IN, CTI_AG_MAX_OUT, CTI_AG_MAX_SAVED, CTI_PARAMS_MAX);
     cti_node *n = calloc(1, sizeof *n);
     if (!n) return cti_error(CT_ERR_OOM, "%s: out of memory recording the graph", name);
     atomic_init(&n->refcount, 1);
     n->name = name;
-    n->backward = bw;
-    n->nin = nin;
-    n->nout = nout;
-    for (int k = 0; k < nin; k++) {
-        ct_tensor *t = inputs[k];
+    n->backward = r->backward;
+    n->nin = r->nin;
+    n->nout = r->nout;
+    for (int k = 0; k < r->nin; k++) {
+        ct_tensor *t = r->in[k];
         if (!t) continue;
         n->in_ndim[k] = t->ndim;
         memcpy(n->in_shape[k], t->shape, sizeof t->shape);
@@ -116,28 +120,28 @@ ct_status cti_ag_record(const char *name, cti_backward_fn bw, int nin, ct_tensor
             n->next[k].leaf = ct_tensor_retain(t);
         }
     }
-    for (int k = 0; k < nout; k++) {
-        n->out_ndim[k] = outputs[k]->ndim;
-        memcpy(n->out_shape[k], outputs[k]->shape, sizeof outputs[k]->shape);
-        n->out_dtype[k] = outputs[k]->dtype;
+    for (int k = 0; k < r->nout; k++) {
+        n->out_ndim[k] = r->out[k]->ndim;
+        memcpy(n->out_shape[k], r->out[k]->shape, sizeof r->out[k]->shape);
+        n->out_dtype[k] = r->out[k]->dtype;
     }
-    n->nsaved = nsaved;
-    for (int k = 0; k < nsaved; k++) {
-        if (!saved[k]) continue;
-        n->saved[k] = alias(saved[k]);
-        n->saved_version[k] = atomic_load(&saved[k]->storage->version);
+    n->nsaved = r->nsaved;
+    for (int k = 0; k < r->nsaved; k++) {
+        ct_tensor *sv = r->saved[k];
+        if (!sv) continue;
+        n->saved[k] = alias(sv);
+        n->saved_version[k] = atomic_load(&sv->storage->version);
         if (!n->saved[k]) {
             node_release(n);
             return ct_last_status();
         }
     }
-    if (nf) memcpy(n->f, f, (size_t)nf * sizeof *f);
-    if (ni) memcpy(n->i, i, (size_t)ni * sizeof *i);
+    if (r->params_size) memcpy(n->params, r->params, r->params_size);
+    n->params_size = r->params_size;
     /* Outputs: floating ones get history; integer outputs (indices) stay
      * plain, as in PyTorch. */
-    int attached = 0;
-    for (int k = 0; k < nout; k++) {
-        ct_tensor *o = outputs[k];
+    for (int k = 0; k < r->nout; k++) {
+        ct_tensor *o = r->out[k];
         if (!ct_dtype_is_floating(o->dtype)) continue;
         struct ct_autograd_meta *m = meta_get(o);
         if (!m) {
@@ -149,11 +153,26 @@ ct_status cti_ag_record(const char *name, cti_backward_fn bw, int nin, ct_tensor
         m->grad_fn = n;
         m->output_nr = k;
         atomic_fetch_add(&n->refcount, 1);
-        attached++;
     }
     node_release(n); /* the outputs hold it now */
-    (void)attached;
     return CT_OK;
+}
+
+/* LEGACY: the positional form, until every front end records by name. */
+ct_status cti_ag_record_legacy(const char *name, cti_backward_fn bw, int nin,
+                               ct_tensor *const *inputs, int nout, ct_tensor *const *outputs,
+                               int nsaved, ct_tensor *const *saved, const double *f, int nf,
+                               const int64_t *i, int ni) {
+    cti_ag_rec r = {.name = name, .backward = bw, .nin = nin, .nout = nout, .nsaved = nsaved};
+    for (int k = 0; k < nin; k++) r.in[k] = inputs[k];
+    for (int k = 0; k < nout; k++) r.out[k] = outputs[k];
+    for (int k = 0; k < nsaved; k++) r.saved[k] = saved[k];
+    cti_legacy_params legacy = {{0}, {0}};
+    if (nf) memcpy(legacy.f, f, (size_t)nf * sizeof *f);
+    if (ni) memcpy(legacy.i, i, (size_t)ni * sizeof *i);
+    r.params = &legacy;
+    r.params_size = sizeof legacy;
+    return cti_ag_record(&r);
 }
 
 ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st) {

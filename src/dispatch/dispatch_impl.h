@@ -1,14 +1,22 @@
-/* Private: the kernel table and the call record kernels receive.
+/* Private: the dispatcher. The kernel table keyed on (op, device type,
+ * dtype), the call record kernels receive, the backends that fill the
+ * table, and the trace and profile around every call.
  *
- * A public op function (the "front end", in src/dispatch/) checks its
- * arguments (NULL, devices, dtypes, shapes), computes the result dtype and
- * shape, allocates the outputs, fills a ct_call and hands it to cti_dispatch,
- * which finds kernel[op][device][dtype] and runs it. Kernels may assume the
- * front end's checks hold; they never allocate the call's outputs. */
+ * An op's front end (src/ops/) checks its arguments, computes the result
+ * dtype and shape, allocates the outputs, fills a ct_call with the tensors
+ * and a pointer to the op's parameter struct (src/dispatch/schema.h) and
+ * hands it to cti_dispatch, which finds kernel[op][device][dtype] and runs
+ * it. Kernels may assume the front end's checks hold; they never allocate
+ * the call's outputs. The dispatcher knows nothing of autograd, which sits
+ * above it in the front ends. */
 #ifndef CTEN_DISPATCH_IMPL_H
 #define CTEN_DISPATCH_IMPL_H
 
+#include <assert.h>
+#include <stdio.h>
+
 #include "../core/tensor_impl.h"
+#include "schema.h"
 #include "tensor/dispatch.h"
 
 #define CTI_CALL_MAX_IN 6
@@ -19,48 +27,110 @@ typedef struct ct_call {
     int nin, nout;
     ct_tensor *in[CTI_CALL_MAX_IN];   /* inputs; may be NULL for optional ones */
     ct_tensor *out[CTI_CALL_MAX_OUT]; /* outputs, allocated by the front end */
-    double f[8];                      /* op-specific float parameters */
-    int64_t i[16];                    /* op-specific integer parameters */
-    void *ptr;                        /* op-specific pointer (e.g. a generator) */
+    /* The op's parameter struct (the schema's params column) and its size,
+     * which the dispatcher checks against the schema; NULL and 0 for
+     * cti_no_params. Set with cti_call_params. */
+    const void *params;
+    size_t params_size;
     /* The kernel may set this to the routine it actually ran ("cblas_sgemm",
      * "im2col+cblas_sgemm"); the trace prints it, else the registered name. */
     const char *routine;
+    /* LEGACY: numbered slots, removed once every family reads params. */
+    double f[8];
+    int64_t i[16];
+    void *ptr;
 } ct_call;
 
 typedef ct_status (*cti_kernel_fn)(ct_call *call);
 
-/* Called by backends' registration functions at library init. */
-void cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, cti_kernel_fn fn,
-                         const char *name);
+/* Initializes a call record for op with no tensors and no parameters. */
+static inline void cti_call_init(ct_call *c, ct_op op) {
+    c->op = op;
+    c->nin = 0;
+    c->nout = 0;
+    c->params = NULL;
+    c->params_size = 0;
+    c->routine = NULL;
+    c->ptr = NULL; /* LEGACY */
+}
+
+/* Points the call at the parameter struct *p (which must outlive the
+ * dispatch). */
+#define cti_call_params(c, p) ((c)->params = (p), (c)->params_size = sizeof *(p))
+
+/* The call's parameters as the family's struct T. The dispatcher checked
+ * the size against the schema's struct for the op; the assertion catches a
+ * kernel reading another family's. */
+#define CTI_PARAMS(c, T) ((const T *)cti_call_params_(c, sizeof(T)))
+static inline const void *cti_call_params_(const ct_call *c, size_t size) {
+    assert(c->params_size == size);
+    (void)size;
+    return c->params;
+}
+
+/* ---- the schema as data ---------------------------------------------------------- */
+typedef enum cti_grad_kind {
+    CTI_GRAD_NONE,      /* CTI_NODIFF */
+    CTI_GRAD_FORMULA,   /* CTI_F(formula) */
+    CTI_GRAD_NOFORMULA, /* CTI_NOFORMULA */
+} cti_grad_kind;
+
+typedef struct cti_op_info {
+    ct_op id;
+    const char *name;
+    const char *params_name; /* "cti_conv_params" */
+    size_t params_size;      /* 0 for cti_no_params */
+    cti_grad_kind grad;
+    int backward; /* the backward op, or -1 */
+} cti_op_info;
+
+/* The schema's row for op (op < CT_NUM_OPS). */
+const cti_op_info *cti_op_schema(ct_op op);
+
+/* Checks n rows as the library's init does: ids 0..n-1 in order, names
+ * non-empty and unique, backward ops in range and not the op itself, and a
+ * formula for every differentiable op. A failure sets an error naming the
+ * row and returns its status. Tests hand it broken tables. */
+ct_status cti_schema_validate(const cti_op_info *rows, int n, const bool *has_formula);
+
+/* ---- backends ----------------------------------------------------------------------
+ * Each backend is one value of this struct, defined in its own folder; the
+ * build lists the backends it compiled (CTI_BACKEND_LIST in
+ * cten_backends.h) and the dispatcher loops over them. */
+typedef struct cti_backend {
+    const char *name;      /* "cpu", "cuda" */
+    ct_device_type device; /* the column of the table it fills */
+    /* Registers its allocator and kernels (cti_register_kernel); init
+     * fails on the first refused registration. */
+    void (*register_kernels)(void);
+    /* Devices present now (CPU: 1); 0 when none is usable. */
+    int (*device_count)(void);
+    /* Writes the backend's lines of ct_print_info (indented two spaces). */
+    void (*print_info)(FILE *f);
+    /* Waits for the device's queued work (CPU: returns at once). */
+    ct_status (*synchronize)(int device);
+} cti_backend;
+
+/* The backend of a device type, or NULL when the build has none. */
+const cti_backend *cti_backend_of(ct_device_type device);
+
+/* Called by backends' register_kernels at init. A second kernel for one
+ * (op, device, dtype), an op, device or dtype out of range, or a NULL
+ * function is refused (CT_ERR_INVALID_ARG, naming the entry and both
+ * kernels for a duplicate) and leaves the table as it was. */
+ct_status cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, cti_kernel_fn fn,
+                              const char *name);
 
 /* Runs the kernel for (call->op, device, dtype). A missing entry is
  * CT_ERR_UNSUPPORTED naming op, device and dtype. Records trace/profile. */
 ct_status cti_dispatch(ct_call *call, ct_device device, ct_dtype dtype);
 
-/* Initializes a call record for op with nin inputs and nout outputs
- * (remaining fields zeroed only as far as needed). */
-static inline void cti_call_init(ct_call *c, ct_op op) {
-    c->op = op;
-    c->nin = 0;
-    c->nout = 0;
-    c->ptr = NULL;
-    c->routine = NULL;
-}
-
-/* Runs the library's one-time init (kernel registration, env settings).
- * Idempotent and cheap after the first call; every front end's first
- * dispatch triggers it through cti_dispatch. */
+/* Runs the library's one-time init (schema check, kernel registration, env
+ * settings). Idempotent and cheap after the first call; every front end's
+ * first dispatch triggers it through cti_dispatch. */
 void cti_init(void);
-
-/* ---- shared front-end checks (each sets an error naming op) ---------------- */
-/* All n tensors non-NULL. */
-ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts);
-/* All non-NULL tensors among n on one device. */
-ct_status cti_check_same_device(const char *op, int n, ct_tensor *const *ts);
-/* dtype is floating ("op: expected a floating dtype, got int64"). */
-ct_status cti_check_floating(const char *op, const ct_tensor *t, const char *argname);
-
-/* Releases the first n outputs of a call (after a failed dispatch). */
-void cti_call_release_outputs(ct_call *c);
+/* CT_OK, or the first failure init met (its message in *msg when msg is
+ * non-NULL). A failed init makes every dispatch fail with that message. */
+ct_status cti_init_status(const char **msg);
 
 #endif

@@ -1,11 +1,11 @@
-/* The kernel table, library init, the trace and the profile. */
+/* The kernel table, the schema as data, the backends, library init, the
+ * trace and the profile. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "autograd/autograd_impl.h"
-#include "backends/cpu/cpu_impl.h"
+#include "cten_backends.h"
 #include "dispatch_impl.h"
 
 typedef struct entry {
@@ -15,23 +15,139 @@ typedef struct entry {
 
 static entry table[CT_NUM_OPS][CT_NUM_DEVICE_TYPES][CT_NUM_DTYPES];
 
-static const char *op_names[CT_NUM_OPS] = {
-#define CT_OP_NAME_(id, name) name,
-    CT_OP_LIST(CT_OP_NAME_)
-#undef CT_OP_NAME_
-};
+/* ---- the schema ------------------------------------------------------------------ */
+#define CTI_F(fn) CTI_GRAD_FORMULA
+#define CTI_NODIFF CTI_GRAD_NONE
+#define CTI_NOFORMULA CTI_GRAD_NOFORMULA
+/* A row's backward column is an op id suffix or NONE. */
+#define CT_OP_NONE (-1)
+#define ROW_(ID, nm, P, grad, bw)                                                            \
+    {CT_OP_##ID, nm, #P,                                                                     \
+     _Generic(*(P *)0, cti_no_params: (size_t)0, default: sizeof(P)), grad, (int)CT_OP_##bw},
+static const cti_op_info schema[CT_NUM_OPS] = {CTI_OP_SCHEMA(ROW_)};
+#undef ROW_
+#undef CT_OP_NONE
+#undef CTI_F
+#undef CTI_NODIFF
+#undef CTI_NOFORMULA
+
+/* Formula names as the schema spells them: an empty one is a differentiable
+ * op without a formula, which the validation refuses. */
+#define CTI_F(fn) #fn
+#define CTI_NODIFF ""
+#define CTI_NOFORMULA ""
+#define FNAME_(ID, nm, P, grad, bw) grad,
+static const char *const formula_names[CT_NUM_OPS] = {CTI_OP_SCHEMA(FNAME_)};
+#undef FNAME_
+#undef CTI_F
+#undef CTI_NODIFF
+#undef CTI_NOFORMULA
+
+const cti_op_info *cti_op_schema(ct_op op) { return &schema[op]; }
 
 const char *ct_op_name(ct_op op) {
-    return (unsigned)op < CT_NUM_OPS ? op_names[op] : "invalid";
+    return (unsigned)op < CT_NUM_OPS ? schema[op].name : "invalid";
 }
 
-void cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, cti_kernel_fn fn,
-                         const char *name) {
+ct_status cti_schema_validate(const cti_op_info *rows, int n, const bool *has_formula) {
+    for (int k = 0; k < n; k++) {
+        const cti_op_info *r = &rows[k];
+        if ((int)r->id != k)
+            return cti_error(CT_ERR_INVALID_ARG, "schema: row %d has id %d (rows must be in id order)",
+                             k, (int)r->id);
+        if (!r->name || !*r->name)
+            return cti_error(CT_ERR_INVALID_ARG, "schema: op %d has no name", k);
+        for (int j = 0; j < k; j++)
+            if (strcmp(rows[j].name, r->name) == 0)
+                return cti_error(CT_ERR_INVALID_ARG, "schema: ops %d and %d are both named %s", j,
+                                 k, r->name);
+        if (r->backward != -1 && (r->backward < 0 || r->backward >= n || r->backward == k))
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "schema: op %s names backward op %d, expected another op of the %d",
+                             r->name, r->backward, n);
+        if (r->backward != -1 && r->grad != CTI_GRAD_FORMULA)
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "schema: op %s names backward op %s but no backward formula",
+                             r->name, rows[r->backward].name);
+        if (r->grad == CTI_GRAD_FORMULA && !has_formula[k])
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "schema: op %s is differentiable but names no backward formula",
+                             r->name);
+    }
+    return CT_OK;
+}
+
+/* ---- registration ---------------------------------------------------------------- */
+/* The first registration refused during init, which fails init. */
+static ct_status first_refusal = CT_OK;
+static char first_refusal_msg[512];
+
+static ct_status refuse(ct_status st) {
+    if (first_refusal == CT_OK) {
+        first_refusal = st;
+        snprintf(first_refusal_msg, sizeof first_refusal_msg, "%s", ct_last_error());
+    }
+    return st;
+}
+
+ct_status cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, cti_kernel_fn fn,
+                              const char *name) {
     if ((unsigned)op >= CT_NUM_OPS || (unsigned)device >= CT_NUM_DEVICE_TYPES ||
-        (unsigned)dtype >= CT_NUM_DTYPES)
-        return;
-    table[op][device][dtype].fn = fn;
-    table[op][device][dtype].name = name;
+        (unsigned)dtype >= CT_NUM_DTYPES || !fn)
+        return refuse(cti_error(
+            CT_ERR_INVALID_ARG,
+            "cti_register_kernel: %s for op %d, device %d, dtype %d: expected an op below %d, a "
+            "device below %d, a dtype below %d and a function",
+            name ? name : "(unnamed)", (int)op, (int)device, (int)dtype, (int)CT_NUM_OPS,
+            (int)CT_NUM_DEVICE_TYPES, (int)CT_NUM_DTYPES));
+    entry *e = &table[op][device][dtype];
+    if (e->fn) {
+        char dev[32];
+        return refuse(cti_error(CT_ERR_INVALID_ARG,
+                                "cti_register_kernel: %s/%s/%s registered twice (%s, then %s)",
+                                schema[op].name,
+                                ct_device_str((ct_device){device, 0}, dev, sizeof dev),
+                                ct_dtype_name(dtype), e->name, name ? name : "(unnamed)"));
+    }
+    e->fn = fn;
+    e->name = name ? name : schema[op].name;
+    return CT_OK;
+}
+
+/* Every (device, floating dtype) with a kernel for a differentiable op needs
+ * one for its backward op, or backward would fail where forward worked. */
+static ct_status check_backward_kernels(void) {
+    for (int op = 0; op < CT_NUM_OPS; op++) {
+        int bw = schema[op].backward;
+        if (bw < 0) continue;
+        for (int d = 0; d < CT_NUM_DEVICE_TYPES; d++)
+            for (int t = 0; t < CT_NUM_DTYPES; t++)
+                if (ct_dtype_is_floating((ct_dtype)t) && table[op][d][t].fn &&
+                    !table[bw][d][t].fn) {
+                    char dev[32];
+                    return cti_error(CT_ERR_INVALID_ARG,
+                                     "init: %s has a %s %s kernel but its backward op %s has none",
+                                     schema[op].name,
+                                     ct_device_str((ct_device){(ct_device_type)d, 0}, dev, sizeof dev),
+                                     ct_dtype_name((ct_dtype)t), schema[bw].name);
+                }
+    }
+    return CT_OK;
+}
+
+/* ---- backends ----------------------------------------------------------------------- */
+#define DECLARE_(b) extern const cti_backend cti_backend_##b;
+CTI_BACKEND_LIST(DECLARE_)
+#undef DECLARE_
+#define REF_(b) &cti_backend_##b,
+static const cti_backend *const backends[] = {CTI_BACKEND_LIST(REF_)};
+#undef REF_
+enum { NUM_BACKENDS = sizeof backends / sizeof backends[0] };
+
+const cti_backend *cti_backend_of(ct_device_type device) {
+    for (int k = 0; k < NUM_BACKENDS; k++)
+        if (backends[k]->device == device) return backends[k];
+    return NULL;
 }
 
 /* ---- trace and profile -------------------------------------------------------- */
@@ -55,16 +171,30 @@ static void profile_at_exit(void) {
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_bool initialized;
+static ct_status init_status = CT_OK;
+static char init_message[512];
 
-#ifdef CTEN_HAVE_CUDA
-void cti_cuda_register(void); /* src/backends/cuda/register.c */
-#endif
+static ct_status init_checked(void) {
+    bool has_formula[CT_NUM_OPS];
+    for (int k = 0; k < CT_NUM_OPS; k++)
+        has_formula[k] = formula_names[k][0] && strcmp(formula_names[k], "NULL") != 0;
+    ct_status st = cti_schema_validate(schema, CT_NUM_OPS, has_formula);
+    if (st != CT_OK) return st;
+    for (int k = 0; k < NUM_BACKENDS; k++) backends[k]->register_kernels();
+    if (first_refusal != CT_OK) return cti_error(first_refusal, "%s", first_refusal_msg);
+    return check_backward_kernels();
+}
 
 static void init_impl(void) {
-    cti_cpu_register();
-#ifdef CTEN_HAVE_CUDA
-    cti_cuda_register();
-#endif
+    /* Init runs inside whatever call came first: keep that call's error
+     * state as it was unless init itself fails. */
+    ct_status prev = ct_last_status();
+    char prev_msg[512];
+    snprintf(prev_msg, sizeof prev_msg, "%s", ct_last_error());
+    init_status = init_checked();
+    if (init_status != CT_OK) snprintf(init_message, sizeof init_message, "%s", ct_last_error());
+    else if (prev != CT_OK) cti_error(prev, "%s", prev_msg);
+    else ct_clear_error();
     atomic_store(&trace_on, env_flag("CT_TRACE"));
     atomic_store(&profile_on, env_flag("CT_PROFILE"));
     atexit(profile_at_exit);
@@ -74,6 +204,12 @@ static void init_impl(void) {
 void cti_init(void) {
     if (atomic_load_explicit(&initialized, memory_order_acquire)) return;
     pthread_once(&init_once, init_impl);
+}
+
+ct_status cti_init_status(const char **msg) {
+    cti_init();
+    if (msg) *msg = init_message;
+    return init_status;
 }
 
 void ct_set_trace(bool on) {
@@ -132,7 +268,7 @@ void ct_profile_print(void *file) {
         ct_device_str((ct_device){(ct_device_type)l->dev, 0}, dev, sizeof dev);
         if (l->dev == CT_DEVICE_CPU) snprintf(dev, sizeof dev, "cpu");
         fprintf(f, "cten profile: %-26s %-6s %-9s %10llu %12.3f %12.3f %6.1f\n",
-                op_names[l->op], l->dev == CT_DEVICE_CPU ? "cpu" : "cuda",
+                schema[l->op].name, l->dev == CT_DEVICE_CPU ? "cpu" : "cuda",
                 ct_dtype_name((ct_dtype)l->dt), (unsigned long long)l->row.count,
                 l->row.total_ns / 1e6, l->row.total_ns / 1e3 / (double)l->row.count,
                 total ? 100.0 * (double)l->row.total_ns / (double)total : 0.0);
@@ -148,7 +284,7 @@ static uint64_t now_ns(void) {
 static void trace_line(const ct_call *c, ct_device device, ct_dtype dtype, const char *kernel,
                        uint64_t ns, ct_status st) {
     char buf[1024], dev[32];
-    int pos = snprintf(buf, sizeof buf, "[cten] %-22s %-7s %-8s", op_names[c->op],
+    int pos = snprintf(buf, sizeof buf, "[cten] %-22s %-7s %-8s", schema[c->op].name,
                        ct_device_str(device, dev, sizeof dev), ct_dtype_name(dtype));
     for (int i = 0; i < c->nin && pos < (int)sizeof buf; i++) {
         const ct_tensor *t = c->in[i];
@@ -166,45 +302,13 @@ static void trace_line(const ct_call *c, ct_device device, ct_dtype dtype, const
     fprintf(stderr, "%s\n", buf);
 }
 
-/* ---- ops without a backward formula ------------------------------------------------
- * The backward ops are differentiable in PyTorch (double backward); cten has
- * no formulas for them. Their results still get a graph node when an input
- * requires grad, so a backward that reaches them fails naming the op instead
- * of cutting the graph and leaving a silent zero. */
-static bool no_formula[CT_NUM_OPS] = {
-    [CT_OP_CONV2D_BACKWARD_INPUT] = true,   [CT_OP_CONV2D_BACKWARD_WEIGHT] = true,
-    [CT_OP_CONV2D_BACKWARD_BIAS] = true,    [CT_OP_MAX_POOL2D_BACKWARD] = true,
-    [CT_OP_AVG_POOL2D_BACKWARD] = true,     [CT_OP_ADAPTIVE_AVG_POOL2D_BACKWARD] = true,
-    [CT_OP_RMS_NORM_BACKWARD] = true,       [CT_OP_LAYER_NORM_BACKWARD] = true,
-    [CT_OP_SOFTMAX_BACKWARD] = true,        [CT_OP_LOG_SOFTMAX_BACKWARD] = true,
-    [CT_OP_CROSS_ENTROPY_BACKWARD] = true,  [CT_OP_NLL_LOSS_BACKWARD] = true,
-    [CT_OP_MSE_LOSS_BACKWARD] = true,       [CT_OP_EMBEDDING_BACKWARD] = true,
-    [CT_OP_DROPOUT_BACKWARD] = true,
-};
-
-static ct_status refuse_backward(cti_node *n, ct_tensor *const *go, ct_tensor **gi) {
-    (void)go;
-    (void)gi;
-    return cti_error(CT_ERR_AUTOGRAD,
-                     "ct_backward: ct_%s has no backward formula (double backward is not "
-                     "supported); compute its input without requires_grad or detach it",
-                     n->name);
-}
-
-static ct_status record_without_formula(ct_call *c) {
-    int nout = 0;
-    ct_tensor *outs[CTI_CALL_MAX_OUT];
-    for (int k = 0; k < c->nout; k++)
-        if (c->out[k]) outs[nout++] = c->out[k];
-    return cti_ag_record(op_names[c->op], refuse_backward, c->nin, c->in, nout, outs, 0, NULL,
-                         NULL, 0, NULL, 0);
-}
-
-static ct_status run_kernel(const entry *e, ct_call *c) {
-    ct_status st = e->fn(c);
-    if (st == CT_OK && no_formula[c->op] && cti_ag_needed(c->nin, c->in))
-        st = record_without_formula(c);
-    return st;
+/* The front end passed a parameter struct other than the schema's. */
+static ct_status params_mismatch(const ct_call *c) {
+    const cti_op_info *r = &schema[c->op];
+    return cti_error(CT_ERR_INVALID_ARG,
+                     "dispatch: ct_%s was called with %zu bytes of parameters, its schema has "
+                     "%s (%zu bytes)",
+                     r->name, c->params_size, r->params_name, r->params_size);
 }
 
 ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
@@ -213,18 +317,23 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
         (unsigned)dtype >= CT_NUM_DTYPES)
         return cti_error(CT_ERR_INVALID_ARG, "dispatch: invalid op %d, device %d or dtype %d",
                          (int)c->op, (int)device.type, (int)dtype);
+    if (c->params_size != schema[c->op].params_size && c->params) /* LEGACY: && c->params */
+        return params_mismatch(c);
+    if (init_status != CT_OK)
+        return cti_error(init_status, "ct_%s: cten failed to initialize: %s", schema[c->op].name,
+                         init_message);
     const entry *e = &table[c->op][device.type][dtype];
     if (!e->fn) {
         char dev[32];
         return cti_error(CT_ERR_UNSUPPORTED, "ct_%s: no kernel for device %s and dtype %s",
-                         op_names[c->op], ct_device_str(device, dev, sizeof dev),
+                         schema[c->op].name, ct_device_str(device, dev, sizeof dev),
                          ct_dtype_name(dtype));
     }
     bool tr = atomic_load_explicit(&trace_on, memory_order_relaxed);
     bool pr = atomic_load_explicit(&profile_on, memory_order_relaxed);
-    if (!tr && !pr) return run_kernel(e, c);
+    if (!tr && !pr) return e->fn(c);
     uint64_t t0 = now_ns();
-    ct_status st = run_kernel(e, c);
+    ct_status st = e->fn(c);
     uint64_t ns = now_ns() - t0;
     if (tr) trace_line(c, device, dtype, c->routine ? c->routine : e->name, ns, st);
     if (pr) {
@@ -248,49 +357,3 @@ const char *ct_kernel_name(ct_op op, ct_device_type device, ct_dtype dtype) {
     return table[op][device][dtype].fn ? table[op][device][dtype].name : NULL;
 }
 
-/* ---- shared front-end checks ----------------------------------------------------- */
-ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts) {
-    for (int i = 0; i < n; i++) {
-        if (ts[i]) continue;
-        /* A NULL argument is usually the result of a failed call nested in
-         * this one: keep that call's message, it names the cause. */
-        if (ct_last_status() != CT_OK)
-            return cti_error(CT_ERR_INVALID_ARG, "%s: argument %d is NULL (last error: %s)", op,
-                             i + 1, ct_last_error());
-        return cti_error(CT_ERR_INVALID_ARG, "%s: argument %d is NULL", op, i + 1);
-    }
-    return CT_OK;
-}
-
-ct_status cti_check_same_device(const char *op, int n, ct_tensor *const *ts) {
-    const ct_tensor *first = NULL;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        if (!first) {
-            first = ts[i];
-            continue;
-        }
-        if (!ct_device_eq(first->storage->device, ts[i]->storage->device)) {
-            char a[32], b[32];
-            return cti_error(CT_ERR_DEVICE,
-                             "%s: expected all tensors on one device, got %s and %s (%s and %s)",
-                             op, ct_device_str(first->storage->device, a, sizeof a),
-                             ct_device_str(ts[i]->storage->device, b, sizeof b), cti_desc(first),
-                             cti_desc(ts[i]));
-        }
-    }
-    return CT_OK;
-}
-
-ct_status cti_check_floating(const char *op, const ct_tensor *t, const char *argname) {
-    if (ct_dtype_is_floating(t->dtype)) return CT_OK;
-    return cti_error(CT_ERR_DTYPE, "%s: expected a floating dtype for %s, got %s", op, argname,
-                     ct_dtype_name(t->dtype));
-}
-
-void cti_call_release_outputs(ct_call *c) {
-    for (int i = 0; i < c->nout; i++) {
-        ct_tensor_release(c->out[i]);
-        c->out[i] = NULL;
-    }
-}

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dispatch/optim_impl.h"
+#include "ops/optim_impl.h"
 #include "nn_impl.h"
 
 typedef enum opt_kind { OPT_SGD, OPT_ADAMW } opt_kind;

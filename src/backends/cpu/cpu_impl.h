@@ -46,7 +46,7 @@ typedef struct cti_conv_f32_geo {
 } cti_conv_f32_geo;
 
 /* ---- registration, one per kernel file ---------------------------------------------- */
-void cti_cpu_register(void);
+
 void cti_cpu_register_copy(void);        /* copy/convert, fill, arange, linspace, eye, random */
 void cti_cpu_register_elementwise(void); /* unary, binary, where, clamp */
 void cti_cpu_register_reduce(void);

@@ -8,7 +8,6 @@
 #include <math.h>
 
 #include "cpu_impl.h"
-#include "dispatch/optim_impl.h"
 
 /* One parameter's update: its buffers and the scalars of the formulas. */
 typedef struct job {

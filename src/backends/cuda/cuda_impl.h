@@ -104,7 +104,6 @@ void cti_cuda_register_allocator(void);
 void cti_cuda_iter_init(cti_cuda_iter *it, int nops, ct_tensor *const *ops);
 
 /* ---- kernels, one registration function per kernel file ------------------------------------ */
-void cti_cuda_register(void);
 void cti_cuda_register_copy(void); /* copy (host<->device, device<->device), fill */
 void cti_cuda_register_elementwise(void); /* unary, binary, comparisons, where, clamp */
 void cti_cuda_register_reduce(void);      /* sum, mean, prod, var, norm, max/min, arg* */

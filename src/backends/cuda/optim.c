@@ -4,7 +4,6 @@
  * a model's step is usually one kernel. The per-parameter scalars are
  * computed here, on the host, from the step counts the optimizer keeps
  * there: nothing is read back from the device. */
-#include "dispatch/optim_impl.h"
 #include "ops_impl.h"
 
 static ct_status flush(const char *op, ct_call *c, int dev, cti_cuda_optim *o,

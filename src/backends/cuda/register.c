@@ -1,9 +1,12 @@
-/* The CUDA backend's entry point: registers its allocator and fills the CUDA
- * column of the kernel table. Nothing here talks to the driver, so a
- * process that never touches a GPU never initializes CUDA. */
+/* The CUDA backend: its entry in the backend list. Registration fills the
+ * CUDA column of the kernel table and registers the allocator; nothing here
+ * talks to the driver until a device is asked about, so a process that
+ * never touches a GPU never initializes CUDA. */
+#include <stdio.h>
+
 #include "cuda_impl.h"
 
-void cti_cuda_register(void) {
+static void cuda_register(void) {
     cti_cuda_register_allocator();
     cti_cuda_register_copy();
     cti_cuda_register_elementwise();
@@ -16,3 +19,47 @@ void cti_cuda_register(void) {
     cti_cuda_register_nn();
     cti_cuda_register_optim();
 }
+
+/* "13.0" from 13000 (driver, runtime); "9.13.0" from 91300 (cuBLAS, cuDNN). */
+static const char *version_s(int v, bool three, char *buf, size_t n) {
+    if (three) snprintf(buf, n, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    else snprintf(buf, n, "%d.%d", v / 1000, v % 1000 / 10);
+    return buf;
+}
+
+static void cuda_print_info(FILE *f) {
+    int n = ct_cuda_device_count();
+    if (n == 0) {
+        fprintf(f, "  cuda: compiled in, no device usable: %s\n", cti_cuda_unavailable_reason());
+        return;
+    }
+    ct_cuda_device_props p;
+    char v[4][16];
+    ct_cuda_get_device_properties(0, &p);
+    fprintf(f, "  cuda: driver %s, runtime %s, cuBLAS %s, cuDNN %s; TF32 matmul %s\n",
+            version_s(p.driver_version, false, v[0], 16),
+            version_s(p.runtime_version, false, v[1], 16),
+            version_s(p.cublas_version, true, v[2], 16), version_s(p.cudnn_version, true, v[3], 16),
+            ct_allow_tf32() ? "allowed" : "off (ct_set_allow_tf32)");
+    for (int i = 0; i < n; i++) {
+        if (ct_cuda_get_device_properties(i, &p) != CT_OK) continue;
+        fprintf(f, "    cuda:%d %s, compute capability %d.%d, %d SMs at %.2f GHz\n", i, p.name,
+                p.major, p.minor, p.multiprocessors, p.clock_khz / 1e6);
+        fprintf(f,
+                "      memory %.1f GiB (%d-bit bus at %.2f GHz%s), L2 %.0f MiB, shared memory "
+                "%zu KiB/SM, %zu KiB/block; PCI %04x:%02x:%02x\n",
+                (double)p.total_memory / (1 << 30), p.memory_bus_width, p.memory_clock_khz / 1e6,
+                p.ecc_enabled ? ", ECC" : "", (double)p.l2_cache_bytes / (1 << 20),
+                p.shared_memory_per_multiprocessor >> 10, p.shared_memory_per_block_optin >> 10,
+                p.pci_domain, p.pci_bus, p.pci_device);
+    }
+}
+
+const cti_backend cti_backend_cuda = {
+    .name = "cuda",
+    .device = CT_DEVICE_CUDA,
+    .register_kernels = cuda_register,
+    .device_count = ct_cuda_device_count,
+    .print_info = cuda_print_info,
+    .synchronize = ct_cuda_synchronize,
+};

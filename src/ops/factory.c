@@ -10,8 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "autograd/formulas.h"
-#include "dispatch_impl.h"
+#include "ops_impl.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -114,7 +113,7 @@ static ct_status dispatch_copy(ct_tensor *dst, const ct_tensor *src) {
     c.out[0] = dst;
     c.nout = 1;
     ct_device dev = is_cpu(dst) ? dev_of(src) : dev_of(dst);
-    return cti_dispatch(&c, dev, dst->dtype);
+    return cti_run(&c, dev, dst->dtype);
 }
 
 static ct_status dispatch_fill(ct_tensor *dst, double value) {
@@ -123,7 +122,7 @@ static ct_status dispatch_fill(ct_tensor *dst, double value) {
     c.out[0] = dst;
     c.nout = 1;
     c.f[0] = value;
-    return cti_dispatch(&c, dev_of(dst), dst->dtype);
+    return cti_run(&c, dev_of(dst), dst->dtype);
 }
 
 /* A CPU tensor handle over caller memory, living on the stack for the length
@@ -185,7 +184,7 @@ static ct_tensor *fail_release(ct_tensor *t) {
  * results carry no gradient. Releases out on failure. */
 static ct_tensor *record_same_values(ct_tensor *t, ct_tensor *out, const char *name) {
     if (!out || !ct_dtype_is_floating(out->dtype) || !cti_ag_needed(1, &t)) return out;
-    if (cti_ag_record(name, cti_bw_view, 1, &t, 1, &out, 0, NULL, NULL, 0, NULL, 0) != CT_OK)
+    if (cti_ag_record_legacy(name, cti_bw_view, 1, &t, 1, &out, 0, NULL, NULL, 0, NULL, 0) != CT_OK)
         return fail_release(out);
     return out;
 }
@@ -303,7 +302,7 @@ static ct_status dispatch_range(ct_tensor *t, double start, double step, bool li
     c.f[2] = end;
     c.i[0] = linspace ? 1 : 0;
     c.i[1] = steps;
-    return cti_dispatch(&c, dev_of(t), t->dtype);
+    return cti_run(&c, dev_of(t), t->dtype);
 }
 
 ct_tensor *ct_tensor_arange(double start, double end, double step, ct_dtype dtype,
@@ -396,7 +395,7 @@ static ct_status dispatch_random(ct_tensor *t, ct_op kind, ct_generator *gen, do
     c.i[2] = ilow;
     c.i[3] = ihigh;
     c.ptr = gen;
-    return cti_dispatch(&c, dev_of(t), t->dtype);
+    return cti_run(&c, dev_of(t), t->dtype);
 }
 
 /* Fills any tensor t: contiguous ones directly, others through a contiguous
@@ -817,7 +816,7 @@ static ct_tensor *record_join(const char *name, cti_backward_fn bw, int n,
                               ct_tensor *const *tensors, int dim, ct_tensor *out) {
     if (!out || !ct_dtype_is_floating(out->dtype)) return out;
     int64_t p[1] = {dim < 0 ? dim + out->ndim : dim};
-    if (cti_ag_record(name, bw, n, tensors, 1, &out, 0, NULL, NULL, 0, p, 1) != CT_OK)
+    if (cti_ag_record_legacy(name, bw, n, tensors, 1, &out, 0, NULL, NULL, 0, p, 1) != CT_OK)
         return fail_release(out);
     return out;
 }

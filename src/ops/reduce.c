@@ -3,8 +3,7 @@
  * dims as a bitmask in i[0], the output contiguous over the kept dims). */
 #include <math.h>
 
-#include "autograd/formulas.h"
-#include "dispatch_impl.h"
+#include "ops_impl.h"
 #include "tensor/ops.h"
 
 typedef enum rkind {
@@ -78,25 +77,25 @@ static ct_status record(rkind kind, ct_tensor *x, ct_tensor *out, ct_tensor *idx
     ct_tensor *xo[2] = {x, out};
     switch (kind) {
     case RK_SUM:
-        return cti_ag_record("SumBackward", cti_bw_sum, 1, &x, 1, &out, 0, NULL, NULL, 0, iv, 2);
+        return cti_ag_record_legacy("SumBackward", cti_bw_sum, 1, &x, 1, &out, 0, NULL, NULL, 0, iv, 2);
     case RK_MEAN:
-        return cti_ag_record("MeanBackward", cti_bw_mean, 1, &x, 1, &out, 0, NULL, NULL, 0, iv,
+        return cti_ag_record_legacy("MeanBackward", cti_bw_mean, 1, &x, 1, &out, 0, NULL, NULL, 0, iv,
                              2);
     case RK_PROD:
-        return cti_ag_record("ProdBackward", cti_bw_prod, 1, &x, 1, &out, 1, &x, NULL, 0, iv, 2);
+        return cti_ag_record_legacy("ProdBackward", cti_bw_prod, 1, &x, 1, &out, 1, &x, NULL, 0, iv, 2);
     case RK_VAR:
-        return cti_ag_record("VarBackward", cti_bw_var, 1, &x, 1, &out, 1, &x, f, 1, iv, 2);
+        return cti_ag_record_legacy("VarBackward", cti_bw_var, 1, &x, 1, &out, 1, &x, f, 1, iv, 2);
     case RK_STD:
-        return cti_ag_record("StdBackward", cti_bw_std, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
+        return cti_ag_record_legacy("StdBackward", cti_bw_std, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
     case RK_NORM:
-        return cti_ag_record("NormBackward", cti_bw_norm, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
+        return cti_ag_record_legacy("NormBackward", cti_bw_norm, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
     case RK_MAX:
     case RK_MIN: {
         bool mx = kind == RK_MAX;
         if (idx)
-            return cti_ag_record(mx ? "MaxDimBackward" : "MinDimBackward", cti_bw_max_dim, 1, &x,
+            return cti_ag_record_legacy(mx ? "MaxDimBackward" : "MinDimBackward", cti_bw_max_dim, 1, &x,
                                  1, &out, 1, &idx, NULL, 0, iv, 2);
-        return cti_ag_record(mx ? "MaxBackward" : "MinBackward", cti_bw_max_all, 1, &x, 1, &out,
+        return cti_ag_record_legacy(mx ? "MaxBackward" : "MinBackward", cti_bw_max_all, 1, &x, 1, &out,
                              2, xo, NULL, 0, iv, 2);
     }
     default: return CT_OK; /* argmax/argmin: integer results, no gradient */
@@ -166,7 +165,7 @@ static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, co
         }
         c.nout = 2;
     }
-    if (cti_dispatch(&c, x->storage->device, x->dtype) != CT_OK) {
+    if (cti_run(&c, x->storage->device, x->dtype) != CT_OK) {
         cti_call_release_outputs(&c);
         return NULL;
     }

@@ -5,15 +5,14 @@
  * tensor through the node recorded here (the parameters each formula reads
  * are listed in src/autograd/formulas_views.c). Since the view then has
  * history, the in-place check refuses writes through it in grad mode. */
-#include "autograd/formulas.h"
-#include "dispatch_impl.h"
+#include "ops_impl.h"
 
 /* Records v = view(t) when t requires grad; on failure releases v and
  * returns NULL, else returns v (NULL stays NULL). */
 static ct_tensor *recorded(ct_tensor *t, ct_tensor *v, const char *name, cti_backward_fn bw,
                            const int64_t *iv, int ni) {
     if (!v || !cti_ag_needed(1, &t)) return v;
-    if (cti_ag_record(name, bw, 1, &t, 1, &v, 0, NULL, NULL, 0, iv, ni) != CT_OK) {
+    if (cti_ag_record_legacy(name, bw, 1, &t, 1, &v, 0, NULL, NULL, 0, iv, ni) != CT_OK) {
         ct_tensor_release(v);
         return NULL;
     }

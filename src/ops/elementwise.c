@@ -15,8 +15,7 @@
  * refuse what autograd forbids (cti_ag_check_inplace) before touching data. */
 #include <math.h>
 
-#include "autograd/formulas.h"
-#include "dispatch_impl.h"
+#include "ops_impl.h"
 #include "tensor/ops.h"
 
 /* How a binary op maps its result type to the compute and output dtypes. */
@@ -119,7 +118,7 @@ static ct_status run_binary(const bin_spec *sp, ct_tensor *out, ct_tensor *a, ct
     c.in[1] = ib;
     c.out[0] = out;
     set_params(&c, alpha, 0, (int64_t)alpha, 0);
-    ct_status st = cti_dispatch(&c, dev_of(out), cd);
+    ct_status st = cti_run(&c, dev_of(out), cd);
     ct_tensor_release(ta);
     ct_tensor_release(tb);
     return st;
@@ -148,29 +147,29 @@ static ct_status binary_record(const bin_spec *sp, ct_tensor *a, ct_tensor *b, c
     case CT_OP_ADD:
     case CT_OP_SUB: {
         double f[1] = {alpha}; /* out = a + alpha * b, sub passing -alpha */
-        return cti_ag_record(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 2,
+        return cti_ag_record_legacy(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 2,
                              ins, 1, &out, 0, NULL, f, 1, NULL, 0);
     }
     case CT_OP_MUL:
         sv[0] = gb ? a : NULL;
         sv[1] = ga ? b : NULL;
-        return cti_ag_record("MulBackward", cti_bw_mul, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
+        return cti_ag_record_legacy("MulBackward", cti_bw_mul, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
                              0);
     case CT_OP_DIV:
         sv[0] = gb ? a : NULL;
         sv[1] = b;
-        return cti_ag_record("DivBackward", cti_bw_div, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
+        return cti_ag_record_legacy("DivBackward", cti_bw_div, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
                              0);
     case CT_OP_POW:
         sv[0] = a;
         sv[1] = b;
         sv[2] = gb ? out : NULL;
-        return cti_ag_record("PowBackward", cti_bw_pow, 2, ins, 1, &out, 3, sv, NULL, 0, NULL,
+        return cti_ag_record_legacy("PowBackward", cti_bw_pow, 2, ins, 1, &out, 3, sv, NULL, 0, NULL,
                              0);
     case CT_OP_MAXIMUM:
     case CT_OP_MINIMUM: {
         bool mx = sp->op == CT_OP_MAXIMUM;
-        return cti_ag_record(mx ? "MaximumBackward" : "MinimumBackward",
+        return cti_ag_record_legacy(mx ? "MaximumBackward" : "MinimumBackward",
                              mx ? cti_bw_maximum : cti_bw_minimum, 2, ins, 1, &out, 2, ins, NULL,
                              0, NULL, 0);
     }
@@ -261,24 +260,24 @@ static ct_status scalar_record(const bin_spec *sp, ct_tensor *a, double s, bool 
     case CT_OP_ADD:
     case CT_OP_SUB:
         if (reverse) /* s - a */
-            return cti_ag_record("RsubBackward", cti_bw_neg, 1, &a, 1, &out, 0, NULL, NULL, 0,
+            return cti_ag_record_legacy("RsubBackward", cti_bw_neg, 1, &a, 1, &out, 0, NULL, NULL, 0,
                                  NULL, 0);
-        return cti_ag_record(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 1,
+        return cti_ag_record_legacy(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 1,
                              &a, 1, &out, 0, NULL, NULL, 0, NULL, 0);
     case CT_OP_MUL:
-        return cti_ag_record("MulBackward", cti_bw_mul_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
+        return cti_ag_record_legacy("MulBackward", cti_bw_mul_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
                              NULL, 0);
     case CT_OP_DIV:
-        return cti_ag_record("DivBackward", cti_bw_div_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
+        return cti_ag_record_legacy("DivBackward", cti_bw_div_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
                              NULL, 0);
     case CT_OP_POW:
-        return cti_ag_record("PowBackward", cti_bw_pow_scalar, 1, &a, 1, &out, 1, &a, f, 1,
+        return cti_ag_record_legacy("PowBackward", cti_bw_pow_scalar, 1, &a, 1, &out, 1, &a, f, 1,
                              NULL, 0);
     case CT_OP_MAXIMUM:
-        return cti_ag_record("MaximumBackward", cti_bw_maximum_scalar, 1, &a, 1, &out, 1, &a, f,
+        return cti_ag_record_legacy("MaximumBackward", cti_bw_maximum_scalar, 1, &a, 1, &out, 1, &a, f,
                              1, NULL, 0);
     case CT_OP_MINIMUM:
-        return cti_ag_record("MinimumBackward", cti_bw_minimum_scalar, 1, &a, 1, &out, 1, &a, f,
+        return cti_ag_record_legacy("MinimumBackward", cti_bw_minimum_scalar, 1, &a, 1, &out, 1, &a, f,
                              1, NULL, 0);
     default: return CT_OK; /* comparisons: bool results, no gradient */
     }
@@ -584,7 +583,7 @@ static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_d
     c.in[0] = ix;
     c.out[0] = out;
     set_params(&c, 0, 0, 0, 0);
-    ct_status st = cti_dispatch(&c, dev_of(out), cd);
+    ct_status st = cti_run(&c, dev_of(out), cd);
     ct_tensor_release(tx);
     return st;
 }
@@ -616,7 +615,7 @@ static ct_status unary_record(const un_spec *sp, ct_tensor *x, ct_tensor *out) {
     case CT_OP_SIGN: name = "SignBackward", bw = cti_bw_sign, saved = NULL; break;
     default: return CT_OK; /* logical_not: a bool result, no gradient */
     }
-    return cti_ag_record(name, bw, 1, &x, 1, &out, saved ? 1 : 0, &saved, NULL, 0, NULL, 0);
+    return cti_ag_record_legacy(name, bw, 1, &x, 1, &out, saved ? 1 : 0, &saved, NULL, 0, NULL, 0);
 }
 
 static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
@@ -737,8 +736,8 @@ ct_tensor *ct_where(ct_tensor *cond, ct_tensor *a, ct_tensor *b) {
     c.in[2] = ib;
     c.out[0] = out;
     set_params(&c, 0, 0, 0, 0);
-    if (cti_dispatch(&c, dev_of(cond), rt) != CT_OK) goto fail;
-    if (cti_ag_needed(2, ab) && cti_ag_record("WhereBackward", cti_bw_where, 2, ab, 1, &out, 1,
+    if (cti_run(&c, dev_of(cond), rt) != CT_OK) goto fail;
+    if (cti_ag_needed(2, ab) && cti_ag_record_legacy("WhereBackward", cti_bw_where, 2, ab, 1, &out, 1,
                                               &cond, NULL, 0, NULL, 0) != CT_OK)
         goto fail;
     ct_tensor_release(ta);
@@ -790,8 +789,8 @@ ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
     if (!out) return NULL;
     c.out[0] = out;
     double f[2] = {min, max};
-    if (cti_dispatch(&c, dev_of(x), x->dtype) != CT_OK ||
-        (cti_ag_needed(1, &x) && cti_ag_record("ClampBackward", cti_bw_clamp, 1, &x, 1, &out, 1,
+    if (cti_run(&c, dev_of(x), x->dtype) != CT_OK ||
+        (cti_ag_needed(1, &x) && cti_ag_record_legacy("ClampBackward", cti_bw_clamp, 1, &x, 1, &out, 1,
                                                &x, f, 2, NULL, 0) != CT_OK)) {
         ct_tensor_release(out);
         return NULL;
@@ -808,7 +807,7 @@ ct_status ct_clamp_(ct_tensor *a, double min, double max) {
     if ((st = clamp_check(name, a, min, max, &c)) != CT_OK) return st;
     if ((st = check_no_overlap(name, a)) != CT_OK) return st;
     c.out[0] = a;
-    st = cti_dispatch(&c, dev_of(a), a->dtype);
+    st = cti_run(&c, dev_of(a), a->dtype);
     if (st == CT_OK) cti_bump_version(a);
     return st;
 }

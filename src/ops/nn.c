@@ -4,8 +4,7 @@
  * the outputs. */
 #include <math.h>
 
-#include "autograd/formulas.h"
-#include "dispatch_impl.h"
+#include "ops_impl.h"
 #include "tensor/ops.h"
 
 /* ---- helpers ----------------------------------------------------------------------- */
@@ -77,7 +76,7 @@ static ct_tensor *record(const char *name, cti_backward_fn bw, int nin, ct_tenso
                          ct_tensor *out, int nsaved, ct_tensor *const *saved, const double *f,
                          int nf, const int64_t *i, int ni) {
     if (!out || !cti_ag_needed(nin, ins)) return out;
-    if (cti_ag_record(name, bw, nin, ins, 1, &out, nsaved, saved, f, nf, i, ni) == CT_OK)
+    if (cti_ag_record_legacy(name, bw, nin, ins, 1, &out, nsaved, saved, f, nf, i, ni) == CT_OK)
         return out;
     ct_tensor_release(out);
     return NULL;
@@ -85,7 +84,7 @@ static ct_tensor *record(const char *name, cti_backward_fn bw, int nin, ct_tenso
 
 /* Dispatches c on t's device with t's dtype; on failure releases the outputs. */
 static ct_status run(ct_call *c, const ct_tensor *t) {
-    ct_status s = cti_dispatch(c, dev(t), t->dtype);
+    ct_status s = cti_run(c, dev(t), t->dtype);
     if (s != CT_OK) cti_call_release_outputs(c);
     return s;
 }

@@ -166,7 +166,7 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         c.i[1] = g->m;
         c.ptr = &sub;
         ct_tensor *p0 = g->param[0];
-        st = cti_dispatch(&c, dev_of(p0), p0->dtype);
+        st = cti_run(&c, dev_of(p0), p0->dtype);
     }
     /* Count every write: ct_copy_ counts the updated copies it writes back. */
     bool ok = st == CT_OK;

@@ -7,8 +7,7 @@
  * ops record nothing (no double backward). */
 #include <limits.h>
 
-#include "autograd/formulas.h"
-#include "dispatch_impl.h"
+#include "ops_impl.h"
 #include "tensor/ops.h"
 
 static bool is_float(ct_dtype d) {
@@ -65,7 +64,7 @@ static ct_status check_same_dtype(const char *op, const char *a_name, const ct_t
 
 /* Runs the call on the device and dtype of `on`; releases the outputs on failure. */
 static ct_tensor *dispatch_one(ct_call *c, const ct_tensor *on) {
-    if (cti_dispatch(c, on->storage->device, on->dtype) != CT_OK) {
+    if (cti_run(c, on->storage->device, on->dtype) != CT_OK) {
         cti_call_release_outputs(c);
         return NULL;
     }
@@ -187,7 +186,7 @@ ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t 
     ct_tensor *sv[2] = {ct_requires_grad(w) ? x : NULL, ct_requires_grad(x) ? w : NULL};
     int64_t iv[7] = {a.stride[0],   a.stride[1],   a.padding[0], a.padding[1],
                      a.dilation[0], a.dilation[1], a.groups};
-    if (cti_ag_record("ConvolutionBackward", cti_bw_conv2d, 3, ts, 1, &y, 2, sv, NULL, 0, iv, 7) !=
+    if (cti_ag_record_legacy("ConvolutionBackward", cti_bw_conv2d, 3, ts, 1, &y, 2, sv, NULL, 0, iv, 7) !=
         CT_OK) {
         ct_tensor_release(y);
         return NULL;
@@ -373,7 +372,7 @@ static void pool_call(ct_call *c, ct_op op, const pool_args *a) {
 static ct_tensor *record_pool(ct_call *c, const char *name, cti_backward_fn bw,
                               const int64_t *iv, int ni) {
     if (cti_ag_needed(1, c->in) &&
-        cti_ag_record(name, bw, 1, c->in, 1, c->out, 0, NULL, NULL, 0, iv, ni) != CT_OK) {
+        cti_ag_record_legacy(name, bw, 1, c->in, 1, c->out, 0, NULL, NULL, 0, iv, ni) != CT_OK) {
         cti_call_release_outputs(c);
         return NULL;
     }
@@ -404,7 +403,7 @@ ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t st
     if (!dispatch_one(&c, x)) return NULL;
     /* the kernel computes the indices either way; the backward keeps them */
     if (cti_ag_needed(1, &x) &&
-        cti_ag_record("MaxPool2DWithIndicesBackward", cti_bw_max_pool2d, 1, &x, 1, &c.out[0], 1,
+        cti_ag_record_legacy("MaxPool2DWithIndicesBackward", cti_bw_max_pool2d, 1, &x, 1, &c.out[0], 1,
                       &c.out[1], NULL, 0, NULL, 0) != CT_OK) {
         cti_call_release_outputs(&c);
         return NULL;

@@ -12,8 +12,7 @@
  * final result); the formulas are in src/autograd/formulas_linalg.c. */
 #include <stdio.h>
 
-#include "autograd/formulas.h"
-#include "dispatch_impl.h"
+#include "ops_impl.h"
 
 /* ---- argument checks ------------------------------------------------------------ */
 
@@ -109,7 +108,7 @@ static ct_tensor *finish(ct_op op, ct_tensor *result, ct_tensor *input, ct_tenso
         c.nout = 1;
         c.f[0] = beta;
         c.f[1] = alpha;
-        s = cti_dispatch(&c, result->storage->device, result->dtype);
+        s = cti_run(&c, result->storage->device, result->dtype);
     }
     ct_tensor_release(input);
     ct_tensor_release(a);
@@ -139,7 +138,7 @@ static ct_tensor *record(ct_tensor *result, const char *name, cti_backward_fn bw
                          int nf) {
     if (!result || !cti_ag_needed(nin, ins)) return result;
     ct_tensor *sv[2] = {s0, s1};
-    if (cti_ag_record(name, bw, nin, ins, 1, &result, 2, sv, f, nf, NULL, 0) != CT_OK) {
+    if (cti_ag_record_legacy(name, bw, nin, ins, 1, &result, 2, sv, f, nf, NULL, 0) != CT_OK) {
         ct_tensor_release(result);
         return NULL;
     }

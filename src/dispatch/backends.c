@@ -1,0 +1,48 @@
+/* What the library knows about its backends and the machine: the public
+ * queries loop over the backends the build compiled in. */
+#include <stdio.h>
+
+#include "dispatch_impl.h"
+#include "tensor/cuda.h"
+
+bool ct_backend_available(ct_device_type device) {
+    cti_init();
+    return cti_backend_of(device) != NULL;
+}
+
+int ct_device_count(ct_device_type device) {
+    cti_init();
+    const cti_backend *b = cti_backend_of(device);
+    return b ? b->device_count() : 0;
+}
+
+/* A setting, not a device property: it exists in every build so code that
+ * sets it runs unchanged on machines without CUDA. */
+static atomic_bool allow_tf32;
+
+void ct_set_allow_tf32(bool allow) { atomic_store_explicit(&allow_tf32, allow, memory_order_relaxed); }
+
+bool ct_allow_tf32(void) { return atomic_load_explicit(&allow_tf32, memory_order_relaxed); }
+
+void ct_print_info(void *file) {
+    FILE *f = file ? (FILE *)file : stdout;
+    cti_init();
+    int kernels[CT_NUM_DEVICE_TYPES] = {0};
+    for (int op = 0; op < CT_NUM_OPS; op++)
+        for (int d = 0; d < CT_NUM_DEVICE_TYPES; d++)
+            for (int t = 0; t < CT_NUM_DTYPES; t++)
+                kernels[d] += ct_supports((ct_op)op, (ct_device_type)d, (ct_dtype)t);
+    fprintf(f, "cten %s\n", CT_VERSION_STRING);
+    fprintf(f, "  dispatcher: %d ops, %d CPU kernels, %d CUDA kernels\n", (int)CT_NUM_OPS,
+            kernels[CT_DEVICE_CPU], kernels[CT_DEVICE_CUDA]);
+    const char *msg;
+    if (cti_init_status(&msg) != CT_OK) fprintf(f, "  init FAILED: %s\n", msg);
+    for (int d = 0; d < CT_NUM_DEVICE_TYPES; d++) {
+        const cti_backend *b = cti_backend_of((ct_device_type)d);
+        char name[16];
+        ct_device_str((ct_device){(ct_device_type)d, 0}, name, sizeof name);
+        name[strcspn(name, ":")] = '\0';
+        if (b) b->print_info(f);
+        else fprintf(f, "  %s: not compiled in (built without the %s backend)\n", name, name);
+    }
+}

@@ -1,0 +1,305 @@
+/* Private: the op schema. One row per dispatchable op, and the typed
+ * parameter struct of each op family.
+ *
+ * A row is CTI_OP(ID, name, params, grad, backward):
+ *   ID        the op's id suffix: CT_OP_##ID in the public ct_op enum, which
+ *             the build generates from this list (tensor/op_ids.h)
+ *   name      what ct_op_name, the trace and the profile print
+ *   params    the struct its kernels receive as ct_call.params, defined
+ *             below once per family (cti_no_params: the op has none)
+ *   grad      CTI_F(formula): differentiable, the backward formula
+ *             (src/autograd/) autograd records for its tensor form;
+ *             CTI_NODIFF: no gradient (integer or bool results, factories,
+ *             in-place updates); CTI_NOFORMULA: PyTorch differentiates it
+ *             (double backward) but cten has no formula, so a result that
+ *             needs grad gets a node that refuses backward with a message
+ *   backward  the op whose kernels the formula runs (CONV2D ->
+ *             CONV2D_BACKWARD_INPUT), or NONE when the formula is made of
+ *             other public ops; init checks that every (device, dtype)
+ *             with a forward kernel has a backward one
+ *
+ * Each layer expands the columns it needs: the dispatcher the ids, names
+ * and parameter sizes, autograd the formulas. The file includes only public
+ * headers, so the generator of tensor/op_ids.h compiles it alone. */
+#ifndef CTEN_SCHEMA_H
+#define CTEN_SCHEMA_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tensor/types.h"
+
+typedef struct ct_tensor ct_tensor;
+
+/* ---- parameter structs, one per op family ---------------------------------------- */
+
+/* Ops that take no parameters (ct_call.params is NULL). */
+typedef struct cti_no_params {
+    char unused;
+} cti_no_params;
+
+/* FILL */
+typedef struct cti_fill_params {
+    double value;
+} cti_fill_params;
+
+/* ARANGE: arange(start, end, step) or linspace(start, end, steps); steps
+ * elements either way, element k = start + k * step (linspace pins the last
+ * one to end). */
+typedef struct cti_range_params {
+    double start, step, end;
+    int64_t steps;
+    bool linspace;
+} cti_range_params;
+
+/* RAND_UNIFORM [a, b), RAND_NORMAL (mean a, std b), RANDINT [low, high):
+ * Philox-4x32-10 with key seed, counter blocks from offset on. */
+typedef struct cti_random_params {
+    double a, b;
+    int64_t low, high;
+    uint64_t seed, offset;
+} cti_random_params;
+
+/* Unary, binary, where and clamp. alpha/ialpha: add and sub compute
+ * a + alpha * b (sub passes -alpha); ialpha is alpha for integer results.
+ * lo/hi, ilo/ihi: clamp's bounds in floating and integer form. scalar: the
+ * number of a tensor-scalar op (mul, div, pow, maximum, minimum), which its
+ * backward formula reads. */
+typedef struct cti_pointwise_params {
+    double alpha;
+    int64_t ialpha;
+    double lo, hi;
+    int64_t ilo, ihi;
+    double scalar;
+} cti_pointwise_params;
+
+/* SUM ... ARGMIN. mask: the reduced dims as bits (bit d: dim d); keepdim;
+ * correction: var/std's (Bessel's is 1); std: var returns its square root;
+ * p: norm's order. */
+typedef struct cti_reduce_params {
+    uint64_t mask;
+    bool keepdim;
+    double correction;
+    bool std;
+    double p;
+} cti_reduce_params;
+
+/* MM, BMM, ADDMM: out = beta * input + alpha * (a @ b) (mm and bmm: beta 0,
+ * alpha 1). */
+typedef struct cti_gemm_params {
+    double beta, alpha;
+} cti_gemm_params;
+
+/* CONV2D and its backward ops: x [N, C, H, W] * w [Co, C / groups, kh, kw]
+ * -> y [N, Co, OH, OW]. */
+typedef struct cti_conv_params {
+    int64_t N, C, H, W;
+    int64_t Co, kh, kw;
+    int64_t stride[2], padding[2], dilation[2];
+    int64_t groups;
+    int64_t OH, OW;
+} cti_conv_params;
+
+/* MAX_POOL2D, AVG_POOL2D, ADAPTIVE_AVG_POOL2D and their backward ops:
+ * x [N, C, H, W] -> [N, C, OH, OW] (adaptive: kernel, stride and padding
+ * unused). */
+typedef struct cti_pool_params {
+    int64_t N, C, H, W;
+    int64_t kernel[2], stride[2], padding[2], dilation[2];
+    int64_t OH, OW;
+    bool ceil_mode, count_include_pad;
+} cti_pool_params;
+
+/* RMS_NORM, LAYER_NORM and their backward ops: rows of d elements, each
+ * normalized on its own. */
+typedef struct cti_norm_params {
+    int64_t rows, d;
+    double eps;
+} cti_norm_params;
+
+/* SOFTMAX, LOG_SOFTMAX and their backward ops: x viewed as [outer, d, inner]
+ * with the softmax over d; dim is the user's (wrapped) dim. */
+typedef struct cti_softmax_params {
+    int64_t outer, d, inner;
+    int dim;
+    bool log;
+} cti_softmax_params;
+
+/* CROSS_ENTROPY, NLL_LOSS, MSE_LOSS and their backward ops: n items (batch
+ * positions times inner positions for the class losses) of c classes;
+ * reduction is a ct_reduction. */
+typedef struct cti_loss_params {
+    int64_t n, c, inner;
+    int reduction;
+    int64_t ignore_index;
+    double label_smoothing;
+} cti_loss_params;
+
+/* EMBEDDING, EMBEDDING_BACKWARD: n indices into num_weights rows of d. */
+typedef struct cti_embedding_params {
+    int64_t num_weights, d, n;
+    int64_t padding_idx;
+} cti_embedding_params;
+
+/* DROPOUT, DROPOUT_BACKWARD: n elements zeroed with probability p, the rest
+ * scaled by 1 / (1 - p); the mask comes from Philox (seed, offset). */
+typedef struct cti_dropout_params {
+    uint64_t seed, offset;
+    int64_t n;
+    double p;
+} cti_dropout_params;
+
+/* SGD_STEP, ADAMW_STEP: n parameters with their gradients and states, all
+ * of the dispatch dtype, on the dispatch device and contiguous. state[0]
+ * holds SGD's momentum buffers (NULL without momentum) or AdamW's exp_avg,
+ * state[1] AdamW's exp_avg_sq. step[k] is parameter k's step count
+ * including this update (>= 1). updated (NULL: not wanted) receives which
+ * parameters the call updated. */
+typedef struct cti_optim_list {
+    int64_t n;
+    ct_tensor *const *param;
+    ct_tensor *const *grad;
+    ct_tensor *const *state[2];
+    const int64_t *step;
+    bool *updated;
+} cti_optim_list;
+
+typedef struct cti_sgd_hparams {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} cti_sgd_hparams;
+
+typedef struct cti_adamw_hparams {
+    double lr, beta1, beta2, eps, weight_decay;
+} cti_adamw_hparams;
+
+typedef struct cti_optim_params {
+    cti_optim_list list;
+    cti_sgd_hparams sgd;     /* SGD_STEP */
+    cti_adamw_hparams adamw; /* ADAMW_STEP */
+} cti_optim_params;
+
+/* ---- the kernels' contract ------------------------------------------------------
+ * in[] holds the first parameter's tensors for the trace only.
+ * Per element, in double for float64 and float otherwise:
+ *   SGD:   d = g + wd * p; momentum != 0: buf = step == 1 ? d : momentum * buf +
+ *          (1 - dampening) * d, d = nesterov ? d + momentum * buf : buf;
+ *          p = p - lr * d.
+ *   AdamW: p = p * (1 - lr * wd); m = beta1 * m + (1 - beta1) * g;
+ *          v = beta2 * v + (1 - beta2) * g * g;
+ *          p = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+ *          with cti_adamw_scalars' per-parameter step_size and bc2_sqrt. */
+static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int64_t step,
+                                     double *step_size, double *bc2_sqrt) {
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    *step_size = lr / bc1;
+    *bc2_sqrt = sqrt(bc2);
+}
+
+
+/* ---- the rows ------------------------------------------------------------------------ */
+#define CTI_OP_SCHEMA(X)                                                                     \
+    X(COPY, "copy", cti_no_params, CTI_NODIFF, NONE)                                         \
+    X(FILL, "fill", cti_fill_params, CTI_NODIFF, NONE)                                       \
+    X(ARANGE, "arange", cti_range_params, CTI_NODIFF, NONE)                                  \
+    X(RAND_UNIFORM, "uniform", cti_random_params, CTI_NODIFF, NONE)                          \
+    X(RAND_NORMAL, "normal", cti_random_params, CTI_NODIFF, NONE)                            \
+    X(RANDINT, "randint", cti_random_params, CTI_NODIFF, NONE)                               \
+    X(NEG, "neg", cti_pointwise_params, CTI_F(cti_bw_neg), NONE)                             \
+    X(ABS, "abs", cti_pointwise_params, CTI_F(cti_bw_abs), NONE)                             \
+    X(EXP, "exp", cti_pointwise_params, CTI_F(cti_bw_exp), NONE)                             \
+    X(LOG, "log", cti_pointwise_params, CTI_F(cti_bw_log), NONE)                             \
+    X(SQRT, "sqrt", cti_pointwise_params, CTI_F(cti_bw_sqrt), NONE)                          \
+    X(RSQRT, "rsqrt", cti_pointwise_params, CTI_F(cti_bw_rsqrt), NONE)                       \
+    X(SIN, "sin", cti_pointwise_params, CTI_F(cti_bw_sin), NONE)                             \
+    X(COS, "cos", cti_pointwise_params, CTI_F(cti_bw_cos), NONE)                             \
+    X(TANH, "tanh", cti_pointwise_params, CTI_F(cti_bw_tanh), NONE)                          \
+    X(SIGMOID, "sigmoid", cti_pointwise_params, CTI_F(cti_bw_sigmoid), NONE)                 \
+    X(RELU, "relu", cti_pointwise_params, CTI_F(cti_bw_relu), NONE)                          \
+    X(GELU, "gelu", cti_pointwise_params, CTI_F(cti_bw_gelu), NONE)                          \
+    X(GELU_TANH, "gelu_tanh", cti_pointwise_params, CTI_F(cti_bw_gelu_tanh), NONE)           \
+    X(SILU, "silu", cti_pointwise_params, CTI_F(cti_bw_silu), NONE)                          \
+    X(RECIPROCAL, "reciprocal", cti_pointwise_params, CTI_F(cti_bw_reciprocal), NONE)        \
+    X(SQUARE, "square", cti_pointwise_params, CTI_F(cti_bw_square), NONE)                    \
+    X(SIGN, "sign", cti_pointwise_params, CTI_F(cti_bw_sign), NONE)                          \
+    X(LOGICAL_NOT, "logical_not", cti_pointwise_params, CTI_NODIFF, NONE)                    \
+    X(ADD, "add", cti_pointwise_params, CTI_F(cti_bw_add), NONE)                             \
+    X(SUB, "sub", cti_pointwise_params, CTI_F(cti_bw_add), NONE)                             \
+    X(MUL, "mul", cti_pointwise_params, CTI_F(cti_bw_mul), NONE)                             \
+    X(DIV, "div", cti_pointwise_params, CTI_F(cti_bw_div), NONE)                             \
+    X(POW, "pow", cti_pointwise_params, CTI_F(cti_bw_pow), NONE)                             \
+    X(MAXIMUM, "maximum", cti_pointwise_params, CTI_F(cti_bw_maximum), NONE)                 \
+    X(MINIMUM, "minimum", cti_pointwise_params, CTI_F(cti_bw_minimum), NONE)                 \
+    X(EQ, "eq", cti_pointwise_params, CTI_NODIFF, NONE)                                      \
+    X(NE, "ne", cti_pointwise_params, CTI_NODIFF, NONE)                                      \
+    X(LT, "lt", cti_pointwise_params, CTI_NODIFF, NONE)                                      \
+    X(LE, "le", cti_pointwise_params, CTI_NODIFF, NONE)                                      \
+    X(GT, "gt", cti_pointwise_params, CTI_NODIFF, NONE)                                      \
+    X(GE, "ge", cti_pointwise_params, CTI_NODIFF, NONE)                                      \
+    X(LOGICAL_AND, "logical_and", cti_pointwise_params, CTI_NODIFF, NONE)                    \
+    X(LOGICAL_OR, "logical_or", cti_pointwise_params, CTI_NODIFF, NONE)                      \
+    X(WHERE, "where", cti_pointwise_params, CTI_F(cti_bw_where), NONE)                       \
+    X(CLAMP, "clamp", cti_pointwise_params, CTI_F(cti_bw_clamp), NONE)                       \
+    X(SUM, "sum", cti_reduce_params, CTI_F(cti_bw_sum), NONE)                                \
+    X(MEAN, "mean", cti_reduce_params, CTI_F(cti_bw_mean), NONE)                             \
+    X(PROD, "prod", cti_reduce_params, CTI_F(cti_bw_prod), NONE)                             \
+    X(VAR, "var", cti_reduce_params, CTI_F(cti_bw_var), NONE)                                \
+    X(NORM, "norm", cti_reduce_params, CTI_F(cti_bw_norm), NONE)                             \
+    X(MAX, "max", cti_reduce_params, CTI_F(cti_bw_max_all), NONE)                            \
+    X(MIN, "min", cti_reduce_params, CTI_F(cti_bw_max_all), NONE)                            \
+    X(ARGMAX, "argmax", cti_reduce_params, CTI_NODIFF, NONE)                                 \
+    X(ARGMIN, "argmin", cti_reduce_params, CTI_NODIFF, NONE)                                 \
+    X(MM, "mm", cti_gemm_params, CTI_F(cti_bw_mm), NONE)                                     \
+    X(BMM, "bmm", cti_gemm_params, CTI_F(cti_bw_bmm), NONE)                                  \
+    X(ADDMM, "addmm", cti_gemm_params, CTI_F(cti_bw_addmm), NONE)                            \
+    X(CONV2D, "conv2d", cti_conv_params, CTI_F(cti_bw_conv2d), CONV2D_BACKWARD_INPUT)        \
+    X(CONV2D_BACKWARD_INPUT, "conv2d_backward_input", cti_conv_params, CTI_NOFORMULA, NONE)  \
+    X(CONV2D_BACKWARD_WEIGHT, "conv2d_backward_weight", cti_conv_params, CTI_NOFORMULA,      \
+      NONE)                                                                                  \
+    X(CONV2D_BACKWARD_BIAS, "conv2d_backward_bias", cti_conv_params, CTI_NOFORMULA, NONE)    \
+    X(MAX_POOL2D, "max_pool2d", cti_pool_params, CTI_F(cti_bw_max_pool2d),                   \
+      MAX_POOL2D_BACKWARD)                                                                   \
+    X(MAX_POOL2D_BACKWARD, "max_pool2d_backward", cti_pool_params, CTI_NOFORMULA, NONE)      \
+    X(AVG_POOL2D, "avg_pool2d", cti_pool_params, CTI_F(cti_bw_avg_pool2d),                   \
+      AVG_POOL2D_BACKWARD)                                                                   \
+    X(AVG_POOL2D_BACKWARD, "avg_pool2d_backward", cti_pool_params, CTI_NOFORMULA, NONE)      \
+    X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", cti_pool_params,                           \
+      CTI_F(cti_bw_adaptive_avg_pool2d), ADAPTIVE_AVG_POOL2D_BACKWARD)                       \
+    X(ADAPTIVE_AVG_POOL2D_BACKWARD, "adaptive_avg_pool2d_backward", cti_pool_params,         \
+      CTI_NOFORMULA, NONE)                                                                   \
+    X(RMS_NORM, "rms_norm", cti_norm_params, CTI_F(cti_bw_rms_norm), RMS_NORM_BACKWARD)      \
+    X(RMS_NORM_BACKWARD, "rms_norm_backward", cti_norm_params, CTI_NOFORMULA, NONE)          \
+    X(LAYER_NORM, "layer_norm", cti_norm_params, CTI_F(cti_bw_layer_norm),                   \
+      LAYER_NORM_BACKWARD)                                                                   \
+    X(LAYER_NORM_BACKWARD, "layer_norm_backward", cti_norm_params, CTI_NOFORMULA, NONE)      \
+    X(SOFTMAX, "softmax", cti_softmax_params, CTI_F(cti_bw_softmax), SOFTMAX_BACKWARD)       \
+    X(LOG_SOFTMAX, "log_softmax", cti_softmax_params, CTI_F(cti_bw_log_softmax),             \
+      LOG_SOFTMAX_BACKWARD)                                                                  \
+    X(SOFTMAX_BACKWARD, "softmax_backward", cti_softmax_params, CTI_NOFORMULA, NONE)         \
+    X(LOG_SOFTMAX_BACKWARD, "log_softmax_backward", cti_softmax_params, CTI_NOFORMULA, NONE) \
+    X(CROSS_ENTROPY, "cross_entropy", cti_loss_params, CTI_F(cti_bw_cross_entropy),          \
+      CROSS_ENTROPY_BACKWARD)                                                                \
+    X(CROSS_ENTROPY_BACKWARD, "cross_entropy_backward", cti_loss_params, CTI_NOFORMULA,      \
+      NONE)                                                                                  \
+    X(NLL_LOSS, "nll_loss", cti_loss_params, CTI_F(cti_bw_nll_loss), NLL_LOSS_BACKWARD)      \
+    X(NLL_LOSS_BACKWARD, "nll_loss_backward", cti_loss_params, CTI_NOFORMULA, NONE)          \
+    X(MSE_LOSS, "mse_loss", cti_loss_params, CTI_F(cti_bw_mse_loss), MSE_LOSS_BACKWARD)      \
+    X(MSE_LOSS_BACKWARD, "mse_loss_backward", cti_loss_params, CTI_NOFORMULA, NONE)          \
+    X(EMBEDDING, "embedding", cti_embedding_params, CTI_F(cti_bw_embedding),                 \
+      EMBEDDING_BACKWARD)                                                                    \
+    X(EMBEDDING_BACKWARD, "embedding_backward", cti_embedding_params, CTI_NOFORMULA, NONE)   \
+    X(DROPOUT, "dropout", cti_dropout_params, CTI_F(cti_bw_dropout), DROPOUT_BACKWARD)       \
+    X(DROPOUT_BACKWARD, "dropout_backward", cti_dropout_params, CTI_NOFORMULA, NONE)         \
+    X(SGD_STEP, "sgd_step", cti_optim_params, CTI_NODIFF, NONE)                              \
+    X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)
+
+/* What the table's shape assumes of the parameter structs: autograd nodes
+ * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. */
+#define CTI_PARAMS_MAX 192
+#define CTI_PARAMS_FIT_(ID, name, P, grad, bw)                                               \
+    _Static_assert(sizeof(P) <= CTI_PARAMS_MAX, "params of " name " exceed CTI_PARAMS_MAX");
+CTI_OP_SCHEMA(CTI_PARAMS_FIT_)
+#undef CTI_PARAMS_FIT_
+
+#endif

@@ -1,0 +1,29 @@
+/* Private: what the op front ends share. A front end checks its arguments,
+ * computes the result's shape and dtype, allocates the outputs, runs the
+ * kernel through cti_run and asks autograd to record; it is the layer above
+ * both the dispatcher and autograd. */
+#ifndef CTEN_OPS_IMPL_H
+#define CTEN_OPS_IMPL_H
+
+#include "autograd/formulas.h"
+#include "dispatch/dispatch_impl.h"
+#include "tensor/ops.h"
+
+/* Dispatches c, then, for an op the schema marks CTI_NOFORMULA whose
+ * inputs need grad, gives its results a node that refuses backward: a
+ * backward that reaches them fails naming the op instead of cutting the
+ * graph and leaving a silent zero. */
+ct_status cti_run(ct_call *c, ct_device device, ct_dtype dtype);
+
+/* ---- shared argument checks (each sets an error naming op) ----------------------- */
+/* All n tensors non-NULL. */
+ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts);
+/* All non-NULL tensors among n on one device. */
+ct_status cti_check_same_device(const char *op, int n, ct_tensor *const *ts);
+/* dtype is floating ("op: expected a floating dtype, got int64"). */
+ct_status cti_check_floating(const char *op, const ct_tensor *t, const char *argname);
+
+/* Releases the outputs of a call (after a failed dispatch). */
+void cti_call_release_outputs(ct_call *c);
+
+#endif

@@ -1,0 +1,77 @@
+/* Running a call from a front end, and the argument checks front ends
+ * share. */
+#include "ops_impl.h"
+
+/* ---- ops without a backward formula ------------------------------------------------
+ * The backward ops are differentiable in PyTorch (double backward); cten has
+ * no formulas for them. */
+static ct_status refuse_backward(cti_node *n, ct_tensor *const *go, ct_tensor **gi) {
+    (void)go;
+    (void)gi;
+    return cti_error(CT_ERR_AUTOGRAD,
+                     "ct_backward: ct_%s has no backward formula (double backward is not "
+                     "supported); compute its input without requires_grad or detach it",
+                     n->name);
+}
+
+static ct_status record_without_formula(const ct_call *c) {
+    cti_ag_rec r = {.name = ct_op_name(c->op), .backward = refuse_backward, .nin = c->nin};
+    for (int k = 0; k < c->nin; k++) r.in[k] = c->in[k];
+    for (int k = 0; k < c->nout; k++)
+        if (c->out[k]) r.out[r.nout++] = c->out[k];
+    return cti_ag_record(&r);
+}
+
+ct_status cti_run(ct_call *c, ct_device device, ct_dtype dtype) {
+    ct_status st = cti_dispatch(c, device, dtype);
+    if (st == CT_OK && cti_op_schema(c->op)->grad == CTI_GRAD_NOFORMULA &&
+        cti_ag_needed(c->nin, c->in))
+        st = record_without_formula(c);
+    return st;
+}
+
+ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts) {
+    for (int i = 0; i < n; i++) {
+        if (ts[i]) continue;
+        /* A NULL argument is usually the result of a failed call nested in
+         * this one: keep that call's message, it names the cause. */
+        if (ct_last_status() != CT_OK)
+            return cti_error(CT_ERR_INVALID_ARG, "%s: argument %d is NULL (last error: %s)", op,
+                             i + 1, ct_last_error());
+        return cti_error(CT_ERR_INVALID_ARG, "%s: argument %d is NULL", op, i + 1);
+    }
+    return CT_OK;
+}
+
+ct_status cti_check_same_device(const char *op, int n, ct_tensor *const *ts) {
+    const ct_tensor *first = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        if (!first) {
+            first = ts[i];
+            continue;
+        }
+        if (!ct_device_eq(first->storage->device, ts[i]->storage->device)) {
+            char a[32], b[32];
+            return cti_error(CT_ERR_DEVICE,
+                             "%s: expected all tensors on one device, got %s and %s (%s and %s)",
+                             op, ct_device_str(first->storage->device, a, sizeof a),
+                             ct_device_str(ts[i]->storage->device, b, sizeof b), cti_desc(first),
+                             cti_desc(ts[i]));
+        }
+    }
+    return CT_OK;
+}
+
+ct_status cti_check_floating(const char *op, const ct_tensor *t, const char *argname) {
+    if (ct_dtype_is_floating(t->dtype)) return CT_OK;
+    return cti_error(CT_ERR_DTYPE, "%s: expected a floating dtype for %s, got %s", op, argname,
+                     ct_dtype_name(t->dtype));
+}
+
+void cti_call_release_outputs(ct_call *c) {
+    for (int i = 0; i < c->nout; i++) {
+        ct_tensor_release(c->out[i]);
+        c->out[i] = NULL;
+    }
+}
