@@ -59,6 +59,165 @@ static void test_missing_kernel_error(void **state) {
     ct_tensor_release(a);
 }
 
+/* ---- the schema and registration ------------------------------------------------ */
+static void test_init_clean(void **state) {
+    (void)state;
+    const char *msg = NULL;
+    assert_int_equal(cti_init_status(&msg), CT_OK);
+    assert_string_equal(msg, "");
+}
+
+static ct_status fake_kernel(ct_call *c) {
+    (void)c;
+    return CT_OK;
+}
+
+static void test_register_refuses_duplicates(void **state) {
+    (void)state;
+    const char *before = ct_kernel_name(CT_OP_ADD, CT_DEVICE_CPU, CT_F32);
+    assert_non_null(before);
+    ct_status s = cti_register_kernel(CT_OP_ADD, CT_DEVICE_CPU, CT_F32, fake_kernel, "fake_add");
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "cti_register_kernel", "add/cpu/float32",
+                    "registered twice", before, "fake_add");
+    assert_ptr_equal(ct_kernel_name(CT_OP_ADD, CT_DEVICE_CPU, CT_F32), before);
+    /* The table still runs the original kernel. */
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *a = ct_tensor_full(CT_SHAPE(3), 2.0, CT_F32, CT_CPU);
+    double v;
+    assert_int_equal(ct_tensor_item(ct_select(ct_add(a, a), 0, 1), &v), CT_OK);
+    assert_true(v == 4.0);
+    ct_scope_end(sc);
+}
+
+static void test_register_refuses_out_of_range(void **state) {
+    (void)state;
+    ct_status s = cti_register_kernel(CT_NUM_OPS, CT_DEVICE_CPU, CT_F32, fake_kernel, "k");
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "cti_register_kernel", "expected an op below");
+    s = cti_register_kernel((ct_op)-1, CT_DEVICE_CPU, CT_F32, fake_kernel, "k");
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "cti_register_kernel", "op -1");
+    s = cti_register_kernel(CT_OP_ADD, CT_NUM_DEVICE_TYPES, CT_F32, fake_kernel, "k");
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "cti_register_kernel", "a device below");
+    s = cti_register_kernel(CT_OP_ADD, CT_DEVICE_CPU, CT_NUM_DTYPES, fake_kernel, "k");
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "cti_register_kernel", "a dtype below");
+    s = cti_register_kernel(CT_OP_ADD, CT_DEVICE_CPU, CT_F32, NULL, "nullfn");
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "cti_register_kernel", "nullfn", "a function");
+    /* An entry no backend filled stays empty after a refused NULL. */
+    assert_int_equal(cti_register_kernel(CT_OP_MM, CT_DEVICE_CPU, CT_I32, NULL, "x"),
+                     CT_ERR_INVALID_ARG);
+    assert_false(ct_supports(CT_OP_MM, CT_DEVICE_CPU, CT_I32));
+}
+
+/* The library's own schema passes; each way of breaking a copy of it is
+ * refused with a message naming the row. */
+static void test_schema_validation(void **state) {
+    (void)state;
+    static cti_op_info rows[CT_NUM_OPS];
+    bool has_formula[CT_NUM_OPS];
+    int diff = -1, nodiff = -1;
+    for (int k = 0; k < CT_NUM_OPS; k++) {
+        rows[k] = *cti_op_schema((ct_op)k);
+        has_formula[k] = rows[k].grad == CTI_GRAD_FORMULA;
+        if (rows[k].grad == CTI_GRAD_FORMULA && diff < 0) diff = k;
+        if (rows[k].grad == CTI_GRAD_NONE && nodiff < 0) nodiff = k;
+    }
+    assert_true(diff >= 0 && nodiff >= 0);
+    assert_int_equal(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_OK);
+
+    has_formula[diff] = false;
+    tu_assert_error(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_ERR_INVALID_ARG,
+                    "schema", rows[diff].name, "differentiable but names no backward formula");
+    has_formula[diff] = true;
+
+    const char *name = rows[1].name;
+    rows[1].name = rows[0].name;
+    tu_assert_error(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_ERR_INVALID_ARG,
+                    "schema: ops 0 and 1 are both named", rows[0].name);
+    rows[1].name = name;
+
+    rows[2].id = (ct_op)3;
+    tu_assert_error(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_ERR_INVALID_ARG,
+                    "schema: row 2 has id 3");
+    rows[2].id = (ct_op)2;
+
+    int bw = rows[CT_OP_CONV2D].backward;
+    assert_int_equal(bw, CT_OP_CONV2D_BACKWARD_INPUT);
+    rows[CT_OP_CONV2D].backward = CT_NUM_OPS;
+    tu_assert_error(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_ERR_INVALID_ARG,
+                    "schema: op conv2d names backward op", "expected another op");
+    rows[CT_OP_CONV2D].backward = CT_OP_CONV2D;
+    tu_assert_error(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_ERR_INVALID_ARG,
+                    "schema: op conv2d names backward op");
+    rows[CT_OP_CONV2D].backward = bw;
+
+    rows[nodiff].backward = CT_OP_CONV2D;
+    tu_assert_error(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_ERR_INVALID_ARG,
+                    rows[nodiff].name, "names backward op conv2d but no backward formula");
+    rows[nodiff].backward = -1;
+    assert_int_equal(cti_schema_validate(rows, CT_NUM_OPS, has_formula), CT_OK);
+}
+
+/* The schema's view of a few ops, as the front ends and kernels rely on. */
+static void test_schema_rows(void **state) {
+    (void)state;
+    const cti_op_info *conv = cti_op_schema(CT_OP_CONV2D);
+    assert_string_equal(conv->name, "conv2d");
+    assert_string_equal(conv->params_name, "cti_conv_params");
+    assert_int_equal(conv->params_size, sizeof(cti_conv_params));
+    assert_int_equal(conv->grad, CTI_GRAD_FORMULA);
+    assert_int_equal(cti_op_schema(CT_OP_COPY)->params_size, 0);
+    assert_int_equal(cti_op_schema(CT_OP_ARGMAX)->grad, CTI_GRAD_NONE);
+    assert_int_equal(cti_op_schema(CT_OP_SOFTMAX_BACKWARD)->grad, CTI_GRAD_NOFORMULA);
+    assert_int_equal(cti_op_schema(CT_OP_SOFTMAX)->backward, CT_OP_SOFTMAX_BACKWARD);
+    assert_int_equal(cti_op_schema(CT_OP_ADD)->backward, -1);
+    for (int k = 0; k < CT_NUM_OPS; k++) {
+        assert_int_equal(cti_op_schema((ct_op)k)->id, k);
+        assert_string_equal(cti_op_schema((ct_op)k)->name, ct_op_name((ct_op)k));
+    }
+}
+
+/* A front end passing another family's struct is caught before any kernel
+ * runs. */
+static void test_params_checked(void **state) {
+    (void)state;
+    ct_tensor *a = ct_tensor_zeros(CT_SHAPE(2, 2), CT_F32, CT_CPU);
+    ct_call c;
+    cti_call_init(&c, CT_OP_ADD);
+    c.in[0] = a;
+    c.in[1] = a;
+    c.nin = 2;
+    c.out[0] = a;
+    c.nout = 1;
+    cti_fill_params wrong = {1.0};
+    cti_call_params(&c, &wrong);
+    ct_status s = cti_dispatch(&c, CT_CPU, CT_F32);
+    tu_assert_error(s, CT_ERR_INVALID_ARG, "dispatch: ct_add", "8 bytes of parameters",
+                    "cti_pointwise_params");
+    ct_tensor_release(a);
+}
+
+static void test_backends(void **state) {
+    (void)state;
+    const cti_backend *cpu = cti_backend_of(CT_DEVICE_CPU);
+    assert_non_null(cpu);
+    assert_string_equal(cpu->name, "cpu");
+    assert_int_equal(cpu->device, CT_DEVICE_CPU);
+    assert_int_equal(cpu->device_count(), 1);
+    assert_int_equal(cpu->synchronize(0), CT_OK);
+    assert_true(ct_backend_available(CT_DEVICE_CPU));
+    assert_int_equal(ct_device_count(CT_DEVICE_CPU), 1);
+    const cti_backend *cuda = cti_backend_of(CT_DEVICE_CUDA);
+    assert_int_equal(cuda != NULL, ct_backend_available(CT_DEVICE_CUDA));
+    if (cuda) {
+        assert_string_equal(cuda->name, "cuda");
+        assert_int_equal(cuda->device_count(), ct_cuda_device_count());
+    } else {
+        assert_int_equal(ct_device_count(CT_DEVICE_CUDA), 0);
+        tu_assert_error(ct_cuda_synchronize(0), CT_ERR_DEVICE, "ct_cuda_synchronize",
+                        "built without the CUDA backend");
+    }
+    assert_null(cti_backend_of(CT_NUM_DEVICE_TYPES));
+}
+
 /* Runs fn with stderr redirected to a temporary file; returns its content. */
 static char *capture_stderr(void (*fn)(void)) {
     fflush(stderr);
@@ -259,6 +418,13 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_op_names_unique, setup, teardown),
         cmocka_unit_test_setup_teardown(test_supports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_kernel_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_init_clean, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_refuses_duplicates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_refuses_out_of_range, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_params_checked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_profile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_channel, setup, teardown),

@@ -79,11 +79,12 @@ ct_status cti_schema_validate(const cti_op_info *rows, int n, const bool *has_fo
 
 /* ---- registration ---------------------------------------------------------------- */
 /* The first registration refused during init, which fails init. */
+static bool registering;
 static ct_status first_refusal = CT_OK;
 static char first_refusal_msg[512];
 
 static ct_status refuse(ct_status st) {
-    if (first_refusal == CT_OK) {
+    if (registering && first_refusal == CT_OK) {
         first_refusal = st;
         snprintf(first_refusal_msg, sizeof first_refusal_msg, "%s", ct_last_error());
     }
@@ -180,7 +181,9 @@ static ct_status init_checked(void) {
         has_formula[k] = formula_names[k][0] && strcmp(formula_names[k], "NULL") != 0;
     ct_status st = cti_schema_validate(schema, CT_NUM_OPS, has_formula);
     if (st != CT_OK) return st;
+    registering = true;
     for (int k = 0; k < NUM_BACKENDS; k++) backends[k]->register_kernels();
+    registering = false;
     if (first_refusal != CT_OK) return cti_error(first_refusal, "%s", first_refusal_msg);
     return check_backward_kernels();
 }
