@@ -84,8 +84,10 @@ typedef struct cti_op_info {
     int backward; /* the backward op, or -1 */
 } cti_op_info;
 
-/* The schema's row for op (op < CT_NUM_OPS). */
-const cti_op_info *cti_op_schema(ct_op op);
+/* The schema's rows, indexed by op id; cti_op_schema(op) for op < CT_NUM_OPS
+ * (inline: cti_run reads it on every call). */
+extern const cti_op_info cti_schema_rows[CT_NUM_OPS];
+static inline const cti_op_info *cti_op_schema(ct_op op) { return &cti_schema_rows[op]; }
 
 /* Checks n rows as the library's init does: ids 0..n-1 in order, names
  * non-empty and unique, backward ops in range and not the op itself, and a

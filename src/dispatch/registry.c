@@ -24,7 +24,7 @@ static entry table[CT_NUM_OPS][CT_NUM_DEVICE_TYPES][CT_NUM_DTYPES];
 #define ROW_(ID, nm, P, grad, bw)                                                            \
     {CT_OP_##ID, nm, #P,                                                                     \
      _Generic(*(P *)0, cti_no_params: (size_t)0, default: sizeof(P)), grad, (int)CT_OP_##bw},
-static const cti_op_info schema[CT_NUM_OPS] = {CTI_OP_SCHEMA(ROW_)};
+const cti_op_info cti_schema_rows[CT_NUM_OPS] = {CTI_OP_SCHEMA(ROW_)};
 #undef ROW_
 #undef CT_OP_NONE
 #undef CTI_F
@@ -43,10 +43,8 @@ static const char *const formula_names[CT_NUM_OPS] = {CTI_OP_SCHEMA(FNAME_)};
 #undef CTI_NODIFF
 #undef CTI_NOFORMULA
 
-const cti_op_info *cti_op_schema(ct_op op) { return &schema[op]; }
-
 const char *ct_op_name(ct_op op) {
-    return (unsigned)op < CT_NUM_OPS ? schema[op].name : "invalid";
+    return (unsigned)op < CT_NUM_OPS ? cti_schema_rows[op].name : "invalid";
 }
 
 ct_status cti_schema_validate(const cti_op_info *rows, int n, const bool *has_formula) {
@@ -106,12 +104,12 @@ ct_status cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, c
         char dev[32];
         return refuse(cti_error(CT_ERR_INVALID_ARG,
                                 "cti_register_kernel: %s/%s/%s registered twice (%s, then %s)",
-                                schema[op].name,
+                                cti_schema_rows[op].name,
                                 ct_device_str((ct_device){device, 0}, dev, sizeof dev),
                                 ct_dtype_name(dtype), e->name, name ? name : "(unnamed)"));
     }
     e->fn = fn;
-    e->name = name ? name : schema[op].name;
+    e->name = name ? name : cti_schema_rows[op].name;
     return CT_OK;
 }
 
@@ -119,7 +117,7 @@ ct_status cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, c
  * one for its backward op, or backward would fail where forward worked. */
 static ct_status check_backward_kernels(void) {
     for (int op = 0; op < CT_NUM_OPS; op++) {
-        int bw = schema[op].backward;
+        int bw = cti_schema_rows[op].backward;
         if (bw < 0) continue;
         for (int d = 0; d < CT_NUM_DEVICE_TYPES; d++)
             for (int t = 0; t < CT_NUM_DTYPES; t++)
@@ -128,9 +126,9 @@ static ct_status check_backward_kernels(void) {
                     char dev[32];
                     return cti_error(CT_ERR_INVALID_ARG,
                                      "init: %s has a %s %s kernel but its backward op %s has none",
-                                     schema[op].name,
+                                     cti_schema_rows[op].name,
                                      ct_device_str((ct_device){(ct_device_type)d, 0}, dev, sizeof dev),
-                                     ct_dtype_name((ct_dtype)t), schema[bw].name);
+                                     ct_dtype_name((ct_dtype)t), cti_schema_rows[bw].name);
                 }
     }
     return CT_OK;
@@ -179,7 +177,7 @@ static ct_status init_checked(void) {
     bool has_formula[CT_NUM_OPS];
     for (int k = 0; k < CT_NUM_OPS; k++)
         has_formula[k] = formula_names[k][0] && strcmp(formula_names[k], "NULL") != 0;
-    ct_status st = cti_schema_validate(schema, CT_NUM_OPS, has_formula);
+    ct_status st = cti_schema_validate(cti_schema_rows, CT_NUM_OPS, has_formula);
     if (st != CT_OK) return st;
     registering = true;
     for (int k = 0; k < NUM_BACKENDS; k++) backends[k]->register_kernels();
@@ -271,7 +269,7 @@ void ct_profile_print(void *file) {
         ct_device_str((ct_device){(ct_device_type)l->dev, 0}, dev, sizeof dev);
         if (l->dev == CT_DEVICE_CPU) snprintf(dev, sizeof dev, "cpu");
         fprintf(f, "cten profile: %-26s %-6s %-9s %10llu %12.3f %12.3f %6.1f\n",
-                schema[l->op].name, l->dev == CT_DEVICE_CPU ? "cpu" : "cuda",
+                cti_schema_rows[l->op].name, l->dev == CT_DEVICE_CPU ? "cpu" : "cuda",
                 ct_dtype_name((ct_dtype)l->dt), (unsigned long long)l->row.count,
                 l->row.total_ns / 1e6, l->row.total_ns / 1e3 / (double)l->row.count,
                 total ? 100.0 * (double)l->row.total_ns / (double)total : 0.0);
@@ -287,7 +285,7 @@ static uint64_t now_ns(void) {
 static void trace_line(const ct_call *c, ct_device device, ct_dtype dtype, const char *kernel,
                        uint64_t ns, ct_status st) {
     char buf[1024], dev[32];
-    int pos = snprintf(buf, sizeof buf, "[cten] %-22s %-7s %-8s", schema[c->op].name,
+    int pos = snprintf(buf, sizeof buf, "[cten] %-22s %-7s %-8s", cti_schema_rows[c->op].name,
                        ct_device_str(device, dev, sizeof dev), ct_dtype_name(dtype));
     for (int i = 0; i < c->nin && pos < (int)sizeof buf; i++) {
         const ct_tensor *t = c->in[i];
@@ -307,7 +305,7 @@ static void trace_line(const ct_call *c, ct_device device, ct_dtype dtype, const
 
 /* The front end passed a parameter struct other than the schema's. */
 static ct_status params_mismatch(const ct_call *c) {
-    const cti_op_info *r = &schema[c->op];
+    const cti_op_info *r = &cti_schema_rows[c->op];
     return cti_error(CT_ERR_INVALID_ARG,
                      "dispatch: ct_%s was called with %zu bytes of parameters, its schema has "
                      "%s (%zu bytes)",
@@ -320,16 +318,16 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
         (unsigned)dtype >= CT_NUM_DTYPES)
         return cti_error(CT_ERR_INVALID_ARG, "dispatch: invalid op %d, device %d or dtype %d",
                          (int)c->op, (int)device.type, (int)dtype);
-    if (c->params_size != schema[c->op].params_size && c->params) /* LEGACY: && c->params */
+    if (c->params_size != cti_schema_rows[c->op].params_size && c->params) /* LEGACY: && c->params */
         return params_mismatch(c);
     if (init_status != CT_OK)
-        return cti_error(init_status, "ct_%s: cten failed to initialize: %s", schema[c->op].name,
+        return cti_error(init_status, "ct_%s: cten failed to initialize: %s", cti_schema_rows[c->op].name,
                          init_message);
     const entry *e = &table[c->op][device.type][dtype];
     if (!e->fn) {
         char dev[32];
         return cti_error(CT_ERR_UNSUPPORTED, "ct_%s: no kernel for device %s and dtype %s",
-                         schema[c->op].name, ct_device_str(device, dev, sizeof dev),
+                         cti_schema_rows[c->op].name, ct_device_str(device, dev, sizeof dev),
                          ct_dtype_name(dtype));
     }
     bool tr = atomic_load_explicit(&trace_on, memory_order_relaxed);
