@@ -173,8 +173,10 @@ static void test_mm_k0_zeros(void **state) {
  * reported (static string), checking the status. */
 static const char *dispatch_routine(ct_op op, ct_tensor *input, ct_tensor *a, ct_tensor *b,
                                     ct_tensor *out, double beta, double alpha) {
+    cti_gemm_params p = {.beta = beta, .alpha = alpha};
     ct_call c;
     cti_call_init(&c, op);
+    cti_call_params(&c, &p);
     int ni = 0;
     if (input) c.in[ni++] = input;
     c.in[ni++] = a;
@@ -182,8 +184,6 @@ static const char *dispatch_routine(ct_op op, ct_tensor *input, ct_tensor *a, ct
     c.nin = ni;
     c.out[0] = out;
     c.nout = 1;
-    c.f[0] = beta;
-    c.f[1] = alpha;
     assert_int_equal(cti_dispatch(&c, CT_CPU, ct_tensor_dtype(out)), CT_OK);
     return c.routine;
 }

@@ -43,8 +43,9 @@ CTI_BW(cti_bw_square);
 CTI_BW(cti_bw_sign);
 
 /* formulas_reduce.c
- * One input x; i[0] the reduced dims as a bitmask, i[1] keepdim. The saved
- * tensors and params each one reads are listed in that file. */
+ * One input x; params the forward's cti_reduce_params (the reduced dims as
+ * a bitmask, keepdim, the correction or p). The saved tensors and params
+ * each one reads are listed in that file. */
 CTI_BW(cti_bw_sum);
 CTI_BW(cti_bw_mean);
 CTI_BW(cti_bw_prod);
@@ -69,7 +70,8 @@ CTI_BW(cti_bw_expand);
 
 /* formulas_linalg.c
  * matmul/mm/bmm have inputs (a, b), addmm (input, m1, m2), linear (x, w,
- * bias); the saved tensors and params each one reads are listed in that file. */
+ * bias); addmm keeps its cti_gemm_params, the others no params. The saved
+ * tensors each one reads are listed in that file. */
 CTI_BW(cti_bw_matmul);
 CTI_BW(cti_bw_mm);
 CTI_BW(cti_bw_bmm);

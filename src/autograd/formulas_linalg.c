@@ -1,4 +1,4 @@
-/* Backward formulas of the linear-algebra ops (src/dispatch/linalg.c).
+/* Backward formulas of the linear-algebra ops (src/ops/linalg.c).
  *
  * Built from the public products and views, so they run on every device and
  * a transposed operand reaches BLAS as a strided view (its transpose flag),
@@ -176,12 +176,14 @@ CTI_BW(cti_bw_bmm) {
 
 /* ---- addmm ------------------------------------------------------------------------- */
 
-/* Inputs (input, m1, m2); f[0] beta, f[1] alpha. Saved: m1 (when m2 needs
- * grad), m2 (when m1 needs grad). The input's gradient is left in the
- * product's shape for the engine to sum to the input's broadcast shape. */
+/* Inputs (input, m1, m2); params the forward's cti_gemm_params (beta,
+ * alpha). Saved: m1 (when m2 needs grad), m2 (when m1 needs grad). The
+ * input's gradient is left in the product's shape for the engine to sum to
+ * the input's broadcast shape. */
 CTI_BW(cti_bw_addmm) {
     if (!go[0]) return CT_OK;
-    double beta = LEGACY_F(n)[0], alpha = LEGACY_F(n)[1];
+    const cti_gemm_params *p = CTI_NODE_PARAMS(n, cti_gemm_params);
+    double beta = p->beta, alpha = p->alpha;
     ct_status st;
     if (n->needs[0]) {
         ct_tensor *g = beta == 1.0 ? ct_tensor_retain(go[0]) : ct_mul_scalar(go[0], beta);

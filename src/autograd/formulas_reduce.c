@@ -1,12 +1,13 @@
-/* Backward formulas of the reductions (src/dispatch/reduce.c).
+/* Backward formulas of the reductions (src/ops/reduce.c).
  *
- * Every node has the one input x and keeps the reduced dims of x as a
- * bitmask in i[0] and keepdim in i[1]. Saved tensors and params:
+ * Every node has the one input x and keeps the forward call's
+ * cti_reduce_params, whose mask holds the reduced dims of x. Saved tensors
+ * and the other params read:
  *   sum, mean:      nothing
  *   prod:           saved[0] x
- *   var:            saved[0] x; f[0] correction
- *   std:            saved[0] x, saved[1] the result; f[0] correction
- *   norm:           saved[0] x, saved[1] the result; f[0] p
+ *   var:            saved[0] x; correction
+ *   std:            saved[0] x, saved[1] the result; correction
+ *   norm:           saved[0] x, saved[1] the result; p
  *   max/min (all):  saved[0] x, saved[1] the result
  *   max/min (dim):  saved[0] the int64 indices
  * They follow PyTorch's derivatives (prod with zeros, the subgradient 0 of
@@ -30,11 +31,18 @@ static ct_status put(ct_tensor **slot, ct_tensor *g) {
     ct_tensor *var = cti_ag_saved(n, k, &st_##var);                                        \
     if (st_##var != CT_OK) return st_##var
 
+static const cti_reduce_params *params_of(const cti_node *n) {
+    return CTI_NODE_PARAMS(n, cti_reduce_params);
+}
+
+/* Whether the forward reduced dim d of x. */
+static bool is_reduced(const cti_node *n, int d) { return params_of(n)->mask >> d & 1; }
+
 /* The reduced dims of x as a list; returns their count. */
 static int reduced_dims(const cti_node *n, int64_t *dims) {
     int k = 0;
     for (int d = 0; d < n->in_ndim[0]; d++)
-        if (LEGACY_I(n)[0] >> d & 1) dims[k++] = d;
+        if (is_reduced(n, d)) dims[k++] = d;
     return k;
 }
 
@@ -42,7 +50,7 @@ static int reduced_dims(const cti_node *n, int64_t *dims) {
 static int64_t reduced_count(const cti_node *n) {
     int64_t c = 1;
     for (int d = 0; d < n->in_ndim[0]; d++)
-        if (LEGACY_I(n)[0] >> d & 1) c *= n->in_shape[0][d];
+        if (is_reduced(n, d)) c *= n->in_shape[0][d];
     return c;
 }
 
@@ -50,8 +58,7 @@ static int64_t reduced_count(const cti_node *n) {
  * new handle (a view) even with keepdim, so the engine's scope owns it. */
 static ct_tensor *kept(const cti_node *n, ct_tensor *t) {
     int64_t shape[CT_MAX_DIMS];
-    for (int d = 0; d < n->in_ndim[0]; d++)
-        shape[d] = (LEGACY_I(n)[0] >> d & 1) ? 1 : n->in_shape[0][d];
+    for (int d = 0; d < n->in_ndim[0]; d++) shape[d] = is_reduced(n, d) ? 1 : n->in_shape[0][d];
     return ct_reshape(t, n->in_ndim[0], shape);
 }
 
@@ -131,7 +138,7 @@ CTI_BW(cti_bw_prod) {
 static ct_tensor *var_grad(cti_node *n, ct_tensor *x0, ct_tensor *g) {
     int64_t dims[CT_MAX_DIMS];
     int nd = reduced_dims(n, dims);
-    double dof = fmax(0.0, (double)reduced_count(n) - LEGACY_F(n)[0]);
+    double dof = fmax(0.0, (double)reduced_count(n) - params_of(n)->correction);
     ct_tensor *x = up(x0);
     ct_tensor *m = x ? ct_mean(x, nd, dims, true) : NULL;
     ct_tensor *c = m ? ct_sub(x, m) : NULL;
@@ -191,7 +198,7 @@ CTI_BW(cti_bw_norm) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(x0, 0);
     SAVED(out, 1);
-    double p = LEGACY_F(n)[0];
+    double p = params_of(n)->p;
     if (p == 0.0) return put(&gi[0], ct_tensor_zeros_like(x0));
     ct_tensor *x = up(x0);
     ct_tensor *g = x ? kept_up(n, go[0]) : NULL;
@@ -261,7 +268,7 @@ CTI_BW(cti_bw_max_dim) {
     int nd = n->in_ndim[0];
     if (nd == 0) return put(&gi[0], ct_tensor_retain(go[0]));
     int d = 0;
-    while (d < nd - 1 && !(LEGACY_I(n)[0] >> d & 1)) d++;
+    while (d < nd - 1 && !is_reduced(n, d)) d++;
     int64_t len = n->in_shape[0][d];
     int64_t shape[CT_MAX_DIMS];
     for (int k = 0; k < nd; k++) shape[k] = k == d ? len : 1;

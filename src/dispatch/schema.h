@@ -74,9 +74,11 @@ typedef struct cti_pointwise_params {
     double scalar;
 } cti_pointwise_params;
 
-/* SUM ... ARGMIN. mask: the reduced dims as bits (bit d: dim d); keepdim;
- * correction: var/std's (Bessel's is 1); std: var returns its square root;
- * p: norm's order. */
+/* SUM ... ARGMIN, and the nodes of their formulas. mask: the reduced dims of
+ * x as bits (bit d: dim d; 0 for a 0-d x); keepdim: the result keeps them
+ * with size 1 (the kernels' output layout is the same either way);
+ * correction: VAR's (Bessel's is 1); std: VAR returns its square root; p:
+ * NORM's order. Fields an op does not use are 0. */
 typedef struct cti_reduce_params {
     uint64_t mask;
     bool keepdim;
@@ -85,8 +87,8 @@ typedef struct cti_reduce_params {
     double p;
 } cti_reduce_params;
 
-/* MM, BMM, ADDMM: out = beta * input + alpha * (a @ b) (mm and bmm: beta 0,
- * alpha 1). */
+/* MM, BMM, ADDMM: out = beta * input + alpha * (a @ b); mm and bmm have no
+ * input and pass beta 0, alpha 1. */
 typedef struct cti_gemm_params {
     double beta, alpha;
 } cti_gemm_params;

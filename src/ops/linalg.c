@@ -90,15 +90,19 @@ static ct_tensor *batched_view(ct_tensor *t, int nb, const int64_t *bshape, bool
 
 /* ---- dispatch ------------------------------------------------------------------------ */
 
-/* Dispatches op on views made for it (input only for addmm), releases the
- * views, and returns result, or NULL after releasing it on failure. A NULL
- * view means its creation failed and set the error. */
+/* The params of mm and bmm, which have no input to scale. */
+static const cti_gemm_params plain_product = {.beta = 0, .alpha = 1};
+
+/* Dispatches op with params p on views made for it (input only for addmm),
+ * releases the views, and returns result, or NULL after releasing it on
+ * failure. A NULL view means its creation failed and set the error. */
 static ct_tensor *finish(ct_op op, ct_tensor *result, ct_tensor *input, ct_tensor *a,
-                         ct_tensor *b, ct_tensor *out, double beta, double alpha) {
+                         ct_tensor *b, ct_tensor *out, const cti_gemm_params *p) {
     ct_status s = CT_ERR_OOM;
     if (a && b && out && (op != CT_OP_ADDMM || input)) {
         ct_call c;
         cti_call_init(&c, op);
+        cti_call_params(&c, p);
         int ni = 0;
         if (op == CT_OP_ADDMM) c.in[ni++] = input;
         c.in[ni++] = a;
@@ -106,8 +110,6 @@ static ct_tensor *finish(ct_op op, ct_tensor *result, ct_tensor *input, ct_tenso
         c.nin = ni;
         c.out[0] = out;
         c.nout = 1;
-        c.f[0] = beta;
-        c.f[1] = alpha;
         s = cti_run(&c, result->storage->device, result->dtype);
     }
     ct_tensor_release(input);
@@ -131,14 +133,21 @@ static ct_tensor *saved_for(ct_tensor *t, ct_tensor *other) {
 }
 
 /* Records result = op(ins) when an input requires grad, saving s0 and s1
- * (either may be NULL) and params f. Returns result, or NULL after
- * releasing it when recording fails (result NULL stays NULL). */
+ * (either may be NULL) and, for addmm, its params p (NULL: none; the other
+ * formulas read none). Returns result, or NULL after releasing it when
+ * recording fails (result NULL stays NULL). */
 static ct_tensor *record(ct_tensor *result, const char *name, cti_backward_fn bw, int nin,
-                         ct_tensor *const *ins, ct_tensor *s0, ct_tensor *s1, const double *f,
-                         int nf) {
+                         ct_tensor *const *ins, ct_tensor *s0, ct_tensor *s1,
+                         const cti_gemm_params *p) {
     if (!result || !cti_ag_needed(nin, ins)) return result;
-    ct_tensor *sv[2] = {s0, s1};
-    if (cti_ag_record_legacy(name, bw, nin, ins, 1, &result, 2, sv, f, nf, NULL, 0) != CT_OK) {
+    cti_ag_rec r = {.name = name, .backward = bw, .nin = nin, .nout = 1, .out = {result},
+                    .nsaved = 2, .saved = {s0, s1}};
+    for (int k = 0; k < nin; k++) r.in[k] = ins[k];
+    if (p) {
+        r.params = p;
+        r.params_size = sizeof *p;
+    }
+    if (cti_ag_record(&r) != CT_OK) {
         ct_tensor_release(result);
         return NULL;
     }
@@ -162,9 +171,10 @@ ct_tensor *ct_mm(ct_tensor *a, ct_tensor *b) {
     ct_tensor *result = cti_tensor_new(op, 2, shape, a->dtype, a->storage->device);
     if (!result) return NULL;
     result = finish(CT_OP_MM, result, NULL, batched_view(a, 0, NULL, true),
-                    batched_view(b, 0, NULL, false), out_view(result, 2, shape), 0, 1);
+                    batched_view(b, 0, NULL, false), out_view(result, 2, shape),
+                    &plain_product);
     return record(result, "MmBackward", cti_bw_mm, 2, ts, saved_for(a, b), saved_for(b, a),
-                  NULL, 0);
+                  NULL);
 }
 
 ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b) {
@@ -187,9 +197,10 @@ ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b) {
     ct_tensor *result = cti_tensor_new(op, 3, shape, a->dtype, a->storage->device);
     if (!result) return NULL;
     result = finish(CT_OP_BMM, result, NULL, batched_view(a, 1, shape, true),
-                    batched_view(b, 1, shape, false), out_view(result, 3, shape), 0, 1);
+                    batched_view(b, 1, shape, false), out_view(result, 3, shape),
+                    &plain_product);
     return record(result, "BmmBackward", cti_bw_bmm, 2, ts, saved_for(a, b), saved_for(b, a),
-                  NULL, 0);
+                  NULL);
 }
 
 /* Product of the batch dims of t (all but the last two; none for <= 2-d). */
@@ -245,7 +256,8 @@ ct_tensor *ct_matmul(ct_tensor *a, ct_tensor *b) {
         int64_t mshape[2] = {rows, m};
         result = finish(CT_OP_MM, result, NULL,
                         view_of(a, 2, (const int64_t[]){rows, k}, fstride),
-                        batched_view(b, 0, NULL, false), out_view(result, 2, mshape), 0, 1);
+                        batched_view(b, 0, NULL, false), out_view(result, 2, mshape),
+                        &plain_product);
     } else {
         int64_t oshape[CT_MAX_DIMS];
         memcpy(oshape, shape, (size_t)nb * sizeof *shape);
@@ -253,10 +265,10 @@ ct_tensor *ct_matmul(ct_tensor *a, ct_tensor *b) {
         oshape[nb + 1] = m;
         result = finish(nb > 0 ? CT_OP_BMM : CT_OP_MM, result, NULL,
                         batched_view(a, nb, shape, true), batched_view(b, nb, shape, false),
-                        out_view(result, nb + 2, oshape), 0, 1);
+                        out_view(result, nb + 2, oshape), &plain_product);
     }
     return record(result, "MatmulBackward", cti_bw_matmul, 2, ts, saved_for(a, b),
-                  saved_for(b, a), NULL, 0);
+                  saved_for(b, a), NULL);
 }
 
 /* input as [n, m]: broadcast dims with stride 0. False when it does not broadcast. */
@@ -289,12 +301,12 @@ ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta,
                               op, cti_shape_s(input->ndim, input->shape), cti_shape_s(2, shape));
     ct_tensor *result = cti_tensor_new(op, 2, shape, m1->dtype, m1->storage->device);
     if (!result) return NULL;
+    cti_gemm_params p = {.beta = beta, .alpha = alpha};
     result = finish(CT_OP_ADDMM, result, view_of(input, 2, shape, istride),
                     batched_view(m1, 0, NULL, true), batched_view(m2, 0, NULL, false),
-                    out_view(result, 2, shape), beta, alpha);
-    const double f[2] = {beta, alpha};
+                    out_view(result, 2, shape), &p);
     return record(result, "AddmmBackward", cti_bw_addmm, 3, ts, saved_for(m1, m2),
-                  saved_for(m2, m1), f, 2);
+                  saved_for(m2, m1), &p);
 }
 
 ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
@@ -340,13 +352,15 @@ ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
                             (const int64_t[]){w->stride[1], w->stride[0]});
     int64_t oshape[2] = {rows, out};
     ct_tensor *r;
-    if (bias)
+    if (bias) {
+        static const cti_gemm_params plus_bias = {.beta = 1, .alpha = 1};
         r = finish(CT_OP_ADDMM, result,
                    view_of(bias, 2, oshape, (const int64_t[]){0, bias->stride[0]}), x2, wt,
-                   out_view(result, 2, oshape), 1, 1);
-    else
-        r = finish(CT_OP_MM, result, NULL, x2, wt, out_view(result, 2, oshape), 0, 1);
+                   out_view(result, 2, oshape), &plus_bias);
+    } else {
+        r = finish(CT_OP_MM, result, NULL, x2, wt, out_view(result, 2, oshape), &plain_product);
+    }
     ct_tensor_release(xc);
     return record(r, "LinearBackward", cti_bw_linear, 3, ts, saved_for(x, w), saved_for(w, x),
-                  NULL, 0);
+                  NULL);
 }

@@ -1,6 +1,7 @@
 /* Front ends of the reductions: argument checks, result dtype and shape, and
- * the call record of src/backends/cpu/reduce.c's kernel interface (reduced
- * dims as a bitmask in i[0], the output contiguous over the kept dims). */
+ * the call record of src/backends/cpu/reduce.c's kernel interface (the
+ * reduced dims as cti_reduce_params' mask, the output contiguous over the
+ * kept dims). */
 #include <math.h>
 
 #include "ops_impl.h"
@@ -65,38 +66,38 @@ static ct_op kind_op(rkind k) {
     }
 }
 
-/* Records out = kind(x) for autograd. Every node keeps the reduced dims as
- * a mask in i[0] and keepdim in i[1]; the saved tensors and params each
- * formula reads are listed in src/autograd/formulas_reduce.c. idx: the
- * indices of max/min along a dim. */
-static ct_status record(rkind kind, ct_tensor *x, ct_tensor *out, ct_tensor *idx, uint32_t mask,
-                        bool keepdim, double param) {
+/* One node of input x and output out, saving s0 and s1 (the first nsaved
+ * of them) and keeping the call's params. */
+static ct_status record_node(const char *name, cti_backward_fn bw, ct_tensor *x, ct_tensor *out,
+                             int nsaved, ct_tensor *s0, ct_tensor *s1,
+                             const cti_reduce_params *p) {
+    return cti_ag_record(&(cti_ag_rec){.name = name, .backward = bw, .nin = 1, .in = {x},
+                                       .nout = 1, .out = {out}, .nsaved = nsaved,
+                                       .saved = {s0, s1}, CTI_AG_PARAMS(p)});
+}
+
+/* Records out = kind(x) for autograd. Every node keeps the call's params
+ * (the reduced dims, keepdim, the correction or p); the saved tensors and
+ * params each formula reads are listed in src/autograd/formulas_reduce.c.
+ * idx: the indices of max/min along a dim. */
+static ct_status record(rkind kind, ct_tensor *x, ct_tensor *out, ct_tensor *idx,
+                        const cti_reduce_params *p) {
     if (!ct_dtype_is_floating(out->dtype) || !cti_ag_needed(1, &x)) return CT_OK;
-    int64_t iv[2] = {mask, keepdim};
-    double f[1] = {param};
-    ct_tensor *xo[2] = {x, out};
     switch (kind) {
-    case RK_SUM:
-        return cti_ag_record_legacy("SumBackward", cti_bw_sum, 1, &x, 1, &out, 0, NULL, NULL, 0, iv, 2);
-    case RK_MEAN:
-        return cti_ag_record_legacy("MeanBackward", cti_bw_mean, 1, &x, 1, &out, 0, NULL, NULL, 0, iv,
-                             2);
-    case RK_PROD:
-        return cti_ag_record_legacy("ProdBackward", cti_bw_prod, 1, &x, 1, &out, 1, &x, NULL, 0, iv, 2);
-    case RK_VAR:
-        return cti_ag_record_legacy("VarBackward", cti_bw_var, 1, &x, 1, &out, 1, &x, f, 1, iv, 2);
-    case RK_STD:
-        return cti_ag_record_legacy("StdBackward", cti_bw_std, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
-    case RK_NORM:
-        return cti_ag_record_legacy("NormBackward", cti_bw_norm, 1, &x, 1, &out, 2, xo, f, 1, iv, 2);
+    case RK_SUM: return record_node("SumBackward", cti_bw_sum, x, out, 0, NULL, NULL, p);
+    case RK_MEAN: return record_node("MeanBackward", cti_bw_mean, x, out, 0, NULL, NULL, p);
+    case RK_PROD: return record_node("ProdBackward", cti_bw_prod, x, out, 1, x, NULL, p);
+    case RK_VAR: return record_node("VarBackward", cti_bw_var, x, out, 1, x, NULL, p);
+    case RK_STD: return record_node("StdBackward", cti_bw_std, x, out, 2, x, out, p);
+    case RK_NORM: return record_node("NormBackward", cti_bw_norm, x, out, 2, x, out, p);
     case RK_MAX:
     case RK_MIN: {
         bool mx = kind == RK_MAX;
         if (idx)
-            return cti_ag_record_legacy(mx ? "MaxDimBackward" : "MinDimBackward", cti_bw_max_dim, 1, &x,
-                                 1, &out, 1, &idx, NULL, 0, iv, 2);
-        return cti_ag_record_legacy(mx ? "MaxBackward" : "MinBackward", cti_bw_max_all, 1, &x, 1, &out,
-                             2, xo, NULL, 0, iv, 2);
+            return record_node(mx ? "MaxDimBackward" : "MinDimBackward", cti_bw_max_dim, x, out,
+                               1, idx, NULL, p);
+        return record_node(mx ? "MaxBackward" : "MinBackward", cti_bw_max_all, x, out, 2, x, out,
+                           p);
     }
     default: return CT_OK; /* argmax/argmin: integer results, no gradient */
     }
@@ -146,13 +147,17 @@ static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, co
         else if (keepdim) oshape[ond++] = 1;
     }
 
+    bool var = kind == RK_VAR || kind == RK_STD;
+    cti_reduce_params p = {.mask = mask,
+                           .keepdim = keepdim,
+                           .correction = var ? param : 0,
+                           .std = kind == RK_STD,
+                           .p = kind == RK_NORM ? param : 0};
     ct_call c;
     cti_call_init(&c, kind_op(kind));
+    cti_call_params(&c, &p);
     c.in[0] = x;
     c.nin = 1;
-    c.i[0] = mask;
-    c.i[1] = kind == RK_STD;
-    c.f[0] = param;
     c.out[0] = cti_tensor_new(op, ond, oshape, odt, x->storage->device);
     if (!c.out[0]) return NULL;
     c.nout = 1;
@@ -169,7 +174,7 @@ static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, co
         cti_call_release_outputs(&c);
         return NULL;
     }
-    if (record(kind, x, c.out[0], c.nout == 2 ? c.out[1] : NULL, mask, keepdim, param) != CT_OK) {
+    if (record(kind, x, c.out[0], c.nout == 2 ? c.out[1] : NULL, &p) != CT_OK) {
         cti_call_release_outputs(&c);
         return NULL;
     }

@@ -8,6 +8,11 @@
  * to f32 (products of two such values are exact in f32), multiplied with
  * cblas_sgemm and rounded once into the output.
  *
+ * Per batch, with cti_gemm_params' beta and alpha:
+ *   out[i][j] = beta * input[i][j] + alpha * sum_l A[i][l] B[l][j]
+ * beta == 0 never reads the input; mm and bmm have none (their front ends
+ * pass beta 0, alpha 1).
+ *
  * All three ops share one shape: in[A] [batch..., n, k], in[B] [batch..., k, m]
  * and out [batch..., n, m] with the same batch dims (broadcast batch dims carry
  * stride 0, so an operand shared by every batch is never copied). The output
@@ -297,6 +302,7 @@ static ct_status run_job(ct_call *call, const gemm_job *j) {
 /* in[ia] [batch..., n, k], in[ia + 1] [batch..., k, m], out[0] [batch..., n, m]. */
 static gemm_job job_of(const ct_call *c, int ia) {
     const ct_tensor *a = c->in[ia], *b = c->in[ia + 1], *o = c->out[0];
+    const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
     gemm_job j;
     memset(&j, 0, sizeof j);
     j.dt = o->dtype;
@@ -308,7 +314,8 @@ static gemm_job job_of(const ct_call *c, int ia) {
     j.a = mat_of(a, j.nb);
     j.b = mat_of(b, j.nb);
     j.c = mat_of(o, j.nb);
-    j.alpha = 1.0;
+    j.beta = p->beta;
+    j.alpha = p->alpha;
     return j;
 }
 
@@ -318,14 +325,11 @@ static ct_status k_gemm(ct_call *c) {
     return run_job(c, &j);
 }
 
-/* addmm: in[0] the input broadcast to [n, m], in[1] [n, k], in[2] [k, m];
- * f[0] beta, f[1] alpha. */
+/* addmm: in[0] the input broadcast to [n, m], in[1] [n, k], in[2] [k, m]. */
 static ct_status k_addmm(ct_call *c) {
     gemm_job j = job_of(c, 1);
     j.has_in = true;
     j.in = mat_of(c->in[0], 0);
-    j.beta = c->f[0];
-    j.alpha = c->f[1];
     return run_job(c, &j);
 }
 

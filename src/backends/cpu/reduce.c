@@ -1,16 +1,23 @@
 /* CPU reductions: sum, mean, prod, var/std, norm, max/min (with or without
  * indices) and argmax/argmin, for any strides.
  *
- * Kernel interface (the front ends are in src/dispatch/reduce.c):
+ * Per output element, over the n reduced elements x_j:
+ *   sum = sum_j x_j, mean = sum / n, prod = prod_j x_j,
+ *   var = sum_j (x_j - mean)^2 / max(0, n - correction), std = sqrt(var),
+ *   norm = (sum_j |x_j|^p)^(1/p) (p = inf: max |x_j|, -inf: min |x_j|,
+ *   0: the count of non-zeros), max/min (NaN if any x_j is) and their
+ *   index (the first NaN, else the first max/min).
+ *
+ * Kernel interface (the front ends are in src/ops/reduce.c):
  *   in[0]   x, any non-negative strides (expanded dims included)
  *   out[0]  the values, or the int64 indices for ARGMAX/ARGMIN; contiguous, one
  *           element per combination of the kept dims in x's dim order (the front
  *           end allocates it with or without the size-1 reduced dims: the layout
  *           is the same)
  *   out[1]  MAX/MIN only, when nout == 2: the int64 indices, same layout
- *   i[0]    bitmask of the reduced dims of x (bit d reduces dim d); 0 for a 0-d x
- *   i[1]    VAR: 1 returns the standard deviation instead
- *   f[0]    VAR: the correction; NORM: p
+ *   params  cti_reduce_params: mask, the reduced dims of x (bit d reduces dim
+ *           d; 0 for a 0-d x); VAR: correction, and std for the standard
+ *           deviation instead; NORM: p
  * Output dtypes are the front end's: sum/prod of bool and integers write
  * int64, everything else x's dtype (indices int64). An index counts positions
  * in the row-major order of the reduced dims (the position along the dim for
@@ -897,18 +904,19 @@ static ct_status k_reduce(ct_call *call) {
     c.odt = call->out[0]->dtype;
     c.x = cti_data(x);
     c.ov = cti_data(call->out[0]);
+    const cti_reduce_params *rp = CTI_PARAMS(call, cti_reduce_params);
     switch (call->op) {
     case CT_OP_SUM: c.kind = K_SUM; break;
     case CT_OP_MEAN: c.kind = K_MEAN; break;
     case CT_OP_PROD: c.kind = K_PROD; break;
     case CT_OP_VAR:
         c.kind = K_VAR;
-        c.corr = call->f[0];
-        c.want_std = call->i[1] != 0;
+        c.corr = rp->correction;
+        c.want_std = rp->std;
         break;
     case CT_OP_NORM:
         c.kind = K_NORM;
-        c.p = call->f[0];
+        c.p = rp->p;
         c.pk = c.p == 2 ? P_TWO : c.p == 1 ? P_ONE : c.p == 0 ? P_ZERO
              : c.p == INFINITY ? P_INF : c.p == -INFINITY ? P_NINF : P_GEN;
         break;
@@ -932,7 +940,7 @@ static ct_status k_reduce(ct_call *call) {
     }
 
     int64_t es = (int64_t)ct_dtype_size(x->dtype);
-    uint64_t mask = (uint64_t)call->i[0];
+    uint64_t mask = rp->mask;
     c.O = 1;
     c.R = 1;
     for (int d = 0; d < x->ndim; d++) {

@@ -2,8 +2,9 @@
  *
  * The call record is the CPU kernels' (src/backends/cpu/linalg.c): in[A]
  * [batch..., n, k], in[B] [batch..., k, m], out [batch..., n, m] contiguous,
- * broadcast batch dims with stride 0; addmm adds in[0], the input broadcast to
- * [n, m], scaled by f[0] (beta), the product by f[1] (alpha).
+ * broadcast batch dims with stride 0; out = beta * input + alpha * (A @ B)
+ * with cti_gemm_params' beta and alpha, where addmm's input is in[0],
+ * broadcast to [n, m] (mm and bmm have none).
  *
  * cuBLAS is column-major and cten row-major: a row-major matrix is the
  * column-major view of its transpose, so C = A B is computed as
@@ -245,15 +246,15 @@ static ct_status scaled_input(const char *op, ct_tensor *out, ct_tensor *input, 
     ct_tensor *s = cti_tensor_new(op, 0, NULL, CT_F64, CT_CPU);
     if (!s) return ct_last_status();
     *(double *)cti_data(s) = beta;
+    cti_pointwise_params p = {.alpha = 1, .ialpha = 1}; /* what ct_mul passes */
     ct_call c;
     cti_call_init(&c, CT_OP_MUL);
+    cti_call_params(&c, &p);
     c.in[0] = out;
     c.in[1] = s; /* a CPU scalar: the elementwise kernel takes it by value */
     c.nin = 2;
     c.out[0] = out;
     c.nout = 1;
-    c.f[0] = 1;
-    c.i[0] = 1;
     st = cti_dispatch(&c, out->storage->device, out->dtype);
     ct_tensor_release(s);
     return st;
@@ -349,10 +350,16 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
 }
 
 /* mm: in[0] [n, k], in[1] [k, m]; bmm: the same with batch dims. */
-static ct_status k_gemm(ct_call *c) { return k_gemm_call(c, 0, NULL, 0, 1); }
+static ct_status k_gemm(ct_call *c) {
+    const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
+    return k_gemm_call(c, 0, NULL, p->beta, p->alpha);
+}
 
 /* addmm: in[0] the input broadcast to [n, m], in[1] [n, k], in[2] [k, m]. */
-static ct_status k_addmm(ct_call *c) { return k_gemm_call(c, 1, c->in[0], c->f[0], c->f[1]); }
+static ct_status k_addmm(ct_call *c) {
+    const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
+    return k_gemm_call(c, 1, c->in[0], p->beta, p->alpha);
+}
 
 void cti_cuda_register_blas(void) {
     static const struct {

@@ -1,8 +1,9 @@
 /* CT_OP_SUM ... CT_OP_ARGMIN for CUDA tensors: the CPU reductions' call
- * record (src/backends/cpu/reduce.c's header: in[0] x with any strides,
- * i[0] the reduced dims as a bitmask, out[0] contiguous over the kept dims,
- * out[1] the int64 indices of max/min when nout == 2, i[1] std instead of
- * var, f[0] the correction or p) into a launch of reduce.cu.
+ * record (src/backends/cpu/reduce.c's header, with the math: in[0] x with
+ * any strides, out[0] contiguous over the kept dims, out[1] the int64
+ * indices of max/min when nout == 2, cti_reduce_params with the reduced dims
+ * as a bitmask, std instead of var, the correction or p) into a launch of
+ * reduce.cu.
  *
  * The geometry is simplified here: size-1 dims dropped, neighbours merged
  * where their strides chain, and for value reductions the reduced dims put
@@ -74,10 +75,11 @@ static ct_status k_reduce(ct_call *c) {
     if (arg_only) r.idx = (int64_t *)cti_data(c->out[0]);
     else if (r.kind == CTI_RED_ARGMAX || r.kind == CTI_RED_ARGMIN)
         r.idx = (int64_t *)cti_data(c->out[1]);
-    r.p = c->f[0];
-    r.want_std = c->op == CT_OP_VAR && c->i[1] != 0;
+    const cti_reduce_params *rp = CTI_PARAMS(c, cti_reduce_params);
+    r.p = c->op == CT_OP_VAR ? rp->correction : rp->p;
+    r.want_std = c->op == CT_OP_VAR && rp->std;
 
-    uint64_t mask = (uint64_t)c->i[0];
+    uint64_t mask = rp->mask;
     r.O = 1;
     r.R = 1;
     for (int d = 0; d < x->ndim; d++) {
