@@ -1,17 +1,17 @@
-/* Backward formulas of convolution and pooling (src/dispatch/conv.c), built
- * on the public backward ops so they run on every device.
+/* Backward formulas of convolution and pooling (src/ops/conv.c), built on
+ * the public backward ops so they run on every device. Each node keeps its
+ * forward's params struct.
  *
- * Inputs, saved tensors and params:
+ * Inputs, saved tensors and params read:
  *   conv2d:               inputs (x, w, bias); saved[0] x (only when w needs
  *                         a gradient), saved[1] w (only when x needs one);
- *                         i[0..1] stride, i[2..3] padding, i[4..5] dilation,
- *                         i[6] groups
- *   max_pool2d:           input x; saved[0] the int64 argmax indices
- *   avg_pool2d:           input x; nothing saved; i[0..1] kernel, i[2..3]
- *                         stride, i[4..5] padding, i[6] ceil_mode,
- *                         i[7] count_include_pad
- *   adaptive_avg_pool2d:  input x; nothing saved (the output size is the
- *                         gradient's)
+ *                         cti_conv_params' stride, padding, dilation, groups
+ *   max_pool2d:           input x; saved[0] the int64 argmax indices; no
+ *                         params (the indices hold the windows)
+ *   avg_pool2d:           input x; nothing saved; cti_pool_params' kernel,
+ *                         stride, padding, ceil_mode, count_include_pad
+ *   adaptive_avg_pool2d:  input x; nothing saved; no params (the output
+ *                         size is the gradient's)
  * The pooling gradients do not depend on x's values, only on its geometry,
  * so x is not saved: the backward ops get a stand-in of x's shape instead,
  * which keeps activations free and x writable in place after the forward. */
@@ -41,22 +41,22 @@ static ct_tensor *shape_of_input(const cti_node *n, ct_tensor *g) {
 
 CTI_BW(cti_bw_conv2d) {
     if (!go[0]) return CT_OK;
-    const int64_t *stride = LEGACY_I(n), *padding = LEGACY_I(n) + 2, *dilation = LEGACY_I(n) + 4, groups = LEGACY_I(n)[6];
+    const cti_conv_params *p = CTI_NODE_PARAMS(n, cti_conv_params);
     ct_status st;
     if (n->needs[0]) {
         ct_tensor *w = cti_ag_saved(n, 1, &st);
         if (st != CT_OK) return st;
         int64_t xs[4];
         input_nchw(n, xs);
-        st = put(&gi[0],
-                 ct_conv2d_backward_input(go[0], w, xs, stride, padding, dilation, groups));
+        st = put(&gi[0], ct_conv2d_backward_input(go[0], w, xs, p->stride, p->padding,
+                                                  p->dilation, p->groups));
         if (st != CT_OK) return st;
     }
     if (n->needs[1]) {
         ct_tensor *x = cti_ag_saved(n, 0, &st);
         if (st != CT_OK) return st;
-        st = put(&gi[1], ct_conv2d_backward_weight(go[0], x, n->in_shape[1], stride, padding,
-                                                   dilation, groups));
+        st = put(&gi[1], ct_conv2d_backward_weight(go[0], x, n->in_shape[1], p->stride,
+                                                   p->padding, p->dilation, p->groups));
         if (st != CT_OK) return st;
     }
     if (n->needs[2]) return put(&gi[2], ct_conv2d_backward_bias(go[0]));
@@ -79,8 +79,9 @@ CTI_BW(cti_bw_avg_pool2d) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     ct_tensor *x = shape_of_input(n, go[0]);
     if (!x) return ct_last_status();
-    ct_status st = put(&gi[0], ct_avg_pool2d_backward(go[0], x, LEGACY_I(n), LEGACY_I(n) + 2, LEGACY_I(n) + 4,
-                                                      LEGACY_I(n)[6] != 0, LEGACY_I(n)[7] != 0));
+    const cti_pool_params *p = CTI_NODE_PARAMS(n, cti_pool_params);
+    ct_status st = put(&gi[0], ct_avg_pool2d_backward(go[0], x, p->kernel, p->stride, p->padding,
+                                                      p->ceil_mode, p->count_include_pad));
     ct_tensor_release(x);
     return st;
 }

@@ -93,8 +93,16 @@ typedef struct cti_gemm_params {
     double beta, alpha;
 } cti_gemm_params;
 
-/* CONV2D and its backward ops: x [N, C, H, W] * w [Co, C / groups, kh, kw]
- * -> y [N, Co, OH, OW]. */
+/* CONV2D, CONV2D_BACKWARD_INPUT, CONV2D_BACKWARD_WEIGHT: x [N, C, H, W] *
+ * w [Co, C / groups, kh, kw] -> y [N, Co, OH, OW] with
+ *   y[n, co, oh, ow] = sum over c < C / groups, i < kh, j < kw of w[co, c, i, j] *
+ *     x[n, g * C / groups + c, oh * stride[0] - padding[0] + i * dilation[0],
+ *                              ow * stride[1] - padding[1] + j * dilation[1]]
+ * where g = co / (Co / groups) is co's group and x is zero outside the
+ * image; [0] is the height's, [1] the width's. All three ops get the
+ * forward's sizes, and the conv node keeps the forward's struct for its
+ * stride, padding, dilation and groups. CONV2D_BACKWARD_BIAS takes none: it
+ * sums grad_out over N, OH and OW. */
 typedef struct cti_conv_params {
     int64_t N, C, H, W;
     int64_t Co, kh, kw;
@@ -104,8 +112,14 @@ typedef struct cti_conv_params {
 } cti_conv_params;
 
 /* MAX_POOL2D, AVG_POOL2D, ADAPTIVE_AVG_POOL2D and their backward ops:
- * x [N, C, H, W] -> [N, C, OH, OW] (adaptive: kernel, stride and padding
- * unused). */
+ * x [N, C, H, W] -> [N, C, OH, OW], output (oh, ow) pooling the window of
+ * kernel[0] x kernel[1] elements from (oh * stride[0] - padding[0],
+ * ow * stride[1] - padding[1]), dilation apart. OH and OW already hold
+ * ceil_mode's rounding; ceil_mode is kept for the avg_pool2d node, whose
+ * backward passes it back to ct_avg_pool2d_backward. count_include_pad:
+ * avg_pool2d divides by the window clipped to the padded input rather than
+ * to the input. max_pool2d_backward and the adaptive ops use only the sizes
+ * (the indices, or the output size, give the windows). */
 typedef struct cti_pool_params {
     int64_t N, C, H, W;
     int64_t kernel[2], stride[2], padding[2], dilation[2];
@@ -259,7 +273,7 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
     X(CONV2D_BACKWARD_INPUT, "conv2d_backward_input", cti_conv_params, CTI_NOFORMULA, NONE)  \
     X(CONV2D_BACKWARD_WEIGHT, "conv2d_backward_weight", cti_conv_params, CTI_NOFORMULA,      \
       NONE)                                                                                  \
-    X(CONV2D_BACKWARD_BIAS, "conv2d_backward_bias", cti_conv_params, CTI_NOFORMULA, NONE)    \
+    X(CONV2D_BACKWARD_BIAS, "conv2d_backward_bias", cti_no_params, CTI_NOFORMULA, NONE)      \
     X(MAX_POOL2D, "max_pool2d", cti_pool_params, CTI_F(cti_bw_max_pool2d),                   \
       MAX_POOL2D_BACKWARD)                                                                   \
     X(MAX_POOL2D_BACKWARD, "max_pool2d_backward", cti_pool_params, CTI_NOFORMULA, NONE)      \

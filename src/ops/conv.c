@@ -1,10 +1,9 @@
 /* Front ends of convolution and pooling: argument checks with PyTorch's
  * rules, output shapes, dispatch. A 3-d CHW input is one image; its results
- * are 3-d too. Kernels receive the geometry in call->i:
- *   conv:    N C H W Co kh kw sh sw ph pw dh dw groups OH OW
- *   pooling: N C H W kh kw sh sw ph pw dh dw OH OW count_include_pad
- * The forward ops record their backward when autograd needs it; the backward
- * ops record nothing (no double backward). */
+ * are 3-d too. Kernels receive the geometry as cti_conv_params or
+ * cti_pool_params (src/dispatch/schema.h), and the forward ops' nodes keep
+ * the same struct for their backward. The backward ops record nothing (no
+ * double backward). */
 #include <limits.h>
 
 #include "ops_impl.h"
@@ -73,75 +72,76 @@ static ct_tensor *dispatch_one(ct_call *c, const ct_tensor *on) {
 
 /* ---- convolution ------------------------------------------------------------------- */
 
+/* The shapes a convolution is checked on, and the kernels' parameters
+ * conv_geometry derives from them. */
 typedef struct conv_args {
-    int64_t stride[2], padding[2], dilation[2], groups;
     int64_t x[4]; /* input N C H W */
     int64_t w[4]; /* weight Co Cin/groups kh kw */
-    int64_t oh, ow;
+    cti_conv_params p;
 } conv_args;
 
 static ct_status conv_params(const char *op, const int64_t *stride, const int64_t *padding,
                              const int64_t *dilation, int64_t groups, conv_args *a) {
-    pair_or(stride, 1, 1, a->stride);
-    pair_or(padding, 0, 0, a->padding);
-    pair_or(dilation, 1, 1, a->dilation);
-    a->groups = groups;
-    ct_status s = check_pair(op, "stride", a->stride, 1);
-    if (s == CT_OK) s = check_pair(op, "padding", a->padding, 0);
-    if (s == CT_OK) s = check_pair(op, "dilation", a->dilation, 1);
+    cti_conv_params *p = &a->p;
+    pair_or(stride, 1, 1, p->stride);
+    pair_or(padding, 0, 0, p->padding);
+    pair_or(dilation, 1, 1, p->dilation);
+    p->groups = groups;
+    ct_status s = check_pair(op, "stride", p->stride, 1);
+    if (s == CT_OK) s = check_pair(op, "padding", p->padding, 0);
+    if (s == CT_OK) s = check_pair(op, "dilation", p->dilation, 1);
     if (s == CT_OK && groups < 1)
         s = cti_error(CT_ERR_INVALID_ARG, "%s: groups must be positive, got %lld", op,
                       (long long)groups);
     return s;
 }
 
-/* Checks a->x against a->w and the parameters; sets the output size. */
+/* Checks a->x against a->w and the parameters; sets the sizes of a->p. */
 static ct_status conv_geometry(const char *op, conv_args *a) {
     const int64_t *x = a->x, *w = a->w;
+    cti_conv_params *p = &a->p;
     const char *xs = cti_shape_s(4, x), *ws = cti_shape_s(4, w);
-    long long g = (long long)a->groups;
+    long long g = (long long)p->groups;
     if (w[0] < 1 || w[1] < 1 || w[2] < 1 || w[3] < 1)
         return cti_error(CT_ERR_SHAPE, "%s: weight %s must have non-zero sizes", op, ws);
     if (x[0] < 0 || x[1] < 1 || x[2] < 1 || x[3] < 1)
         return cti_error(CT_ERR_SHAPE,
                          "%s: input %s must have non-zero channels, height and width", op, xs);
-    if (w[0] % a->groups != 0)
+    if (w[0] % p->groups != 0)
         return cti_error(CT_ERR_SHAPE,
                          "%s: weight %s has %lld output channels, not divisible by groups %lld",
                          op, ws, (long long)w[0], g);
-    if (x[1] % a->groups != 0)
+    if (x[1] % p->groups != 0)
         return cti_error(CT_ERR_SHAPE,
                          "%s: input %s has %lld channels, not divisible by groups %lld", op, xs,
                          (long long)x[1], g);
-    if (x[1] != w[1] * a->groups)
+    if (x[1] != w[1] * p->groups)
         return cti_error(CT_ERR_SHAPE,
                          "%s: expected input %s to have %lld channels (weight %s, groups %lld), "
                          "got %lld",
-                         op, xs, (long long)(w[1] * a->groups), ws, g, (long long)x[1]);
-    int64_t eh = a->dilation[0] * (w[2] - 1) + 1, ew = a->dilation[1] * (w[3] - 1) + 1;
-    int64_t ph = x[2] + 2 * a->padding[0], pw = x[3] + 2 * a->padding[1];
+                         op, xs, (long long)(w[1] * p->groups), ws, g, (long long)x[1]);
+    int64_t eh = p->dilation[0] * (w[2] - 1) + 1, ew = p->dilation[1] * (w[3] - 1) + 1;
+    int64_t ph = x[2] + 2 * p->padding[0], pw = x[3] + 2 * p->padding[1];
     if (eh > ph || ew > pw)
         return cti_error(CT_ERR_SHAPE,
                          "%s: kernel %lldx%lld (dilated %lldx%lld) is larger than the padded "
                          "input %lldx%lld (input %s, padding %s); the output would be empty",
                          op, (long long)w[2], (long long)w[3], (long long)eh, (long long)ew,
-                         (long long)ph, (long long)pw, xs, pair_s(a->padding));
-    a->oh = (ph - eh) / a->stride[0] + 1;
-    a->ow = (pw - ew) / a->stride[1] + 1;
+                         (long long)ph, (long long)pw, xs, pair_s(p->padding));
+    p->OH = (ph - eh) / p->stride[0] + 1;
+    p->OW = (pw - ew) / p->stride[1] + 1;
     /* BLAS takes int sizes */
-    if (w[1] * w[2] * w[3] > INT_MAX || a->oh * a->ow > INT_MAX || w[0] > INT_MAX)
+    if (w[1] * w[2] * w[3] > INT_MAX || p->OH * p->OW > INT_MAX || w[0] > INT_MAX)
         return cti_error(CT_ERR_OVERFLOW, "%s: input %s with weight %s is too large for BLAS",
                          op, xs, ws);
+    p->N = x[0];
+    p->C = x[1];
+    p->H = x[2];
+    p->W = x[3];
+    p->Co = w[0];
+    p->kh = w[2];
+    p->kw = w[3];
     return CT_OK;
-}
-
-static void conv_call(ct_call *c, ct_op op, const conv_args *a) {
-    cti_call_init(c, op);
-    int64_t v[16] = {a->x[0],        a->x[1],        a->x[2],        a->x[3],
-                     a->w[0],        a->w[2],        a->w[3],        a->stride[0],
-                     a->stride[1],   a->padding[0],  a->padding[1],  a->dilation[0],
-                     a->dilation[1], a->groups,      a->oh,          a->ow};
-    for (int k = 0; k < 16; k++) c->i[k] = v[k];
 }
 
 ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t stride[2],
@@ -169,11 +169,12 @@ ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t 
     for (int d = 0; d < 4; d++) a.w[d] = w->shape[d];
     if (conv_geometry(op, &a) != CT_OK) return NULL;
     int64_t shape[4];
-    int nd = result_shape(x->ndim, a.x[0], a.w[0], a.oh, a.ow, shape);
+    int nd = result_shape(x->ndim, a.p.N, a.p.Co, a.p.OH, a.p.OW, shape);
     ct_tensor *y = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
     if (!y) return NULL;
     ct_call c;
-    conv_call(&c, CT_OP_CONV2D, &a);
+    cti_call_init(&c, CT_OP_CONV2D);
+    cti_call_params(&c, &a.p);
     c.in[0] = x;
     c.in[1] = w;
     c.in[2] = bias;
@@ -183,11 +184,11 @@ ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t 
     if (!dispatch_one(&c, x)) return NULL;
     if (!cti_ag_needed(3, ts)) return y;
     /* x serves only the weight's gradient and w only the input's */
-    ct_tensor *sv[2] = {ct_requires_grad(w) ? x : NULL, ct_requires_grad(x) ? w : NULL};
-    int64_t iv[7] = {a.stride[0],   a.stride[1],   a.padding[0], a.padding[1],
-                     a.dilation[0], a.dilation[1], a.groups};
-    if (cti_ag_record_legacy("ConvolutionBackward", cti_bw_conv2d, 3, ts, 1, &y, 2, sv, NULL, 0, iv, 7) !=
-        CT_OK) {
+    cti_ag_rec r = {.name = "ConvolutionBackward", .backward = cti_bw_conv2d, .nin = 3,
+                    .in = {x, w, bias}, .nout = 1, .out = {y}, .nsaved = 2,
+                    .saved = {ct_requires_grad(w) ? x : NULL, ct_requires_grad(x) ? w : NULL},
+                    CTI_AG_PARAMS(&a.p)};
+    if (cti_ag_record(&r) != CT_OK) {
         ct_tensor_release(y);
         return NULL;
     }
@@ -198,7 +199,7 @@ ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t 
 static ct_status check_grad_out(const char *op, const ct_tensor *dy, int ndim,
                                 const conv_args *a) {
     int64_t want[4];
-    int nd = result_shape(ndim, a->x[0], a->w[0], a->oh, a->ow, want);
+    int nd = result_shape(ndim, a->p.N, a->p.Co, a->p.OH, a->p.OW, want);
     bool ok = dy->ndim == nd;
     for (int d = 0; ok && d < nd; d++) ok = dy->shape[d] == want[d];
     if (ok) return CT_OK;
@@ -242,7 +243,8 @@ ct_tensor *ct_conv2d_backward_input(ct_tensor *grad_out, ct_tensor *w,
     ct_tensor *dx = cti_tensor_new(op, nd, shape, w->dtype, w->storage->device);
     if (!dx) return NULL;
     ct_call c;
-    conv_call(&c, CT_OP_CONV2D_BACKWARD_INPUT, &a);
+    cti_call_init(&c, CT_OP_CONV2D_BACKWARD_INPUT);
+    cti_call_params(&c, &a.p);
     c.in[0] = grad_out;
     c.in[1] = w;
     c.nin = 2;
@@ -272,7 +274,8 @@ ct_tensor *ct_conv2d_backward_weight(ct_tensor *grad_out, ct_tensor *x,
     ct_tensor *dw = cti_tensor_new(op, 4, weight_shape, x->dtype, x->storage->device);
     if (!dw) return NULL;
     ct_call c;
-    conv_call(&c, CT_OP_CONV2D_BACKWARD_WEIGHT, &a);
+    cti_call_init(&c, CT_OP_CONV2D_BACKWARD_WEIGHT);
+    cti_call_params(&c, &a.p);
     c.in[0] = grad_out;
     c.in[1] = x;
     c.nin = 2;
@@ -301,12 +304,15 @@ ct_tensor *ct_conv2d_backward_bias(ct_tensor *grad_out) {
 
 /* ---- pooling ------------------------------------------------------------------------ */
 
-typedef struct pool_args {
-    int64_t kernel[2], stride[2], padding[2], dilation[2];
-    int64_t x[4]; /* N C H W */
-    int64_t oh, ow;
-    bool ceil_mode, count_include_pad;
-} pool_args;
+/* Sets p's input sizes from a 3-d (N = 1) or 4-d tensor. */
+static void pool_input(const ct_tensor *t, cti_pool_params *p) {
+    int64_t s[4];
+    nchw(t, s);
+    p->N = s[0];
+    p->C = s[1];
+    p->H = s[2];
+    p->W = s[3];
+}
 
 /* PyTorch's pooling_output_shape: with ceil_mode the last window must start
  * inside the input or its left padding. */
@@ -322,7 +328,7 @@ static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_
 
 static ct_status pool_setup(const char *op, const ct_tensor *x, const int64_t *kernel,
                             const int64_t *stride, const int64_t *padding,
-                            const int64_t *dilation, bool ceil_mode, pool_args *a) {
+                            const int64_t *dilation, bool ceil_mode, cti_pool_params *a) {
     if (check_float(op, "input", x) != CT_OK || check_image(op, "input", x) != CT_OK)
         return ct_last_status();
     if (!kernel) return cti_error(CT_ERR_INVALID_ARG, "%s: kernel is NULL", op);
@@ -340,39 +346,39 @@ static ct_status pool_setup(const char *op, const ct_tensor *x, const int64_t *k
         return cti_error(CT_ERR_INVALID_ARG,
                          "%s: padding %s must be at most half the kernel size %s", op,
                          pair_s(a->padding), pair_s(a->kernel));
-    nchw(x, a->x);
-    if (a->x[1] < 1 || a->x[2] < 1 || a->x[3] < 1)
+    pool_input(x, a);
+    if (a->C < 1 || a->H < 1 || a->W < 1)
         return cti_error(CT_ERR_SHAPE,
                          "%s: input %s must have non-zero channels, height and width", op,
                          cti_desc(x));
-    a->oh = pool_out_size(a->x[2], a->kernel[0], a->stride[0], a->padding[0], a->dilation[0],
+    a->OH = pool_out_size(a->H, a->kernel[0], a->stride[0], a->padding[0], a->dilation[0],
                           ceil_mode);
-    a->ow = pool_out_size(a->x[3], a->kernel[1], a->stride[1], a->padding[1], a->dilation[1],
+    a->OW = pool_out_size(a->W, a->kernel[1], a->stride[1], a->padding[1], a->dilation[1],
                           ceil_mode);
-    if (a->oh < 1 || a->ow < 1)
+    if (a->OH < 1 || a->OW < 1)
         return cti_error(CT_ERR_SHAPE,
                          "%s: output size %lldx%lld is too small for input %s (kernel %s, "
                          "stride %s, padding %s, dilation %s)",
-                         op, (long long)a->oh, (long long)a->ow, cti_desc(x), pair_s(a->kernel),
+                         op, (long long)a->OH, (long long)a->OW, cti_desc(x), pair_s(a->kernel),
                          pair_s(a->stride), pair_s(a->padding), pair_s(a->dilation));
     return CT_OK;
 }
 
-static void pool_call(ct_call *c, ct_op op, const pool_args *a) {
+static void pool_call(ct_call *c, ct_op op, const cti_pool_params *p) {
     cti_call_init(c, op);
-    int64_t v[15] = {a->x[0],        a->x[1],        a->x[2],           a->x[3],
-                     a->kernel[0],   a->kernel[1],   a->stride[0],      a->stride[1],
-                     a->padding[0],  a->padding[1],  a->dilation[0],    a->dilation[1],
-                     a->oh,          a->ow,          a->count_include_pad};
-    for (int k = 0; k < 15; k++) c->i[k] = v[k];
+    cti_call_params(c, p);
 }
 
-/* Records a finished one-input, one-output pooling call that saves nothing;
- * returns its output, or NULL (output released) when recording failed. */
-static ct_tensor *record_pool(ct_call *c, const char *name, cti_backward_fn bw,
-                              const int64_t *iv, int ni) {
-    if (cti_ag_needed(1, c->in) &&
-        cti_ag_record_legacy(name, bw, 1, c->in, 1, c->out, 0, NULL, NULL, 0, iv, ni) != CT_OK) {
+/* Records a finished pooling forward c (one input; output 0 differentiable)
+ * with its params p and the tensor its formula keeps, if any. Returns
+ * output 0, or NULL (outputs released) when recording failed. */
+static ct_tensor *record_pool(ct_call *c, const cti_pool_params *p, const char *name,
+                              cti_backward_fn bw, ct_tensor *saved) {
+    if (!cti_ag_needed(1, c->in)) return c->out[0];
+    cti_ag_rec r = {.name = name, .backward = bw, .nin = 1, .in = {c->in[0]}, .nout = 1,
+                    .out = {c->out[0]}, .nsaved = saved ? 1 : 0, .saved = {saved},
+                    CTI_AG_PARAMS(p)};
+    if (cti_ag_record(&r) != CT_OK) {
         cti_call_release_outputs(c);
         return NULL;
     }
@@ -383,12 +389,12 @@ ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t st
                          const int64_t padding[2], const int64_t dilation[2], bool ceil_mode,
                          ct_tensor **indices) {
     const char *op = "ct_max_pool2d";
-    pool_args a = {0};
+    cti_pool_params a = {0};
     if (cti_check_not_null(op, 1, &x) != CT_OK ||
         pool_setup(op, x, kernel, stride, padding, dilation, ceil_mode, &a) != CT_OK)
         return NULL;
     int64_t shape[4];
-    int nd = result_shape(x->ndim, a.x[0], a.x[1], a.oh, a.ow, shape);
+    int nd = result_shape(x->ndim, a.N, a.C, a.OH, a.OW, shape);
     ct_call c;
     pool_call(&c, CT_OP_MAX_POOL2D, &a);
     c.in[0] = x;
@@ -402,12 +408,8 @@ ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t st
     }
     if (!dispatch_one(&c, x)) return NULL;
     /* the kernel computes the indices either way; the backward keeps them */
-    if (cti_ag_needed(1, &x) &&
-        cti_ag_record_legacy("MaxPool2DWithIndicesBackward", cti_bw_max_pool2d, 1, &x, 1, &c.out[0], 1,
-                      &c.out[1], NULL, 0, NULL, 0) != CT_OK) {
-        cti_call_release_outputs(&c);
+    if (!record_pool(&c, &a, "MaxPool2DWithIndicesBackward", cti_bw_max_pool2d, c.out[1]))
         return NULL;
-    }
     if (indices) *indices = c.out[1];
     else ct_tensor_release(c.out[1]);
     return c.out[0];
@@ -432,10 +434,11 @@ ct_tensor *ct_max_pool2d_backward(ct_tensor *grad_out, ct_tensor *x, ct_tensor *
                               "%s: grad_out %s and indices %s must have one shape, with the "
                               "leading (N, C) dims of input %s",
                               op, cti_desc(grad_out), cti_desc(indices), cti_desc(x));
-    pool_args a = {0};
-    nchw(x, a.x);
-    a.oh = grad_out->shape[x->ndim - 2];
-    a.ow = grad_out->shape[x->ndim - 1];
+    /* the indices carry the windows: only the sizes */
+    cti_pool_params a = {0};
+    pool_input(x, &a);
+    a.OH = grad_out->shape[x->ndim - 2];
+    a.OW = grad_out->shape[x->ndim - 1];
     ct_call c;
     pool_call(&c, CT_OP_MAX_POOL2D_BACKWARD, &a);
     c.in[0] = grad_out;
@@ -451,13 +454,13 @@ ct_tensor *ct_max_pool2d_backward(ct_tensor *grad_out, ct_tensor *x, ct_tensor *
 ct_tensor *ct_avg_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t stride[2],
                          const int64_t padding[2], bool ceil_mode, bool count_include_pad) {
     const char *op = "ct_avg_pool2d";
-    pool_args a = {0};
+    cti_pool_params a = {0};
     if (cti_check_not_null(op, 1, &x) != CT_OK ||
         pool_setup(op, x, kernel, stride, padding, NULL, ceil_mode, &a) != CT_OK)
         return NULL;
     a.count_include_pad = count_include_pad;
     int64_t shape[4];
-    int nd = result_shape(x->ndim, a.x[0], a.x[1], a.oh, a.ow, shape);
+    int nd = result_shape(x->ndim, a.N, a.C, a.OH, a.OW, shape);
     ct_call c;
     pool_call(&c, CT_OP_AVG_POOL2D, &a);
     c.in[0] = x;
@@ -465,9 +468,7 @@ ct_tensor *ct_avg_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t st
     c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
     c.nout = 1;
     if (!c.out[0] || !dispatch_one(&c, x)) return NULL;
-    int64_t iv[8] = {a.kernel[0],  a.kernel[1],  a.stride[0], a.stride[1],
-                     a.padding[0], a.padding[1], ceil_mode,   count_include_pad};
-    return record_pool(&c, "AvgPool2DBackward", cti_bw_avg_pool2d, iv, 8);
+    return record_pool(&c, &a, "AvgPool2DBackward", cti_bw_avg_pool2d, NULL);
 }
 
 /* grad_out must have ndim of x, x's N and C, and the given spatial size. */
@@ -489,11 +490,11 @@ ct_tensor *ct_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x, const int64
                                   bool ceil_mode, bool count_include_pad) {
     const char *op = "ct_avg_pool2d_backward";
     ct_tensor *ts[2] = {grad_out, x};
-    pool_args a = {0};
+    cti_pool_params a = {0};
     if (cti_check_not_null(op, 2, ts) != CT_OK || cti_check_same_device(op, 2, ts) != CT_OK ||
         pool_setup(op, x, kernel, stride, padding, NULL, ceil_mode, &a) != CT_OK ||
         check_same_dtype(op, "grad_out", grad_out, "input", x) != CT_OK ||
-        check_pool_grad(op, grad_out, x, a.oh, a.ow) != CT_OK)
+        check_pool_grad(op, grad_out, x, a.OH, a.OW) != CT_OK)
         return NULL;
     a.count_include_pad = count_include_pad;
     ct_call c;
@@ -512,19 +513,19 @@ ct_tensor *ct_adaptive_avg_pool2d(ct_tensor *x, int64_t out_h, int64_t out_w) {
     if (cti_check_not_null(op, 1, &x) != CT_OK || check_float(op, "input", x) != CT_OK ||
         check_image(op, "input", x) != CT_OK)
         return NULL;
-    pool_args a = {0};
-    nchw(x, a.x);
-    if (a.x[1] < 1 || a.x[2] < 1 || a.x[3] < 1)
+    cti_pool_params a = {0};
+    pool_input(x, &a);
+    if (a.C < 1 || a.H < 1 || a.W < 1)
         return cti_error_null(CT_ERR_SHAPE,
                               "%s: input %s must have non-zero channels, height and width", op,
                               cti_desc(x));
     if (out_h < 1 || out_w < 1)
         return cti_error_null(CT_ERR_INVALID_ARG, "%s: output size must be positive, got %lldx%lld",
                               op, (long long)out_h, (long long)out_w);
-    a.oh = out_h;
-    a.ow = out_w;
+    a.OH = out_h;
+    a.OW = out_w;
     int64_t shape[4];
-    int nd = result_shape(x->ndim, a.x[0], a.x[1], a.oh, a.ow, shape);
+    int nd = result_shape(x->ndim, a.N, a.C, a.OH, a.OW, shape);
     ct_call c;
     pool_call(&c, CT_OP_ADAPTIVE_AVG_POOL2D, &a);
     c.in[0] = x;
@@ -532,7 +533,8 @@ ct_tensor *ct_adaptive_avg_pool2d(ct_tensor *x, int64_t out_h, int64_t out_w) {
     c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
     c.nout = 1;
     if (!c.out[0] || !dispatch_one(&c, x)) return NULL;
-    return record_pool(&c, "AdaptiveAvgPool2DBackward", cti_bw_adaptive_avg_pool2d, NULL, 0);
+    return record_pool(&c, &a, "AdaptiveAvgPool2DBackward", cti_bw_adaptive_avg_pool2d,
+                       NULL);
 }
 
 ct_tensor *ct_adaptive_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x) {
@@ -548,11 +550,11 @@ ct_tensor *ct_adaptive_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x) {
                               "%s: expected a grad_out with the input's ndim and a non-empty "
                               "output size, got grad_out %s for input %s",
                               op, cti_desc(grad_out), cti_desc(x));
-    pool_args a = {0};
-    nchw(x, a.x);
-    a.oh = grad_out->shape[x->ndim - 2];
-    a.ow = grad_out->shape[x->ndim - 1];
-    if (check_pool_grad(op, grad_out, x, a.oh, a.ow) != CT_OK) return NULL;
+    cti_pool_params a = {0};
+    pool_input(x, &a);
+    a.OH = grad_out->shape[x->ndim - 2];
+    a.OW = grad_out->shape[x->ndim - 1];
+    if (check_pool_grad(op, grad_out, x, a.OH, a.OW) != CT_OK) return NULL;
     ct_call c;
     pool_call(&c, CT_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, &a);
     c.in[0] = grad_out;

@@ -1,5 +1,12 @@
 /* CPU 2-d convolution: im2col + GEMM (OpenBLAS) forward, GEMM + col2im for
  * the input gradient, im2col + GEMM accumulated for the weight gradient.
+ * Per image and group, with col = im2col(x) [Cg * kh * kw, OH * OW] (row
+ * (c, i, j), column (oh, ow) holds x[c, oh * sh - ph + i * dh,
+ * ow * sw - pw + j * dw], zero in the padding) and w as [Cog, Cg * kh * kw]:
+ *   y  = w @ col + bias
+ *   dx = col2im(w^T @ dy), col2im adding each entry back where im2col read it
+ *   dw = sum over images of dy @ col^T
+ *   db = sum over images and pixels of dy (k_conv2d_backward_bias)
  * 3x3 stride-1 layers with enough channels take Winograd F(2x2, 3x3) instead
  * for f32, f16 and bf16 on AVX-512 CPUs (winograd.c; use_winograd below), and
  * stride-1 layers with one to four input channels a direct kernel for the
@@ -27,10 +34,12 @@
 
 void cti_cpu_register_pool2d(void); /* pool2d.c */
 
-/* Geometry of one convolution; the front end stores the first 16 fields in
- * call->i in this order. */
+/* Geometry of one convolution: the call's cti_conv_params under the short
+ * names the loops below use, and the sizes derived from them. */
 typedef struct geo {
-    int64_t N, C, H, W, Co, kh, kw, sh, sw, ph, pw, dh, dw, G, OH, OW;
+    int64_t N, C, H, W, Co, kh, kw, OH, OW;
+    int64_t sh, sw, ph, pw, dh, dw; /* stride, padding, dilation: [0] h, [1] w */
+    int64_t G;   /* groups */
     int64_t Cg;  /* input channels per group */
     int64_t Cog; /* output channels per group */
     int64_t K;   /* Cg * kh * kw: GEMM depth */
@@ -40,9 +49,11 @@ typedef struct geo {
 } geo;
 
 static geo geo_from_call(const ct_call *c) {
-    geo g;
-    int64_t *f = &g.N;
-    for (int k = 0; k < 16; k++) f[k] = c->i[k];
+    const cti_conv_params *p = CTI_PARAMS(c, cti_conv_params);
+    geo g = {.N = p->N, .C = p->C, .H = p->H, .W = p->W, .Co = p->Co, .kh = p->kh,
+             .kw = p->kw, .OH = p->OH, .OW = p->OW, .sh = p->stride[0], .sw = p->stride[1],
+             .ph = p->padding[0], .pw = p->padding[1], .dh = p->dilation[0],
+             .dw = p->dilation[1], .G = p->groups};
     g.Cg = g.C / g.G;
     g.Cog = g.Co / g.G;
     g.K = g.Cg * g.kh * g.kw;

@@ -1,7 +1,18 @@
 /* CPU 2-d pooling: max (with argmax indices), average and adaptive average,
- * forward and backward, with PyTorch's window rules. Work is split over the
- * N*C planes; each task reads a plane into a float64 scratch row (exact for
- * every input dtype), pools it and writes its output plane. */
+ * forward and backward, with PyTorch's window rules. Per plane, output
+ * (oh, ow) has the window rows oh * sh - ph + i * dh (i < kh), columns
+ * likewise:
+ *   max:      y = the window's largest x (NaN wins), idx = its h * W + w
+ *   avg:      y = sum of the window's x inside the input / div, div the
+ *             window's size clipped to the padded input (count_include_pad)
+ *             or to the input
+ *   adaptive: rows [floor(oh * H / OH), ceil((oh + 1) * H / OH)), columns
+ *             likewise, y = their mean
+ *   backward: dx[idx] += dy (max); dy / div (or / the window's size) added
+ *             to each x of the window (avg, adaptive)
+ * Work is split over the N*C planes; each task reads a plane into a float64
+ * scratch row (exact for every input dtype), pools it and writes its output
+ * plane. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -12,16 +23,20 @@
 
 void cti_cpu_register_pool2d(void);
 
-/* Geometry, stored by the front end in call->i in this order. */
+/* The call's cti_pool_params under the short names the loops use. */
 typedef struct pgeo {
-    int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, count_include_pad;
+    int64_t N, C, H, W, OH, OW;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw; /* kernel, stride, padding, dilation */
+    bool count_include_pad;
 } pgeo;
 
 static pgeo pgeo_from_call(const ct_call *c) {
-    pgeo g;
-    int64_t *f = &g.N;
-    for (int k = 0; k < 15; k++) f[k] = c->i[k];
-    return g;
+    const cti_pool_params *p = CTI_PARAMS(c, cti_pool_params);
+    return (pgeo){.N = p->N, .C = p->C, .H = p->H, .W = p->W, .OH = p->OH, .OW = p->OW,
+                  .kh = p->kernel[0], .kw = p->kernel[1], .sh = p->stride[0],
+                  .sw = p->stride[1], .ph = p->padding[0], .pw = p->padding[1],
+                  .dh = p->dilation[0], .dw = p->dilation[1],
+                  .count_include_pad = p->count_include_pad};
 }
 
 /* A 3-d (CHW) or 4-d tensor's geometry as 4-d. */

@@ -1,8 +1,8 @@
 /* CT_OP_CONV2D and its three backward ops for CUDA tensors, through cuDNN's
  * convolution API (descriptors, cudnnFind*AlgorithmEx, cudnnConvolution*).
  *
- * The call records are the CPU kernels' (src/backends/cpu/conv.c): call->i
- * holds N C H W Co kh kw sh sw ph pw dh dw groups OH OW;
+ * The call records are the CPU kernels' (src/backends/cpu/conv.c), with
+ * cti_conv_params (schema.h gives the math; the bias gradient has none):
  *   conv2d:                 in x, w, bias (or NULL); out y
  *   conv2d_backward_input:  in grad_out, w; out grad_in
  *   conv2d_backward_weight: in grad_out, x; out grad_w
@@ -76,9 +76,19 @@ enum { ROLE_X, ROLE_W, ROLE_Y };
  * allocated. */
 #define SEARCH_WORKSPACE_CAP ((size_t)2 << 30)
 
+/* The call's cti_conv_params as the direct kernels take them: field for
+ * field conv_direct.cu's Geo (ops_impl.h gives the order). */
 typedef struct geo {
     int64_t N, C, H, W, Co, kh, kw, sh, sw, ph, pw, dh, dw, G, OH, OW;
 } geo;
+_Static_assert(sizeof(geo) == 16 * sizeof(int64_t), "geo is 16 packed values");
+
+static geo geo_of(const cti_conv_params *p) {
+    return (geo){.N = p->N, .C = p->C, .H = p->H, .W = p->W, .Co = p->Co, .kh = p->kh,
+                 .kw = p->kw, .sh = p->stride[0], .sw = p->stride[1], .ph = p->padding[0],
+                 .pw = p->padding[1], .dh = p->dilation[0], .dw = p->dilation[1],
+                 .G = p->groups, .OH = p->OH, .OW = p->OW};
+}
 
 typedef struct conv_key {
     int kind;      /* FWD, BWD_DATA, BWD_FILTER */
@@ -839,7 +849,7 @@ static void init_run(conv_run *r, ct_call *c, const char *op, int kind) {
     r->kind = kind;
     r->ctx.dt = c->out[0]->dtype;
     r->ctx.dev = c->out[0]->storage->device.index;
-    memcpy(&r->ctx.g, c->i, sizeof r->ctx.g);
+    r->ctx.g = geo_of(CTI_PARAMS(c, cti_conv_params));
 }
 
 static void finish_run(conv_run *r) {
@@ -868,15 +878,15 @@ static ct_status add_bias(ct_tensor *y, ct_tensor *bias) {
     int64_t shape[3] = {bias->shape[0], 1, 1}, stride[3] = {bias->stride[0], 0, 0};
     ct_tensor *b = cti_tensor_view(bias, 3, shape, stride, bias->offset);
     if (!b) return ct_last_status();
+    cti_pointwise_params p = {.alpha = 1, .ialpha = 1};
     ct_call c;
     cti_call_init(&c, CT_OP_ADD);
+    cti_call_params(&c, &p);
     c.in[0] = y;
     c.in[1] = b;
     c.nin = 2;
     c.out[0] = y;
     c.nout = 1;
-    c.f[0] = 1;
-    c.i[0] = 1;
     ct_status st = cti_dispatch(&c, y->storage->device, y->dtype);
     ct_tensor_release(b);
     return st;
@@ -927,7 +937,7 @@ static ct_status k_conv2d_backward_weight(ct_call *c) {
     ct_tensor *dy = c->in[0], *x = c->in[1], *dw = c->out[0];
     if (same_device(op, c) != CT_OK) return ct_last_status();
     int dev = dw->storage->device.index;
-    if (c->i[0] == 0) { /* no images: the gradient is zero */
+    if (CTI_PARAMS(c, cti_conv_params)->N == 0) { /* no images: the gradient is zero */
         cudaStream_t stream;
         if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
         size_t bytes = (size_t)cti_numel(dw->ndim, dw->shape) * ct_dtype_size(dw->dtype);

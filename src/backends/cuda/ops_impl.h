@@ -87,12 +87,12 @@ cudaError_t cti_cuda_range(void *out, ct_dtype dt, int64_t n, double start, doub
 enum { CTI_POOL_MAX_FWD, CTI_POOL_MAX_BWD, CTI_POOL_AVG_FWD, CTI_POOL_AVG_BWD, CTI_POOL_ADA_FWD,
        CTI_POOL_ADA_BWD };
 
-/* geo: call->i's 15 values (N C H W kh kw sh sw ph pw dh dw OH OW
- * count_include_pad). in: the source (x, or grad_out for the backward
- * kinds) with in_st its NCHW element strides; idx/idx_st: max backward's
- * indices; out: the contiguous result (max backward: acc, the zeroed
- * f32/f64 accumulation target); out_idx: max forward's indices. *routine:
- * the kernel launched. */
+/* geo: 15 values (N C H W kh kw sh sw ph pw dh dw OH OW count_include_pad),
+ * pool.c's copy of the call's cti_pool_params. in: the source (x, or
+ * grad_out for the backward kinds) with in_st its NCHW element strides;
+ * idx/idx_st: max backward's indices; out: the contiguous result (max
+ * backward: acc, the zeroed f32/f64 accumulation target); out_idx: max
+ * forward's indices. *routine: the kernel launched. */
 cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const void *in,
                             const int64_t *in_st, const int64_t *idx, const int64_t *idx_st,
                             void *out, int64_t *out_idx, void *acc, int sm_count,
@@ -101,7 +101,8 @@ cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const voi
 /* ---- direct convolution (conv_direct.cu) -------------------------------------------------- */
 enum { CTI_CONV_DIRECT_FWD, CTI_CONV_DIRECT_BWD_DATA, CTI_CONV_DIRECT_BWD_BIAS };
 
-/* geo: call->i's 16 values (N C H W Co kh kw sh sw ph pw dh dw groups OH OW).
+/* geo: 16 values (N C H W Co kh kw sh sw ph pw dh dw groups OH OW), conv.c's
+ * copy of the call's cti_conv_params (the bias kind: grad_out's sizes).
  * ptr[0..3]: the image X (x or grad_in), the filter W, the result side Y (y
  * or grad_out), the bias (forward: may be NULL; bias kind: the [Co]
  * result); strides[0..2]: the NCHW element strides of X, W, Y. The written

@@ -2,7 +2,7 @@
  * the CPU kernels' call records (src/backends/cpu/pool2d.c) into launches of
  * pool.cu.
  *
- * call->i holds N C H W kh kw sh sw ph pw dh dw OH OW count_include_pad.
+ * The params are cti_pool_params.
  *   max_pool2d:            in x; out y, int64 indices (h * W + w in the plane)
  *   max_pool2d_backward:   in grad_out, x (its shape only), indices; out grad_in
  *   avg_pool2d(_backward), adaptive_avg_pool2d(_backward): in x, or grad_out
@@ -13,6 +13,21 @@
  * converted into the output afterwards. */
 #include "ops_impl.h"
 
+/* The call's cti_pool_params as pool.cu takes them: field for field its
+ * PoolGeo (ops_impl.h gives the order). */
+typedef struct pool_geo {
+    int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, count_include_pad;
+} pool_geo;
+_Static_assert(sizeof(pool_geo) == 15 * sizeof(int64_t), "pool_geo is 15 packed values");
+
+static pool_geo geo_of(const ct_call *c) {
+    const cti_pool_params *p = CTI_PARAMS(c, cti_pool_params);
+    return (pool_geo){.N = p->N, .C = p->C, .H = p->H, .W = p->W, .kh = p->kernel[0],
+                      .kw = p->kernel[1], .sh = p->stride[0], .sw = p->stride[1],
+                      .ph = p->padding[0], .pw = p->padding[1], .dh = p->dilation[0],
+                      .dw = p->dilation[1], .OH = p->OH, .OW = p->OW,
+                      .count_include_pad = p->count_include_pad};
+}
 
 /* A 3-d (CHW) or 4-d tensor's element strides as NCHW. */
 static void strides4(const ct_tensor *t, int64_t st[4]) {
@@ -38,8 +53,8 @@ static ct_status finish(const char *op, int dev, ct_op id, cudaError_t e, const 
 }
 
 /* The max backward: zero the accumulation target, scatter, convert. */
-static ct_status max_backward(ct_call *c, const char *op, int dev, cudaStream_t stream,
-                              int64_t st[4], int64_t ist[4]) {
+static ct_status max_backward(ct_call *c, const pool_geo *g, const char *op, int dev,
+                              cudaStream_t stream, int64_t st[4], int64_t ist[4]) {
     ct_tensor *dy = c->in[0], *idx = c->in[2], *dx = c->out[0];
     int64_t n = cti_numel(dx->ndim, dx->shape);
     bool half = dx->dtype == CT_F16 || dx->dtype == CT_BF16;
@@ -55,7 +70,7 @@ static ct_status max_backward(ct_call *c, const char *op, int dev, cudaStream_t 
     const char *call = "cudaMemsetAsync";
     if (e == cudaSuccess) {
         call = "the max_pool2d_backward kernel launch";
-        e = cti_cuda_pool2d(CTI_POOL_MAX_BWD, dx->dtype, c->i, cti_data(dy), st,
+        e = cti_cuda_pool2d(CTI_POOL_MAX_BWD, dx->dtype, (const int64_t *)g, cti_data(dy), st,
                             (const int64_t *)cti_data(idx), ist, NULL, NULL, target,
                             cti_cuda_sm_count(dev), stream, &c->routine);
     }
@@ -88,18 +103,19 @@ static ct_status k_pool(ct_call *c) {
                              ct_device_str(out->storage->device, b, sizeof b));
         }
     }
+    pool_geo g = geo_of(c);
     int64_t st[4], ist[4];
     strides4(src, st);
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
     if (kind == CTI_POOL_MAX_BWD) {
         strides4(c->in[2], ist);
-        return max_backward(c, op, dev, stream, st, ist);
+        return max_backward(c, &g, op, dev, stream, st, ist);
     }
     int64_t *out_idx = kind == CTI_POOL_MAX_FWD ? (int64_t *)cti_data(c->out[1]) : NULL;
-    cudaError_t e = cti_cuda_pool2d(kind, out->dtype, c->i, cti_data(src), st, NULL, NULL,
-                                    cti_data(out), out_idx, NULL, cti_cuda_sm_count(dev), stream,
-                                    &c->routine);
+    cudaError_t e = cti_cuda_pool2d(kind, out->dtype, (const int64_t *)&g, cti_data(src), st,
+                                    NULL, NULL, cti_data(out), out_idx, NULL,
+                                    cti_cuda_sm_count(dev), stream, &c->routine);
     return finish(op, dev, c->op, e, "a pooling kernel launch");
 }
 

@@ -20,7 +20,7 @@
 namespace cti {
 namespace {
 
-// The geometry the front end stores in call->i (src/dispatch/conv.c).
+// The geometry pool.c passes, from the call's cti_pool_params (ops_impl.h).
 struct PoolGeo {
     int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, count_include_pad;
 };
