@@ -39,7 +39,7 @@ typedef struct cti_no_params {
     char unused;
 } cti_no_params;
 
-/* FILL */
+/* FILL: every element of out[0] = value, converted to its dtype. */
 typedef struct cti_fill_params {
     double value;
 } cti_fill_params;

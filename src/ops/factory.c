@@ -121,7 +121,8 @@ static ct_status dispatch_fill(ct_tensor *dst, double value) {
     cti_call_init(&c, CT_OP_FILL);
     c.out[0] = dst;
     c.nout = 1;
-    c.f[0] = value;
+    cti_fill_params p = {.value = value};
+    cti_call_params(&c, &p);
     return cti_run(&c, dev_of(dst), dst->dtype);
 }
 
@@ -297,11 +298,9 @@ static ct_status dispatch_range(ct_tensor *t, double start, double step, bool li
     cti_call_init(&c, CT_OP_ARANGE);
     c.out[0] = t;
     c.nout = 1;
-    c.f[0] = start;
-    c.f[1] = step;
-    c.f[2] = end;
-    c.i[0] = linspace ? 1 : 0;
-    c.i[1] = steps;
+    cti_range_params p = {
+        .start = start, .step = step, .end = end, .steps = steps, .linspace = linspace};
+    cti_call_params(&c, &p);
     return cti_run(&c, dev_of(t), t->dtype);
 }
 
@@ -388,13 +387,15 @@ static ct_status dispatch_random(ct_tensor *t, ct_op kind, ct_generator *gen, do
     cti_call_init(&c, kind);
     c.out[0] = t;
     c.nout = 1;
-    c.f[0] = a;
-    c.f[1] = b;
-    c.i[0] = (int64_t)gen->seed;
-    c.i[1] = (int64_t)ct_generator_reserve(gen, elems * (uint64_t)draws_per_element(kind, t->dtype));
-    c.i[2] = ilow;
-    c.i[3] = ihigh;
-    c.ptr = gen;
+    cti_random_params p = {
+        .a = a,
+        .b = b,
+        .low = ilow,
+        .high = ihigh,
+        .seed = gen->seed,
+        .offset = ct_generator_reserve(gen, elems * (uint64_t)draws_per_element(kind, t->dtype)),
+    };
+    cti_call_params(&c, &p);
     return cti_run(&c, dev_of(t), t->dtype);
 }
 
