@@ -185,8 +185,9 @@ static ct_tensor *fail_release(ct_tensor *t) {
  * results carry no gradient. Releases out on failure. */
 static ct_tensor *record_same_values(ct_tensor *t, ct_tensor *out, const char *name) {
     if (!out || !ct_dtype_is_floating(out->dtype) || !cti_ag_needed(1, &t)) return out;
-    if (cti_ag_record_legacy(name, cti_bw_view, 1, &t, 1, &out, 0, NULL, NULL, 0, NULL, 0) != CT_OK)
-        return fail_release(out);
+    cti_ag_rec r = {.name = name, .backward = cti_bw_view, .nin = 1, .in = {t}, .nout = 1,
+                    .out = {out}};
+    if (cti_ag_record(&r) != CT_OK) return fail_release(out);
     return out;
 }
 
@@ -816,9 +817,11 @@ static ct_tensor *stack_impl(int n, ct_tensor *const *tensors, int dim) {
 static ct_tensor *record_join(const char *name, cti_backward_fn bw, int n,
                               ct_tensor *const *tensors, int dim, ct_tensor *out) {
     if (!out || !ct_dtype_is_floating(out->dtype)) return out;
-    int64_t p[1] = {dim < 0 ? dim + out->ndim : dim};
-    if (cti_ag_record_legacy(name, bw, n, tensors, 1, &out, 0, NULL, NULL, 0, p, 1) != CT_OK)
-        return fail_release(out);
+    cti_join_params p = {.dim = dim < 0 ? dim + out->ndim : dim};
+    cti_ag_rec r = {.name = name, .backward = bw, .nin = n, .nout = 1, .out = {out},
+                    CTI_AG_PARAMS(&p)};
+    for (int k = 0; k < n; k++) r.in[k] = tensors[k];
+    if (cti_ag_record(&r) != CT_OK) return fail_release(out);
     return out;
 }
 
