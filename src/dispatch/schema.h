@@ -165,11 +165,13 @@ typedef struct cti_optim_list {
     bool *updated;
 } cti_optim_list;
 
+/* SGD_STEP's hyperparameters, as ct_optim_sgd_new takes them. */
 typedef struct cti_sgd_hparams {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
 } cti_sgd_hparams;
 
+/* ADAMW_STEP's hyperparameters, as ct_optim_adamw_new takes them. */
 typedef struct cti_adamw_hparams {
     double lr, beta1, beta2, eps, weight_decay;
 } cti_adamw_hparams;
