@@ -55,12 +55,26 @@ CTI_BW(cti_bw_norm);
 CTI_BW(cti_bw_max_all);
 CTI_BW(cti_bw_max_dim);
 
-/* formulas_factory.c: one input per joined tensor, params i[0] = dim. */
+/* formulas_factory.c: one input per joined tensor, nothing saved; params a
+ * cti_join_params. */
+/* The dim cat joined along or stack inserted, non-negative. */
+typedef struct cti_join_params {
+    int dim;
+} cti_join_params;
 CTI_BW(cti_bw_cat);
 CTI_BW(cti_bw_stack);
 
 /* formulas_views.c
- * One input t, nothing saved; the params of each are listed in that file. */
+ * One input t, nothing saved. Reshape-like views and expand record no
+ * params; transpose, permute, slice/narrow and select a cti_view_params. */
+/* What a view took of t: enough to map its gradient back onto t's shape. */
+typedef struct cti_view_params {
+    int dim0, dim1;            /* transpose, t: the swapped dims (-1: nothing moved) */
+    int64_t perm[CT_MAX_DIMS]; /* permute: the order, non-negative */
+    int dim;                   /* slice, narrow, select: the dim, non-negative */
+    int64_t start, end, step;  /* slice, narrow: as ct_slice takes them */
+    int64_t index;             /* select: non-negative */
+} cti_view_params;
 CTI_BW(cti_bw_view);
 CTI_BW(cti_bw_transpose);
 CTI_BW(cti_bw_permute);

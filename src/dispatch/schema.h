@@ -39,7 +39,7 @@ typedef struct cti_no_params {
     char unused;
 } cti_no_params;
 
-/* FILL */
+/* FILL: every element of out[0] = value, converted to its dtype. */
 typedef struct cti_fill_params {
     double value;
 } cti_fill_params;
@@ -181,11 +181,13 @@ typedef struct cti_optim_list {
     bool *updated;
 } cti_optim_list;
 
+/* SGD_STEP's hyperparameters, as ct_optim_sgd_new takes them. */
 typedef struct cti_sgd_hparams {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
 } cti_sgd_hparams;
 
+/* ADAMW_STEP's hyperparameters, as ct_optim_adamw_new takes them. */
 typedef struct cti_adamw_hparams {
     double lr, beta1, beta2, eps, weight_decay;
 } cti_adamw_hparams;

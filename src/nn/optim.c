@@ -177,7 +177,7 @@ ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta
 
 /* ---- updates ----------------------------------------------------------------------------------
  * One fused update per (device, dtype) of the parameters that have a
- * gradient (src/dispatch/optim.c); the step counts are read and written on
+ * gradient (src/ops/optim.c); the step counts are read and written on
  * the host, so a step waits for nothing. */
 static ct_status fused_update(const char *op, ct_optimizer *o) {
     cti_optim_list l = {o->n,

@@ -121,7 +121,8 @@ static ct_status dispatch_fill(ct_tensor *dst, double value) {
     cti_call_init(&c, CT_OP_FILL);
     c.out[0] = dst;
     c.nout = 1;
-    c.f[0] = value;
+    cti_fill_params p = {.value = value};
+    cti_call_params(&c, &p);
     return cti_run(&c, dev_of(dst), dst->dtype);
 }
 
@@ -184,8 +185,9 @@ static ct_tensor *fail_release(ct_tensor *t) {
  * results carry no gradient. Releases out on failure. */
 static ct_tensor *record_same_values(ct_tensor *t, ct_tensor *out, const char *name) {
     if (!out || !ct_dtype_is_floating(out->dtype) || !cti_ag_needed(1, &t)) return out;
-    if (cti_ag_record_legacy(name, cti_bw_view, 1, &t, 1, &out, 0, NULL, NULL, 0, NULL, 0) != CT_OK)
-        return fail_release(out);
+    cti_ag_rec r = {.name = name, .backward = cti_bw_view, .nin = 1, .in = {t}, .nout = 1,
+                    .out = {out}};
+    if (cti_ag_record(&r) != CT_OK) return fail_release(out);
     return out;
 }
 
@@ -297,11 +299,9 @@ static ct_status dispatch_range(ct_tensor *t, double start, double step, bool li
     cti_call_init(&c, CT_OP_ARANGE);
     c.out[0] = t;
     c.nout = 1;
-    c.f[0] = start;
-    c.f[1] = step;
-    c.f[2] = end;
-    c.i[0] = linspace ? 1 : 0;
-    c.i[1] = steps;
+    cti_range_params p = {
+        .start = start, .step = step, .end = end, .steps = steps, .linspace = linspace};
+    cti_call_params(&c, &p);
     return cti_run(&c, dev_of(t), t->dtype);
 }
 
@@ -388,13 +388,15 @@ static ct_status dispatch_random(ct_tensor *t, ct_op kind, ct_generator *gen, do
     cti_call_init(&c, kind);
     c.out[0] = t;
     c.nout = 1;
-    c.f[0] = a;
-    c.f[1] = b;
-    c.i[0] = (int64_t)gen->seed;
-    c.i[1] = (int64_t)ct_generator_reserve(gen, elems * (uint64_t)draws_per_element(kind, t->dtype));
-    c.i[2] = ilow;
-    c.i[3] = ihigh;
-    c.ptr = gen;
+    cti_random_params p = {
+        .a = a,
+        .b = b,
+        .low = ilow,
+        .high = ihigh,
+        .seed = gen->seed,
+        .offset = ct_generator_reserve(gen, elems * (uint64_t)draws_per_element(kind, t->dtype)),
+    };
+    cti_call_params(&c, &p);
     return cti_run(&c, dev_of(t), t->dtype);
 }
 
@@ -815,9 +817,11 @@ static ct_tensor *stack_impl(int n, ct_tensor *const *tensors, int dim) {
 static ct_tensor *record_join(const char *name, cti_backward_fn bw, int n,
                               ct_tensor *const *tensors, int dim, ct_tensor *out) {
     if (!out || !ct_dtype_is_floating(out->dtype)) return out;
-    int64_t p[1] = {dim < 0 ? dim + out->ndim : dim};
-    if (cti_ag_record_legacy(name, bw, n, tensors, 1, &out, 0, NULL, NULL, 0, p, 1) != CT_OK)
-        return fail_release(out);
+    cti_join_params p = {.dim = dim < 0 ? dim + out->ndim : dim};
+    cti_ag_rec r = {.name = name, .backward = bw, .nin = n, .nout = 1, .out = {out},
+                    CTI_AG_PARAMS(&p)};
+    for (int k = 0; k < n; k++) r.in[k] = tensors[k];
+    if (cti_ag_record(&r) != CT_OK) return fail_release(out);
     return out;
 }
 

@@ -13,11 +13,12 @@
 #include "optim_impl.h"
 #include "tensor/autograd.h"
 
+/* One update's op, its state count and its hyperparameters (p.list is
+ * filled per dispatch). */
 typedef struct opt_kind {
     ct_op op;
     int nstate;
-    double f[8];
-    int64_t i[2];
+    cti_optim_params p;
 } opt_kind;
 
 static inline ct_device dev_of(const ct_tensor *t) { return t->storage->device; }
@@ -155,16 +156,15 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         if (!ok) st = ct_last_status();
     }
     if (st == CT_OK) {
-        cti_optim_list sub = {g->m, g->param, g->grad, {g->state[0], g->state[1]}, g->step, NULL};
+        cti_optim_params p = kd->p;
+        p.list = (cti_optim_list){g->m, g->param, g->grad, {g->state[0], g->state[1]}, g->step,
+                                  NULL};
         ct_call c;
         cti_call_init(&c, kd->op);
         c.in[c.nin++] = g->param[0];
         c.in[c.nin++] = g->grad[0];
         for (int b = 0; b < kd->nstate; b++) c.in[c.nin++] = g->state[b][0];
-        memcpy(c.f, kd->f, sizeof c.f);
-        c.i[0] = kd->i[0];
-        c.i[1] = g->m;
-        c.ptr = &sub;
+        cti_call_params(&c, &p);
         ct_tensor *p0 = g->param[0];
         st = cti_run(&c, dev_of(p0), p0->dtype);
     }
@@ -242,18 +242,12 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
 
 ct_status cti_sgd_step(const char *op, const cti_optim_list *l, const cti_sgd_hparams *h) {
     if (!h) return cti_error(CT_ERR_INVALID_ARG, "%s: hyperparameters are NULL", op);
-    opt_kind kd = {CT_OP_SGD_STEP,
-                   h->momentum != 0 ? 1 : 0,
-                   {h->lr, h->momentum, h->dampening, h->weight_decay},
-                   {h->nesterov ? 1 : 0, 0}};
+    opt_kind kd = {CT_OP_SGD_STEP, h->momentum != 0 ? 1 : 0, {.sgd = *h}};
     return run(op, l, &kd);
 }
 
 ct_status cti_adamw_step(const char *op, const cti_optim_list *l, const cti_adamw_hparams *h) {
     if (!h) return cti_error(CT_ERR_INVALID_ARG, "%s: hyperparameters are NULL", op);
-    opt_kind kd = {CT_OP_ADAMW_STEP,
-                   2,
-                   {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay},
-                   {0, 0}};
+    opt_kind kd = {CT_OP_ADAMW_STEP, 2, {.adamw = *h}};
     return run(op, l, &kd);
 }

@@ -353,14 +353,15 @@ static void memset_range(int64_t begin, int64_t end, void *ctx) {
     memset(m->dst + begin, m->byte, (size_t)(end - begin));
 }
 
-/* out[0] = dst, f[0] = value. */
+/* out[0] = dst <- value, every element. */
 static ct_status k_fill(ct_call *c) {
+    const cti_fill_params *p = CTI_PARAMS(c, cti_fill_params);
     ct_tensor *dst = c->out[0];
     int64_t n = cti_numel(dst->ndim, dst->shape);
     if (n == 0) return CT_OK;
     unsigned char bytes[8];
     size_t es = ct_dtype_size(dst->dtype);
-    encode_value(c->f[0], dst->dtype, bytes);
+    encode_value(p->value, dst->dtype, bytes);
     bool uniform_bytes = true;
     for (size_t k = 1; k < es; k++) uniform_bytes &= bytes[k] == bytes[0];
     if (uniform_bytes && cti_is_contiguous(dst)) {
@@ -374,28 +375,27 @@ static ct_status k_fill(ct_call *c) {
 }
 
 /* ---- arange / linspace ------------------------------------------------------------------
- * out[0] is a fresh contiguous tensor. f[0] = start, f[1] = step; i[0] = 1
- * selects linspace with f[2] = end, i[1] = steps, where the first half counts
- * up from start and the second half down from end (PyTorch's symmetric
- * formula, so both ends are exact). Values are computed in double and
- * converted once. */
+ * out[0] is a fresh contiguous tensor (cti_range_params):
+ *   arange:   out[i] = start + i * step
+ *   linspace: out[i] = start + i * step             for i < steps / 2
+ *             out[i] = end - (steps - 1 - i) * step  otherwise
+ * (PyTorch's symmetric formula, so both ends are exact). Values are computed
+ * in double and converted once. */
 typedef struct range_ctx {
     ct_tensor *out;
-    double start, step, end;
-    int64_t steps;
-    bool linspace;
+    cti_range_params p;
 } range_ctx;
 
-static inline double range_value(const range_ctx *r, int64_t i) {
-    if (!r->linspace || i < r->steps / 2) return r->start + (double)i * r->step;
-    return r->end - (double)(r->steps - 1 - i) * r->step;
+static inline double range_value(const cti_range_params *p, int64_t i) {
+    if (!p->linspace || i < p->steps / 2) return p->start + (double)i * p->step;
+    return p->end - (double)(p->steps - 1 - i) * p->step;
 }
 
 #define RANGE_FN(D)                                                                       \
     static void range_##D(int64_t begin, int64_t end, void *ctx) {                        \
         const range_ctx *r = ctx;                                                         \
         st_##D *o = (st_##D *)cti_data(r->out);                                           \
-        for (int64_t i = begin; i < end; i++) o[i] = TO_##D(range_value(r, i));           \
+        for (int64_t i = begin; i < end; i++) o[i] = TO_##D(range_value(&r->p, i));       \
     }
 RANGE_FN(BOOL)
 RANGE_FN(I32)
@@ -408,7 +408,7 @@ static const cti_range_fn range_fns[CT_NUM_DTYPES] = {range_BOOL, range_I32, ran
                                                       range_BF16, range_F32, range_F64};
 
 static ct_status k_arange(ct_call *c) {
-    range_ctx r = {c->out[0], c->f[0], c->f[1], c->f[2], c->i[1], c->i[0] == 1};
+    range_ctx r = {c->out[0], *CTI_PARAMS(c, cti_range_params)};
     int64_t n = cti_numel(r.out->ndim, r.out->shape);
     cti_parallel_for(n, CTI_GRAIN, range_fns[r.out->dtype], &r);
     return CT_OK;
@@ -416,10 +416,11 @@ static ct_status k_arange(ct_call *c) {
 
 /* ---- random fills ------------------------------------------------------------------------
  * Philox-4x32-10 draws: draw number j of the call is ct_philox(seed, first + j),
- * where i[0] holds the seed's bits and i[1] the offset `first` the front end
- * reserved from the generator. Element k of the (contiguous, fresh or
- * row-major) output uses draws first + k*D ... first + k*D + D-1, so the result
- * depends only on (seed, first, k), never on threads or chunking:
+ * with seed and first = offset from the cti_random_params (offset: the first
+ * draw the front end reserved from the generator). Element k of the
+ * (contiguous, fresh or row-major) output uses draws first + k*D ...
+ * first + k*D + D-1, so the result depends only on (seed, first, k), never
+ * on threads or chunking:
  *
  *   uniform  f32:  D = 1, u = (d >> 8) * 2^-24                (24 bits)
  *            f16:  D = 1, u = (d >> 21) * 2^-11               (11 bits)
@@ -435,9 +436,9 @@ static ct_status k_arange(ct_call *c) {
  *            r = sqrt(-2 ln u1), element 2j = mean + std * r cos(2 pi u2),
  *            element 2j+1 = mean + std * r sin(2 pi u2) (an odd last element
  *            takes the cos branch; its pair's draws are still reserved).
- *   randint  D = 2, value = low + ((d0 << 32) | d1) mod (high - low), with
- *            i[2] = low and i[3] = high, converted to the dtype exactly (the
- *            front end checks the range fits). */
+ *   randint  D = 2, value = low + ((d0 << 32) | d1) mod (high - low),
+ *            converted to the dtype exactly (the front end checks the range
+ *            fits). */
 
 #define RNG_CHUNK 512
 
@@ -550,7 +551,9 @@ static const cti_range_fn randint_fns[CT_NUM_DTYPES] = {
 #define RNG_GRAIN 16384
 
 static rng_ctx rng_setup(const ct_call *c) {
-    rng_ctx r = {c->out[0], (uint64_t)c->i[0], (uint64_t)c->i[1], c->f[0], c->f[1], 0, 0};
+    const cti_random_params *p = CTI_PARAMS(c, cti_random_params);
+    rng_ctx r = {c->out[0], p->seed, p->offset, p->a, p->b,
+                 p->low, (uint64_t)p->high - (uint64_t)p->low};
     return r;
 }
 
@@ -584,8 +587,6 @@ static ct_status k_normal(ct_call *c) {
 
 static ct_status k_randint(ct_call *c) {
     rng_ctx r = rng_setup(c);
-    r.ilow = c->i[2];
-    r.irange = (uint64_t)c->i[3] - (uint64_t)c->i[2];
     int64_t n = cti_numel(r.out->ndim, r.out->shape);
     cti_parallel_for(n, RNG_GRAIN, randint_fns[r.out->dtype], &r);
     return CT_OK;

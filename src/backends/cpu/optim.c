@@ -1,5 +1,6 @@
 /* CPU kernels of the fused optimizer updates (CT_OP_SGD_STEP,
- * CT_OP_ADAMW_STEP; contract in src/dispatch/optim_impl.h): one pass over
+ * CT_OP_ADAMW_STEP; contract with cti_optim_params in src/dispatch/schema.h,
+ * front end in src/ops/optim.c): one pass over
  * each parameter reading and writing every tensor once, split over the pool
  * for large parameters. float16/bfloat16 convert blocks of elements to
  * float32, update them there and round once. */
@@ -117,8 +118,34 @@ static void range(int64_t b, int64_t e, void *ctx) {
     }
 }
 
+/* The scalars of one parameter's AdamW update at step `step` (the
+ * contract's formulas, decay = 1 - lr * wd). */
+static void adamw_job(job *j, const cti_adamw_hparams *h, int64_t step) {
+    double step_size;
+    j->decay = 1 - h->lr * h->weight_decay;
+    j->b1 = h->beta1;
+    j->b1c = 1 - h->beta1;
+    j->b2 = h->beta2;
+    j->b2c = 1 - h->beta2;
+    j->eps = h->eps;
+    cti_adamw_scalars(h->lr, h->beta1, h->beta2, step, &step_size, &j->bc2s);
+    j->neg_step = -step_size;
+}
+
+/* The scalars of one parameter's SGD update at step `step`. */
+static void sgd_job(job *j, const cti_sgd_hparams *h, int64_t step) {
+    j->lr = h->lr;
+    j->momentum = h->momentum;
+    j->damp_c = 1 - h->dampening;
+    j->wd = h->weight_decay;
+    j->nesterov = h->nesterov;
+    j->has_momentum = h->momentum != 0;
+    j->first = step == 1;
+}
+
 static ct_status k_optim(ct_call *c) {
-    const cti_optim_list *l = c->ptr;
+    const cti_optim_params *prm = CTI_PARAMS(c, cti_optim_params);
+    const cti_optim_list *l = &prm->list;
     bool adamw = c->op == CT_OP_ADAMW_STEP;
     for (int64_t k = 0; k < l->n; k++) {
         ct_tensor *p = l->param[k];
@@ -126,25 +153,11 @@ static ct_status k_optim(ct_call *c) {
         if (n == 0) continue;
         job j = {.p = cti_data(p), .g = cti_data(l->grad[k]), .dt = p->dtype, .adamw = adamw};
         if (adamw) {
-            double lr = c->f[0], step_size;
+            adamw_job(&j, &prm->adamw, l->step[k]);
             j.s0 = cti_data(l->state[0][k]);
             j.s1 = cti_data(l->state[1][k]);
-            j.decay = 1 - lr * c->f[4];
-            j.b1 = c->f[1];
-            j.b1c = 1 - c->f[1];
-            j.b2 = c->f[2];
-            j.b2c = 1 - c->f[2];
-            j.eps = c->f[3];
-            cti_adamw_scalars(lr, c->f[1], c->f[2], l->step[k], &step_size, &j.bc2s);
-            j.neg_step = -step_size;
         } else {
-            j.lr = c->f[0];
-            j.momentum = c->f[1];
-            j.damp_c = 1 - c->f[2];
-            j.wd = c->f[3];
-            j.nesterov = c->i[0] != 0;
-            j.has_momentum = c->f[1] != 0;
-            j.first = l->step[k] == 1;
+            sgd_job(&j, &prm->sgd, l->step[k]);
             if (j.has_momentum) j.s0 = cti_data(l->state[0][k]);
         }
         cti_parallel_for(n, CTI_GRAIN, range, &j);

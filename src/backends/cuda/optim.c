@@ -1,7 +1,7 @@
-/* CT_OP_SGD_STEP and CT_OP_ADAMW_STEP for CUDA tensors: the call's list
- * (src/dispatch/optim_impl.h: contiguous tensors of one dtype on one device)
- * in launches of optim.cu over up to CTI_CUDA_OPTIM_MAX parameters each, so
- * a model's step is usually one kernel. The per-parameter scalars are
+/* CT_OP_SGD_STEP and CT_OP_ADAMW_STEP for CUDA tensors: the list of the
+ * call's cti_optim_params (src/dispatch/schema.h: contiguous tensors of one
+ * dtype on one device) in launches of optim.cu over up to CTI_CUDA_OPTIM_MAX
+ * parameters each, so a model's step is usually one kernel. The per-parameter scalars are
  * computed here, on the host, from the step counts the optimizer keeps
  * there: nothing is read back from the device. */
 #include "ops_impl.h"
@@ -15,10 +15,26 @@ static ct_status flush(const char *op, ct_call *c, int dev, cti_cuda_optim *o,
     return cti_cuda_launched(op, dev, ct_op_name(c->op));
 }
 
+/* o->f in the order optim.cu reads it: SGD lr, momentum, dampening,
+ * weight_decay; AdamW lr, beta1, beta2, eps, weight_decay. */
+static void hparams(cti_cuda_optim *o, const cti_optim_params *p) {
+    if (o->adamw) {
+        const cti_adamw_hparams *h = &p->adamw;
+        const double f[5] = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay};
+        memcpy(o->f, f, sizeof f);
+    } else {
+        const cti_sgd_hparams *h = &p->sgd;
+        const double f[5] = {h->lr, h->momentum, h->dampening, h->weight_decay, 0};
+        memcpy(o->f, f, sizeof f);
+        o->nesterov = h->nesterov;
+    }
+}
+
 static ct_status k_optim(ct_call *c) {
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
-    const cti_optim_list *l = c->ptr;
+    const cti_optim_params *prm = CTI_PARAMS(c, cti_optim_params);
+    const cti_optim_list *l = &prm->list;
     int dev = l->param[0]->storage->device.index;
     bool adamw = c->op == CT_OP_ADAMW_STEP;
     cudaStream_t stream;
@@ -28,9 +44,8 @@ static ct_status k_optim(ct_call *c) {
     memset(&o, 0, sizeof o);
     o.adamw = adamw;
     o.dt = l->param[0]->dtype;
-    memcpy(o.f, c->f, sizeof o.f);
-    o.nesterov = c->i[0] != 0;
-    bool has_momentum = !adamw && c->f[1] != 0;
+    hparams(&o, prm);
+    bool has_momentum = !adamw && prm->sgd.momentum != 0;
     ct_status st = CT_OK;
     for (int64_t k = 0; k < l->n && st == CT_OK; k++) {
         ct_tensor *p = l->param[k];
@@ -44,7 +59,8 @@ static ct_status k_optim(ct_call *c) {
         o.numel[j] = n;
         if (adamw) {
             double step_size;
-            cti_adamw_scalars(c->f[0], c->f[1], c->f[2], l->step[k], &step_size, &o.a1[j]);
+            const cti_adamw_hparams *h = &prm->adamw;
+            cti_adamw_scalars(h->lr, h->beta1, h->beta2, l->step[k], &step_size, &o.a1[j]);
             o.a0[j] = -step_size;
         } else {
             o.a0[j] = l->step[k] == 1 ? 1 : 0;

@@ -1,10 +1,9 @@
 /* CT_OP_ARANGE, CT_OP_RAND_UNIFORM, CT_OP_RAND_NORMAL and CT_OP_RANDINT for
- * CUDA tensors, with the CPU kernels' call records (src/backends/cpu/copy.c):
- * out[0] a contiguous tensor; arange f[0] start, f[1] step, i[0] 1 for
- * linspace with f[2] end and i[1] steps; random i[0] the seed's bits, i[1]
- * the first draw the front end reserved, f[0]/f[1] low/high or mean/std,
- * i[2]/i[3] randint's low/high. The values equal the CPU's for the same seed
- * and offset. */
+ * CUDA tensors, with the CPU kernels' call records and formulas
+ * (src/backends/cpu/copy.c): out[0] a contiguous tensor; arange reads a
+ * cti_range_params, the random fills a cti_random_params (seed, the first
+ * draw the front end reserved as offset, a/b low/high or mean/std, randint's
+ * low/high). The values equal the CPU's for the same seed and offset. */
 #include "ops_impl.h"
 
 static int64_t numel(const ct_tensor *t) { return cti_numel(t->ndim, t->shape); }
@@ -27,10 +26,10 @@ static ct_status k_random(ct_call *c) {
     int kind = c->op == CT_OP_RAND_UNIFORM ? CTI_RNG_UNIFORM
                : c->op == CT_OP_RAND_NORMAL ? CTI_RNG_NORMAL
                                             : CTI_RNG_RANDINT;
-    uint64_t irange = (uint64_t)c->i[3] - (uint64_t)c->i[2];
-    cudaError_t e = cti_cuda_random(kind, cti_data(out), out->dtype, n, (uint64_t)c->i[0],
-                                    (uint64_t)c->i[1], c->f[0], c->f[1], c->i[2], irange,
-                                    cti_cuda_sm_count(dev), stream);
+    const cti_random_params *p = CTI_PARAMS(c, cti_random_params);
+    uint64_t irange = (uint64_t)p->high - (uint64_t)p->low;
+    cudaError_t e = cti_cuda_random(kind, cti_data(out), out->dtype, n, p->seed, p->offset, p->a,
+                                    p->b, p->low, irange, cti_cuda_sm_count(dev), stream);
     c->routine = kind == CTI_RNG_UNIFORM  ? "cuda_uniform_philox"
                  : kind == CTI_RNG_NORMAL ? "cuda_normal_philox_box_muller"
                                           : "cuda_randint_philox";
@@ -46,8 +45,9 @@ static ct_status k_arange(ct_call *c) {
     int dev = out->storage->device.index;
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
-    cudaError_t e = cti_cuda_range(cti_data(out), out->dtype, n, c->f[0], c->f[1], c->f[2],
-                                   c->i[1], c->i[0] == 1, cti_cuda_sm_count(dev), stream);
+    const cti_range_params *p = CTI_PARAMS(c, cti_range_params);
+    cudaError_t e = cti_cuda_range(cti_data(out), out->dtype, n, p->start, p->step, p->end,
+                                   p->steps, p->linspace, cti_cuda_sm_count(dev), stream);
     c->routine = "cuda_arange";
     return finish_launch(op, dev, c->op, e, c->routine);
 }

@@ -398,9 +398,10 @@ static void encode_value(double v, ct_dtype dt, void *out) {
     }
 }
 
-/* out[0] = dst, f[0] = value. */
+/* out[0] = dst <- value, every element. */
 static ct_status k_fill(ct_call *c) {
     static const char op[] = "ct_fill_";
+    const cti_fill_params *p = CTI_PARAMS(c, cti_fill_params);
     ct_tensor *dst = c->out[0];
     if (numel(dst) == 0) return CT_OK;
     int dev = dev_index(dst);
@@ -408,7 +409,7 @@ static ct_status k_fill(ct_call *c) {
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
     unsigned char bytes[8];
     size_t es = ct_dtype_size(dst->dtype);
-    encode_value(c->f[0], dst->dtype, bytes);
+    encode_value(p->value, dst->dtype, bytes);
     bool uniform = true;
     for (size_t k = 1; k < es; k++) uniform &= bytes[k] == bytes[0];
     cudaError_t e;
