@@ -154,8 +154,9 @@ cudaError_t cti_cuda_norm_backward(const cti_cuda_norm *a, int sm_count, cudaStr
  * buffer when momentum != 0; AdamW's exp_avg) and s1[k] (exp_avg_sq), and
  * its per-step scalars: SGD: a0[k] 1 on the first step (the buffer starts
  * as the update), else 0; AdamW: a0[k] -step_size, a1[k] bc2_sqrt
- * (cti_adamw_scalars). f[] and nesterov are the call's parameters
- * (src/dispatch/optim_impl.h). */
+ * (cti_adamw_scalars). The hyperparameters are the call's (SGD: lr,
+ * momentum, dampening, weight_decay, nesterov; AdamW: lr, beta1, beta2, eps,
+ * weight_decay; src/dispatch/schema.h). */
 typedef struct cti_cuda_optim {
     bool adamw;
     ct_dtype dt;
@@ -166,8 +167,10 @@ typedef struct cti_cuda_optim {
     void *s1[CTI_CUDA_OPTIM_MAX];
     int64_t numel[CTI_CUDA_OPTIM_MAX];
     double a0[CTI_CUDA_OPTIM_MAX], a1[CTI_CUDA_OPTIM_MAX];
-    double f[5];
-    bool nesterov;
+    double lr, weight_decay;
+    double momentum, dampening; /* SGD */
+    bool nesterov;              /* SGD */
+    double beta1, beta2, eps;   /* AdamW */
 } cti_cuda_optim;
 
 /* Whether a kernel exists for dt (f32, f64, f16, bf16). */

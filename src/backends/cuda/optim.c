@@ -15,17 +15,20 @@ static ct_status flush(const char *op, ct_call *c, int dev, cti_cuda_optim *o,
     return cti_cuda_launched(op, dev, ct_op_name(c->op));
 }
 
-/* o->f in the order optim.cu reads it: SGD lr, momentum, dampening,
- * weight_decay; AdamW lr, beta1, beta2, eps, weight_decay. */
 static void hparams(cti_cuda_optim *o, const cti_optim_params *p) {
     if (o->adamw) {
         const cti_adamw_hparams *h = &p->adamw;
-        const double f[5] = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay};
-        memcpy(o->f, f, sizeof f);
+        o->lr = h->lr;
+        o->weight_decay = h->weight_decay;
+        o->beta1 = h->beta1;
+        o->beta2 = h->beta2;
+        o->eps = h->eps;
     } else {
         const cti_sgd_hparams *h = &p->sgd;
-        const double f[5] = {h->lr, h->momentum, h->dampening, h->weight_decay, 0};
-        memcpy(o->f, f, sizeof f);
+        o->lr = h->lr;
+        o->weight_decay = h->weight_decay;
+        o->momentum = h->momentum;
+        o->dampening = h->dampening;
         o->nesterov = h->nesterov;
     }
 }

@@ -123,17 +123,17 @@ cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
         a.start[k + 1] = a.start[o->n];
         a.a0[k] = a.a1[k] = A(0);
     }
-    const double *f = o->f;
     if (ADAMW) {
-        const double h[6] = {1 - f[0] * f[4], f[1], 1 - f[1], f[2], 1 - f[2], f[3]};
+        const double h[6] = {1 - o->lr * o->weight_decay, o->beta1, 1 - o->beta1,
+                             o->beta2, 1 - o->beta2, o->eps};
         for (int j = 0; j < 6; j++) a.h[j] = A(h[j]);
-        a.decay = f[4] != 0;
+        a.decay = o->weight_decay != 0;
         a.nesterov = a.has_momentum = false;
     } else {
-        const double h[6] = {-f[0], f[3], f[1], 1 - f[2], 0, 0};
+        const double h[6] = {-o->lr, o->weight_decay, o->momentum, 1 - o->dampening, 0, 0};
         for (int j = 0; j < 6; j++) a.h[j] = A(h[j]);
         a.nesterov = o->nesterov;
-        a.has_momentum = f[1] != 0;
+        a.has_momentum = o->momentum != 0;
         a.decay = false;
     }
     const int64_t total = a.start[o->n];
