@@ -5,7 +5,7 @@
  * Row math runs in f32 for f32/f16/bf16 and in f64 for f64. Halves are
  * converted a row at a time into per-task scratch, so outputs keep the input
  * dtype while no sum ever accumulates in 16 bits. The front ends
- * (src/dispatch/nn.c) hand over contiguous inputs and contiguous outputs.
+ * (src/ops/nn.c) hand over contiguous inputs and contiguous outputs.
  *
  * Sums use NACC independent accumulators so that they vectorize without
  * reassociation flags; -O2 vectorizes only trivial loops, hence -O3 here.
@@ -378,7 +378,7 @@ NN_ROWS(double, d, exp, log, sqrt)
 /* ======================================================================================
  * RMSNorm and LayerNorm
  * in: x, weight, (bias | saved stats...), outputs as documented per kernel.
- * i[0] = rows, i[1] = D; f[0] = eps. */
+ * cti_norm_params: rows of d, eps. */
 
 typedef struct norm_ctx {
     ct_call *c;
@@ -456,7 +456,8 @@ static ct_status run_rows(norm_ctx *k, cti_range_fn fn, const char *name) {
 }
 
 static ct_status k_rms_norm(ct_call *c) {
-    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1], .eps = c->f[0]};
+    const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
+    norm_ctx k = {.c = c, .rows = p->rows, .d = p->d, .eps = p->eps};
     k.stream = c->in[0]->dtype == CT_F32 && (uint64_t)(k.rows * k.d) * sizeof(float) >= NT_STREAM_BYTES;
     return run_rows(&k, rms_fwd_task, "ct_rms_norm");
 }
@@ -559,7 +560,8 @@ static ct_status run_chunks_with_parts(norm_ctx *k, cti_range_fn fn, ct_tensor *
 }
 
 static ct_status k_rms_norm_backward(ct_call *c) {
-    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1]};
+    const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
+    norm_ctx k = {.c = c, .rows = p->rows, .d = p->d};
     return run_chunks_with_parts(&k, rms_bwd_task, c->out[1], NULL, "ct_rms_norm_backward");
 }
 
@@ -603,7 +605,8 @@ static void ln_fwd_task(int64_t r0, int64_t r1, void *p) {
 }
 
 static ct_status k_layer_norm(ct_call *c) {
-    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1], .eps = c->f[0]};
+    const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
+    norm_ctx k = {.c = c, .rows = p->rows, .d = p->d, .eps = p->eps};
     return run_rows(&k, ln_fwd_task, "ct_layer_norm");
 }
 
@@ -665,13 +668,14 @@ static void ln_bwd_task(int64_t c0, int64_t c1, void *p) {
 }
 
 static ct_status k_layer_norm_backward(ct_call *c) {
-    norm_ctx k = {.c = c, .rows = c->i[0], .d = c->i[1]};
+    const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
+    norm_ctx k = {.c = c, .rows = p->rows, .d = p->d};
     return run_chunks_with_parts(&k, ln_bwd_task, c->out[1], c->out[2], "ct_layer_norm_backward");
 }
 
 /* ======================================================================================
  * softmax / log_softmax and their backward over [outer, D, inner] (contiguous).
- * i[0] = outer, i[1] = D, i[2] = inner, i[3] = log (0/1).
+ * cti_softmax_params: outer, d, inner, log.
  * forward: in x; out y.  backward: in grad_y, y; out dx. */
 
 typedef struct sm_ctx {
@@ -774,8 +778,8 @@ static void sm_cols_task(int64_t i0, int64_t i1, void *p) {
 }
 
 static ct_status k_softmax_any(ct_call *c, bool bwd) {
-    sm_ctx k = {.c = c, .outer = c->i[0], .d = c->i[1], .inner = c->i[2], .lg = c->i[3] != 0,
-                .bwd = bwd};
+    const cti_softmax_params *p = CTI_PARAMS(c, cti_softmax_params);
+    sm_ctx k = {.c = c, .outer = p->outer, .d = p->d, .inner = p->inner, .lg = p->log, .bwd = bwd};
     atomic_init(&k.oom, false);
     if (k.inner == 1) {
         cti_parallel_for(k.outer, row_grain(k.d), sm_rows_task, &k);
@@ -794,7 +798,7 @@ static ct_status k_softmax_backward(ct_call *c) { return k_softmax_any(c, true);
 
 /* ======================================================================================
  * cross_entropy / nll_loss over logits [N, C, inner] (contiguous); targets int64 [N*inner].
- * i[0] = N, i[1] = C, i[2] = inner, i[3] = reduction, i[4] = ignore_index; f[0] = smoothing.
+ * cti_loss_params: n, c, inner, reduction, ignore_index, label_smoothing.
  * forward:  in logits, target, weight|NULL;            out loss
  * backward: in grad_loss, logits, target, weight|NULL; out grad */
 
@@ -931,10 +935,11 @@ static void ce_chunks(int64_t c0, int64_t c1, void *p) {
 static ct_status k_ce_any(ct_call *c, bool bwd) {
     const char *op = bwd ? "ct_cross_entropy_backward" : "ct_cross_entropy";
     int off = bwd ? 1 : 0;
+    const cti_loss_params *p = CTI_PARAMS(c, cti_loss_params);
     ce_ctx k = {.c = c, .logits = c->in[off], .target = c->in[off + 1], .grad = bwd ? c->in[0] : NULL,
-                .out = c->out[0], .nc = c->i[1], .inner = c->i[2], .reduction = (int)c->i[3],
-                .ignore = c->i[4], .ls = c->f[0]};
-    k.npos = c->i[0] * k.inner;
+                .out = c->out[0], .nc = p->c, .inner = p->inner, .reduction = p->reduction,
+                .ignore = p->ignore_index, .ls = p->label_smoothing};
+    k.npos = p->n * k.inner;
     ct_status s;
     double *w64 = weights_f64(c->in[off + 2], k.nc, op, &s);
     if (s != CT_OK) return s;
@@ -971,9 +976,10 @@ static ct_status k_cross_entropy_backward(ct_call *c) { return k_ce_any(c, true)
 /* nll_loss: loss_p = -w_t * lp[n, t, j]; the work is one gather per position. */
 static ct_status k_nll_loss(ct_call *c) {
     const char *op = "ct_nll_loss";
+    const cti_loss_params *prm = CTI_PARAMS(c, cti_loss_params);
     ct_tensor *lp = c->in[0], *target = c->in[1], *out = c->out[0];
-    int64_t nc = c->i[1], inner = c->i[2], npos = c->i[0] * inner, ignore = c->i[4];
-    int red = (int)c->i[3];
+    int64_t nc = prm->c, inner = prm->inner, npos = prm->n * inner, ignore = prm->ignore_index;
+    int red = prm->reduction;
     ct_status s;
     double wsum = 0, *w = weights_f64(c->in[2], nc, op, &s);
     if (s != CT_OK) return s;
@@ -1003,9 +1009,10 @@ static ct_status k_nll_loss(ct_call *c) {
  * -w_t * g at each counted target). */
 static ct_status k_nll_loss_backward(ct_call *c) {
     const char *op = "ct_nll_loss_backward";
+    const cti_loss_params *prm = CTI_PARAMS(c, cti_loss_params);
     ct_tensor *gl = c->in[0], *target = c->in[2], *out = c->out[0];
-    int64_t nc = c->i[1], inner = c->i[2], npos = c->i[0] * inner, ignore = c->i[4];
-    int red = (int)c->i[3];
+    int64_t nc = prm->c, inner = prm->inner, npos = prm->n * inner, ignore = prm->ignore_index;
+    int red = prm->reduction;
     ct_status s;
     double wsum = 0, *w = weights_f64(c->in[3], nc, op, &s);
     if (s != CT_OK) return s;
@@ -1029,7 +1036,8 @@ static ct_status k_nll_loss_backward(ct_call *c) {
 }
 
 /* ======================================================================================
- * mse_loss over equal-shaped contiguous input and target. i[0] = numel, i[1] = reduction.
+ * mse_loss over equal-shaped contiguous input and target. cti_loss_params: n (numel),
+ * reduction.
  * forward: in input, target; out loss.  backward: in grad_loss, input, target; out grad. */
 
 #define MSE_BLOCK 1024
@@ -1124,8 +1132,9 @@ static void mse_task(int64_t c0, int64_t c1, void *p) {
 
 static ct_status k_mse_any(ct_call *c, bool bwd) {
     int off = bwd ? 1 : 0;
+    const cti_loss_params *p = CTI_PARAMS(c, cti_loss_params);
     mse_ctx k = {.c = c, .a = c->in[off], .b = c->in[off + 1], .g = bwd ? c->in[0] : NULL,
-                 .out = c->out[0], .n = c->i[0], .reduction = (int)c->i[1]};
+                 .out = c->out[0], .n = p->n, .reduction = p->reduction};
     const char *op = bwd ? "ct_mse_loss_backward" : "ct_mse_loss";
     if (bwd && k.reduction != CT_REDUCTION_NONE) {
         double g = load_one(cti_data(k.g), k.g->dtype, 0);
@@ -1152,9 +1161,8 @@ static ct_status k_mse_loss_backward(ct_call *c) { return k_mse_any(c, true); }
 
 /* ======================================================================================
  * embedding: in weight [V, D] (contiguous), indices (int32/int64, contiguous); out [n, D].
- * i[0] = V, i[1] = D, i[2] = n.
- * backward: in grad_out [n, D], indices; out [V, D]; i[0] = V, i[1] = D, i[2] = n,
- * i[3] = padding_idx. */
+ * backward: in grad_out [n, D], indices; out [V, D].
+ * cti_embedding_params: num_weights V, d D, n, padding_idx (backward). */
 
 static int64_t index_at(const ct_tensor *idx, int64_t i) {
     return idx->dtype == CT_I32 ? ((const int32_t *)cti_data(idx))[i]
@@ -1175,20 +1183,22 @@ static ct_status check_indices(const char *op, const ct_tensor *idx, int64_t n, 
 static void emb_task(int64_t i0, int64_t i1, void *p) {
     ct_call *c = p;
     ct_tensor *w = c->in[0], *idx = c->in[1], *o = c->out[0];
-    size_t row = (size_t)c->i[1] * ct_dtype_size(w->dtype);
+    size_t row = (size_t)CTI_PARAMS(c, cti_embedding_params)->d * ct_dtype_size(w->dtype);
     for (int64_t i = i0; i < i1; i++)
         memcpy(cti_data(o) + (size_t)i * row, cti_data(w) + (size_t)index_at(idx, i) * row, row);
 }
 
 static ct_status k_embedding(ct_call *c) {
-    ct_status s = check_indices("ct_embedding", c->in[1], c->i[2], c->i[0]);
+    const cti_embedding_params *p = CTI_PARAMS(c, cti_embedding_params);
+    ct_status s = check_indices("ct_embedding", c->in[1], p->n, p->num_weights);
     if (s != CT_OK) return s;
-    if (c->i[1] > 0) cti_parallel_for(c->i[2], row_grain(c->i[1]), emb_task, c);
+    if (p->d > 0) cti_parallel_for(p->n, row_grain(p->d), emb_task, c);
     return CT_OK;
 }
 
 typedef struct embb_ctx {
     ct_call *c;
+    const cti_embedding_params *p;
     atomic_bool oom;
 } embb_ctx;
 
@@ -1198,7 +1208,7 @@ static void emb_bwd_task(int64_t v0, int64_t v1, void *p) {
     embb_ctx *k = p;
     ct_call *c = k->c;
     ct_tensor *g = c->in[0], *idx = c->in[1], *o = c->out[0];
-    int64_t d = c->i[1], n = c->i[2], pad = c->i[3];
+    int64_t d = k->p->d, n = k->p->n, pad = k->p->padding_idx;
     ct_dtype dt = g->dtype;
     if (dt == CT_F64) {
         const double *G = (const double *)cti_data(g);
@@ -1242,19 +1252,21 @@ static void emb_bwd_task(int64_t v0, int64_t v1, void *p) {
 }
 
 static ct_status k_embedding_backward(ct_call *c) {
-    ct_status s = check_indices("ct_embedding_backward", c->in[1], c->i[2], c->i[0]);
+    const cti_embedding_params *p = CTI_PARAMS(c, cti_embedding_params);
+    ct_status s = check_indices("ct_embedding_backward", c->in[1], p->n, p->num_weights);
     if (s != CT_OK) return s;
-    embb_ctx k = {.c = c};
+    embb_ctx k = {.c = c, .p = p};
     atomic_init(&k.oom, false);
-    if (c->i[1] > 0) cti_parallel_for(c->i[0], 1, emb_bwd_task, &k);
+    if (p->d > 0) cti_parallel_for(p->num_weights, 1, emb_bwd_task, &k);
     if (atomic_load(&k.oom)) return cti_error(CT_ERR_OOM, "ct_embedding_backward: out of memory");
     return CT_OK;
 }
 
 /* ======================================================================================
- * dropout: in x (contiguous); out y, mask|NULL (bool). i[0] = seed, i[1] = first draw,
- * i[2] = numel; f[0] = p. Element k is kept iff the f32 uniform of draw first + k is >= p.
- * backward: in grad_y, mask; out dx; i[0] = numel; f[0] = p. */
+ * dropout: in x (contiguous); out y, mask|NULL (bool). cti_dropout_params: seed, offset
+ * (the first draw), n (numel), p. Element k is kept iff the f32 uniform of draw offset + k
+ * is >= p.
+ * backward: in grad_y, mask; out dx; n, p. */
 
 typedef struct drop_ctx {
     ct_call *c;
@@ -1304,11 +1316,12 @@ static void drop_task(int64_t e0, int64_t e1, void *pv) {
 }
 
 static ct_status k_dropout(ct_call *c) {
-    double p = c->f[0];
-    drop_ctx k = {.c = c, .seed = (uint64_t)c->i[0], .first = (uint64_t)c->i[1], .p = p};
+    const cti_dropout_params *dp = CTI_PARAMS(c, cti_dropout_params);
+    double p = dp->p;
+    drop_ctx k = {.c = c, .seed = dp->seed, .first = dp->offset, .p = p};
     k.scale_d = p < 1 ? 1.0 / (1.0 - p) : 0.0;
     k.scale_f = (float)k.scale_d;
-    cti_parallel_for(c->i[2], CTI_GRAIN / 4, drop_task, &k);
+    cti_parallel_for(dp->n, CTI_GRAIN / 4, drop_task, &k);
     c->routine = "philox4x32";
     return CT_OK;
 }
@@ -1340,11 +1353,12 @@ static void drop_bwd_task(int64_t e0, int64_t e1, void *pv) {
 }
 
 static ct_status k_dropout_backward(ct_call *c) {
-    double p = c->f[0];
+    const cti_dropout_params *dp = CTI_PARAMS(c, cti_dropout_params);
+    double p = dp->p;
     drop_ctx k = {.c = c, .p = p};
     k.scale_d = p < 1 ? 1.0 / (1.0 - p) : 0.0;
     k.scale_f = (float)k.scale_d;
-    cti_parallel_for(c->i[0], CTI_GRAIN, drop_bwd_task, &k);
+    cti_parallel_for(dp->n, CTI_GRAIN, drop_bwd_task, &k);
     return CT_OK;
 }
 
