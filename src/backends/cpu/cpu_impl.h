@@ -53,7 +53,8 @@ void cti_cpu_register_reduce(void);
 void cti_cpu_register_linalg(void);
 void cti_cpu_register_conv(void);        /* conv2d and pooling */
 void cti_cpu_register_norm(void);        /* rms_norm, layer_norm (the nn files share nn_impl.h) */
-void cti_cpu_register_nn(void);          /* softmax, losses, embedding, dropout */
+void cti_cpu_register_softmax(void);     /* softmax, log_softmax */
+void cti_cpu_register_nn(void);          /* losses, embedding, dropout */
 void cti_cpu_register_optim(void);       /* fused optimizer updates */
 
 #endif

@@ -1,6 +1,6 @@
-/* CPU kernels for softmax and log-softmax, cross-entropy, NLL and MSE
- * losses, embedding and dropout, each with its backward (the norms are in
- * norm.c; the row helpers both use are in nn_impl.h).
+/* CPU kernels for cross-entropy, NLL and MSE losses, embedding and dropout,
+ * each with its backward (the norms are in norm.c, softmax in softmax.c; the
+ * row helpers they all use are in nn_impl.h).
  *
  * Row math runs in f32 for f32/f16/bf16 and in f64 for f64. Halves are
  * converted a row at a time into per-task scratch, so outputs keep the input
@@ -15,9 +15,6 @@
 #pragma GCC optimize("O3")
 
 #include "nn_impl.h"
-
-/* Inner-dim columns one softmax task handles when the dim is not the last. */
-#define COL_BLOCK 64
 
 /* One element of a floating tensor's data as a double. */
 static double load_one(const void *p, ct_dtype dt, int64_t i) {
@@ -40,76 +37,6 @@ static void store_one(void *p, ct_dtype dt, int64_t i, double v) {
 
 /* ---- row math, instantiated for float (f32/f16/bf16) and double (f64) ------------------ */
 #define NN_ROWS(T, S, EXP, LOG, SQRT)                                                       \
-    /* Softmax over a contiguous row; y must not alias x. */                                \
-    static void softmax_row_##S(const T *restrict x, T *restrict y, int64_t d, bool lg) {    \
-        T m = max_##S(x, d);                                                                 \
-        for (int64_t i = 0; i < d; i++) y[i] = EXP(x[i] - m);                                \
-        T s = sum_##S(y, d);                                                                 \
-        if (lg) {                                                                            \
-            T ls = LOG(s);                                                                   \
-            for (int64_t i = 0; i < d; i++) y[i] = (x[i] - m) - ls;                          \
-        } else {                                                                             \
-            T inv = (T)1 / s;                                                                \
-            for (int64_t i = 0; i < d; i++) y[i] *= inv;                                     \
-        }                                                                                    \
-    }                                                                                        \
-    /* softmax: dx = y * (g - sum(g*y)); log_softmax: dx = g - exp(y) * sum(g) */           \
-    static void softmax_bwd_row_##S(const T *restrict g, const T *restrict y,               \
-                                    T *restrict dx, int64_t d, bool lg) {                    \
-        if (lg) {                                                                            \
-            T s = sum_##S(g, d);                                                             \
-            for (int64_t i = 0; i < d; i++) dx[i] = g[i] - EXP(y[i]) * s;                    \
-        } else {                                                                             \
-            T s = dot_##S(g, y, d);                                                          \
-            for (int64_t i = 0; i < d; i++) dx[i] = y[i] * (g[i] - s);                       \
-        }                                                                                    \
-    }                                                                                        \
-    /* Softmax over d elements spaced stride apart, for bw adjacent columns at once (the    \
-     * columns are contiguous, so the inner loops vectorize). m, s: bw scratch. */           \
-    static void softmax_cols_##S(const T *restrict x, T *restrict y, int64_t d,              \
-                                 int64_t stride, int64_t bw, bool lg, T *restrict m,         \
-                                 T *restrict s) {                                            \
-        for (int64_t j = 0; j < bw; j++) {                                                   \
-            m[j] = -INFINITY;                                                                \
-            s[j] = 0;                                                                        \
-        }                                                                                    \
-        for (int64_t k = 0; k < d; k++) {                                                    \
-            const T *xr = x + k * stride;                                                    \
-            for (int64_t j = 0; j < bw; j++) m[j] = xr[j] > m[j] ? xr[j] : m[j];             \
-        }                                                                                    \
-        for (int64_t k = 0; k < d; k++) {                                                    \
-            const T *xr = x + k * stride;                                                    \
-            T *yr = y + k * stride;                                                          \
-            for (int64_t j = 0; j < bw; j++) {                                               \
-                T e = EXP(xr[j] - m[j]);                                                     \
-                s[j] += e;                                                                   \
-                if (!lg) yr[j] = e;                                                          \
-            }                                                                                \
-        }                                                                                    \
-        if (lg) {                                                                            \
-            for (int64_t j = 0; j < bw; j++) s[j] = LOG(s[j]);                               \
-            for (int64_t k = 0; k < d; k++)                                                  \
-                for (int64_t j = 0; j < bw; j++)                                             \
-                    y[k * stride + j] = (x[k * stride + j] - m[j]) - s[j];                   \
-        } else {                                                                             \
-            for (int64_t j = 0; j < bw; j++) s[j] = (T)1 / s[j];                             \
-            for (int64_t k = 0; k < d; k++)                                                  \
-                for (int64_t j = 0; j < bw; j++) y[k * stride + j] *= s[j];                  \
-        }                                                                                    \
-    }                                                                                        \
-    static void softmax_bwd_cols_##S(const T *restrict g, const T *restrict y,              \
-                                     T *restrict dx, int64_t d, int64_t stride, int64_t bw,  \
-                                     bool lg, T *restrict s) {                               \
-        for (int64_t j = 0; j < bw; j++) s[j] = 0;                                           \
-        for (int64_t k = 0; k < d; k++)                                                      \
-            for (int64_t j = 0; j < bw; j++)                                                 \
-                s[j] += lg ? g[k * stride + j] : g[k * stride + j] * y[k * stride + j];      \
-        for (int64_t k = 0; k < d; k++)                                                      \
-            for (int64_t j = 0; j < bw; j++) {                                               \
-                int64_t o = k * stride + j;                                                  \
-                dx[o] = lg ? g[o] - EXP(y[o]) * s[j] : y[o] * (g[o] - s[j]);                 \
-            }                                                                                \
-    }                                                                                        \
     /* log(sum(exp(z))) of a contiguous row; tmp gets exp(z - max(z)) (d elements) and     \
      * *inv 1 / sum(tmp), so that softmax(z) = tmp * inv without another exp. */            \
     static T logsumexp_##S(const T *restrict z, T *restrict tmp, int64_t d, T *inv) {       \
@@ -146,129 +73,6 @@ static void store_one(void *p, ct_dtype dt, int64_t i, double v) {
 
 NN_ROWS(float, f, fexp, logf, sqrtf)
 NN_ROWS(double, d, exp, log, sqrt)
-
-/* ======================================================================================
- * softmax / log_softmax and their backward over [outer, D, inner] (contiguous).
- * cti_softmax_params: outer, d, inner, log.
- * forward: in x; out y.  backward: in grad_y, y; out dx. */
-
-typedef struct sm_ctx {
-    ct_call *c;
-    int64_t outer, d, inner, nblk;
-    bool lg, bwd;
-    atomic_bool oom;
-} sm_ctx;
-
-static void sm_rows_task(int64_t r0, int64_t r1, void *p) {
-    sm_ctx *k = p;
-    ct_call *c = k->c;
-    ct_tensor *a = c->in[0], *b = k->bwd ? c->in[1] : NULL, *o = c->out[0];
-    int64_t d = k->d;
-    ct_dtype dt = a->dtype;
-    if (dt == CT_F64) {
-        const double *A = (const double *)cti_data(a), *B = b ? (const double *)cti_data(b) : NULL;
-        double *O = (double *)cti_data(o);
-        for (int64_t r = r0; r < r1; r++) {
-            if (k->bwd) softmax_bwd_row_d(A + r * d, B + r * d, O + r * d, d, k->lg);
-            else softmax_row_d(A + r * d, O + r * d, d, k->lg);
-        }
-    } else if (dt == CT_F32) {
-        const float *A = (const float *)cti_data(a), *B = b ? (const float *)cti_data(b) : NULL;
-        float *O = (float *)cti_data(o);
-        for (int64_t r = r0; r < r1; r++) {
-            if (k->bwd) softmax_bwd_row_f(A + r * d, B + r * d, O + r * d, d, k->lg);
-            else softmax_row_f(A + r * d, O + r * d, d, k->lg);
-        }
-    } else {
-        float *buf = scratch(sizeof(float) * (size_t)(3 * d));
-        if (!buf) {
-            atomic_store(&k->oom, true);
-            return;
-        }
-        float *ar = buf, *br = buf + d, *orow = buf + 2 * d;
-        size_t es = ct_dtype_size(dt);
-        for (int64_t r = r0; r < r1; r++) {
-            load_f32(cti_data(a) + r * d * es, dt, d, 1, ar);
-            if (k->bwd) {
-                load_f32(cti_data(b) + r * d * es, dt, d, 1, br);
-                softmax_bwd_row_f(ar, br, orow, d, k->lg);
-            } else {
-                softmax_row_f(ar, orow, d, k->lg);
-            }
-            store_f32(orow, dt, d, 1, cti_data(o) + r * d * es);
-        }
-        free(buf);
-    }
-}
-
-/* Work item = (outer index, block of COL_BLOCK inner columns). */
-static void sm_cols_task(int64_t i0, int64_t i1, void *p) {
-    sm_ctx *k = p;
-    ct_call *c = k->c;
-    ct_tensor *a = c->in[0], *b = k->bwd ? c->in[1] : NULL, *o = c->out[0];
-    int64_t d = k->d, inner = k->inner;
-    ct_dtype dt = a->dtype;
-    bool h = is_half(dt);
-    size_t es = ct_dtype_size(dt);
-    size_t acc = dt == CT_F64 ? sizeof(double) : sizeof(float);
-    /* m, s per column; halves also get [d][bw] slabs for a, b, o */
-    size_t n = 2 * COL_BLOCK + (h ? 3 * (size_t)d * COL_BLOCK : 0);
-    char *buf = scratch(acc * n);
-    if (!buf) {
-        atomic_store(&k->oom, true);
-        return;
-    }
-    for (int64_t it = i0; it < i1; it++) {
-        int64_t oi = it / k->nblk, j0 = (it % k->nblk) * COL_BLOCK;
-        int64_t bw = inner - j0 < COL_BLOCK ? inner - j0 : COL_BLOCK;
-        int64_t base = oi * d * inner + j0;
-        if (dt == CT_F64) {
-            double *m = (double *)buf, *s = m + COL_BLOCK;
-            const double *A = (const double *)cti_data(a) + base;
-            double *O = (double *)cti_data(o) + base;
-            if (k->bwd) softmax_bwd_cols_d(A, (const double *)cti_data(b) + base, O, d, inner, bw, k->lg, s);
-            else softmax_cols_d(A, O, d, inner, bw, k->lg, m, s);
-        } else if (!h) {
-            float *m = (float *)buf, *s = m + COL_BLOCK;
-            const float *A = (const float *)cti_data(a) + base;
-            float *O = (float *)cti_data(o) + base;
-            if (k->bwd) softmax_bwd_cols_f(A, (const float *)cti_data(b) + base, O, d, inner, bw, k->lg, s);
-            else softmax_cols_f(A, O, d, inner, bw, k->lg, m, s);
-        } else {
-            float *m = (float *)buf, *s = m + COL_BLOCK;
-            float *as = s + COL_BLOCK, *bs = as + d * COL_BLOCK, *os = bs + d * COL_BLOCK;
-            for (int64_t kk = 0; kk < d; kk++) {
-                load_f32(cti_data(a) + (base + kk * inner) * (int64_t)es, dt, bw, 1, as + kk * bw);
-                if (k->bwd)
-                    load_f32(cti_data(b) + (base + kk * inner) * (int64_t)es, dt, bw, 1, bs + kk * bw);
-            }
-            if (k->bwd) softmax_bwd_cols_f(as, bs, os, d, bw, bw, k->lg, s);
-            else softmax_cols_f(as, os, d, bw, bw, k->lg, m, s);
-            for (int64_t kk = 0; kk < d; kk++)
-                store_f32(os + kk * bw, dt, bw, 1, cti_data(o) + (base + kk * inner) * (int64_t)es);
-        }
-    }
-    free(buf);
-}
-
-static ct_status k_softmax_any(ct_call *c, bool bwd) {
-    const cti_softmax_params *p = CTI_PARAMS(c, cti_softmax_params);
-    sm_ctx k = {.c = c, .outer = p->outer, .d = p->d, .inner = p->inner, .lg = p->log, .bwd = bwd};
-    atomic_init(&k.oom, false);
-    if (k.inner == 1) {
-        cti_parallel_for(k.outer, row_grain(k.d), sm_rows_task, &k);
-    } else {
-        k.nblk = (k.inner + COL_BLOCK - 1) / COL_BLOCK;
-        int64_t per = k.d * COL_BLOCK;
-        cti_parallel_for(k.outer * k.nblk, row_grain(per), sm_cols_task, &k);
-        c->routine = "softmax_strided";
-    }
-    if (atomic_load(&k.oom))
-        return cti_error(CT_ERR_OOM, "%s: out of memory for scratch", ct_op_name(c->op));
-    return CT_OK;
-}
-static ct_status k_softmax(ct_call *c) { return k_softmax_any(c, false); }
-static ct_status k_softmax_backward(ct_call *c) { return k_softmax_any(c, true); }
 
 /* ======================================================================================
  * cross_entropy / nll_loss over logits [N, C, inner] (contiguous); targets int64 [N*inner].
@@ -844,10 +648,6 @@ void cti_cpu_register_nn(void) {
         cti_kernel_fn fn;
         const char *name;
     } ks[] = {
-        {CT_OP_SOFTMAX, k_softmax, "cpu_softmax"},
-        {CT_OP_LOG_SOFTMAX, k_softmax, "cpu_log_softmax"},
-        {CT_OP_SOFTMAX_BACKWARD, k_softmax_backward, "cpu_softmax_backward"},
-        {CT_OP_LOG_SOFTMAX_BACKWARD, k_softmax_backward, "cpu_log_softmax_backward"},
         {CT_OP_CROSS_ENTROPY, k_cross_entropy, "cpu_cross_entropy"},
         {CT_OP_CROSS_ENTROPY_BACKWARD, k_cross_entropy_backward, "cpu_cross_entropy_backward"},
         {CT_OP_NLL_LOSS, k_nll_loss, "cpu_nll_loss"},
