@@ -11,6 +11,7 @@ static void cpu_register(void) {
     cti_cpu_register_conv();
     cti_cpu_register_norm();
     cti_cpu_register_softmax();
+    cti_cpu_register_loss();
     cti_cpu_register_nn();
     cti_cpu_register_optim();
 }
