@@ -1,5 +1,5 @@
 /* Private to the CPU kernels of the neural-network ops (norm.c, softmax.c,
- * loss.c and nn.c): the row helpers they share.
+ * loss.c, embedding.c, dropout.c): the row helpers they share.
  *
  * Row math runs in f32 for f32/f16/bf16 and in f64 for f64. Halves are
  * converted a row at a time into per-task scratch, so outputs keep the input

@@ -12,7 +12,8 @@ static void cpu_register(void) {
     cti_cpu_register_norm();
     cti_cpu_register_softmax();
     cti_cpu_register_loss();
-    cti_cpu_register_nn();
+    cti_cpu_register_embedding();
+    cti_cpu_register_dropout();
     cti_cpu_register_optim();
 }
 
