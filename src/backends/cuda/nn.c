@@ -1,5 +1,6 @@
 /* The neural-network ops for CUDA tensors, with the CPU kernels' call records
- * (src/backends/cpu/nn.c): softmax and log_softmax and their backward,
+ * (src/backends/cpu/softmax.c, loss.c, embedding.c and dropout.c; the params
+ * structs of schema.h): softmax and log_softmax and their backward,
  * cross_entropy and nll_loss and their backward, mse_loss and its backward,
  * embedding and its backward, dropout and its backward. Inputs arrive
  * contiguous. The C side turns a call into plain pointers and sizes for

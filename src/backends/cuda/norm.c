@@ -1,7 +1,7 @@
 /* CT_OP_RMS_NORM, CT_OP_LAYER_NORM and their backward ops for CUDA tensors:
- * the CPU kernels' call records (src/backends/cpu/nn.c; cti_norm_params rows,
- * d, eps, every tensor contiguous as the front ends hand them over) into
- * launches of norm.cu.
+ * the CPU kernels' call records (src/backends/cpu/norm.c; cti_norm_params
+ * rows, d, eps, every tensor contiguous as the front ends hand them over)
+ * into launches of norm.cu.
  *   rms_norm:            in x, weight|NULL;                 out y, inv_rms
  *   rms_norm_backward:   in grad_y, x, weight|NULL, inv_rms; out dx|NULL, dweight|NULL
  *   layer_norm:          in x, weight|NULL, bias|NULL;      out y, mean, rstd
