@@ -1,18 +1,23 @@
-/* Backward formulas of the neural-network ops (src/dispatch/nn.c).
+/* Backward formulas of the neural-network ops (src/ops/nn.c).
  *
  * Each one hands the work to the op's backward front end, so the fused CPU
- * and device kernels do it. Inputs, saved tensors and params:
- *   rms_norm:      in (x, weight|NULL); saved x, weight, inv_rms
- *   layer_norm:    in (x, weight|NULL, bias|NULL); saved x, weight, mean, rstd
+ * and device kernels do it. Inputs, saved tensors and the params the node
+ * keeps (the forward op's struct, schema.h):
+ *   rms_norm:      in (x, weight|NULL); saved x, weight, inv_rms; no params
+ *   layer_norm:    in (x, weight|NULL, bias|NULL); saved x, weight, mean, rstd;
+ *                  no params
  *   softmax,
- *   log_softmax:   in (x); saved the output y; i[0] dim
+ *   log_softmax:   in (x); saved the output y; cti_softmax_params (dim)
  *   cross_entropy,
  *   nll_loss:      in (logits | log_probs) only, as PyTorch has no gradient
  *                  for target or class weights; saved input, target, weight;
- *                  i[0] reduction, i[1] ignore_index; f[0] label_smoothing
- *   mse_loss:      in (input, target); saved input, target; i[0] reduction
- *   embedding:     in (weight) only; saved indices
- *   dropout:       in (x); saved the mask (NULL for the identity); f[0] p
+ *                  cti_loss_params (reduction, ignore_index, label_smoothing)
+ *   mse_loss:      in (input, target); saved input, target; cti_loss_params
+ *                  (reduction)
+ *   embedding:     in (weight) only; saved indices; cti_embedding_params
+ *                  (num_weights, padding_idx)
+ *   dropout:       in (x); saved the mask (NULL for the identity);
+ *                  cti_dropout_params (p)
  * A NULL incoming gradient means zero: the formulas then return no gradient. */
 #include "formulas.h"
 
@@ -48,13 +53,15 @@ CTI_BW(cti_bw_layer_norm) {
 CTI_BW(cti_bw_softmax) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(y, 0);
-    return put(&gi[0], ct_softmax_backward(go[0], y, (int)LEGACY_I(n)[0]));
+    const cti_softmax_params *p = CTI_NODE_PARAMS(n, cti_softmax_params);
+    return put(&gi[0], ct_softmax_backward(go[0], y, p->dim));
 }
 
 CTI_BW(cti_bw_log_softmax) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(y, 0);
-    return put(&gi[0], ct_log_softmax_backward(go[0], y, (int)LEGACY_I(n)[0]));
+    const cti_softmax_params *p = CTI_NODE_PARAMS(n, cti_softmax_params);
+    return put(&gi[0], ct_log_softmax_backward(go[0], y, p->dim));
 }
 
 CTI_BW(cti_bw_cross_entropy) {
@@ -62,8 +69,10 @@ CTI_BW(cti_bw_cross_entropy) {
     SAVED(logits, 0);
     SAVED(target, 1);
     SAVED(w, 2);
+    const cti_loss_params *p = CTI_NODE_PARAMS(n, cti_loss_params);
     return put(&gi[0], ct_cross_entropy_backward(go[0], logits, target, w,
-                                                 (ct_reduction)LEGACY_I(n)[0], LEGACY_I(n)[1], LEGACY_F(n)[0]));
+                                                 (ct_reduction)p->reduction, p->ignore_index,
+                                                 p->label_smoothing));
 }
 
 CTI_BW(cti_bw_nll_loss) {
@@ -71,14 +80,16 @@ CTI_BW(cti_bw_nll_loss) {
     SAVED(lp, 0);
     SAVED(target, 1);
     SAVED(w, 2);
-    return put(&gi[0], ct_nll_loss_backward(go[0], lp, target, w, (ct_reduction)LEGACY_I(n)[0], LEGACY_I(n)[1]));
+    const cti_loss_params *p = CTI_NODE_PARAMS(n, cti_loss_params);
+    return put(&gi[0], ct_nll_loss_backward(go[0], lp, target, w, (ct_reduction)p->reduction,
+                                            p->ignore_index));
 }
 
 CTI_BW(cti_bw_mse_loss) {
     if (!go[0]) return CT_OK;
     SAVED(input, 0);
     SAVED(target, 1);
-    ct_reduction r = (ct_reduction)LEGACY_I(n)[0];
+    ct_reduction r = (ct_reduction)CTI_NODE_PARAMS(n, cti_loss_params)->reduction;
     ct_status st = CT_OK;
     if (n->needs[0]) st = put(&gi[0], ct_mse_loss_backward(go[0], input, target, r));
     /* The loss is symmetric in its two arguments, so the target's gradient
@@ -91,11 +102,12 @@ CTI_BW(cti_bw_mse_loss) {
 CTI_BW(cti_bw_embedding) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(indices, 0);
-    return put(&gi[0], ct_embedding_backward(go[0], indices, n->in_shape[0][0], -1));
+    const cti_embedding_params *p = CTI_NODE_PARAMS(n, cti_embedding_params);
+    return put(&gi[0], ct_embedding_backward(go[0], indices, p->num_weights, p->padding_idx));
 }
 
 CTI_BW(cti_bw_dropout) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(mask, 0);
-    return put(&gi[0], ct_dropout_backward(go[0], mask, LEGACY_F(n)[0]));
+    return put(&gi[0], ct_dropout_backward(go[0], mask, CTI_NODE_PARAMS(n, cti_dropout_params)->p));
 }

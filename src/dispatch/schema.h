@@ -128,23 +128,26 @@ typedef struct cti_pool_params {
 } cti_pool_params;
 
 /* RMS_NORM, LAYER_NORM and their backward ops: rows of d elements, each
- * normalized on its own. */
+ * normalized on its own; eps is the forward's (the backward ops leave it 0). */
 typedef struct cti_norm_params {
     int64_t rows, d;
     double eps;
 } cti_norm_params;
 
 /* SOFTMAX, LOG_SOFTMAX and their backward ops: x viewed as [outer, d, inner]
- * with the softmax over d; dim is the user's (wrapped) dim. */
+ * with the softmax over d; log: log_softmax. dim is the user's dim wrapped
+ * into 0..ndim-1, which the forward's node hands to the backward op. */
 typedef struct cti_softmax_params {
     int64_t outer, d, inner;
     int dim;
     bool log;
 } cti_softmax_params;
 
-/* CROSS_ENTROPY, NLL_LOSS, MSE_LOSS and their backward ops: n items (batch
- * positions times inner positions for the class losses) of c classes;
- * reduction is a ct_reduction. */
+/* CROSS_ENTROPY, NLL_LOSS and their backward ops: input [n, c, inner] (n = 1
+ * and inner = 1 for a 1-d input) against n * inner int64 targets; targets
+ * equal to ignore_index count for nothing; label_smoothing is cross_entropy's
+ * (nll: 0). MSE_LOSS and its backward: n elements, c, inner and the rest
+ * unused. reduction is a ct_reduction. */
 typedef struct cti_loss_params {
     int64_t n, c, inner;
     int reduction;
@@ -152,14 +155,18 @@ typedef struct cti_loss_params {
     double label_smoothing;
 } cti_loss_params;
 
-/* EMBEDDING, EMBEDDING_BACKWARD: n indices into num_weights rows of d. */
+/* EMBEDDING, EMBEDDING_BACKWARD: n indices into num_weights rows of d.
+ * padding_idx: the row whose gradient stays zero, -1 for none (the forward
+ * passes -1, which its node hands to the backward op). */
 typedef struct cti_embedding_params {
     int64_t num_weights, d, n;
     int64_t padding_idx;
 } cti_embedding_params;
 
 /* DROPOUT, DROPOUT_BACKWARD: n elements zeroed with probability p, the rest
- * scaled by 1 / (1 - p); the mask comes from Philox (seed, offset). */
+ * scaled by 1 / (1 - p). The forward keeps element k iff the f32 uniform of
+ * Philox draw offset + k under key seed is >= p (the backward ops leave seed
+ * and offset 0 and read the saved mask). */
 typedef struct cti_dropout_params {
     uint64_t seed, offset;
     int64_t n;

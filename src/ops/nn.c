@@ -69,15 +69,13 @@ static ct_status check_shape_eq(const char *op, const ct_tensor *t, const char *
                      cti_shape_s(t->ndim, t->shape), cti_shape_s(n, shape));
 }
 
-/* Records out as computed from ins by bw when grad mode is on and an input
- * requires grad. Returns out, or NULL after releasing it when recording
- * fails. */
-static ct_tensor *record(const char *name, cti_backward_fn bw, int nin, ct_tensor *const *ins,
-                         ct_tensor *out, int nsaved, ct_tensor *const *saved, const double *f,
-                         int nf, const int64_t *i, int ni) {
-    if (!out || !cti_ag_needed(nin, ins)) return out;
-    if (cti_ag_record_legacy(name, bw, nin, ins, 1, &out, nsaved, saved, f, nf, i, ni) == CT_OK)
-        return out;
+/* Records r, whose one output is r->out[0], when grad mode is on and an
+ * input requires grad. Returns the output, or NULL after releasing it when
+ * recording fails. */
+static ct_tensor *record(const cti_ag_rec *r) {
+    ct_tensor *out = r->out[0];
+    if (!out || !cti_ag_needed(r->nin, r->in)) return out;
+    if (cti_ag_record(r) == CT_OK) return out;
     ct_tensor_release(out);
     return NULL;
 }
@@ -142,10 +140,10 @@ ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
                        ct_tensor *weight, double eps, ct_tensor **inv_rms) {
     const char *op = "ct_rms_norm";
     ct_tensor *all[2] = {x, weight};
-    int64_t rows, d;
+    cti_norm_params p = {.eps = eps};
     if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 2, all) ||
         cti_check_floating(op, x, "x") ||
-        norm_split(op, x, nnorm, normalized_shape, &rows, &d) ||
+        norm_split(op, x, nnorm, normalized_shape, &p.rows, &p.d) ||
         check_param(op, weight, "weight", x, nnorm, normalized_shape) || check_eps(op, eps))
         return NULL;
     temps tp = {.n = 0};
@@ -161,16 +159,19 @@ ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
         cti_call_release_outputs(&c);
         goto fail;
     }
-    c.i[0] = rows;
-    c.i[1] = d;
-    c.f[0] = eps;
+    cti_call_params(&c, &p);
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
     {
         /* The backward needs inv_rms even when the caller does not. */
-        ct_tensor *ins[2] = {x, weight}, *sv[3] = {x, weight, c.out[1]};
-        ct_tensor *y = record("RmsNormBackward", cti_bw_rms_norm, 2, ins, c.out[0], 3, sv, NULL,
-                              0, NULL, 0);
+        ct_tensor *y = record(&(cti_ag_rec){.name = "RmsNormBackward",
+                                            .backward = cti_bw_rms_norm,
+                                            .nin = 2,
+                                            .in = {x, weight},
+                                            .nout = 1,
+                                            .out = {c.out[0]},
+                                            .nsaved = 3,
+                                            .saved = {x, weight, c.out[1]}});
         if (y && inv_rms) *inv_rms = c.out[1];
         else ct_tensor_release(c.out[1]);
         return y;
@@ -207,8 +208,8 @@ ct_status ct_rms_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weigh
         cti_call_release_outputs(&c);
         goto fail;
     }
-    c.i[0] = prod(x->shape, 0, inv_rms->ndim);
-    c.i[1] = prod(ns, 0, nnorm);
+    cti_norm_params p = {.rows = prod(x->shape, 0, inv_rms->ndim), .d = prod(ns, 0, nnorm)};
+    cti_call_params(&c, &p);
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
     if (dx) *dx = c.out[0];
@@ -224,10 +225,10 @@ ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shap
                          ct_tensor **rstd) {
     const char *op = "ct_layer_norm";
     ct_tensor *all[3] = {x, weight, bias};
-    int64_t rows, d;
+    cti_norm_params p = {.eps = eps};
     if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 3, all) ||
         cti_check_floating(op, x, "x") ||
-        norm_split(op, x, nnorm, normalized_shape, &rows, &d) ||
+        norm_split(op, x, nnorm, normalized_shape, &p.rows, &p.d) ||
         check_param(op, weight, "weight", x, nnorm, normalized_shape) ||
         check_param(op, bias, "bias", x, nnorm, normalized_shape) || check_eps(op, eps))
         return NULL;
@@ -246,15 +247,18 @@ ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shap
         cti_call_release_outputs(&c);
         goto fail;
     }
-    c.i[0] = rows;
-    c.i[1] = d;
-    c.f[0] = eps;
+    cti_call_params(&c, &p);
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
     {
-        ct_tensor *ins[3] = {x, weight, bias}, *sv[4] = {x, weight, c.out[1], c.out[2]};
-        ct_tensor *y = record("LayerNormBackward", cti_bw_layer_norm, 3, ins, c.out[0], 4, sv,
-                              NULL, 0, NULL, 0);
+        ct_tensor *y = record(&(cti_ag_rec){.name = "LayerNormBackward",
+                                            .backward = cti_bw_layer_norm,
+                                            .nin = 3,
+                                            .in = {x, weight, bias},
+                                            .nout = 1,
+                                            .out = {c.out[0]},
+                                            .nsaved = 4,
+                                            .saved = {x, weight, c.out[1], c.out[2]}});
         if (y && mean) *mean = c.out[1];
         else ct_tensor_release(c.out[1]);
         if (y && rstd) *rstd = c.out[2];
@@ -298,8 +302,8 @@ ct_status ct_layer_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *wei
         cti_call_release_outputs(&c);
         goto fail;
     }
-    c.i[0] = prod(x->shape, 0, mean->ndim);
-    c.i[1] = prod(ns, 0, nnorm);
+    cti_norm_params p = {.rows = prod(x->shape, 0, mean->ndim), .d = prod(ns, 0, nnorm)};
+    cti_call_params(&c, &p);
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
     if (dx) *dx = c.out[0];
@@ -313,24 +317,27 @@ fail:
 
 /* ---- softmax ------------------------------------------------------------------------------- */
 
-/* Splits x's shape around dim into outer * D * inner. */
-static bool softmax_geom(const char *op, const ct_tensor *x, int dim, int64_t g[3]) {
+/* Splits x's shape around dim into outer * D * inner: p gets them, the wrapped dim and lg. */
+static bool softmax_geom(const char *op, const ct_tensor *x, int dim, bool lg,
+                         cti_softmax_params *p) {
     int d = cti_wrap_dim(op, dim, x->ndim);
     if (d < 0) return false;
+    p->dim = d;
+    p->log = lg;
     if (x->ndim == 0) {
-        g[0] = g[1] = g[2] = 1;
+        p->outer = p->d = p->inner = 1;
         return true;
     }
-    g[0] = prod(x->shape, 0, d);
-    g[1] = x->shape[d];
-    g[2] = prod(x->shape, d + 1, x->ndim);
+    p->outer = prod(x->shape, 0, d);
+    p->d = x->shape[d];
+    p->inner = prod(x->shape, d + 1, x->ndim);
     return true;
 }
 
 static ct_tensor *softmax_fwd(const char *op, ct_op id, ct_tensor *x, int dim, bool lg) {
-    int64_t g[3];
+    cti_softmax_params p;
     if (cti_check_not_null(op, 1, &x) || cti_check_floating(op, x, "x") ||
-        !softmax_geom(op, x, dim, g))
+        !softmax_geom(op, x, dim, lg, &p))
         return NULL;
     temps tp = {.n = 0};
     ct_call c;
@@ -341,14 +348,17 @@ static ct_tensor *softmax_fwd(const char *op, ct_op id, ct_tensor *x, int dim, b
     c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    for (int i = 0; i < 3; i++) c.i[i] = g[i];
-    c.i[3] = lg;
-    if (run(&c, x) == CT_OK) {
-        int64_t i[1] = {dim};
-        out = record(lg ? "LogSoftmaxBackward" : "SoftmaxBackward",
-                     lg ? cti_bw_log_softmax : cti_bw_softmax, 1, &x, c.out[0], 1, &c.out[0],
-                     NULL, 0, i, 1);
-    }
+    cti_call_params(&c, &p);
+    if (run(&c, x) == CT_OK)
+        out = record(&(cti_ag_rec){.name = lg ? "LogSoftmaxBackward" : "SoftmaxBackward",
+                                   .backward = lg ? cti_bw_log_softmax : cti_bw_softmax,
+                                   .nin = 1,
+                                   .in = {x},
+                                   .nout = 1,
+                                   .out = {c.out[0]},
+                                   .nsaved = 1,
+                                   .saved = {c.out[0]},
+                                   CTI_AG_PARAMS(&p)});
 done:
     temps_release(&tp);
     return out;
@@ -364,11 +374,11 @@ ct_tensor *ct_log_softmax(ct_tensor *x, int dim) {
 static ct_tensor *softmax_bwd(const char *op, ct_op id, ct_tensor *grad_y, ct_tensor *y, int dim,
                               bool lg) {
     ct_tensor *req[2] = {grad_y, y};
-    int64_t g[3];
+    cti_softmax_params p;
     if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req) ||
         cti_check_floating(op, y, "y") ||
         check_shape_eq(op, grad_y, "grad_y", y->ndim, y->shape) ||
-        check_same_dtype(op, grad_y, "grad_y", y, "y") || !softmax_geom(op, y, dim, g))
+        check_same_dtype(op, grad_y, "grad_y", y, "y") || !softmax_geom(op, y, dim, lg, &p))
         return NULL;
     temps tp = {.n = 0};
     ct_call c;
@@ -379,8 +389,7 @@ static ct_tensor *softmax_bwd(const char *op, ct_op id, ct_tensor *grad_y, ct_te
     c.out[0] = cti_tensor_new(op, y->ndim, y->shape, y->dtype, dev(y));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    for (int i = 0; i < 3; i++) c.i[i] = g[i];
-    c.i[3] = lg;
+    cti_call_params(&c, &p);
     if (run(&c, y) == CT_OK) out = c.out[0];
 done:
     temps_release(&tp);
@@ -396,14 +405,12 @@ ct_tensor *ct_log_softmax_backward(ct_tensor *grad_y, ct_tensor *y, int dim) {
 
 /* ---- classification losses ------------------------------------------------------------------ */
 
-typedef struct cls_geom {
-    int64_t n, c, inner;
-} cls_geom;
-
-/* input [C] / [N,C] / [N,C,d1,...] against int64 target [] / [N] / [N,d1,...], weight [C]. */
+/* input [C] / [N,C] / [N,C,d1,...] against int64 target [] / [N] / [N,d1,...], weight [C];
+ * p's geometry (n, c, inner) from input, its reduction checked. */
 static ct_status cls_check(const char *op, const ct_tensor *in, const char *in_name,
-                           const ct_tensor *target, const ct_tensor *weight, int reduction,
-                           cls_geom *g) {
+                           const ct_tensor *target, const ct_tensor *weight,
+                           cti_loss_params *p) {
+    int reduction = p->reduction;
     if (cti_check_floating(op, in, in_name)) return ct_last_status();
     if (target->dtype != CT_I64)
         return cti_error(CT_ERR_DTYPE, "%s: expected int64 class indices, got %s", op,
@@ -418,13 +425,13 @@ static ct_status cls_check(const char *op, const ct_tensor *in, const char *in_n
     int64_t want[CT_MAX_DIMS];
     int nw = 0;
     if (in->ndim == 1) {
-        g->n = 1;
-        g->c = in->shape[0];
-        g->inner = 1;
+        p->n = 1;
+        p->c = in->shape[0];
+        p->inner = 1;
     } else {
-        g->n = in->shape[0];
-        g->c = in->shape[1];
-        g->inner = prod(in->shape, 2, in->ndim);
+        p->n = in->shape[0];
+        p->c = in->shape[1];
+        p->inner = prod(in->shape, 2, in->ndim);
         want[nw++] = in->shape[0];
         for (int i = 2; i < in->ndim; i++) want[nw++] = in->shape[i];
     }
@@ -432,9 +439,9 @@ static ct_status cls_check(const char *op, const ct_tensor *in, const char *in_n
         return cti_error(CT_ERR_SHAPE, "%s: target %s does not match %s %s (expected target shape %s)",
                          op, cti_desc(target), in_name, cti_desc(in), cti_shape_s(nw, want));
     if (weight) {
-        if (weight->ndim != 1 || weight->shape[0] != g->c)
+        if (weight->ndim != 1 || weight->shape[0] != p->c)
             return cti_error(CT_ERR_SHAPE, "%s: weight %s must be 1-d with %lld classes", op,
-                             cti_desc(weight), (long long)g->c);
+                             cti_desc(weight), (long long)p->c);
         if (check_same_dtype(op, weight, "weight", in, in_name)) return ct_last_status();
     }
     return CT_OK;
@@ -456,16 +463,17 @@ static ct_status check_smoothing(const char *op, double ls) {
     return cti_error(CT_ERR_INVALID_ARG, "%s: label_smoothing must be in [0, 1], got %g", op, ls);
 }
 
-/* Shared body: forward (grad_loss NULL) or backward of cross_entropy / nll_loss. */
+/* Shared body: forward (grad_loss NULL) or backward of cross_entropy / nll_loss. p holds
+ * the reduction, ignore_index and label_smoothing; the geometry is filled in here. */
 static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_tensor *input,
                            const char *in_name, ct_tensor *target, ct_tensor *weight,
-                           ct_reduction reduction, int64_t ignore_index, double ls) {
+                           cti_loss_params *p) {
     bool bwd = grad_loss != NULL;
     ct_tensor *all[4] = {input, target, weight, grad_loss};
-    cls_geom g = {0, 0, 0};
+    int reduction = p->reduction;
     if (cti_check_not_null(op, 2, all) || cti_check_same_device(op, 4, all) ||
-        cls_check(op, input, in_name, target, weight, (int)reduction, &g) ||
-        check_smoothing(op, ls))
+        cls_check(op, input, in_name, target, weight, p) ||
+        check_smoothing(op, p->label_smoothing))
         return NULL;
     if (bwd && check_grad_loss(op, grad_loss, input, loss_ndim(target, reduction), target->shape))
         return NULL;
@@ -483,12 +491,7 @@ static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_te
     else c.out[0] = cti_tensor_new(op, loss_ndim(target, reduction), target->shape, input->dtype, dev(input));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    c.i[0] = g.n;
-    c.i[1] = g.c;
-    c.i[2] = g.inner;
-    c.i[3] = reduction;
-    c.i[4] = ignore_index;
-    c.f[0] = ls;
+    cti_call_params(&c, p);
     if (run(&c, input) == CT_OK) out = c.out[0];
 done:
     temps_release(&tp);
@@ -499,19 +502,31 @@ done:
  * PyTorch, none to the class indices or the class weights). */
 static ct_tensor *cls_record(const char *name, cti_backward_fn bw, ct_tensor *out,
                              ct_tensor *input, ct_tensor *target, ct_tensor *weight,
-                             ct_reduction reduction, int64_t ignore_index, double ls) {
-    ct_tensor *sv[3] = {input, target, weight};
-    double f[1] = {ls};
-    int64_t i[2] = {reduction, ignore_index};
-    return record(name, bw, 1, &input, out, 3, sv, f, 1, i, 2);
+                             const cti_loss_params *p) {
+    return record(&(cti_ag_rec){.name = name,
+                                .backward = bw,
+                                .nin = 1,
+                                .in = {input},
+                                .nout = 1,
+                                .out = {out},
+                                .nsaved = 3,
+                                .saved = {input, target, weight},
+                                CTI_AG_PARAMS(p)});
+}
+
+/* A class loss's parameters as its caller gives them; cls_loss adds the geometry. */
+static cti_loss_params cls_params(ct_reduction reduction, int64_t ignore_index, double ls) {
+    return (cti_loss_params){
+        .reduction = (int)reduction, .ignore_index = ignore_index, .label_smoothing = ls};
 }
 
 ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                             ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
+    cti_loss_params p = cls_params(reduction, ignore_index, label_smoothing);
     ct_tensor *out = cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits",
-                              target, weight, reduction, ignore_index, label_smoothing);
+                              target, weight, &p);
     return cls_record("CrossEntropyBackward", cti_bw_cross_entropy, out, logits, target, weight,
-                      reduction, ignore_index, label_smoothing);
+                      &p);
 }
 
 ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct_tensor *target,
@@ -519,24 +534,26 @@ ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct
                                      int64_t ignore_index, double label_smoothing) {
     const char *op = "ct_cross_entropy_backward";
     if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
+    cti_loss_params p = cls_params(reduction, ignore_index, label_smoothing);
     return cls_loss(op, CT_OP_CROSS_ENTROPY_BACKWARD, grad_loss, logits, "logits", target,
-                    weight, reduction, ignore_index, label_smoothing);
+                    weight, &p);
 }
 
 ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weight,
                        ct_reduction reduction, int64_t ignore_index) {
+    cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     ct_tensor *out = cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target,
-                              weight, reduction, ignore_index, 0.0);
-    return cls_record("NllLossBackward", cti_bw_nll_loss, out, log_probs, target, weight,
-                      reduction, ignore_index, 0.0);
+                              weight, &p);
+    return cls_record("NllLossBackward", cti_bw_nll_loss, out, log_probs, target, weight, &p);
 }
 
 ct_tensor *ct_nll_loss_backward(ct_tensor *grad_loss, ct_tensor *log_probs, ct_tensor *target,
                                 ct_tensor *weight, ct_reduction reduction, int64_t ignore_index) {
     const char *op = "ct_nll_loss_backward";
     if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
+    cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     return cls_loss(op, CT_OP_NLL_LOSS_BACKWARD, grad_loss, log_probs, "log_probs", target, weight,
-                    reduction, ignore_index, 0.0);
+                    &p);
 }
 
 /* ---- mse -------------------------------------------------------------------------------------- */
@@ -582,12 +599,18 @@ ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reducti
     c.out[0] = cti_tensor_new(op, reduction == CT_REDUCTION_NONE ? nb : 0, bs, input->dtype, dev(input));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    c.i[0] = prod(bs, 0, nb);
-    c.i[1] = reduction;
-    if (run(&c, input) == CT_OK) {
-        int64_t i[1] = {reduction};
-        out = record("MseLossBackward", cti_bw_mse_loss, 2, req, c.out[0], 2, req, NULL, 0, i, 1);
-    }
+    cti_loss_params p = {.n = prod(bs, 0, nb), .reduction = (int)reduction};
+    cti_call_params(&c, &p);
+    if (run(&c, input) == CT_OK)
+        out = record(&(cti_ag_rec){.name = "MseLossBackward",
+                                   .backward = cti_bw_mse_loss,
+                                   .nin = 2,
+                                   .in = {input, target},
+                                   .nout = 1,
+                                   .out = {c.out[0]},
+                                   .nsaved = 2,
+                                   .saved = {input, target},
+                                   CTI_AG_PARAMS(&p)});
 done:
     temps_release(&tp);
     return out;
@@ -629,8 +652,8 @@ ct_tensor *ct_mse_loss_backward(ct_tensor *grad_loss, ct_tensor *input, ct_tenso
     c.out[0] = cti_tensor_new(op, nb, bs, input->dtype, dev(input));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    c.i[0] = prod(bs, 0, nb);
-    c.i[1] = reduction;
+    cti_loss_params p = {.n = prod(bs, 0, nb), .reduction = (int)reduction};
+    cti_call_params(&c, &p);
     if (run(&c, input) != CT_OK) goto done;
     if (same_shape(nb, bs, input->ndim, input->shape)) {
         out = c.out[0];
@@ -675,12 +698,22 @@ ct_tensor *ct_embedding(ct_tensor *weight, ct_tensor *indices) {
     c.out[0] = cti_tensor_new(op, indices->ndim + 1, shape, weight->dtype, dev(weight));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    c.i[0] = weight->shape[0];
-    c.i[1] = weight->shape[1];
-    c.i[2] = cti_numel(indices->ndim, indices->shape);
+    /* The formula reads num_weights and padding_idx (none: the forward has no padding). */
+    cti_embedding_params p = {.num_weights = weight->shape[0],
+                              .d = weight->shape[1],
+                              .n = cti_numel(indices->ndim, indices->shape),
+                              .padding_idx = -1};
+    cti_call_params(&c, &p);
     if (run(&c, weight) == CT_OK)
-        out = record("EmbeddingBackward", cti_bw_embedding, 1, &weight, c.out[0], 1, &indices,
-                     NULL, 0, NULL, 0);
+        out = record(&(cti_ag_rec){.name = "EmbeddingBackward",
+                                   .backward = cti_bw_embedding,
+                                   .nin = 1,
+                                   .in = {weight},
+                                   .nout = 1,
+                                   .out = {c.out[0]},
+                                   .nsaved = 1,
+                                   .saved = {indices},
+                                   CTI_AG_PARAMS(&p)});
 done:
     temps_release(&tp);
     return out;
@@ -715,10 +748,11 @@ ct_tensor *ct_embedding_backward(ct_tensor *grad_out, ct_tensor *indices, int64_
     c.out[0] = cti_tensor_new(op, 2, (const int64_t[]){num_weights, d}, grad_out->dtype, dev(grad_out));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    c.i[0] = num_weights;
-    c.i[1] = d;
-    c.i[2] = cti_numel(indices->ndim, indices->shape);
-    c.i[3] = padding_idx;
+    cti_embedding_params p = {.num_weights = num_weights,
+                              .d = d,
+                              .n = cti_numel(indices->ndim, indices->shape),
+                              .padding_idx = padding_idx};
+    cti_call_params(&c, &p);
     if (run(&c, grad_out) == CT_OK) out = c.out[0];
 done:
     temps_release(&tp);
@@ -736,12 +770,19 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
     const char *op = "ct_dropout";
     if (cti_check_not_null(op, 1, &x) || cti_check_floating(op, x, "x") || check_p(op, p))
         return NULL;
-    double f[1] = {p};
-    ct_tensor *no_mask = NULL;
+    int64_t n = cti_numel(x->ndim, x->shape);
+    cti_dropout_params dp = {.n = n, .p = p};
     /* Identity: no mask (ct_dropout_backward takes NULL). */
     if (!train || p == 0) {
-        ct_tensor *y = record("DropoutBackward", cti_bw_dropout, 1, &x, alias(x), 1, &no_mask, f,
-                              1, NULL, 0);
+        ct_tensor *y = record(&(cti_ag_rec){.name = "DropoutBackward",
+                                            .backward = cti_bw_dropout,
+                                            .nin = 1,
+                                            .in = {x},
+                                            .nout = 1,
+                                            .out = {alias(x)},
+                                            .nsaved = 1,
+                                            .saved = {NULL},
+                                            CTI_AG_PARAMS(&dp)});
         if (y && mask) *mask = NULL;
         return y;
     }
@@ -760,14 +801,20 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
         cti_call_release_outputs(&c);
         goto done;
     }
-    int64_t n = cti_numel(x->ndim, x->shape);
     ct_generator *g = gen ? gen : ct_generator_default();
-    c.i[0] = (int64_t)ct_generator_seed(g);
-    c.i[1] = (int64_t)ct_generator_reserve(g, (uint64_t)n);
-    c.i[2] = n;
-    c.f[0] = p;
+    dp.seed = ct_generator_seed(g);
+    dp.offset = ct_generator_reserve(g, (uint64_t)n);
+    cti_call_params(&c, &dp);
     if (run(&c, x) != CT_OK) goto done;
-    out = record("DropoutBackward", cti_bw_dropout, 1, &x, c.out[0], 1, &c.out[1], f, 1, NULL, 0);
+    out = record(&(cti_ag_rec){.name = "DropoutBackward",
+                               .backward = cti_bw_dropout,
+                               .nin = 1,
+                               .in = {x},
+                               .nout = 1,
+                               .out = {c.out[0]},
+                               .nsaved = 1,
+                               .saved = {c.out[1]},
+                               CTI_AG_PARAMS(&dp)});
     if (out && mask) *mask = c.out[1];
     else ct_tensor_release(c.out[1]);
 done:
@@ -798,8 +845,8 @@ ct_tensor *ct_dropout_backward(ct_tensor *grad_y, ct_tensor *mask, double p) {
     c.out[0] = cti_tensor_new(op, grad_y->ndim, grad_y->shape, grad_y->dtype, dev(grad_y));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    c.i[0] = cti_numel(grad_y->ndim, grad_y->shape);
-    c.f[0] = p;
+    cti_dropout_params dp = {.n = cti_numel(grad_y->ndim, grad_y->shape), .p = p};
+    cti_call_params(&c, &dp);
     if (run(&c, grad_y) == CT_OK) out = c.out[0];
 done:
     temps_release(&tp);

@@ -52,7 +52,11 @@ void cti_cpu_register_elementwise(void); /* unary, binary, where, clamp */
 void cti_cpu_register_reduce(void);
 void cti_cpu_register_linalg(void);
 void cti_cpu_register_conv(void);        /* conv2d and pooling */
-void cti_cpu_register_nn(void);          /* norms, softmax, losses, embedding, dropout */
+void cti_cpu_register_norm(void);        /* rms_norm, layer_norm (the nn files share nn_impl.h) */
+void cti_cpu_register_softmax(void);     /* softmax, log_softmax */
+void cti_cpu_register_loss(void);        /* cross_entropy, nll_loss, mse_loss */
+void cti_cpu_register_embedding(void);
+void cti_cpu_register_dropout(void);
 void cti_cpu_register_optim(void);       /* fused optimizer updates */
 
 #endif

@@ -9,7 +9,11 @@ static void cpu_register(void) {
     cti_cpu_register_reduce();
     cti_cpu_register_linalg();
     cti_cpu_register_conv();
-    cti_cpu_register_nn();
+    cti_cpu_register_norm();
+    cti_cpu_register_softmax();
+    cti_cpu_register_loss();
+    cti_cpu_register_embedding();
+    cti_cpu_register_dropout();
     cti_cpu_register_optim();
 }
 

@@ -1,5 +1,6 @@
 /* The neural-network ops for CUDA tensors, with the CPU kernels' call records
- * (src/backends/cpu/nn.c): softmax and log_softmax and their backward,
+ * (src/backends/cpu/softmax.c, loss.c, embedding.c and dropout.c; the params
+ * structs of schema.h): softmax and log_softmax and their backward,
  * cross_entropy and nll_loss and their backward, mse_loss and its backward,
  * embedding and its backward, dropout and its backward. Inputs arrive
  * contiguous. The C side turns a call into plain pointers and sizes for
@@ -28,8 +29,9 @@ static ct_tensor *scratch(const char *op, int dev, size_t n) {
     return cti_tensor_new(op, 1, &sz, CT_BOOL, CT_CUDA(dev));
 }
 
-/* ---- softmax / log_softmax: i[0] outer, i[1] D, i[2] inner, i[3] log ------------------------ */
+/* ---- softmax / log_softmax: cti_softmax_params outer, d, inner, log -------------------------- */
 static ct_status k_softmax(ct_call *c) {
+    const cti_softmax_params *p = CTI_PARAMS(c, cti_softmax_params);
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
     bool bwd = c->op == CT_OP_SOFTMAX_BACKWARD || c->op == CT_OP_LOG_SOFTMAX_BACKWARD;
@@ -38,16 +40,17 @@ static ct_status k_softmax(ct_call *c) {
     int dev = dev_of(out);
     cudaStream_t st;
     if (cti_cuda_begin(op, dev, &st) != CT_OK) return ct_last_status();
-    cudaError_t e = cti_nn_softmax((int)out->dtype, bwd, c->i[3] != 0, cti_data(c->in[0]),
-                                   bwd ? cti_data(c->in[1]) : NULL, cti_data(out), c->i[0], c->i[1],
-                                   c->i[2], st, &c->routine);
+    cudaError_t e = cti_nn_softmax((int)out->dtype, bwd, p->log, cti_data(c->in[0]),
+                                   bwd ? cti_data(c->in[1]) : NULL, cti_data(out), p->outer, p->d,
+                                   p->inner, st, &c->routine);
     return finish(op, dev, c->op, e);
 }
 
-/* ---- cross_entropy / nll_loss: i[0] N, i[1] C, i[2] inner, i[3] reduction, i[4] ignore_index,
- * f[0] label smoothing. forward: in input, target, weight|NULL; backward: in grad_loss, input,
+/* ---- cross_entropy / nll_loss: cti_loss_params n, c, inner, reduction, ignore_index,
+ * label_smoothing. forward: in input, target, weight|NULL; backward: in grad_loss, input,
  * target, weight|NULL. ------------------------------------------------------------------------ */
 static ct_status k_cls(ct_call *c) {
+    const cti_loss_params *p = CTI_PARAMS(c, cti_loss_params);
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
     bool bwd = c->op == CT_OP_CROSS_ENTROPY_BACKWARD || c->op == CT_OP_NLL_LOSS_BACKWARD;
@@ -64,12 +67,12 @@ static ct_status k_cls(ct_call *c) {
         .grad = bwd ? cti_data(c->in[0]) : NULL,
         .out = cti_data(out),
         .work = NULL,
-        .n = c->i[0],
-        .c = c->i[1],
-        .inner = c->i[2],
-        .reduction = c->i[3],
-        .ignore = c->i[4],
-        .ls = c->f[0],
+        .n = p->n,
+        .c = p->c,
+        .inner = p->inner,
+        .reduction = p->reduction,
+        .ignore = p->ignore_index,
+        .ls = p->label_smoothing,
     };
     int dev = dev_of(out);
     cudaStream_t st;
@@ -85,14 +88,15 @@ static ct_status k_cls(ct_call *c) {
     return s;
 }
 
-/* ---- mse_loss: i[0] numel, i[1] reduction. forward: in input, target; backward: in grad_loss,
- * input, target. ------------------------------------------------------------------------------ */
+/* ---- mse_loss: cti_loss_params n (numel), reduction. forward: in input, target; backward: in
+ * grad_loss, input, target. ------------------------------------------------------------------- */
 static ct_status k_mse(ct_call *c) {
+    const cti_loss_params *p = CTI_PARAMS(c, cti_loss_params);
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
     bool bwd = c->op == CT_OP_MSE_LOSS_BACKWARD;
-    int off = bwd ? 1 : 0, red = (int)c->i[1];
-    int64_t n = c->i[0];
+    int off = bwd ? 1 : 0, red = p->reduction;
+    int64_t n = p->n;
     ct_tensor *out = c->out[0];
     if (numel(out) == 0) return CT_OK;
     int dev = dev_of(out);
@@ -110,8 +114,8 @@ static ct_status k_mse(ct_call *c) {
 }
 
 /* ---- embedding ----------------------------------------------------------------------------------
- * forward: in weight [V, D], indices; out [n, D]; i[0] V, i[1] D, i[2] n.
- * backward: in grad_out [n, D], indices; out [V, D]; i[3] padding_idx.
+ * forward: in weight [V, D], indices; out [n, D]; cti_embedding_params num_weights V, d D, n.
+ * backward: in grad_out [n, D], indices; out [V, D]; and padding_idx.
  * The kernels record the smallest position holding an index outside [0, V)
  * in *bad (all ones: none). */
 
@@ -139,8 +143,9 @@ static ct_status check_bad(const char *op, int dev, cudaStream_t st,
 
 static ct_status k_embedding(ct_call *c) {
     const char *op = "ct_embedding";
+    const cti_embedding_params *p = CTI_PARAMS(c, cti_embedding_params);
     ct_tensor *w = c->in[0], *idx = c->in[1], *out = c->out[0];
-    int64_t v = c->i[0], d = c->i[1], n = c->i[2];
+    int64_t v = p->num_weights, d = p->d, n = p->n;
     if (n == 0) return CT_OK;
     int dev = dev_of(out);
     cudaStream_t st;
@@ -165,8 +170,9 @@ static ct_status k_embedding(ct_call *c) {
 
 static ct_status k_embedding_backward(ct_call *c) {
     const char *op = "ct_embedding_backward";
+    const cti_embedding_params *p = CTI_PARAMS(c, cti_embedding_params);
     ct_tensor *g = c->in[0], *idx = c->in[1], *out = c->out[0];
-    int64_t v = c->i[0], d = c->i[1], n = c->i[2], pad = c->i[3];
+    int64_t v = p->num_weights, d = p->d, n = p->n, pad = p->padding_idx;
     if (n > INT_MAX)
         return cti_error(CT_ERR_INVALID_ARG,
                          "%s: %lld indices on %s exceed the CUDA kernel's limit of %d", op,
@@ -197,9 +203,10 @@ static ct_status k_embedding_backward(ct_call *c) {
     return s;
 }
 
-/* ---- dropout: in x; out y, mask|NULL; i[0] seed, i[1] first draw, i[2] numel; f[0] p.
- * backward: in grad_y, mask; out dx; i[0] numel; f[0] p. ---------------------------------------- */
+/* ---- dropout: in x; out y, mask|NULL; cti_dropout_params seed, offset (the first draw), p.
+ * backward: in grad_y, mask; out dx; p. -------------------------------------------------------- */
 static ct_status k_dropout(ct_call *c) {
+    const cti_dropout_params *p = CTI_PARAMS(c, cti_dropout_params);
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
     bool bwd = c->op == CT_OP_DROPOUT_BACKWARD;
@@ -212,8 +219,7 @@ static ct_status k_dropout(ct_call *c) {
     const uint8_t *mask_in = bwd ? (const uint8_t *)cti_data(c->in[1]) : NULL;
     uint8_t *mask_out = !bwd && c->nout > 1 && c->out[1] ? (uint8_t *)cti_data(c->out[1]) : NULL;
     cudaError_t e = cti_nn_dropout((int)out->dtype, bwd, cti_data(c->in[0]), cti_data(out), mask_in,
-                                   mask_out, n, bwd ? 0 : (uint64_t)c->i[0],
-                                   bwd ? 0 : (uint64_t)c->i[1], c->f[0], st);
+                                   mask_out, n, bwd ? 0 : p->seed, bwd ? 0 : p->offset, p->p, st);
     c->routine = bwd ? "cten_dropout_bwd" : "cten_dropout_philox4x32";
     return finish(op, dev, c->op, e);
 }

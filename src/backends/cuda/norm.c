@@ -1,7 +1,7 @@
 /* CT_OP_RMS_NORM, CT_OP_LAYER_NORM and their backward ops for CUDA tensors:
- * the CPU kernels' call records (src/backends/cpu/nn.c; i[0] rows, i[1] D,
- * f[0] eps, every tensor contiguous as the front ends hand them over) into
- * launches of norm.cu.
+ * the CPU kernels' call records (src/backends/cpu/norm.c; cti_norm_params
+ * rows, d, eps, every tensor contiguous as the front ends hand them over)
+ * into launches of norm.cu.
  *   rms_norm:            in x, weight|NULL;                 out y, inv_rms
  *   rms_norm_backward:   in grad_y, x, weight|NULL, inv_rms; out dx|NULL, dweight|NULL
  *   layer_norm:          in x, weight|NULL, bias|NULL;      out y, mean, rstd
@@ -21,13 +21,14 @@ static void *opt_out(const ct_call *c, int k) {
 }
 
 static ct_status launch(ct_call *c, cti_cuda_norm *a, bool bwd) {
+    const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
     const ct_tensor *x = c->in[bwd ? 1 : 0];
     int dev = x->storage->device.index;
     a->dt = x->dtype;
-    a->rows = c->i[0];
-    a->d = c->i[1];
+    a->rows = p->rows;
+    a->d = p->d;
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
     int sm = cti_cuda_sm_count(dev);
@@ -54,7 +55,7 @@ static ct_status k_rms_norm(ct_call *c) {
     cti_cuda_norm a;
     memset(&a, 0, sizeof a);
     a.layer = false;
-    a.eps = c->f[0];
+    a.eps = CTI_PARAMS(c, cti_norm_params)->eps;
     a.x = cti_data(c->in[0]);
     a.w = opt_data(c->in[1]);
     a.y = cti_data(c->out[0]);
@@ -79,7 +80,7 @@ static ct_status k_layer_norm(ct_call *c) {
     cti_cuda_norm a;
     memset(&a, 0, sizeof a);
     a.layer = true;
-    a.eps = c->f[0];
+    a.eps = CTI_PARAMS(c, cti_norm_params)->eps;
     a.x = cti_data(c->in[0]);
     a.w = opt_data(c->in[1]);
     a.b = opt_data(c->in[2]);

@@ -1,0 +1,173 @@
+/* Private to the CPU kernels of the neural-network ops (norm.c, softmax.c,
+ * loss.c, embedding.c, dropout.c): the row helpers they share.
+ *
+ * Row math runs in f32 for f32/f16/bf16 and in f64 for f64. Halves are
+ * converted a row at a time into per-task scratch, so outputs keep the input
+ * dtype while no sum ever accumulates in 16 bits. The front ends
+ * (src/ops/nn.c) hand over contiguous inputs and contiguous outputs.
+ *
+ * Sums use NACC independent accumulators so that they vectorize without
+ * reassociation flags; -O2 vectorizes only trivial loops, hence the
+ * #pragma GCC optimize("O3") that each of those files starts with, before
+ * any include. 64 of them are four AVX-512 vectors: with one, each add waits
+ * for the last (4 cycles), which made softmax over 4096-wide rows (read from
+ * L1 after the first pass) 1.4x slower.
+ *
+ * The typed reductions at the end (sum, dot, max) are written once over NN_T
+ * and compiled per row type through nn_types.h, as the typed parts of the
+ * kernel files are. */
+#ifndef NN_T
+#ifndef CTEN_CPU_NN_IMPL_H
+#define CTEN_CPU_NN_IMPL_H
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_impl.h"
+#include "tensor/ops.h"
+
+#define NACC 64
+
+/* The helpers are plain static functions, not inline ones, so that GCC
+ * weighs inlining them as it did when the kernels were measured (inline
+ * would pull every use of them into its caller); unused, as no file uses
+ * them all. */
+#define NN_HELPER static __attribute__((unused))
+
+/* ---- a vectorizable expf -------------------------------------------------------------
+ * exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, with Cephes'
+ * degree-6 polynomial for exp(r) (about 1 ulp). Results below FLT_MIN flush to
+ * 0; x > 88 gives inf (softmax only passes x <= 0). Written branch-free on
+ * scalars so GCC vectorizes the loops that call it, which it cannot do with
+ * libm's expf. */
+static inline float fexp(float x) {
+    float xc = x < -87.33654f ? -87.33654f : (x > 88.0f ? 88.0f : x);
+    float t = xc * 1.44269504088896341f + 12582912.0f; /* rounds to an integer */
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t ti;
+    memcpy(&ti, &t, sizeof ti);
+    int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float res = p * scale;
+    res = x < -87.33654f ? 0.0f : res;
+    res = x > 88.0f ? INFINITY : res;
+    return x != x ? x : res;
+}
+
+/* ---- dtype conversion of rows (f16/bf16 <-> f32); stride in elements ------------------ */
+NN_HELPER void load_f32(const void *src, ct_dtype dt, int64_t n, int64_t stride,
+                        float *restrict dst) {
+    if (dt == CT_F16) {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = ct_f16_to_f32(s[i * stride]);
+    } else if (dt == CT_BF16) {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = cti_bf16_to_f32(s[i * stride]);
+    } else {
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = s[i * stride];
+    }
+}
+
+NN_HELPER void store_f32(const float *restrict src, ct_dtype dt, int64_t n, int64_t stride,
+                         void *dst) {
+    if (dt == CT_F16) {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i * stride] = ct_f32_to_f16(src[i]);
+    } else if (dt == CT_BF16) {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i * stride] = cti_f32_to_bf16(src[i]);
+    } else {
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i * stride] = src[i];
+    }
+}
+
+NN_HELPER bool is_half(ct_dtype dt) { return dt == CT_F16 || dt == CT_BF16; }
+
+/* Scratch for a task; never NULL for n == 0 so that NULL always means OOM. */
+NN_HELPER void *scratch(size_t n) { return malloc(n ? n : 1); }
+
+/* Splits n items into chunks of at least grain items, at most one per thread,
+ * so per-chunk partial sums reduce in a fixed order for a given thread count. */
+NN_HELPER int64_t num_chunks(int64_t n, int64_t grain) {
+    int64_t k = grain > 0 ? n / grain : n;
+    int64_t t = cti_cpu_threads();
+    if (k > t) k = t;
+    return k < 1 ? 1 : k;
+}
+NN_HELPER int64_t chunk_begin(int64_t n, int64_t nchunk, int64_t c) { return n * c / nchunk; }
+
+NN_HELPER int64_t row_grain(int64_t d) {
+    int64_t g = CTI_GRAIN / (d > 0 ? d : 1);
+    return g < 1 ? 1 : g;
+}
+
+/* A kernel registered for every floating dtype. */
+typedef struct nn_kernel {
+    ct_op op;
+    cti_kernel_fn fn;
+    const char *name;
+} nn_kernel;
+
+NN_HELPER void nn_register_floating(const nn_kernel *ks, size_t n) {
+    static const ct_dtype fl[] = {CT_F32, CT_F64, CT_F16, CT_BF16};
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < sizeof fl / sizeof fl[0]; j++)
+            cti_register_kernel(ks[i].op, CT_DEVICE_CPU, fl[j], ks[i].fn, ks[i].name);
+}
+
+#define NN_TYPED "nn_impl.h"
+#include "nn_types.h"
+
+#endif /* CTEN_CPU_NN_IMPL_H */
+#else /* NN_T: the reductions the kernel files share, once per row type */
+
+NN_HELPER NN_T NN_F(sum)(const NN_T *restrict x, int64_t n) {
+    NN_T acc[NACC] = {0};
+    int64_t i = 0;
+    for (; i + NACC <= n; i += NACC)
+        for (int j = 0; j < NACC; j++) acc[j] += x[i + j];
+    NN_T s = 0;
+    for (int j = 0; j < NACC; j++) s += acc[j];
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+NN_HELPER NN_T NN_F(dot)(const NN_T *restrict a, const NN_T *restrict b, int64_t n) {
+    NN_T acc[NACC] = {0};
+    int64_t i = 0;
+    for (; i + NACC <= n; i += NACC)
+        for (int j = 0; j < NACC; j++) acc[j] += a[i + j] * b[i + j];
+    NN_T s = 0;
+    for (int j = 0; j < NACC; j++) s += acc[j];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* NaN-ignoring max; a NaN still poisons the softmax sum that follows. */
+NN_HELPER NN_T NN_F(max)(const NN_T *restrict x, int64_t n) {
+    NN_T acc[NACC];
+    for (int j = 0; j < NACC; j++) acc[j] = -INFINITY;
+    int64_t i = 0;
+    for (; i + NACC <= n; i += NACC)
+        for (int j = 0; j < NACC; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    NN_T m = -INFINITY;
+    for (int j = 0; j < NACC; j++) m = acc[j] > m ? acc[j] : m;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+#endif
