@@ -1,5 +1,5 @@
 /* Private: backward formulas, one per differentiable op, used by the front
- * ends in src/dispatch/ when they record. Each file of formulas_*.c declares
+ * ends in src/ops/ when they record. Each file of formulas_*.c declares
  * its functions here. */
 #ifndef CTEN_FORMULAS_H
 #define CTEN_FORMULAS_H

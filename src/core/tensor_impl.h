@@ -115,7 +115,7 @@ static inline void cti_bump_version(ct_tensor *t) {
 ct_tensor *cti_try_view(const char *op, ct_tensor *t, int ndim, const int64_t *shape,
                         bool *viewable);
 
-/* ---- views without autograd (the public ct_ versions in src/dispatch/views.c
+/* ---- views without autograd (the public ct_ versions in src/ops/views.c
  * record history on top of these) ---------------------------------------------- */
 ct_tensor *cti_view(ct_tensor *t, int ndim, const int64_t *shape);
 ct_tensor *cti_transpose(ct_tensor *t, int dim0, int dim1);

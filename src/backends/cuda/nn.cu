@@ -2,7 +2,7 @@
 // backward over any dim, cross-entropy fused from the logits (no softmax is
 // stored), nll_loss, mse_loss, embedding and its backward, dropout.
 //
-// Inputs are contiguous (the front ends in src/dispatch/nn.c copy the others)
+// Inputs are contiguous (the front ends in src/ops/nn.c copy the others)
 // and viewed as [outer, D, inner] (softmax) or [N, C, inner] (losses). Math
 // runs in f32 for f32/f16/bf16 and in f64 for f64, as on the CPU; sums of
 // losses run in f64. Every reduction folds in an order fixed by the shapes
@@ -1062,7 +1062,7 @@ cudaError_t emb_bwd_dt(const void *g, const I *idx, void *out, int64_t v, int64_
 }
 
 // ---- dropout ------------------------------------------------------------------------------------
-// The CPU's layout (src/backends/cpu/nn.c): element k is kept iff the f32
+// The CPU's layout (src/backends/cpu/dropout.c): element k is kept iff the f32
 // uniform of Philox draw first + k, (word >> 8) * 2^-24, is >= p. One thread
 // per Philox block of four draws, so masks equal the CPU's for the same
 // generator state.

@@ -1,5 +1,5 @@
 // RMSNorm and LayerNorm, forward and backward, over rows of D contiguous
-// elements, with the CPU kernels' formulas (src/backends/cpu/nn.c) and their
+// elements, with the CPU kernels' formulas (src/backends/cpu/norm.c) and their
 // statistics: float for f16/bf16/f32 (which compute in float), double for
 // f64.
 //
