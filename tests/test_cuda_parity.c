@@ -629,8 +629,8 @@ static void test_cpu_scalar_operand(void **state) {
         c.nin = 2;
         c.out[0] = outs[1];
         c.nout = 1;
-        c.f[0] = 1;
-        c.i[0] = 1;
+        cti_pointwise_params p = {.alpha = 1, .ialpha = 1};
+        cti_call_params(&c, &p);
         assert_int_equal(cti_dispatch(&c, CT_CUDA(0), dt), CT_OK);
         pcase pc = {CT_OP_MUL, 1, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, 1};
         assert_true(compare(&pc, dt, 0, 0, outs[0], outs[1]));

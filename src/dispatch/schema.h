@@ -61,11 +61,12 @@ typedef struct cti_random_params {
     uint64_t seed, offset;
 } cti_random_params;
 
-/* Unary, binary, where and clamp. alpha/ialpha: add and sub compute
- * a + alpha * b (sub passes -alpha); ialpha is alpha for integer results.
- * lo/hi, ilo/ihi: clamp's bounds in floating and integer form. scalar: the
- * number of a tensor-scalar op (mul, div, pow, maximum, minimum), which its
- * backward formula reads. */
+/* Unary, binary, where and clamp (the ops without parameters pass it
+ * zeroed). alpha/ialpha: add and sub compute a + alpha * b (sub passes
+ * -alpha); ialpha is alpha for integer results. lo/hi, ilo/ihi: clamp's
+ * bounds in floating and integer form (an absent bound is infinite). scalar:
+ * the number of a tensor-scalar op (mul, div, pow, maximum, minimum), which
+ * its backward formula reads. */
 typedef struct cti_pointwise_params {
     double alpha;
     int64_t ialpha;

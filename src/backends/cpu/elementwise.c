@@ -6,7 +6,12 @@
  * (stride 0) operand, and a strided branch. float16/bfloat16 loops convert
  * blocks of elements to float32, apply the float32 expression and convert
  * back, so the arithmetic vectorizes too. Integer arithmetic wraps (computed
- * in the unsigned type) as PyTorch's does. */
+ * in the unsigned type) as PyTorch's does.
+ *
+ * The ops with parameters (cti_pointwise_params), per element:
+ *   add, sub: out = a + alpha * b (sub's front end passes -alpha)
+ *   clamp:    out = min(max(x, lo), hi), NaN bounds giving NaN
+ * The rest take none; each row below is its element expression. */
 #pragma GCC optimize("O3", "no-math-errno")
 
 #include <math.h>
@@ -18,23 +23,22 @@
 
 #include "cpu_impl.h"
 
-/* Kernel parameters (front end: f[0] alpha or min, f[1] max; i[0] integer
- * alpha or min, i[1] integer max) and the operands' dtypes. */
-typedef struct ew_params {
-    double alpha, lo, hi;
-    int64_t ialpha, ilo, ihi;
+/* What an inner loop sees: the call's parameters (cti_pointwise_params:
+ * add/sub's alpha, clamp's bounds) and the operands' dtypes. */
+typedef struct ew_ctx {
+    const cti_pointwise_params *p;
     ct_dtype dt[CTI_MAX_OPERANDS];
-} ew_params;
+} ew_ctx;
 
 /* Loop-invariant parameters in the compute type, named p_* in expressions. */
-#define FPARAMS(T)                                                     \
-    const T p_alpha = (T)P->alpha, p_lo = (T)P->lo, p_hi = (T)P->hi;   \
+#define FPARAMS(T)                                                               \
+    const T p_alpha = (T)P->p->alpha, p_lo = (T)P->p->lo, p_hi = (T)P->p->hi;    \
     (void)p_alpha; (void)p_lo; (void)p_hi;
-#define IPARAMS(T)                                                     \
-    const T p_alpha = (T)P->ialpha, p_lo = (T)P->ilo, p_hi = (T)P->ihi; \
+#define IPARAMS(T)                                                               \
+    const T p_alpha = (T)P->p->ialpha, p_lo = (T)P->p->ilo, p_hi = (T)P->p->ihi; \
     (void)p_alpha; (void)p_lo; (void)p_hi;
-#define BPARAMS(T)                                                     \
-    const T p_alpha = P->ialpha != 0, p_lo = 0, p_hi = 1;              \
+#define BPARAMS(T)                                                               \
+    const T p_alpha = P->p->ialpha != 0, p_lo = 0, p_hi = 1;                     \
     (void)p_alpha; (void)p_lo; (void)p_hi;
 
 /* ---- float16 / bfloat16 blocks -------------------------------------------------- */
@@ -116,7 +120,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
  * parameters p_*, and the elements x (unary) or a, b (binary). */
 #define UNARY_LOOP(name, T, UT, O, PARAMS, EXPR)                                       \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef T cT;                                                                  \
         typedef UT uT;                                                                 \
         PARAMS(T)                                                                      \
@@ -140,7 +144,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 
 #define BINARY_LOOP(name, T, UT, O, PARAMS, EXPR)                                      \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef T cT;                                                                  \
         typedef UT uT;                                                                 \
         PARAMS(T)                                                                      \
@@ -182,7 +186,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 /* float16/bfloat16 (ODT: the output dtype, CT_F16, CT_BF16 or CT_BOOL). */
 #define LP_UNARY_LOOP(name, ODT, EXPR)                                                 \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef float cT;                                                              \
         FPARAMS(float)                                                                 \
         float buf[BLK];                                                                \
@@ -199,7 +203,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 
 #define LP_BINARY_LOOP(name, ODT, EXPR)                                                \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef float cT;                                                              \
         FPARAMS(float)                                                                 \
         float fa[BLK], fb[BLK];                                                        \
@@ -218,7 +222,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 /* ---- kernels: the call's operands and parameters into the iterator --------------- */
 #define KERNEL(kname, loop, nin)                                                       \
     static ct_status kname(ct_call *c) {                                               \
-        ew_params P;                                                                   \
+        ew_ctx P = {.p = CTI_PARAMS(c, cti_pointwise_params)};                         \
         ct_tensor *ops[CTI_MAX_OPERANDS];                                              \
         ops[0] = c->out[0];                                                            \
         P.dt[0] = ops[0]->dtype;                                                       \
@@ -226,10 +230,6 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
             ops[k + 1] = c->in[k];                                                     \
             P.dt[k + 1] = c->in[k]->dtype;                                             \
         }                                                                              \
-        P.alpha = P.lo = c->f[0];                                                      \
-        P.hi = c->f[1];                                                                \
-        P.ialpha = P.ilo = c->i[0];                                                    \
-        P.ihi = c->i[1];                                                               \
         return cti_cpu_foreach((nin) + 1, ops, loop, &P);                              \
     }
 
