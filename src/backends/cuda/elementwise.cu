@@ -11,6 +11,9 @@
 // read once per thread and never indexed.
 #include <string.h>
 
+#include <array>
+#include <utility>
+
 #include "kernels.cuh"
 #include "ops_impl.h"
 
@@ -84,10 +87,15 @@ template <class V> __device__ __forceinline__ V ipow(V a, V b) {
 enum { F_FLOAT = 1, F_INT = 2, F_BOOL = 4 };
 constexpr int F_FI = F_FLOAT | F_INT, F_ALL = F_FLOAT | F_INT | F_BOOL;
 
-template <int OP> struct Op;
+// Op<OP>: the op's arity, dtype families and element function; the launch
+// table below holds every op given one (a UOP or BOP row), nothing else.
+template <int OP> struct Op {
+    static constexpr bool defined = false;
+};
 
 #define UOP(ID, FAM, R, ...)                                                                \
     template <> struct Op<CT_OP_##ID> {                                                     \
+        static constexpr bool defined = true;                                               \
         static constexpr int nin = 1, fam = FAM;                                            \
         static constexpr bool to_bool = std::is_same<R<float>, bool>::value;                \
         template <class V> __device__ __forceinline__ static R<V> f(V x, const Prm<V> &p) { \
@@ -100,6 +108,7 @@ template <int OP> struct Op;
     };
 #define BOP(ID, FAM, R, ...)                                                                \
     template <> struct Op<CT_OP_##ID> {                                                     \
+        static constexpr bool defined = true;                                               \
         static constexpr int nin = 2, fam = FAM;                                            \
         static constexpr bool to_bool = std::is_same<R<float>, bool>::value;                \
         template <class V>                                                                  \
@@ -446,44 +455,34 @@ cudaError_t launch_where(const cti_cuda_ew *e, int sms, cudaStream_t st, const c
 
 typedef cudaError_t (*launch_fn)(const cti_cuda_ew *, int, cudaStream_t, const char **);
 
-// The launcher of (OP, DT), or NULL where the CPU registers no kernel.
+// The launcher of (OP, DT), or NULL where the op has no row or the CPU
+// registers no kernel for the dtype.
 template <int OP, int DT> constexpr launch_fn entry() {
-    if constexpr ((Op<OP>::fam & fam_of(DT)) != 0) return launch_op<OP, DT>;
-    else return nullptr;
+    if constexpr (Op<OP>::defined) {
+        if constexpr ((Op<OP>::fam & fam_of(DT)) != 0) return launch_op<OP, DT>;
+    }
+    return nullptr;
 }
 
-template <int OP> launch_fn pick(int dt) {
-    switch (dt) {
-    case CT_BOOL: return entry<OP, CT_BOOL>();
-    case CT_I32: return entry<OP, CT_I32>();
-    case CT_I64: return entry<OP, CT_I64>();
-    case CT_F16: return entry<OP, CT_F16>();
-    case CT_BF16: return entry<OP, CT_BF16>();
-    case CT_F32: return entry<OP, CT_F32>();
-    case CT_F64: return entry<OP, CT_F64>();
-    default: return nullptr;
-    }
+// The launchers of every (op, dtype), built at compile time from the rows.
+typedef std::array<launch_fn, CT_NUM_DTYPES> launch_row;
+template <int OP, int... DT> constexpr launch_row row_of(std::integer_sequence<int, DT...>) {
+    return launch_row{{entry<OP, DT>()...}};
 }
+template <int... OP>
+constexpr std::array<launch_row, sizeof...(OP)> table_of(std::integer_sequence<int, OP...>) {
+    return {{row_of<OP>(std::make_integer_sequence<int, CT_NUM_DTYPES>{})...}};
+}
+constexpr auto kLaunch = table_of(std::make_integer_sequence<int, CT_NUM_OPS>{});
 
 launch_fn find(int op, int dt) {
-    switch (op) {
-#define CASE(ID) \
-    case CT_OP_##ID: return pick<CT_OP_##ID>(dt);
-        CASE(NEG) CASE(ABS) CASE(EXP) CASE(LOG) CASE(SQRT) CASE(RSQRT) CASE(SIN) CASE(COS)
-        CASE(TANH) CASE(SIGMOID) CASE(RELU) CASE(GELU) CASE(GELU_TANH) CASE(SILU)
-        CASE(RECIPROCAL) CASE(SQUARE) CASE(SIGN) CASE(LOGICAL_NOT) CASE(CLAMP)
-        CASE(ADD) CASE(SUB) CASE(MUL) CASE(DIV) CASE(POW) CASE(MAXIMUM) CASE(MINIMUM)
-        CASE(EQ) CASE(NE) CASE(LT) CASE(LE) CASE(GT) CASE(GE) CASE(LOGICAL_AND) CASE(LOGICAL_OR)
-#undef CASE
-    case CT_OP_WHERE:
-        if ((unsigned)dt >= CT_NUM_DTYPES) return nullptr;
-        switch (ct_dtype_size((ct_dtype)dt)) {
-        case 1: return launch_where<uint8_t>;
-        case 2: return launch_where<uint16_t>;
-        case 4: return launch_where<uint32_t>;
-        default: return launch_where<uint64_t>;
-        }
-    default: return nullptr;
+    if ((unsigned)op >= CT_NUM_OPS || (unsigned)dt >= CT_NUM_DTYPES) return nullptr;
+    if (op != CT_OP_WHERE) return kLaunch[op][dt];
+    switch (ct_dtype_size((ct_dtype)dt)) {
+    case 1: return launch_where<uint8_t>;
+    case 2: return launch_where<uint16_t>;
+    case 4: return launch_where<uint32_t>;
+    default: return launch_where<uint64_t>;
     }
 }
 
