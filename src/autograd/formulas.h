@@ -39,6 +39,7 @@ CTI_BW(cti_bw_relu);
 CTI_BW(cti_bw_gelu);
 CTI_BW(cti_bw_gelu_tanh);
 CTI_BW(cti_bw_silu);
+CTI_BW(cti_bw_softplus);
 CTI_BW(cti_bw_reciprocal);
 CTI_BW(cti_bw_square);
 CTI_BW(cti_bw_sign);

@@ -430,6 +430,26 @@ CTI_BW(cti_bw_silu) {
     return chain(go, drop2(ct_mul(s, one), s, one), &gi[0]);
 }
 
+/* Saved: x; params beta, threshold. dy/dx = sigmoid(beta x), and 1 where
+ * beta x > threshold (the forward's linear branch), as PyTorch's
+ * softplus_backward; beta x is formed as the forward forms it (in float32
+ * for float16/bfloat16), so both take the same branch. */
+CTI_BW(cti_bw_softplus) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    const cti_pointwise_params *p = PARAMS(n);
+    SAVED(x0, 0);
+    ct_tensor *x = up(x0);
+    if (!x) return ct_last_status();
+    ct_tensor *bx = drop(ct_mul_scalar(x, p->beta), x);
+    if (!bx) return ct_last_status();
+    ct_tensor *linear = ct_gt_scalar(bx, p->threshold);
+    ct_tensor *s = drop(ct_sigmoid(bx), bx);
+    if (!linear || !s) return ct_last_status();
+    ct_tensor *gs = drop(ct_mul(go[0], s), s);
+    if (!gs) return ct_last_status();
+    return put(&gi[0], drop2(ct_where(linear, go[0], gs), linear, gs));
+}
+
 /* Saved: out. -out^2. */
 CTI_BW(cti_bw_reciprocal) {
     if (!go[0] || !n->needs[0]) return CT_OK;

@@ -560,9 +560,10 @@ ct_status ct_div_scalar_(ct_tensor *a, double s) {
 
 /* ---- unary ---------------------------------------------------------------------------------- */
 typedef enum un_kind {
-    UK_FLOAT,   /* float math: integers and bool compute in float32 */
-    UK_KEEP,    /* keeps the dtype (integers too) */
-    UK_LOGICAL, /* any dtype in, bool out */
+    UK_FLOAT,      /* float math: integers and bool compute in float32 */
+    UK_KEEP,       /* keeps the dtype (integers too) */
+    UK_LOGICAL,    /* any dtype in, bool out */
+    UK_FLOAT_ONLY, /* floating dtypes only: integers and bool refused, as PyTorch does */
 } un_kind;
 
 /* What a unary node saves for its formula: x, out (where the derivative is
@@ -577,8 +578,13 @@ typedef struct un_spec {
     un_save save;
 } un_spec;
 
-/* Compute dtype for x, or an error for bool where PyTorch refuses it. */
-static ct_status unary_dtype(const un_spec *sp, ct_dtype dt, ct_dtype *cd) {
+/* Compute dtype for x, or an error where PyTorch refuses x's dtype. */
+static ct_status unary_dtype(const un_spec *sp, const ct_tensor *x, ct_dtype *cd) {
+    ct_dtype dt = x->dtype;
+    if (sp->kind == UK_FLOAT_ONLY) {
+        *cd = dt;
+        return cti_check_floating(sp->name, x, "x");
+    }
     if (sp->kind == UK_FLOAT) {
         *cd = ct_dtype_is_floating(dt) ? dt : CT_F32;
         return CT_OK;
@@ -632,7 +638,7 @@ static ct_status unary_record(const un_spec *sp, ct_tensor *x, ct_tensor *out,
 static ct_tensor *unary_p(const un_spec *sp, ct_tensor *x, const cti_pointwise_params *p) {
     if (!x) return (cti_check_not_null(sp->name, 1, &x), NULL);
     ct_dtype cd;
-    if (unary_dtype(sp, x->dtype, &cd) != CT_OK) return NULL;
+    if (unary_dtype(sp, x, &cd) != CT_OK) return NULL;
     ct_dtype od = sp->kind == UK_LOGICAL ? CT_BOOL : cd;
     ct_tensor *out = cti_tensor_new(sp->name, x->ndim, x->shape, od, dev_of(x));
     if (!out) return NULL;
@@ -650,7 +656,7 @@ static ct_status unary_inplace(const un_spec *sp, ct_tensor *x) {
     ct_status st = check_autograd(sp->name, x, NULL);
     if (st != CT_OK) return st;
     ct_dtype cd;
-    if ((st = unary_dtype(sp, x->dtype, &cd)) != CT_OK) return st;
+    if ((st = unary_dtype(sp, x, &cd)) != CT_OK) return st;
     if ((st = check_cast(sp->name, cd, x->dtype)) != CT_OK) return st;
     if ((st = check_no_overlap(sp->name, x)) != CT_OK) return st;
     if (cd != x->dtype) {
@@ -682,6 +688,7 @@ USPEC(u_relu, "ct_relu", RELU, UK_KEEP, "ReluBackward", SAVE_OUT);
 USPEC(u_gelu, "ct_gelu", GELU, UK_FLOAT, "GeluBackward", SAVE_X);
 USPEC(u_gelu_tanh, "ct_gelu", GELU_TANH, UK_FLOAT, "GeluBackward", SAVE_X);
 USPEC(u_silu, "ct_silu", SILU, UK_FLOAT, "SiluBackward", SAVE_X);
+USPEC(u_softplus, "ct_softplus", SOFTPLUS, UK_FLOAT_ONLY, "SoftplusBackward", SAVE_X);
 USPEC(u_reciprocal, "ct_reciprocal", RECIPROCAL, UK_FLOAT, "ReciprocalBackward", SAVE_OUT);
 USPEC(u_square, "ct_square", SQUARE, UK_KEEP, "SquareBackward", SAVE_X);
 USPEC(u_sign, "ct_sign", SIGN, UK_KEEP, "SignBackward", SAVE_NONE);
@@ -711,6 +718,10 @@ ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate) {
     return unary(approximate == CT_GELU_TANH ? &u_gelu_tanh : &u_gelu, x);
 }
 ct_tensor *ct_silu(ct_tensor *x) { return unary(&u_silu, x); }
+ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold) {
+    cti_pointwise_params p = {.beta = beta, .threshold = threshold};
+    return unary_p(&u_softplus, x, &p);
+}
 ct_tensor *ct_reciprocal(ct_tensor *x) { return unary(&u_reciprocal, x); }
 ct_tensor *ct_square(ct_tensor *x) { return unary(&u_square, x); }
 ct_tensor *ct_sign(ct_tensor *x) { return unary(&u_sign, x); }

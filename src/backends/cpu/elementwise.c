@@ -11,6 +11,7 @@
  * The ops with parameters (cti_pointwise_params), per element:
  *   add, sub: out = a + alpha * b (sub's front end passes -alpha)
  *   clamp:    out = min(max(x, lo), hi), NaN bounds giving NaN
+ *   softplus: out = log(1 + exp(beta x)) / beta, or x where beta x > threshold
  * The rest take none; each row below is its element expression. */
 #pragma GCC optimize("O3", "no-math-errno")
 
@@ -24,7 +25,8 @@
 #include "cpu_impl.h"
 
 /* What an inner loop sees: the call's parameters (cti_pointwise_params:
- * add/sub's alpha, clamp's bounds) and the operands' dtypes. */
+ * add/sub's alpha, clamp's bounds, softplus's beta and threshold) and the
+ * operands' dtypes. */
 typedef struct ew_ctx {
     const cti_pointwise_params *p;
     ct_dtype dt[CTI_MAX_OPERANDS];
@@ -33,7 +35,8 @@ typedef struct ew_ctx {
 /* Loop-invariant parameters in the compute type, named p_* in expressions. */
 #define FPARAMS(T)                                                               \
     const T p_alpha = (T)P->p->alpha, p_lo = (T)P->p->lo, p_hi = (T)P->p->hi;    \
-    (void)p_alpha; (void)p_lo; (void)p_hi;
+    const T p_beta = (T)P->p->beta, p_threshold = (T)P->p->threshold;            \
+    (void)p_alpha; (void)p_lo; (void)p_hi; (void)p_beta; (void)p_threshold;
 #define IPARAMS(T)                                                               \
     const T p_alpha = (T)P->p->ialpha, p_lo = (T)P->p->ilo, p_hi = (T)P->p->ihi; \
     (void)p_alpha; (void)p_lo; (void)p_hi;
@@ -368,6 +371,9 @@ IPOW_FN(ipow_i64, int64_t, uint64_t)
     X(GELU_TANH, gelu_tanh, U_FLOAT,                                                   \
       (cT)0.5 * x * ((cT)1 + tanh((cT)SQRT_2_OVER_PI * (x + (cT)0.044715 * x * x * x)))) \
     X(SILU, silu, U_FLOAT, x / ((cT)1 + exp(-x)))                                      \
+    /* log1p keeps exp(beta x) when it is tiny: no underflow to 0 early */             \
+    X(SOFTPLUS, softplus, U_FLOAT,                                                     \
+      x * p_beta > p_threshold ? x : log1p(exp(x * p_beta)) / p_beta)                  \
     X(RECIPROCAL, reciprocal, U_FLOAT, (cT)1 / x)                                      \
     X(SQUARE, square, U_FLOAT, x * x)                                                  \
     X(SQUARE, square, U_INT, (cT)((uT)x * (uT)x))                                      \

@@ -55,13 +55,17 @@ static ct_tensor *converted(const char *op, ct_tensor *t, ct_dtype dt, int dev) 
 
 /* The op's parameters into the launch record's two floating and two integer
  * values, which elementwise.cu reads as the op's own: add/sub's alpha
- * (f0, i0), clamp's bounds (f0, i0 the lower, f1, i1 the upper). */
+ * (f0, i0), clamp's bounds (f0, i0 the lower, f1, i1 the upper), softplus's
+ * beta and threshold (f0, f1). */
 static void launch_params(cti_cuda_ew *e, ct_op op, const cti_pointwise_params *p) {
     if (op == CT_OP_CLAMP) {
         e->f0 = p->lo;
         e->f1 = p->hi;
         e->i0 = p->ilo;
         e->i1 = p->ihi;
+    } else if (op == CT_OP_SOFTPLUS) {
+        e->f0 = p->beta;
+        e->f1 = p->threshold;
     } else {
         e->f0 = p->alpha;
         e->i0 = p->ialpha;

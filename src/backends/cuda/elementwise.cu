@@ -35,6 +35,8 @@ __device__ __forceinline__ float mexp(float x) { return expf(x); }
 __device__ __forceinline__ double mexp(double x) { return exp(x); }
 __device__ __forceinline__ float mlog(float x) { return logf(x); }
 __device__ __forceinline__ double mlog(double x) { return log(x); }
+__device__ __forceinline__ float mlog1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double mlog1p(double x) { return log1p(x); }
 __device__ __forceinline__ float msqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double msqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float msin(float x) { return sinf(x); }
@@ -57,8 +59,9 @@ __device__ __forceinline__ double madd(double a, double al, double b) {
     return __dadd_rn(a, __dmul_rn(al, b));
 }
 
+// The op's parameters in its compute type (cti_pointwise_params' names).
 template <class V> struct Prm {
-    V alpha, lo, hi;
+    V alpha, lo, hi, beta, threshold;
 };
 
 // Integer power by repeated squaring, wrapping; negative exponents give
@@ -140,6 +143,9 @@ UOP(GELU, F_FLOAT, Same, return (V)0.5 * x * ((V)1 + merf(x * (V)SQRT1_2));)
 UOP(GELU_TANH, F_FLOAT, Same,
     return (V)0.5 * x * ((V)1 + mtanh((V)SQRT_2_OVER_PI * (x + (V)0.044715 * x * x * x)));)
 UOP(SILU, F_FLOAT, Same, return x / ((V)1 + mexp(-x));)
+UOP(SOFTPLUS, F_FLOAT, Same,
+    const V bx = x * p.beta;
+    return bx > p.threshold ? x : mlog1p(mexp(bx)) / p.beta;)
 UOP(RECIPROCAL, F_FLOAT, Same, return (V)1 / x;)
 UOP(SQUARE, F_FI, Same, if constexpr (isf<V>) return x * x; else return (V)((U)x * (U)x);)
 UOP(SIGN, F_ALL, Same,
@@ -224,18 +230,23 @@ template <class V> __device__ __forceinline__ V scalar_value(const KArgs &a, int
     else return (V)i;
 }
 
+// The launch record's first and second parameter (f0/i0, f1/i1) under the
+// names of the ops that read them (cuda/elementwise.c fills them by op: add
+// and sub alpha; clamp lo, hi; softplus beta, threshold).
 template <class V> __device__ __forceinline__ Prm<V> params(const KArgs &a) {
     Prm<V> p;
     if constexpr (isf<V>) {
-        p.alpha = p.lo = (V)a.f0;
-        p.hi = (V)a.f1;
+        p.alpha = p.lo = p.beta = (V)a.f0;
+        p.hi = p.threshold = (V)a.f1;
     } else if constexpr (isb<V>) {
         p.alpha = a.i0 != 0;
         p.lo = 0;
         p.hi = 1;
+        p.beta = p.threshold = 0;
     } else {
         p.alpha = p.lo = (V)a.i0;
         p.hi = (V)a.i1;
+        p.beta = p.threshold = 0;
     }
     return p;
 }
