@@ -72,6 +72,12 @@ static void launch_params(cti_cuda_ew *e, ct_op op, const cti_pointwise_params *
     }
 }
 
+/* What a call without parameters means. Until their families pass
+ * cti_pointwise_params, cuda/conv.c's add_bias (ADD) and cuda/blas.c's
+ * scaled_input (MUL) dispatch with none, meaning alpha 1; once the
+ * dispatcher requires the schema's struct of every call, this is unused. */
+static const cti_pointwise_params unit_alpha = {.alpha = 1, .ialpha = 1};
+
 /* The dtype the call was dispatched on: the result's, except for bool
  * results (comparisons, logical ops), which take their operands' dtype: that
  * of the largest operand, a tensor rather than a wrapped scalar on ties. */
@@ -101,7 +107,7 @@ static ct_status k_elementwise(ct_call *c) {
     e.op = c->op;
     e.nin = c->nin;
     e.out = cti_data(out);
-    launch_params(&e, c->op, CTI_PARAMS(c, cti_pointwise_params));
+    launch_params(&e, c->op, c->params ? CTI_PARAMS(c, cti_pointwise_params) : &unit_alpha);
     e.n = n;
     e.contiguous = cti_is_contiguous(out);
 
