@@ -14,6 +14,7 @@
 #include "autograd_util.h"
 
 #include "test_fixture.h"
+#include "unary_ops.inc"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------- */
 
@@ -58,23 +59,10 @@ typedef struct op_ctx {
         return expr;                                                                      \
     }
 
-GC1(neg, ct_neg(x))
-GC1(abs, ct_abs(x))
-GC1(exp, ct_exp(x))
-GC1(log, ct_log(x))
-GC1(sqrt, ct_sqrt(x))
-GC1(rsqrt, ct_rsqrt(x))
-GC1(sin, ct_sin(x))
-GC1(cos, ct_cos(x))
-GC1(tanh, ct_tanh(x))
-GC1(sigmoid, ct_sigmoid(x))
-GC1(relu, ct_relu(x))
-GC1(gelu, ct_gelu(x, CT_GELU_NONE))
-GC1(gelu_tanh, ct_gelu(x, CT_GELU_TANH))
-GC1(silu, ct_silu(x))
-GC1(reciprocal, ct_reciprocal(x))
-GC1(square, ct_square(x))
-GC1(sign, ct_sign(x))
+#define GC_UNARY_(ID, nm, call, ref, dref, ints, vlo, vhi, glo, ghi) GC1(nm, call)
+CT_UNARY_OPS(GC_UNARY_)
+CT_UNARY_VARIANTS(GC_UNARY_)
+#undef GC_UNARY_
 GC1(add_scalar, ct_add_scalar(x, c->p0))
 GC1(sub_scalar, ct_sub_scalar(x, c->p0))
 GC1(rsub_scalar, ct_rsub_scalar(x, c->p0))
@@ -103,23 +91,10 @@ typedef struct un_case {
 } un_case;
 
 static const un_case unary_cases[] = {
-    {"neg", gc_neg, -2, 2, 0, 0},
-    {"abs", gc_abs, -2, 2, 0, 0},
-    {"exp", gc_exp, -2, 2, 0, 0},
-    {"log", gc_log, 0.3, 3, 0, 0},
-    {"sqrt", gc_sqrt, 0.3, 3, 0, 0},
-    {"rsqrt", gc_rsqrt, 0.3, 3, 0, 0},
-    {"sin", gc_sin, -3, 3, 0, 0},
-    {"cos", gc_cos, -3, 3, 0, 0},
-    {"tanh", gc_tanh, -2, 2, 0, 0},
-    {"sigmoid", gc_sigmoid, -4, 4, 0, 0},
-    {"relu", gc_relu, -2, 2, 0, 0},
-    {"gelu", gc_gelu, -4, 4, 0, 0},
-    {"gelu_tanh", gc_gelu_tanh, -4, 4, 0, 0},
-    {"silu", gc_silu, -4, 4, 0, 0},
-    {"reciprocal", gc_reciprocal, 0.4, 2, 0, 0},
-    {"square", gc_square, -2, 2, 0, 0},
-    {"sign", gc_sign, -2, 2, 0, 0},
+#define UN_ROW_(ID, nm, call, ref, dref, ints, vlo, vhi, glo, ghi) {#nm, gc_##nm, glo, ghi, 0, 0},
+    CT_UNARY_OPS(UN_ROW_)
+    CT_UNARY_VARIANTS(UN_ROW_)
+#undef UN_ROW_
     {"add_scalar", gc_add_scalar, -2, 2, 1.5, 0},
     {"sub_scalar", gc_sub_scalar, -2, 2, -0.7, 0},
     {"rsub_scalar", gc_rsub_scalar, -2, 2, 3.25, 0},
@@ -433,8 +408,12 @@ static void test_where_grads(void **state) {
 /* ---- dtypes ------------------------------------------------------------------------------- */
 
 typedef ct_tensor *(*un_op)(ct_tensor *);
-static ct_tensor *u_gelu(ct_tensor *x) { return ct_gelu(x, CT_GELU_NONE); }
-static ct_tensor *u_gelu_tanh(ct_tensor *x) { return ct_gelu(x, CT_GELU_TANH); }
+#define UN_FN_(ID, nm, call, ref, dref, ints, vlo, vhi, glo, ghi)                           \
+    static ct_tensor *u_##nm(ct_tensor *x) { return call; }                                 \
+    static double d_##nm(double x) { return (dref); }
+CT_UNARY_OPS(UN_FN_)
+CT_UNARY_VARIANTS(UN_FN_)
+#undef UN_FN_
 static ct_tensor *u_pow(ct_tensor *x) { return ct_pow_scalar(x, 1.5); }
 static ct_tensor *u_clamp(ct_tensor *x) { return ct_clamp(x, -0.4, 0.6); }
 static ct_tensor *u_div(ct_tensor *x) { return ct_div_scalar(x, 3.0); }
@@ -444,14 +423,10 @@ static const struct {
     un_op fn;
     double lo, hi;
 } dt_unary[] = {
-    {"neg", ct_neg, -2, 2},          {"abs", ct_abs, -2, 2},
-    {"exp", ct_exp, -2, 2},          {"log", ct_log, 0.5, 3},
-    {"sqrt", ct_sqrt, 0.5, 3},       {"rsqrt", ct_rsqrt, 0.5, 3},
-    {"sin", ct_sin, -3, 3},          {"cos", ct_cos, -3, 3},
-    {"tanh", ct_tanh, -1, 1},        {"sigmoid", ct_sigmoid, -3, 3},
-    {"relu", ct_relu, -2, 2},        {"gelu", u_gelu, -3, 3},
-    {"gelu_tanh", u_gelu_tanh, -3, 3}, {"silu", ct_silu, -3, 3},
-    {"reciprocal", ct_reciprocal, 0.5, 2}, {"square", ct_square, -2, 2},
+#define UN_ROW_(ID, nm, call, ref, dref, ints, vlo, vhi, glo, ghi) {#nm, u_##nm, glo, ghi},
+    CT_UNARY_OPS(UN_ROW_)
+    CT_UNARY_VARIANTS(UN_ROW_)
+#undef UN_ROW_
     {"pow_scalar", u_pow, 0.5, 2},   {"clamp", u_clamp, -1, 1},
     {"div_scalar", u_div, -2, 2},
 };
@@ -492,6 +467,92 @@ static void test_dtypes_unary(void **state) {
             ct_tensor *ts[6] = {x, x64, go, go64, y, y64};
             for (int i = 0; i < 6; i++) ct_tensor_release(ts[i]);
         }
+    }
+}
+
+/* The shared unary rows with their float64 derivatives (unary_ops.inc). */
+static const struct {
+    const char *name;
+    un_op fn;
+    double (*dref)(double);
+    double lo, hi;
+} un_rows[] = {
+#define UN_DROW_(ID, nm, call, ref, dref, ints, vlo, vhi, glo, ghi) {#nm, u_##nm, d_##nm, glo, ghi},
+    CT_UNARY_OPS(UN_DROW_)
+    CT_UNARY_VARIANTS(UN_DROW_)
+#undef UN_DROW_
+};
+#define N_UN_ROWS (sizeof un_rows / sizeof un_rows[0])
+
+/* The float64 gradient of row's op at xv (n values, non-contiguous when nc). */
+static double *unary_grad(size_t row, const double *xv, int64_t n, bool nc) {
+    int64_t shape[1] = {n};
+    ct_tensor *x = tu_from_f64(xv, 1, shape, CT_F64);
+    if (nc) {
+        ct_tensor *v = tu_noncontig(x);
+        ct_tensor_release(x);
+        x = v;
+    }
+    assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+    ct_tensor *y = un_rows[row].fn(x);
+    assert_non_null(y);
+    backward_ones(y);
+    assert_non_null(ct_grad(x));
+    double *g = tu_values(ct_grad(x));
+    ct_tensor_release(y);
+    ct_tensor_release(x);
+    return g;
+}
+
+/* g against ref, naming the row on a mismatch. */
+static void check_grads(const char *name, const double *g, const double *ref, int64_t n,
+                        double rtol, double atol) {
+    for (int64_t i = 0; i < n; i++) {
+        bool ok = isnan(ref[i]) ? isnan(g[i])
+                  : isinf(ref[i]) ? g[i] == ref[i]
+                                  : fabs(g[i] - ref[i]) <= atol + rtol * fabs(ref[i]);
+        if (!ok) fprintf(stderr, "%s: gradient %.17g, derivative %.17g\n", name, g[i], ref[i]);
+    }
+    tu_assert_close(g, ref, n, rtol, atol);
+}
+
+/* Float64 gradients of every row on fresh random inputs against its
+ * derivative (gradcheck compares with finite differences; this with the
+ * closed form). */
+static void test_unary_derivatives(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_UN_ROWS; k++) {
+        for (int nc = 0; nc < 2; nc++) {
+            double *xv = tu_rand_vals(37, CT_F64, un_rows[k].lo, un_rows[k].hi), ref[37];
+            for (int i = 0; i < 37; i++) ref[i] = un_rows[k].dref(xv[i]);
+            double *g = unary_grad(k, xv, 37, nc);
+            check_grads(un_rows[k].name, g, ref, 37, 1e-10, 1e-12);
+            free(g);
+            free(xv);
+        }
+    }
+}
+
+/* The rows' pinned points (unary_ops.inc): the float64 gradient against the
+ * derivative, relatively, in the tails and on each side of a branch. */
+static void test_unary_points_grad(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        double x;
+    } points[] = {
+#define UN_POINT_(nm, px) {#nm, px},
+        CT_UNARY_POINTS(UN_POINT_)
+#undef UN_POINT_
+    };
+    for (size_t k = 0; k < sizeof points / sizeof points[0]; k++) {
+        size_t row = 0;
+        while (row < N_UN_ROWS && strcmp(un_rows[row].name, points[k].name) != 0) row++;
+        assert_true(row < N_UN_ROWS);
+        double ref = un_rows[row].dref(points[k].x);
+        double *g = unary_grad(row, &points[k].x, 1, false);
+        check_grads(points[k].name, g, &ref, 1, 1e-10, 0);
+        free(g);
     }
 }
 
@@ -1132,6 +1193,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_edge_pow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_where_grads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dtypes_unary, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unary_derivatives, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unary_points_grad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dtypes_binary, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dtypes_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_input_twice, setup, teardown),

@@ -36,6 +36,8 @@ ct_tensor *ct_relu(ct_tensor *x);
 typedef enum ct_gelu_approx { CT_GELU_NONE = 0, CT_GELU_TANH = 1 } ct_gelu_approx;
 ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate);
 ct_tensor *ct_silu(ct_tensor *x);
+/* New tensor: log(1 + exp(beta x)) / beta, x where beta x > threshold; floating dtypes only. */
+ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold);
 ct_tensor *ct_reciprocal(ct_tensor *x);
 ct_tensor *ct_square(ct_tensor *x);
 ct_tensor *ct_sign(ct_tensor *x);

@@ -9,7 +9,8 @@
 #define CTI_BW(name) ct_status name(cti_node *n, ct_tensor *const *go, ct_tensor **gi)
 
 /* formulas_elementwise.c
- * Binary nodes have inputs (a, b); scalar and unary nodes have input x. The
+ * Binary nodes have inputs (a, b); scalar and unary nodes have input x. A
+ * node whose formula reads params holds its call's cti_pointwise_params; the
  * saved tensors and params each one reads are listed in that file. */
 CTI_BW(cti_bw_add);
 CTI_BW(cti_bw_neg);
@@ -38,6 +39,7 @@ CTI_BW(cti_bw_relu);
 CTI_BW(cti_bw_gelu);
 CTI_BW(cti_bw_gelu_tanh);
 CTI_BW(cti_bw_silu);
+CTI_BW(cti_bw_softplus);
 CTI_BW(cti_bw_reciprocal);
 CTI_BW(cti_bw_square);
 CTI_BW(cti_bw_sign);

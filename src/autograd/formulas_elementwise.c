@@ -1,4 +1,4 @@
-/* Backward formulas of the elementwise ops (src/dispatch/elementwise.c).
+/* Backward formulas of the elementwise ops (src/ops/elementwise.c).
  *
  * They follow PyTorch's derivatives.yaml, built from public ops so they run on
  * every device. A gradient may be left in the broadcast shape of the forward
@@ -62,19 +62,23 @@ static ct_status chain(ct_tensor *const *go, ct_tensor *d, ct_tensor **gi) {
     return put(gi, drop(ct_mul(go[0], d), d));
 }
 
+/* The node's cti_pointwise_params (alpha, bounds, scalar), as the front end
+ * recorded them. */
+#define PARAMS(n) CTI_NODE_PARAMS(n, cti_pointwise_params)
+
 #define SAVED(var, k)                                                                      \
     ct_status st_##var;                                                                    \
     ct_tensor *var = cti_ag_saved(n, k, &st_##var);                                        \
     if (st_##var != CT_OK) return st_##var
 
 /* ---- add / sub / neg ----------------------------------------------------------------- */
-/* Inputs (a) or (a, b): out = a + f[0] * b. Nothing saved. Also add/sub with a
- * scalar (one input, whose coefficient is 1). */
+/* Inputs (a) or (a, b): out = a + alpha * b (sub: alpha negated). Nothing
+ * saved. Also add/sub with a scalar (one input, whose coefficient is 1). */
 CTI_BW(cti_bw_add) {
     if (!go[0]) return CT_OK;
     if (n->needs[0]) gi[0] = ct_tensor_retain(go[0]);
     if (n->nin > 1 && n->needs[1]) {
-        double alpha = LEGACY_F(n)[0];
+        double alpha = PARAMS(n)->alpha;
         ct_tensor *g = alpha == 1.0 ? ct_tensor_retain(go[0]) : ct_mul_scalar(go[0], alpha);
         return put(&gi[1], g);
     }
@@ -99,10 +103,10 @@ CTI_BW(cti_bw_mul) {
     return st;
 }
 
-/* out = x * f[0]. */
+/* out = x * scalar. */
 CTI_BW(cti_bw_mul_scalar) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    return put(&gi[0], ct_mul_scalar(go[0], LEGACY_F(n)[0]));
+    return put(&gi[0], ct_mul_scalar(go[0], PARAMS(n)->scalar));
 }
 
 /* Saved: a (when b needs grad), b. d/da = 1/b, d/db = -a/b^2, the latter
@@ -126,10 +130,10 @@ CTI_BW(cti_bw_div) {
     return CT_OK;
 }
 
-/* out = x / f[0] (divided, not multiplied by the reciprocal, as PyTorch). */
+/* out = x / scalar (divided, not multiplied by the reciprocal, as PyTorch). */
 CTI_BW(cti_bw_div_scalar) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    return put(&gi[0], ct_div_scalar(go[0], LEGACY_F(n)[0]));
+    return put(&gi[0], ct_div_scalar(go[0], PARAMS(n)->scalar));
 }
 
 /* ---- pow ----------------------------------------------------------------------------- */
@@ -170,10 +174,10 @@ CTI_BW(cti_bw_pow) {
     return CT_OK;
 }
 
-/* out = x^f[0]. Saved: x. */
+/* out = x^scalar. Saved: x. */
 CTI_BW(cti_bw_pow_scalar) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    double e = LEGACY_F(n)[0];
+    double e = PARAMS(n)->scalar;
     if (e == 0.0) return put(&gi[0], ct_tensor_zeros_like(go[0]));
     SAVED(x, 0);
     ct_tensor *p = ct_pow_scalar(x, e - 1.0);
@@ -209,13 +213,13 @@ static ct_status extremum_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi, 
 CTI_BW(cti_bw_maximum) { return extremum_bw(n, go, gi, true); }
 CTI_BW(cti_bw_minimum) { return extremum_bw(n, go, gi, false); }
 
-/* Against the scalar f[0]; ties split as for two tensors (the scalar's half
+/* Against the node's scalar; ties split as for two tensors (the scalar's half
  * goes nowhere). Saved: x. */
 static ct_status extremum_scalar_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi,
                                     bool is_max) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(x, 0);
-    double s = LEGACY_F(n)[0];
+    double s = PARAMS(n)->scalar;
     ct_tensor *eq = ct_eq_scalar(x, s);
     ct_tensor *half = ct_mul_scalar(go[0], 0.5);
     if (!eq || !half) return ct_last_status();
@@ -240,12 +244,14 @@ CTI_BW(cti_bw_where) {
     return st;
 }
 
-/* Saved: x; f = {min, max}. Gradient where min <= x <= max (inclusive, as
- * PyTorch, so a value on a bound keeps it). */
+/* Saved: x; params lo, hi (min, max; an absent bound is infinite). Gradient
+ * where min <= x <= max (inclusive, as PyTorch, so a value on a bound keeps
+ * it; NaN gets none). */
 CTI_BW(cti_bw_clamp) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(x, 0);
-    ct_tensor *lo = ct_ge_scalar(x, LEGACY_F(n)[0]), *hi = ct_le_scalar(x, LEGACY_F(n)[1]);
+    const cti_pointwise_params *p = PARAMS(n);
+    ct_tensor *lo = ct_ge_scalar(x, p->lo), *hi = ct_le_scalar(x, p->hi);
     if (!lo || !hi) return ct_last_status();
     ct_tensor *in = drop2(ct_logical_and(lo, hi), lo, hi);
     if (!in) return ct_last_status();
@@ -422,6 +428,26 @@ CTI_BW(cti_bw_silu) {
     ct_tensor *one = drop(ct_add_scalar(xc, 1.0), xc);
     if (!one) return ct_last_status();
     return chain(go, drop2(ct_mul(s, one), s, one), &gi[0]);
+}
+
+/* Saved: x; params beta, threshold. dy/dx = sigmoid(beta x), and 1 where
+ * beta x > threshold (the forward's linear branch), as PyTorch's
+ * softplus_backward; beta x is formed as the forward forms it (in float32
+ * for float16/bfloat16), so both take the same branch. */
+CTI_BW(cti_bw_softplus) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    const cti_pointwise_params *p = PARAMS(n);
+    SAVED(x0, 0);
+    ct_tensor *x = up(x0);
+    if (!x) return ct_last_status();
+    ct_tensor *bx = drop(ct_mul_scalar(x, p->beta), x);
+    if (!bx) return ct_last_status();
+    ct_tensor *linear = ct_gt_scalar(bx, p->threshold);
+    ct_tensor *s = drop(ct_sigmoid(bx), bx);
+    if (!linear || !s) return ct_last_status();
+    ct_tensor *gs = drop(ct_mul(go[0], s), s);
+    if (!gs) return ct_last_status();
+    return put(&gi[0], drop2(ct_where(linear, go[0], gs), linear, gs));
 }
 
 /* Saved: out. -out^2. */

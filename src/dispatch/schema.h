@@ -61,17 +61,20 @@ typedef struct cti_random_params {
     uint64_t seed, offset;
 } cti_random_params;
 
-/* Unary, binary, where and clamp. alpha/ialpha: add and sub compute
- * a + alpha * b (sub passes -alpha); ialpha is alpha for integer results.
- * lo/hi, ilo/ihi: clamp's bounds in floating and integer form. scalar: the
- * number of a tensor-scalar op (mul, div, pow, maximum, minimum), which its
- * backward formula reads. */
+/* Unary, binary, where and clamp (the ops without parameters pass it
+ * zeroed). alpha/ialpha: add and sub compute a + alpha * b (sub passes
+ * -alpha); ialpha is alpha for integer results. lo/hi, ilo/ihi: clamp's
+ * bounds in floating and integer form (an absent bound is infinite). scalar:
+ * the number of a tensor-scalar op (mul, div, pow, maximum, minimum), which
+ * its backward formula reads. beta/threshold: softplus computes
+ * log(1 + exp(beta x)) / beta, and x where beta x > threshold. */
 typedef struct cti_pointwise_params {
     double alpha;
     int64_t ialpha;
     double lo, hi;
     int64_t ilo, ihi;
     double scalar;
+    double beta, threshold;
 } cti_pointwise_params;
 
 /* SUM ... ARGMIN, and the nodes of their formulas. mask: the reduced dims of
@@ -245,6 +248,7 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
     X(GELU, "gelu", cti_pointwise_params, CTI_F(cti_bw_gelu), NONE)                          \
     X(GELU_TANH, "gelu_tanh", cti_pointwise_params, CTI_F(cti_bw_gelu_tanh), NONE)           \
     X(SILU, "silu", cti_pointwise_params, CTI_F(cti_bw_silu), NONE)                          \
+    X(SOFTPLUS, "softplus", cti_pointwise_params, CTI_F(cti_bw_softplus), NONE)              \
     X(RECIPROCAL, "reciprocal", cti_pointwise_params, CTI_F(cti_bw_reciprocal), NONE)        \
     X(SQUARE, "square", cti_pointwise_params, CTI_F(cti_bw_square), NONE)                    \
     X(SIGN, "sign", cti_pointwise_params, CTI_F(cti_bw_sign), NONE)                          \

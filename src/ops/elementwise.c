@@ -54,12 +54,20 @@ static ct_status check_two(const char *name, ct_tensor *a, ct_tensor *b) {
     return CT_OK;
 }
 
-static inline void set_params(ct_call *c, double f0, double f1, int64_t i0, int64_t i1) {
-    c->f[0] = f0;
-    c->f[1] = f1;
-    c->i[0] = i0;
-    c->i[1] = i1;
-}
+/* Each op's backward formula for its tensor form, as the schema's grad
+ * column names it (NULL: no gradient). */
+#define CTI_F(fn) fn
+#define CTI_NODIFF NULL
+#define CTI_NOFORMULA NULL
+#define FORMULA_(ID, nm, P, grad, bw) [CT_OP_##ID] = grad,
+static const cti_backward_fn formula_of[CT_NUM_OPS] = {CTI_OP_SCHEMA(FORMULA_)};
+#undef FORMULA_
+#undef CTI_F
+#undef CTI_NODIFF
+#undef CTI_NOFORMULA
+
+/* The parameters of a call that has none to pass (unary ops, where). */
+static const cti_pointwise_params no_params;
 
 /* The compute dtype for a result type. */
 static inline ct_dtype compute_dtype(bin_kind kind, ct_dtype rt) {
@@ -99,9 +107,16 @@ static ct_status check_bool_sub(const char *name, ct_dtype da, ct_dtype db) {
     return CT_OK;
 }
 
+/* The parameters of a binary call: add/sub's alpha (sub passes -alpha; the
+ * integer form serves integer and bool results, the other ops ignore both)
+ * and the number s of a tensor-scalar form, which its formula reads. */
+static inline cti_pointwise_params binary_params(double alpha, double s) {
+    return (cti_pointwise_params){.alpha = alpha, .ialpha = (int64_t)alpha, .scalar = s};
+}
+
 /* Runs a kernel into out with inputs (a, b) converted to cd. */
 static ct_status run_binary(const bin_spec *sp, ct_tensor *out, ct_tensor *a, ct_tensor *b,
-                            ct_dtype cd, double alpha) {
+                            ct_dtype cd, const cti_pointwise_params *p) {
     ct_tensor *ta, *tb;
     ct_tensor *ia = prep_operand(a, cd, &ta);
     if (!ia) return ct_last_status();
@@ -117,7 +132,7 @@ static ct_status run_binary(const bin_spec *sp, ct_tensor *out, ct_tensor *a, ct
     c.in[0] = ia;
     c.in[1] = ib;
     c.out[0] = out;
-    set_params(&c, alpha, 0, (int64_t)alpha, 0);
+    cti_call_params(&c, p);
     ct_status st = cti_run(&c, dev_of(out), cd);
     ct_tensor_release(ta);
     ct_tensor_release(tb);
@@ -135,46 +150,49 @@ static ct_status binary_shape(const char *name, const ct_tensor *a, const ct_ten
     return cti_broadcast_shapes(name, a->ndim, a->shape, b->ndim, b->shape, nd, shape);
 }
 
-/* Records out = a op b for autograd when an operand requires grad. Each
- * operand saves only what the other one's gradient reads. */
+/* Records out = a op b for autograd when an operand requires grad, with the
+ * call's parameters (add/sub's formula reads alpha). Each operand saves only
+ * what the other one's gradient reads. */
 static ct_status binary_record(const bin_spec *sp, ct_tensor *a, ct_tensor *b, ct_tensor *out,
-                               double alpha) {
+                               const cti_pointwise_params *p) {
+    cti_backward_fn bw = formula_of[sp->op];
     ct_tensor *ins[2] = {a, b};
-    if (!cti_ag_needed(2, ins)) return CT_OK;
+    if (!bw || !cti_ag_needed(2, ins)) return CT_OK; /* comparisons, logical ops: bool results */
     bool ga = ct_requires_grad(a), gb = ct_requires_grad(b);
-    ct_tensor *sv[3] = {NULL, NULL, NULL};
+    cti_ag_rec r = {.backward = bw, .nin = 2, .in = {a, b}, .nout = 1, .out = {out},
+                    CTI_AG_PARAMS(p)};
     switch (sp->op) {
-    case CT_OP_ADD:
-    case CT_OP_SUB: {
-        double f[1] = {alpha}; /* out = a + alpha * b, sub passing -alpha */
-        return cti_ag_record_legacy(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 2,
-                             ins, 1, &out, 0, NULL, f, 1, NULL, 0);
-    }
+    case CT_OP_ADD: r.name = "AddBackward"; break;
+    case CT_OP_SUB: r.name = "SubBackward"; break;
     case CT_OP_MUL:
-        sv[0] = gb ? a : NULL;
-        sv[1] = ga ? b : NULL;
-        return cti_ag_record_legacy("MulBackward", cti_bw_mul, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
-                             0);
+        r.name = "MulBackward";
+        r.nsaved = 2;
+        r.saved[0] = gb ? a : NULL;
+        r.saved[1] = ga ? b : NULL;
+        break;
     case CT_OP_DIV:
-        sv[0] = gb ? a : NULL;
-        sv[1] = b;
-        return cti_ag_record_legacy("DivBackward", cti_bw_div, 2, ins, 1, &out, 2, sv, NULL, 0, NULL,
-                             0);
+        r.name = "DivBackward";
+        r.nsaved = 2;
+        r.saved[0] = gb ? a : NULL;
+        r.saved[1] = b;
+        break;
     case CT_OP_POW:
-        sv[0] = a;
-        sv[1] = b;
-        sv[2] = gb ? out : NULL;
-        return cti_ag_record_legacy("PowBackward", cti_bw_pow, 2, ins, 1, &out, 3, sv, NULL, 0, NULL,
-                             0);
+        r.name = "PowBackward";
+        r.nsaved = 3;
+        r.saved[0] = a;
+        r.saved[1] = b;
+        r.saved[2] = gb ? out : NULL;
+        break;
     case CT_OP_MAXIMUM:
-    case CT_OP_MINIMUM: {
-        bool mx = sp->op == CT_OP_MAXIMUM;
-        return cti_ag_record_legacy(mx ? "MaximumBackward" : "MinimumBackward",
-                             mx ? cti_bw_maximum : cti_bw_minimum, 2, ins, 1, &out, 2, ins, NULL,
-                             0, NULL, 0);
+    case CT_OP_MINIMUM:
+        r.name = sp->op == CT_OP_MAXIMUM ? "MaximumBackward" : "MinimumBackward";
+        r.nsaved = 2;
+        r.saved[0] = a;
+        r.saved[1] = b;
+        break;
+    default: return CT_OK; /* no other binary op has a formula */
     }
-    default: return CT_OK; /* comparisons and logical ops: bool results, no gradient */
-    }
+    return cti_ag_record(&r);
 }
 
 static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double alpha) {
@@ -194,8 +212,8 @@ static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
     if (binary_shape(sp->name, a, b, &nd, shape) != CT_OK) return NULL;
     ct_tensor *out = cti_tensor_new(sp->name, nd, shape, od, dev_of(a));
     if (!out) return NULL;
-    if (run_binary(sp, out, a, b, cd, alpha) != CT_OK ||
-        binary_record(sp, a, b, out, alpha) != CT_OK) {
+    cti_pointwise_params p = binary_params(alpha, 0);
+    if (run_binary(sp, out, a, b, cd, &p) != CT_OK || binary_record(sp, a, b, out, &p) != CT_OK) {
         ct_tensor_release(out);
         return NULL;
     }
@@ -251,36 +269,36 @@ static ct_tensor *make_scalar(const char *name, double s, ct_dtype cd, ct_device
     return t;
 }
 
-/* Records out = a op s (s op a when reverse) for autograd when a requires grad. */
-static ct_status scalar_record(const bin_spec *sp, ct_tensor *a, double s, bool reverse,
-                               ct_tensor *out) {
-    if (!cti_ag_needed(1, &a)) return CT_OK;
-    double f[1] = {s};
+/* Records out = a op s (s op a when reverse) for autograd when a requires
+ * grad. The node has the one input a and the call's parameters, whose
+ * scalar the formulas of mul, div, pow, maximum and minimum read. */
+static ct_status scalar_record(const bin_spec *sp, ct_tensor *a, bool reverse, ct_tensor *out,
+                               const cti_pointwise_params *p) {
+    if (!formula_of[sp->op] || !cti_ag_needed(1, &a)) return CT_OK; /* comparisons */
+    cti_ag_rec r = {.nin = 1, .in = {a}, .nout = 1, .out = {out}, CTI_AG_PARAMS(p)};
     switch (sp->op) {
     case CT_OP_ADD:
     case CT_OP_SUB:
-        if (reverse) /* s - a */
-            return cti_ag_record_legacy("RsubBackward", cti_bw_neg, 1, &a, 1, &out, 0, NULL, NULL, 0,
-                                 NULL, 0);
-        return cti_ag_record_legacy(sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward", cti_bw_add, 1,
-                             &a, 1, &out, 0, NULL, NULL, 0, NULL, 0);
-    case CT_OP_MUL:
-        return cti_ag_record_legacy("MulBackward", cti_bw_mul_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
-                             NULL, 0);
-    case CT_OP_DIV:
-        return cti_ag_record_legacy("DivBackward", cti_bw_div_scalar, 1, &a, 1, &out, 0, NULL, f, 1,
-                             NULL, 0);
-    case CT_OP_POW:
-        return cti_ag_record_legacy("PowBackward", cti_bw_pow_scalar, 1, &a, 1, &out, 1, &a, f, 1,
-                             NULL, 0);
-    case CT_OP_MAXIMUM:
-        return cti_ag_record_legacy("MaximumBackward", cti_bw_maximum_scalar, 1, &a, 1, &out, 1, &a, f,
-                             1, NULL, 0);
-    case CT_OP_MINIMUM:
-        return cti_ag_record_legacy("MinimumBackward", cti_bw_minimum_scalar, 1, &a, 1, &out, 1, &a, f,
-                             1, NULL, 0);
-    default: return CT_OK; /* comparisons: bool results, no gradient */
+        if (reverse) { /* s - a */
+            r.name = "RsubBackward";
+            r.backward = cti_bw_neg;
+        } else {
+            r.name = sp->op == CT_OP_ADD ? "AddBackward" : "SubBackward";
+            r.backward = cti_bw_add;
+        }
+        break;
+    case CT_OP_MUL: r.name = "MulBackward", r.backward = cti_bw_mul_scalar; break;
+    case CT_OP_DIV: r.name = "DivBackward", r.backward = cti_bw_div_scalar; break;
+    case CT_OP_POW: r.name = "PowBackward", r.backward = cti_bw_pow_scalar; break;
+    case CT_OP_MAXIMUM: r.name = "MaximumBackward", r.backward = cti_bw_maximum_scalar; break;
+    case CT_OP_MINIMUM: r.name = "MinimumBackward", r.backward = cti_bw_minimum_scalar; break;
+    default: return CT_OK; /* no other scalar form has a formula */
     }
+    if (sp->op == CT_OP_POW || sp->op == CT_OP_MAXIMUM || sp->op == CT_OP_MINIMUM) {
+        r.nsaved = 1;
+        r.saved[0] = a;
+    }
+    return cti_ag_record(&r);
 }
 
 /* a op s, or s op a when reverse (alpha as for add/sub). */
@@ -299,12 +317,13 @@ static ct_tensor *binary_scalar(const bin_spec *sp, ct_tensor *a, double s, bool
     ct_tensor *sc = make_scalar(sp->name, s, cd, dev_of(a));
     if (!sc) return NULL;
     ct_tensor *out = cti_tensor_new(sp->name, a->ndim, a->shape, od, dev_of(a));
+    cti_pointwise_params p = binary_params(alpha, s);
     ct_status st = CT_OK;
     if (!out) st = ct_last_status();
-    else if (reverse) st = run_binary(sp, out, sc, a, cd, alpha);
-    else st = run_binary(sp, out, a, sc, cd, alpha);
+    else if (reverse) st = run_binary(sp, out, sc, a, cd, &p);
+    else st = run_binary(sp, out, a, sc, cd, &p);
     ct_tensor_release(sc);
-    if (st == CT_OK) st = scalar_record(sp, a, s, reverse, out);
+    if (st == CT_OK) st = scalar_record(sp, a, reverse, out, &p);
     if (st != CT_OK) {
         ct_tensor_release(out);
         return NULL;
@@ -440,13 +459,13 @@ static bool same_layout(const ct_tensor *a, const ct_tensor *b) {
 
 /* a = a op b, computing in cd. */
 static ct_status inplace_run(const bin_spec *sp, ct_tensor *a, ct_tensor *b, ct_dtype cd,
-                             double alpha) {
+                             const cti_pointwise_params *p) {
     ct_status st;
     if (cd != a->dtype) {
         /* Compute in the wider type, then convert into the destination. */
         ct_tensor *tmp = cti_tensor_new(sp->name, a->ndim, a->shape, cd, dev_of(a));
         if (!tmp) return ct_last_status();
-        st = run_binary(sp, tmp, a, b, cd, alpha);
+        st = run_binary(sp, tmp, a, b, cd, p);
         if (st == CT_OK) st = ct_copy_(a, tmp);
         ct_tensor_release(tmp);
     } else {
@@ -457,7 +476,7 @@ static ct_status inplace_run(const bin_spec *sp, ct_tensor *a, ct_tensor *b, ct_
             if (!clone) return ct_last_status();
             src = clone;
         }
-        st = run_binary(sp, a, a, src, cd, alpha);
+        st = run_binary(sp, a, a, src, cd, p);
         ct_tensor_release(clone);
     }
     if (st == CT_OK) cti_bump_version(a);
@@ -485,7 +504,8 @@ static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
                          "%s: output with shape %s doesn't match the broadcast shape %s",
                          sp->name, cti_shape_s(a->ndim, a->shape), cti_shape_s(nd, shape));
     if ((st = check_no_overlap(sp->name, a)) != CT_OK) return st;
-    return inplace_run(sp, a, b, cd, alpha);
+    cti_pointwise_params p = binary_params(alpha, 0);
+    return inplace_run(sp, a, b, cd, &p);
 }
 
 static ct_status inplace_scalar(const bin_spec *sp, ct_tensor *a, double s, double alpha) {
@@ -500,7 +520,8 @@ static ct_status inplace_scalar(const bin_spec *sp, ct_tensor *a, double s, doub
     if ((st = check_no_overlap(sp->name, a)) != CT_OK) return st;
     ct_tensor *sc = make_scalar(sp->name, s, cd, dev_of(a));
     if (!sc) return ct_last_status();
-    st = inplace_run(sp, a, sc, cd, alpha);
+    cti_pointwise_params p = binary_params(alpha, s);
+    st = inplace_run(sp, a, sc, cd, &p);
     ct_tensor_release(sc);
     return st;
 }
@@ -539,19 +560,31 @@ ct_status ct_div_scalar_(ct_tensor *a, double s) {
 
 /* ---- unary ---------------------------------------------------------------------------------- */
 typedef enum un_kind {
-    UK_FLOAT,   /* float math: integers and bool compute in float32 */
-    UK_KEEP,    /* keeps the dtype (integers too) */
-    UK_LOGICAL, /* any dtype in, bool out */
+    UK_FLOAT,      /* float math: integers and bool compute in float32 */
+    UK_KEEP,       /* keeps the dtype (integers too) */
+    UK_LOGICAL,    /* any dtype in, bool out */
+    UK_FLOAT_ONLY, /* floating dtypes only: integers and bool refused, as PyTorch does */
 } un_kind;
+
+/* What a unary node saves for its formula: x, out (where the derivative is
+ * cheaper from the result) or nothing. */
+typedef enum un_save { SAVE_NONE, SAVE_X, SAVE_OUT } un_save;
 
 typedef struct un_spec {
     const char *name;
     ct_op op;
     un_kind kind;
+    const char *node; /* the autograd node's name; the schema names its formula */
+    un_save save;
 } un_spec;
 
-/* Compute dtype for x, or an error for bool where PyTorch refuses it. */
-static ct_status unary_dtype(const un_spec *sp, ct_dtype dt, ct_dtype *cd) {
+/* Compute dtype for x, or an error where PyTorch refuses x's dtype. */
+static ct_status unary_dtype(const un_spec *sp, const ct_tensor *x, ct_dtype *cd) {
+    ct_dtype dt = x->dtype;
+    if (sp->kind == UK_FLOAT_ONLY) {
+        *cd = dt;
+        return cti_check_floating(sp->name, x, "x");
+    }
     if (sp->kind == UK_FLOAT) {
         *cd = ct_dtype_is_floating(dt) ? dt : CT_F32;
         return CT_OK;
@@ -570,7 +603,8 @@ static ct_status unary_dtype(const un_spec *sp, ct_dtype dt, ct_dtype *cd) {
     }
 }
 
-static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_dtype cd) {
+static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_dtype cd,
+                           const cti_pointwise_params *p) {
     ct_tensor *tx = NULL, *ix = x;
     if (x->dtype != cd) {
         ix = tx = ct_to_dtype(x, cd);
@@ -582,100 +616,88 @@ static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_d
     c.nout = 1;
     c.in[0] = ix;
     c.out[0] = out;
-    set_params(&c, 0, 0, 0, 0);
+    cti_call_params(&c, p);
     ct_status st = cti_run(&c, dev_of(out), cd);
     ct_tensor_release(tx);
     return st;
 }
 
-/* Records out = op(x) for autograd when x requires grad, saving x or out,
- * whichever the derivative is cheaper from. */
-static ct_status unary_record(const un_spec *sp, ct_tensor *x, ct_tensor *out) {
-    if (!cti_ag_needed(1, &x)) return CT_OK;
-    const char *name;
-    cti_backward_fn bw;
-    ct_tensor *saved = x;
-    switch (sp->op) {
-    case CT_OP_NEG: name = "NegBackward", bw = cti_bw_neg, saved = NULL; break;
-    case CT_OP_ABS: name = "AbsBackward", bw = cti_bw_abs; break;
-    case CT_OP_EXP: name = "ExpBackward", bw = cti_bw_exp, saved = out; break;
-    case CT_OP_LOG: name = "LogBackward", bw = cti_bw_log; break;
-    case CT_OP_SQRT: name = "SqrtBackward", bw = cti_bw_sqrt, saved = out; break;
-    case CT_OP_RSQRT: name = "RsqrtBackward", bw = cti_bw_rsqrt, saved = out; break;
-    case CT_OP_SIN: name = "SinBackward", bw = cti_bw_sin; break;
-    case CT_OP_COS: name = "CosBackward", bw = cti_bw_cos; break;
-    case CT_OP_TANH: name = "TanhBackward", bw = cti_bw_tanh, saved = out; break;
-    case CT_OP_SIGMOID: name = "SigmoidBackward", bw = cti_bw_sigmoid, saved = out; break;
-    case CT_OP_RELU: name = "ReluBackward", bw = cti_bw_relu, saved = out; break;
-    case CT_OP_GELU: name = "GeluBackward", bw = cti_bw_gelu; break;
-    case CT_OP_GELU_TANH: name = "GeluBackward", bw = cti_bw_gelu_tanh; break;
-    case CT_OP_SILU: name = "SiluBackward", bw = cti_bw_silu; break;
-    case CT_OP_RECIPROCAL: name = "ReciprocalBackward", bw = cti_bw_reciprocal, saved = out; break;
-    case CT_OP_SQUARE: name = "SquareBackward", bw = cti_bw_square; break;
-    case CT_OP_SIGN: name = "SignBackward", bw = cti_bw_sign, saved = NULL; break;
-    default: return CT_OK; /* logical_not: a bool result, no gradient */
-    }
-    return cti_ag_record_legacy(name, bw, 1, &x, 1, &out, saved ? 1 : 0, &saved, NULL, 0, NULL, 0);
+/* Records out = op(x) for autograd when x requires grad: the schema's
+ * formula, the spec's node name and saved tensor, the call's parameters. */
+static ct_status unary_record(const un_spec *sp, ct_tensor *x, ct_tensor *out,
+                              const cti_pointwise_params *p) {
+    cti_backward_fn bw = formula_of[sp->op];
+    if (!bw || !cti_ag_needed(1, &x)) return CT_OK; /* logical_not: a bool result */
+    ct_tensor *saved = sp->save == SAVE_X ? x : sp->save == SAVE_OUT ? out : NULL;
+    return cti_ag_record(&(cti_ag_rec){.name = sp->node, .backward = bw, .nin = 1, .in = {x},
+                                       .nout = 1, .out = {out}, .nsaved = saved ? 1 : 0,
+                                       .saved = {saved}, CTI_AG_PARAMS(p)});
 }
 
-static ct_tensor *unary(const un_spec *sp, ct_tensor *x) {
+/* out = op(x), the op taking the parameters p (unary: no_params). */
+static ct_tensor *unary_p(const un_spec *sp, ct_tensor *x, const cti_pointwise_params *p) {
     if (!x) return (cti_check_not_null(sp->name, 1, &x), NULL);
     ct_dtype cd;
-    if (unary_dtype(sp, x->dtype, &cd) != CT_OK) return NULL;
+    if (unary_dtype(sp, x, &cd) != CT_OK) return NULL;
     ct_dtype od = sp->kind == UK_LOGICAL ? CT_BOOL : cd;
     ct_tensor *out = cti_tensor_new(sp->name, x->ndim, x->shape, od, dev_of(x));
     if (!out) return NULL;
-    if (run_unary(sp, out, x, cd) != CT_OK || unary_record(sp, x, out) != CT_OK) {
+    if (run_unary(sp, out, x, cd, p) != CT_OK || unary_record(sp, x, out, p) != CT_OK) {
         ct_tensor_release(out);
         return NULL;
     }
     return out;
 }
 
+static ct_tensor *unary(const un_spec *sp, ct_tensor *x) { return unary_p(sp, x, &no_params); }
+
 static ct_status unary_inplace(const un_spec *sp, ct_tensor *x) {
     if (!x) return cti_check_not_null(sp->name, 1, &x);
     ct_status st = check_autograd(sp->name, x, NULL);
     if (st != CT_OK) return st;
     ct_dtype cd;
-    if ((st = unary_dtype(sp, x->dtype, &cd)) != CT_OK) return st;
+    if ((st = unary_dtype(sp, x, &cd)) != CT_OK) return st;
     if ((st = check_cast(sp->name, cd, x->dtype)) != CT_OK) return st;
     if ((st = check_no_overlap(sp->name, x)) != CT_OK) return st;
     if (cd != x->dtype) {
         ct_tensor *tmp = cti_tensor_new(sp->name, x->ndim, x->shape, cd, dev_of(x));
         if (!tmp) return ct_last_status();
-        st = run_unary(sp, tmp, x, cd);
+        st = run_unary(sp, tmp, x, cd, &no_params);
         if (st == CT_OK) st = ct_copy_(x, tmp);
         ct_tensor_release(tmp);
     } else {
-        st = run_unary(sp, x, x, cd);
+        st = run_unary(sp, x, x, cd, &no_params);
     }
     if (st == CT_OK) cti_bump_version(x);
     return st;
 }
 
-#define USPEC(var, nm, OP, kind) static const un_spec var = {nm, CT_OP_##OP, kind}
-USPEC(u_neg, "ct_neg", NEG, UK_KEEP);
-USPEC(u_abs, "ct_abs", ABS, UK_KEEP);
-USPEC(u_exp, "ct_exp", EXP, UK_FLOAT);
-USPEC(u_log, "ct_log", LOG, UK_FLOAT);
-USPEC(u_sqrt, "ct_sqrt", SQRT, UK_FLOAT);
-USPEC(u_rsqrt, "ct_rsqrt", RSQRT, UK_FLOAT);
-USPEC(u_sin, "ct_sin", SIN, UK_FLOAT);
-USPEC(u_cos, "ct_cos", COS, UK_FLOAT);
-USPEC(u_tanh, "ct_tanh", TANH, UK_FLOAT);
-USPEC(u_sigmoid, "ct_sigmoid", SIGMOID, UK_FLOAT);
-USPEC(u_relu, "ct_relu", RELU, UK_KEEP);
-USPEC(u_gelu, "ct_gelu", GELU, UK_FLOAT);
-USPEC(u_gelu_tanh, "ct_gelu", GELU_TANH, UK_FLOAT);
-USPEC(u_silu, "ct_silu", SILU, UK_FLOAT);
-USPEC(u_reciprocal, "ct_reciprocal", RECIPROCAL, UK_FLOAT);
-USPEC(u_square, "ct_square", SQUARE, UK_KEEP);
-USPEC(u_sign, "ct_sign", SIGN, UK_KEEP);
-USPEC(u_logical_not, "ct_logical_not", LOGICAL_NOT, UK_LOGICAL);
-USPEC(u_neg_, "ct_neg_", NEG, UK_KEEP);
-USPEC(u_exp_, "ct_exp_", EXP, UK_FLOAT);
-USPEC(u_sqrt_, "ct_sqrt_", SQRT, UK_FLOAT);
-USPEC(u_relu_, "ct_relu_", RELU, UK_KEEP);
+#define USPEC(var, nm, OP, kind, node, save)                                                  \
+    static const un_spec var = {nm, CT_OP_##OP, kind, node, save}
+USPEC(u_neg, "ct_neg", NEG, UK_KEEP, "NegBackward", SAVE_NONE);
+USPEC(u_abs, "ct_abs", ABS, UK_KEEP, "AbsBackward", SAVE_X);
+USPEC(u_exp, "ct_exp", EXP, UK_FLOAT, "ExpBackward", SAVE_OUT);
+USPEC(u_log, "ct_log", LOG, UK_FLOAT, "LogBackward", SAVE_X);
+USPEC(u_sqrt, "ct_sqrt", SQRT, UK_FLOAT, "SqrtBackward", SAVE_OUT);
+USPEC(u_rsqrt, "ct_rsqrt", RSQRT, UK_FLOAT, "RsqrtBackward", SAVE_OUT);
+USPEC(u_sin, "ct_sin", SIN, UK_FLOAT, "SinBackward", SAVE_X);
+USPEC(u_cos, "ct_cos", COS, UK_FLOAT, "CosBackward", SAVE_X);
+USPEC(u_tanh, "ct_tanh", TANH, UK_FLOAT, "TanhBackward", SAVE_OUT);
+USPEC(u_sigmoid, "ct_sigmoid", SIGMOID, UK_FLOAT, "SigmoidBackward", SAVE_OUT);
+USPEC(u_relu, "ct_relu", RELU, UK_KEEP, "ReluBackward", SAVE_OUT);
+USPEC(u_gelu, "ct_gelu", GELU, UK_FLOAT, "GeluBackward", SAVE_X);
+USPEC(u_gelu_tanh, "ct_gelu", GELU_TANH, UK_FLOAT, "GeluBackward", SAVE_X);
+USPEC(u_silu, "ct_silu", SILU, UK_FLOAT, "SiluBackward", SAVE_X);
+USPEC(u_softplus, "ct_softplus", SOFTPLUS, UK_FLOAT_ONLY, "SoftplusBackward", SAVE_X);
+USPEC(u_reciprocal, "ct_reciprocal", RECIPROCAL, UK_FLOAT, "ReciprocalBackward", SAVE_OUT);
+USPEC(u_square, "ct_square", SQUARE, UK_KEEP, "SquareBackward", SAVE_X);
+USPEC(u_sign, "ct_sign", SIGN, UK_KEEP, "SignBackward", SAVE_NONE);
+USPEC(u_logical_not, "ct_logical_not", LOGICAL_NOT, UK_LOGICAL, NULL, SAVE_NONE);
+/* In-place forms are not recorded. */
+USPEC(u_neg_, "ct_neg_", NEG, UK_KEEP, NULL, SAVE_NONE);
+USPEC(u_exp_, "ct_exp_", EXP, UK_FLOAT, NULL, SAVE_NONE);
+USPEC(u_sqrt_, "ct_sqrt_", SQRT, UK_FLOAT, NULL, SAVE_NONE);
+USPEC(u_relu_, "ct_relu_", RELU, UK_KEEP, NULL, SAVE_NONE);
 
 ct_tensor *ct_neg(ct_tensor *x) { return unary(&u_neg, x); }
 ct_tensor *ct_abs(ct_tensor *x) { return unary(&u_abs, x); }
@@ -696,6 +718,10 @@ ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate) {
     return unary(approximate == CT_GELU_TANH ? &u_gelu_tanh : &u_gelu, x);
 }
 ct_tensor *ct_silu(ct_tensor *x) { return unary(&u_silu, x); }
+ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold) {
+    cti_pointwise_params p = {.beta = beta, .threshold = threshold};
+    return unary_p(&u_softplus, x, &p);
+}
 ct_tensor *ct_reciprocal(ct_tensor *x) { return unary(&u_reciprocal, x); }
 ct_tensor *ct_square(ct_tensor *x) { return unary(&u_square, x); }
 ct_tensor *ct_sign(ct_tensor *x) { return unary(&u_sign, x); }
@@ -735,10 +761,14 @@ ct_tensor *ct_where(ct_tensor *cond, ct_tensor *a, ct_tensor *b) {
     c.in[1] = ia;
     c.in[2] = ib;
     c.out[0] = out;
-    set_params(&c, 0, 0, 0, 0);
+    cti_call_params(&c, &no_params);
     if (cti_run(&c, dev_of(cond), rt) != CT_OK) goto fail;
-    if (cti_ag_needed(2, ab) && cti_ag_record_legacy("WhereBackward", cti_bw_where, 2, ab, 1, &out, 1,
-                                              &cond, NULL, 0, NULL, 0) != CT_OK)
+    /* The node's inputs are a and b; the condition is saved, not an input. */
+    if (cti_ag_needed(2, ab) &&
+        cti_ag_record(&(cti_ag_rec){.name = "WhereBackward",
+                                    .backward = formula_of[CT_OP_WHERE], .nin = 2, .in = {a, b},
+                                    .nout = 1, .out = {out}, .nsaved = 1, .saved = {cond}}) !=
+            CT_OK)
         goto fail;
     ct_tensor_release(ta);
     ct_tensor_release(tb);
@@ -762,8 +792,11 @@ static int64_t int_bound(double v, bool is_min, ct_dtype dt) {
     return (int64_t)r;
 }
 
+/* Checks clamp's arguments and fills the call on x with its bounds in *p
+ * (which must outlive the dispatch): as given, and for integer tensors also
+ * in integer form. ClampBackward reads the floating ones. */
 static ct_status clamp_check(const char *name, const ct_tensor *x, double min, double max,
-                             ct_call *c) {
+                             ct_call *c, cti_pointwise_params *p) {
     if (x->dtype == CT_BOOL)
         return cti_error(CT_ERR_DTYPE, "%s: not supported for bool tensors", name);
     if (!ct_dtype_is_floating(x->dtype) && (isnan(min) || isnan(max)))
@@ -773,10 +806,12 @@ static ct_status clamp_check(const char *name, const ct_tensor *x, double min, d
     c->nin = 1;
     c->nout = 1;
     c->in[0] = (ct_tensor *)x;
-    if (ct_dtype_is_floating(x->dtype))
-        set_params(c, min, max, 0, 0);
-    else
-        set_params(c, min, max, int_bound(min, true, x->dtype), int_bound(max, false, x->dtype));
+    *p = (cti_pointwise_params){.lo = min, .hi = max};
+    if (!ct_dtype_is_floating(x->dtype)) {
+        p->ilo = int_bound(min, true, x->dtype);
+        p->ihi = int_bound(max, false, x->dtype);
+    }
+    cti_call_params(c, p);
     return CT_OK;
 }
 
@@ -784,14 +819,17 @@ ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
     static const char *name = "ct_clamp";
     if (!x) return (cti_check_not_null(name, 1, &x), NULL);
     ct_call c;
-    if (clamp_check(name, x, min, max, &c) != CT_OK) return NULL;
+    cti_pointwise_params p;
+    if (clamp_check(name, x, min, max, &c, &p) != CT_OK) return NULL;
     ct_tensor *out = cti_tensor_new(name, x->ndim, x->shape, x->dtype, dev_of(x));
     if (!out) return NULL;
     c.out[0] = out;
-    double f[2] = {min, max};
     if (cti_run(&c, dev_of(x), x->dtype) != CT_OK ||
-        (cti_ag_needed(1, &x) && cti_ag_record_legacy("ClampBackward", cti_bw_clamp, 1, &x, 1, &out, 1,
-                                               &x, f, 2, NULL, 0) != CT_OK)) {
+        (cti_ag_needed(1, &x) &&
+         cti_ag_record(&(cti_ag_rec){.name = "ClampBackward",
+                                     .backward = formula_of[CT_OP_CLAMP], .nin = 1, .in = {x},
+                                     .nout = 1, .out = {out}, .nsaved = 1, .saved = {x},
+                                     CTI_AG_PARAMS(&p)}) != CT_OK)) {
         ct_tensor_release(out);
         return NULL;
     }
@@ -804,7 +842,8 @@ ct_status ct_clamp_(ct_tensor *a, double min, double max) {
     ct_status st = check_autograd(name, a, NULL);
     if (st != CT_OK) return st;
     ct_call c;
-    if ((st = clamp_check(name, a, min, max, &c)) != CT_OK) return st;
+    cti_pointwise_params p;
+    if ((st = clamp_check(name, a, min, max, &c, &p)) != CT_OK) return st;
     if ((st = check_no_overlap(name, a)) != CT_OK) return st;
     c.out[0] = a;
     st = cti_run(&c, dev_of(a), a->dtype);

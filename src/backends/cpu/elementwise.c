@@ -6,7 +6,13 @@
  * (stride 0) operand, and a strided branch. float16/bfloat16 loops convert
  * blocks of elements to float32, apply the float32 expression and convert
  * back, so the arithmetic vectorizes too. Integer arithmetic wraps (computed
- * in the unsigned type) as PyTorch's does. */
+ * in the unsigned type) as PyTorch's does.
+ *
+ * The ops with parameters (cti_pointwise_params), per element:
+ *   add, sub: out = a + alpha * b (sub's front end passes -alpha)
+ *   clamp:    out = min(max(x, lo), hi), NaN bounds giving NaN
+ *   softplus: out = log(1 + exp(beta x)) / beta, or x where beta x > threshold
+ * The rest take none; each row below is its element expression. */
 #pragma GCC optimize("O3", "no-math-errno")
 
 #include <math.h>
@@ -18,23 +24,24 @@
 
 #include "cpu_impl.h"
 
-/* Kernel parameters (front end: f[0] alpha or min, f[1] max; i[0] integer
- * alpha or min, i[1] integer max) and the operands' dtypes. */
-typedef struct ew_params {
-    double alpha, lo, hi;
-    int64_t ialpha, ilo, ihi;
+/* What an inner loop sees: the call's parameters (cti_pointwise_params:
+ * add/sub's alpha, clamp's bounds, softplus's beta and threshold) and the
+ * operands' dtypes. */
+typedef struct ew_ctx {
+    const cti_pointwise_params *p;
     ct_dtype dt[CTI_MAX_OPERANDS];
-} ew_params;
+} ew_ctx;
 
 /* Loop-invariant parameters in the compute type, named p_* in expressions. */
-#define FPARAMS(T)                                                     \
-    const T p_alpha = (T)P->alpha, p_lo = (T)P->lo, p_hi = (T)P->hi;   \
+#define FPARAMS(T)                                                               \
+    const T p_alpha = (T)P->p->alpha, p_lo = (T)P->p->lo, p_hi = (T)P->p->hi;    \
+    const T p_beta = (T)P->p->beta, p_threshold = (T)P->p->threshold;            \
+    (void)p_alpha; (void)p_lo; (void)p_hi; (void)p_beta; (void)p_threshold;
+#define IPARAMS(T)                                                               \
+    const T p_alpha = (T)P->p->ialpha, p_lo = (T)P->p->ilo, p_hi = (T)P->p->ihi; \
     (void)p_alpha; (void)p_lo; (void)p_hi;
-#define IPARAMS(T)                                                     \
-    const T p_alpha = (T)P->ialpha, p_lo = (T)P->ilo, p_hi = (T)P->ihi; \
-    (void)p_alpha; (void)p_lo; (void)p_hi;
-#define BPARAMS(T)                                                     \
-    const T p_alpha = P->ialpha != 0, p_lo = 0, p_hi = 1;              \
+#define BPARAMS(T)                                                               \
+    const T p_alpha = P->p->ialpha != 0, p_lo = 0, p_hi = 1;                     \
     (void)p_alpha; (void)p_lo; (void)p_hi;
 
 /* ---- float16 / bfloat16 blocks -------------------------------------------------- */
@@ -116,7 +123,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
  * parameters p_*, and the elements x (unary) or a, b (binary). */
 #define UNARY_LOOP(name, T, UT, O, PARAMS, EXPR)                                       \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef T cT;                                                                  \
         typedef UT uT;                                                                 \
         PARAMS(T)                                                                      \
@@ -140,7 +147,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 
 #define BINARY_LOOP(name, T, UT, O, PARAMS, EXPR)                                      \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef T cT;                                                                  \
         typedef UT uT;                                                                 \
         PARAMS(T)                                                                      \
@@ -182,7 +189,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 /* float16/bfloat16 (ODT: the output dtype, CT_F16, CT_BF16 or CT_BOOL). */
 #define LP_UNARY_LOOP(name, ODT, EXPR)                                                 \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef float cT;                                                              \
         FPARAMS(float)                                                                 \
         float buf[BLK];                                                                \
@@ -199,7 +206,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 
 #define LP_BINARY_LOOP(name, ODT, EXPR)                                                \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
-        const ew_params *P = ctx;                                                      \
+        const ew_ctx *P = ctx;                                                         \
         typedef float cT;                                                              \
         FPARAMS(float)                                                                 \
         float fa[BLK], fb[BLK];                                                        \
@@ -218,7 +225,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
 /* ---- kernels: the call's operands and parameters into the iterator --------------- */
 #define KERNEL(kname, loop, nin)                                                       \
     static ct_status kname(ct_call *c) {                                               \
-        ew_params P;                                                                   \
+        ew_ctx P = {.p = CTI_PARAMS(c, cti_pointwise_params)};                         \
         ct_tensor *ops[CTI_MAX_OPERANDS];                                              \
         ops[0] = c->out[0];                                                            \
         P.dt[0] = ops[0]->dtype;                                                       \
@@ -226,10 +233,6 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
             ops[k + 1] = c->in[k];                                                     \
             P.dt[k + 1] = c->in[k]->dtype;                                             \
         }                                                                              \
-        P.alpha = P.lo = c->f[0];                                                      \
-        P.hi = c->f[1];                                                                \
-        P.ialpha = P.ilo = c->i[0];                                                    \
-        P.ihi = c->i[1];                                                               \
         return cti_cpu_foreach((nin) + 1, ops, loop, &P);                              \
     }
 
@@ -268,6 +271,10 @@ typedef struct ew_reg {
 #define U_INT(op, EXPR)                                                                \
     U_NATIVE(op, i32, int32_t, uint32_t, int32_t, IPARAMS, EXPR)                       \
     U_NATIVE(op, i64, int64_t, uint64_t, int64_t, IPARAMS, EXPR)
+#define U_INT_TO_BOOL(op, EXPR)                                                        \
+    U_NATIVE(op, i32, int32_t, uint32_t, uint8_t, IPARAMS, EXPR)                       \
+    U_NATIVE(op, i64, int64_t, uint64_t, uint8_t, IPARAMS, EXPR)
+#define U_BOOL(op, EXPR) U_NATIVE(op, b8, uint8_t, uint8_t, uint8_t, BPARAMS, EXPR)
 #define B_FLOAT(op, EXPR)                                                              \
     B_NATIVE(op, f32, float, uint32_t, float, FPARAMS, EXPR)                           \
     B_NATIVE(op, f64, double, uint64_t, double, FPARAMS, EXPR)                         \
@@ -293,61 +300,28 @@ typedef struct ew_reg {
     R(OP, op, f32, CT_F32) R(OP, op, f64, CT_F64) R(OP, op, f16, CT_F16)               \
     R(OP, op, bf16, CT_BF16)
 #define R_INT(OP, op) R(OP, op, i32, CT_I32) R(OP, op, i64, CT_I64)
-#define R_ALL(OP, op) R_FLOAT(OP, op) R_INT(OP, op) R(OP, op, b8, CT_BOOL)
+#define R_BOOL(OP, op) R(OP, op, b8, CT_BOOL)
 
-/* ---- unary ---------------------------------------------------------------------- */
+/* A kernel family's registration rows, by the name of its definer. */
+#define REG_U_FLOAT R_FLOAT
+#define REG_U_FLOAT_TO_BOOL R_FLOAT
+#define REG_U_INT R_INT
+#define REG_U_INT_TO_BOOL R_INT
+#define REG_U_BOOL R_BOOL
+#define REG_B_FLOAT R_FLOAT
+#define REG_B_FLOAT_TO_BOOL R_FLOAT
+#define REG_B_INT R_INT
+#define REG_B_INT_TO_BOOL(OP, op) R_INT(OP, op) R_BOOL(OP, op)
+#define REG_B_BOOL R_BOOL
+
 #define SQRT1_2 0.70710678118654752440
 #define SQRT_2_OVER_PI 0.79788456080286535588
-
-U_FLOAT(neg, -x)
-U_INT(neg, (cT)(0 - (uT)x))
-U_FLOAT(abs, fabs(x))
-U_INT(abs, x < 0 ? (cT)(0 - (uT)x) : x)
-U_FLOAT(exp, exp(x))
-U_FLOAT(log, log(x))
-U_FLOAT(sqrt, sqrt(x))
-U_FLOAT(rsqrt, (cT)1 / sqrt(x))
-U_FLOAT(sin, sin(x))
-U_FLOAT(cos, cos(x))
-U_FLOAT(tanh, tanh(x))
-U_FLOAT(sigmoid, (cT)1 / ((cT)1 + exp(-x)))
-/* NaN passes through, as PyTorch's relu (clamp_min) does. */
-U_FLOAT(relu, (x > 0 || x != x) ? x : (cT)0)
-U_INT(relu, x > 0 ? x : (cT)0)
-U_FLOAT(gelu, (cT)0.5 * x * ((cT)1 + erf(x * (cT)SQRT1_2)))
-U_FLOAT(gelu_tanh,
-        (cT)0.5 * x * ((cT)1 + tanh((cT)SQRT_2_OVER_PI * (x + (cT)0.044715 * x * x * x))))
-U_FLOAT(silu, x / ((cT)1 + exp(-x)))
-U_FLOAT(reciprocal, (cT)1 / x)
-U_FLOAT(square, x * x)
-U_INT(square, (cT)((uT)x * (uT)x))
-/* As PyTorch: sign(NaN) is 0. */
-U_FLOAT(sign, (cT)((x > 0) - (x < 0)))
-U_INT(sign, (cT)((x > 0) - (x < 0)))
-U_NATIVE(sign, b8, uint8_t, uint8_t, uint8_t, BPARAMS, x)
-U_FLOAT_TO_BOOL(logical_not, x == 0)
-U_NATIVE(logical_not, i32, int32_t, uint32_t, uint8_t, IPARAMS, x == 0)
-U_NATIVE(logical_not, i64, int64_t, uint64_t, uint8_t, IPARAMS, x == 0)
-U_NATIVE(logical_not, b8, uint8_t, uint8_t, uint8_t, BPARAMS, x == 0)
 
 /* Bounds as given (NaN bounds give NaN); lo > hi gives hi, as PyTorch's
  * min(max(x, lo), hi). */
 #define CLAMP_F(x) ((((x) < p_lo || p_lo != p_lo) ? p_lo : (x)) > p_hi || p_hi != p_hi \
                         ? p_hi : (((x) < p_lo || p_lo != p_lo) ? p_lo : (x)))
 #define CLAMP_I(x) ((((x) < p_lo) ? p_lo : (x)) > p_hi ? p_hi : (((x) < p_lo) ? p_lo : (x)))
-U_FLOAT(clamp, CLAMP_F(x))
-U_INT(clamp, CLAMP_I(x))
-
-/* ---- binary ---------------------------------------------------------------------- */
-/* add and sub share kernels: the front end passes alpha = -alpha for sub. */
-B_FLOAT(add, a + p_alpha * b)
-B_INT(add, (cT)((uT)a + (uT)p_alpha * (uT)b))
-B_BOOL(add, (cT)(a | (b & p_alpha)))
-B_FLOAT(mul, a * b)
-B_INT(mul, (cT)((uT)a * (uT)b))
-B_BOOL(mul, (cT)(a & b))
-B_FLOAT(div, a / b)
-B_FLOAT(pow, pow(a, b))
 
 /* Integer power by repeated squaring, wrapping; negative exponents give
  * 1 / a^-b truncated: 1 for a = 1, +-1 for a = -1, else 0. */
@@ -368,33 +342,87 @@ B_FLOAT(pow, pow(a, b))
     }
 IPOW_FN(ipow_i32, int32_t, uint32_t)
 IPOW_FN(ipow_i64, int64_t, uint64_t)
-B_NATIVE(pow, i32, int32_t, uint32_t, int32_t, IPARAMS, ipow_i32(a, b))
-B_NATIVE(pow, i64, int64_t, uint64_t, int64_t, IPARAMS, ipow_i64(a, b))
+#define IPOW(a, b) _Generic((a), int32_t: ipow_i32, int64_t: ipow_i64)(a, b)
 
-/* NaN propagates from either side. */
-B_FLOAT(maximum, (a > b || a != a) ? a : b)
-B_INT(maximum, a > b ? a : b)
-B_BOOL(maximum, (cT)(a | b))
-B_FLOAT(minimum, (a < b || a != a) ? a : b)
-B_INT(minimum, a < b ? a : b)
-B_BOOL(minimum, (cT)(a & b))
+/* ---- the ops ---------------------------------------------------------------------
+ * X(ID, op, FAMILY, EXPR): kernels k_<op>_<dtype> of CT_OP_<ID> computing EXPR
+ * for the dtypes of FAMILY, which defines them and whose REG_ rows register
+ * them: U_ unary, B_ binary; FLOAT f32, f64, f16 and bf16 (through float32),
+ * INT i32 and i64, BOOL b8, _TO_BOOL with bool results (B_INT_TO_BOOL: b8
+ * too). */
+#define EW_OPS(X)                                                                      \
+    /* ---- unary ---- */                                                              \
+    X(NEG, neg, U_FLOAT, -x)                                                           \
+    X(NEG, neg, U_INT, (cT)(0 - (uT)x))                                                \
+    X(ABS, abs, U_FLOAT, fabs(x))                                                      \
+    X(ABS, abs, U_INT, x < 0 ? (cT)(0 - (uT)x) : x)                                    \
+    X(EXP, exp, U_FLOAT, exp(x))                                                       \
+    X(LOG, log, U_FLOAT, log(x))                                                       \
+    X(SQRT, sqrt, U_FLOAT, sqrt(x))                                                    \
+    X(RSQRT, rsqrt, U_FLOAT, (cT)1 / sqrt(x))                                          \
+    X(SIN, sin, U_FLOAT, sin(x))                                                       \
+    X(COS, cos, U_FLOAT, cos(x))                                                       \
+    X(TANH, tanh, U_FLOAT, tanh(x))                                                    \
+    X(SIGMOID, sigmoid, U_FLOAT, (cT)1 / ((cT)1 + exp(-x)))                            \
+    /* NaN passes through, as PyTorch's relu (clamp_min) does. */                      \
+    X(RELU, relu, U_FLOAT, (x > 0 || x != x) ? x : (cT)0)                              \
+    X(RELU, relu, U_INT, x > 0 ? x : (cT)0)                                            \
+    X(GELU, gelu, U_FLOAT, (cT)0.5 * x * ((cT)1 + erf(x * (cT)SQRT1_2)))               \
+    X(GELU_TANH, gelu_tanh, U_FLOAT,                                                   \
+      (cT)0.5 * x * ((cT)1 + tanh((cT)SQRT_2_OVER_PI * (x + (cT)0.044715 * x * x * x)))) \
+    X(SILU, silu, U_FLOAT, x / ((cT)1 + exp(-x)))                                      \
+    /* log1p keeps exp(beta x) when it is tiny: no underflow to 0 early */             \
+    X(SOFTPLUS, softplus, U_FLOAT,                                                     \
+      x * p_beta > p_threshold ? x : log1p(exp(x * p_beta)) / p_beta)                  \
+    X(RECIPROCAL, reciprocal, U_FLOAT, (cT)1 / x)                                      \
+    X(SQUARE, square, U_FLOAT, x * x)                                                  \
+    X(SQUARE, square, U_INT, (cT)((uT)x * (uT)x))                                      \
+    /* As PyTorch: sign(NaN) is 0. */                                                  \
+    X(SIGN, sign, U_FLOAT, (cT)((x > 0) - (x < 0)))                                    \
+    X(SIGN, sign, U_INT, (cT)((x > 0) - (x < 0)))                                      \
+    X(SIGN, sign, U_BOOL, x)                                                           \
+    X(LOGICAL_NOT, logical_not, U_FLOAT_TO_BOOL, x == 0)                               \
+    X(LOGICAL_NOT, logical_not, U_INT_TO_BOOL, x == 0)                                 \
+    X(LOGICAL_NOT, logical_not, U_BOOL, x == 0)                                        \
+    X(CLAMP, clamp, U_FLOAT, CLAMP_F(x))                                               \
+    X(CLAMP, clamp, U_INT, CLAMP_I(x))                                                 \
+    /* ---- binary (sub runs add's kernels: its front end passes -alpha) ---- */       \
+    X(ADD, add, B_FLOAT, a + p_alpha * b)                                              \
+    X(ADD, add, B_INT, (cT)((uT)a + (uT)p_alpha * (uT)b))                              \
+    X(ADD, add, B_BOOL, (cT)(a | (b & p_alpha)))                                       \
+    X(MUL, mul, B_FLOAT, a * b)                                                        \
+    X(MUL, mul, B_INT, (cT)((uT)a * (uT)b))                                            \
+    X(MUL, mul, B_BOOL, (cT)(a & b))                                                   \
+    X(DIV, div, B_FLOAT, a / b)                                                        \
+    X(POW, pow, B_FLOAT, pow(a, b))                                                    \
+    X(POW, pow, B_INT, IPOW(a, b))                                                     \
+    /* NaN propagates from either side. */                                             \
+    X(MAXIMUM, maximum, B_FLOAT, (a > b || a != a) ? a : b)                            \
+    X(MAXIMUM, maximum, B_INT, a > b ? a : b)                                          \
+    X(MAXIMUM, maximum, B_BOOL, (cT)(a | b))                                           \
+    X(MINIMUM, minimum, B_FLOAT, (a < b || a != a) ? a : b)                            \
+    X(MINIMUM, minimum, B_INT, a < b ? a : b)                                          \
+    X(MINIMUM, minimum, B_BOOL, (cT)(a & b))                                           \
+    X(EQ, eq, B_FLOAT_TO_BOOL, a == b)                                                 \
+    X(EQ, eq, B_INT_TO_BOOL, a == b)                                                   \
+    X(NE, ne, B_FLOAT_TO_BOOL, a != b)                                                 \
+    X(NE, ne, B_INT_TO_BOOL, a != b)                                                   \
+    X(LT, lt, B_FLOAT_TO_BOOL, a < b)                                                  \
+    X(LT, lt, B_INT_TO_BOOL, a < b)                                                    \
+    X(LE, le, B_FLOAT_TO_BOOL, a <= b)                                                 \
+    X(LE, le, B_INT_TO_BOOL, a <= b)                                                   \
+    X(GT, gt, B_FLOAT_TO_BOOL, a > b)                                                  \
+    X(GT, gt, B_INT_TO_BOOL, a > b)                                                    \
+    X(GE, ge, B_FLOAT_TO_BOOL, a >= b)                                                 \
+    X(GE, ge, B_INT_TO_BOOL, a >= b)                                                   \
+    X(LOGICAL_AND, logical_and, B_FLOAT_TO_BOOL, (a != 0) & (b != 0))                  \
+    X(LOGICAL_AND, logical_and, B_INT_TO_BOOL, (a != 0) & (b != 0))                    \
+    X(LOGICAL_OR, logical_or, B_FLOAT_TO_BOOL, (a != 0) | (b != 0))                    \
+    X(LOGICAL_OR, logical_or, B_INT_TO_BOOL, (a != 0) | (b != 0))
 
-B_FLOAT_TO_BOOL(eq, a == b)
-B_INT_TO_BOOL(eq, a == b)
-B_FLOAT_TO_BOOL(ne, a != b)
-B_INT_TO_BOOL(ne, a != b)
-B_FLOAT_TO_BOOL(lt, a < b)
-B_INT_TO_BOOL(lt, a < b)
-B_FLOAT_TO_BOOL(le, a <= b)
-B_INT_TO_BOOL(le, a <= b)
-B_FLOAT_TO_BOOL(gt, a > b)
-B_INT_TO_BOOL(gt, a > b)
-B_FLOAT_TO_BOOL(ge, a >= b)
-B_INT_TO_BOOL(ge, a >= b)
-B_FLOAT_TO_BOOL(logical_and, (a != 0) & (b != 0))
-B_INT_TO_BOOL(logical_and, (a != 0) & (b != 0))
-B_FLOAT_TO_BOOL(logical_or, (a != 0) | (b != 0))
-B_INT_TO_BOOL(logical_or, (a != 0) | (b != 0))
+#define DEFINE_(ID, op, FAMILY, EXPR) FAMILY(op, EXPR)
+EW_OPS(DEFINE_)
+#undef DEFINE_
 
 /* ---- where: a select by element size ------------------------------------------------ */
 #define WHERE_LOOP(name, T)                                                            \
@@ -438,25 +466,10 @@ WHERE_LOOP(where_4, uint32_t)
 WHERE_LOOP(where_8, uint64_t)
 
 static const ew_reg g_regs[] = {
-    R_FLOAT(NEG, neg) R_INT(NEG, neg)
-    R_FLOAT(ABS, abs) R_INT(ABS, abs)
-    R_FLOAT(EXP, exp) R_FLOAT(LOG, log) R_FLOAT(SQRT, sqrt) R_FLOAT(RSQRT, rsqrt)
-    R_FLOAT(SIN, sin) R_FLOAT(COS, cos) R_FLOAT(TANH, tanh) R_FLOAT(SIGMOID, sigmoid)
-    R_FLOAT(RELU, relu) R_INT(RELU, relu)
-    R_FLOAT(GELU, gelu) R_FLOAT(GELU_TANH, gelu_tanh) R_FLOAT(SILU, silu)
-    R_FLOAT(RECIPROCAL, reciprocal)
-    R_FLOAT(SQUARE, square) R_INT(SQUARE, square)
-    R_ALL(SIGN, sign)
-    R_ALL(LOGICAL_NOT, logical_not)
-    R_FLOAT(CLAMP, clamp) R_INT(CLAMP, clamp)
-    R_ALL(ADD, add)
+#define REGISTER_(ID, op, FAMILY, EXPR) REG_##FAMILY(ID, op)
+    EW_OPS(REGISTER_)
+#undef REGISTER_
     R_FLOAT(SUB, add) R_INT(SUB, add)
-    R_ALL(MUL, mul)
-    R_FLOAT(DIV, div)
-    R_FLOAT(POW, pow) R_INT(POW, pow)
-    R_ALL(MAXIMUM, maximum) R_ALL(MINIMUM, minimum)
-    R_ALL(EQ, eq) R_ALL(NE, ne) R_ALL(LT, lt) R_ALL(LE, le) R_ALL(GT, gt) R_ALL(GE, ge)
-    R_ALL(LOGICAL_AND, logical_and) R_ALL(LOGICAL_OR, logical_or)
     {CT_OP_WHERE, CT_BOOL, k_where_1, "where_1"},
     {CT_OP_WHERE, CT_I32, k_where_4, "where_4"},
     {CT_OP_WHERE, CT_I64, k_where_8, "where_8"},

@@ -11,6 +11,9 @@
 // read once per thread and never indexed.
 #include <string.h>
 
+#include <array>
+#include <utility>
+
 #include "kernels.cuh"
 #include "ops_impl.h"
 
@@ -32,6 +35,8 @@ __device__ __forceinline__ float mexp(float x) { return expf(x); }
 __device__ __forceinline__ double mexp(double x) { return exp(x); }
 __device__ __forceinline__ float mlog(float x) { return logf(x); }
 __device__ __forceinline__ double mlog(double x) { return log(x); }
+__device__ __forceinline__ float mlog1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double mlog1p(double x) { return log1p(x); }
 __device__ __forceinline__ float msqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double msqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float msin(float x) { return sinf(x); }
@@ -54,8 +59,9 @@ __device__ __forceinline__ double madd(double a, double al, double b) {
     return __dadd_rn(a, __dmul_rn(al, b));
 }
 
+// The op's parameters in its compute type (cti_pointwise_params' names).
 template <class V> struct Prm {
-    V alpha, lo, hi;
+    V alpha, lo, hi, beta, threshold;
 };
 
 // Integer power by repeated squaring, wrapping; negative exponents give
@@ -84,10 +90,15 @@ template <class V> __device__ __forceinline__ V ipow(V a, V b) {
 enum { F_FLOAT = 1, F_INT = 2, F_BOOL = 4 };
 constexpr int F_FI = F_FLOAT | F_INT, F_ALL = F_FLOAT | F_INT | F_BOOL;
 
-template <int OP> struct Op;
+// Op<OP>: the op's arity, dtype families and element function; the launch
+// table below holds every op given one (a UOP or BOP row), nothing else.
+template <int OP> struct Op {
+    static constexpr bool defined = false;
+};
 
 #define UOP(ID, FAM, R, ...)                                                                \
     template <> struct Op<CT_OP_##ID> {                                                     \
+        static constexpr bool defined = true;                                               \
         static constexpr int nin = 1, fam = FAM;                                            \
         static constexpr bool to_bool = std::is_same<R<float>, bool>::value;                \
         template <class V> __device__ __forceinline__ static R<V> f(V x, const Prm<V> &p) { \
@@ -100,6 +111,7 @@ template <int OP> struct Op;
     };
 #define BOP(ID, FAM, R, ...)                                                                \
     template <> struct Op<CT_OP_##ID> {                                                     \
+        static constexpr bool defined = true;                                               \
         static constexpr int nin = 2, fam = FAM;                                            \
         static constexpr bool to_bool = std::is_same<R<float>, bool>::value;                \
         template <class V>                                                                  \
@@ -131,6 +143,9 @@ UOP(GELU, F_FLOAT, Same, return (V)0.5 * x * ((V)1 + merf(x * (V)SQRT1_2));)
 UOP(GELU_TANH, F_FLOAT, Same,
     return (V)0.5 * x * ((V)1 + mtanh((V)SQRT_2_OVER_PI * (x + (V)0.044715 * x * x * x)));)
 UOP(SILU, F_FLOAT, Same, return x / ((V)1 + mexp(-x));)
+UOP(SOFTPLUS, F_FLOAT, Same,
+    const V bx = x * p.beta;
+    return bx > p.threshold ? x : mlog1p(mexp(bx)) / p.beta;)
 UOP(RECIPROCAL, F_FLOAT, Same, return (V)1 / x;)
 UOP(SQUARE, F_FI, Same, if constexpr (isf<V>) return x * x; else return (V)((U)x * (U)x);)
 UOP(SIGN, F_ALL, Same,
@@ -215,18 +230,23 @@ template <class V> __device__ __forceinline__ V scalar_value(const KArgs &a, int
     else return (V)i;
 }
 
+// The launch record's first and second parameter (f0/i0, f1/i1) under the
+// names of the ops that read them (cuda/elementwise.c fills them by op: add
+// and sub alpha; clamp lo, hi; softplus beta, threshold).
 template <class V> __device__ __forceinline__ Prm<V> params(const KArgs &a) {
     Prm<V> p;
     if constexpr (isf<V>) {
-        p.alpha = p.lo = (V)a.f0;
-        p.hi = (V)a.f1;
+        p.alpha = p.lo = p.beta = (V)a.f0;
+        p.hi = p.threshold = (V)a.f1;
     } else if constexpr (isb<V>) {
         p.alpha = a.i0 != 0;
         p.lo = 0;
         p.hi = 1;
+        p.beta = p.threshold = 0;
     } else {
         p.alpha = p.lo = (V)a.i0;
         p.hi = (V)a.i1;
+        p.beta = p.threshold = 0;
     }
     return p;
 }
@@ -446,44 +466,34 @@ cudaError_t launch_where(const cti_cuda_ew *e, int sms, cudaStream_t st, const c
 
 typedef cudaError_t (*launch_fn)(const cti_cuda_ew *, int, cudaStream_t, const char **);
 
-// The launcher of (OP, DT), or NULL where the CPU registers no kernel.
+// The launcher of (OP, DT), or NULL where the op has no row or the CPU
+// registers no kernel for the dtype.
 template <int OP, int DT> constexpr launch_fn entry() {
-    if constexpr ((Op<OP>::fam & fam_of(DT)) != 0) return launch_op<OP, DT>;
-    else return nullptr;
+    if constexpr (Op<OP>::defined) {
+        if constexpr ((Op<OP>::fam & fam_of(DT)) != 0) return launch_op<OP, DT>;
+    }
+    return nullptr;
 }
 
-template <int OP> launch_fn pick(int dt) {
-    switch (dt) {
-    case CT_BOOL: return entry<OP, CT_BOOL>();
-    case CT_I32: return entry<OP, CT_I32>();
-    case CT_I64: return entry<OP, CT_I64>();
-    case CT_F16: return entry<OP, CT_F16>();
-    case CT_BF16: return entry<OP, CT_BF16>();
-    case CT_F32: return entry<OP, CT_F32>();
-    case CT_F64: return entry<OP, CT_F64>();
-    default: return nullptr;
-    }
+// The launchers of every (op, dtype), built at compile time from the rows.
+typedef std::array<launch_fn, CT_NUM_DTYPES> launch_row;
+template <int OP, int... DT> constexpr launch_row row_of(std::integer_sequence<int, DT...>) {
+    return launch_row{{entry<OP, DT>()...}};
 }
+template <int... OP>
+constexpr std::array<launch_row, sizeof...(OP)> table_of(std::integer_sequence<int, OP...>) {
+    return {{row_of<OP>(std::make_integer_sequence<int, CT_NUM_DTYPES>{})...}};
+}
+constexpr auto kLaunch = table_of(std::make_integer_sequence<int, CT_NUM_OPS>{});
 
 launch_fn find(int op, int dt) {
-    switch (op) {
-#define CASE(ID) \
-    case CT_OP_##ID: return pick<CT_OP_##ID>(dt);
-        CASE(NEG) CASE(ABS) CASE(EXP) CASE(LOG) CASE(SQRT) CASE(RSQRT) CASE(SIN) CASE(COS)
-        CASE(TANH) CASE(SIGMOID) CASE(RELU) CASE(GELU) CASE(GELU_TANH) CASE(SILU)
-        CASE(RECIPROCAL) CASE(SQUARE) CASE(SIGN) CASE(LOGICAL_NOT) CASE(CLAMP)
-        CASE(ADD) CASE(SUB) CASE(MUL) CASE(DIV) CASE(POW) CASE(MAXIMUM) CASE(MINIMUM)
-        CASE(EQ) CASE(NE) CASE(LT) CASE(LE) CASE(GT) CASE(GE) CASE(LOGICAL_AND) CASE(LOGICAL_OR)
-#undef CASE
-    case CT_OP_WHERE:
-        if ((unsigned)dt >= CT_NUM_DTYPES) return nullptr;
-        switch (ct_dtype_size((ct_dtype)dt)) {
-        case 1: return launch_where<uint8_t>;
-        case 2: return launch_where<uint16_t>;
-        case 4: return launch_where<uint32_t>;
-        default: return launch_where<uint64_t>;
-        }
-    default: return nullptr;
+    if ((unsigned)op >= CT_NUM_OPS || (unsigned)dt >= CT_NUM_DTYPES) return nullptr;
+    if (op != CT_OP_WHERE) return kLaunch[op][dt];
+    switch (ct_dtype_size((ct_dtype)dt)) {
+    case 1: return launch_where<uint8_t>;
+    case 2: return launch_where<uint16_t>;
+    case 4: return launch_where<uint32_t>;
+    default: return launch_where<uint64_t>;
     }
 }
 
