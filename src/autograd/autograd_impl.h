@@ -92,20 +92,6 @@ typedef struct cti_ag_rec {
  * caller releases them. */
 ct_status cti_ag_record(const cti_ag_rec *r);
 
-/* LEGACY: the positional form (f and i packed into the node's params). */
-ct_status cti_ag_record_legacy(const char *name, cti_backward_fn bw, int nin,
-                               ct_tensor *const *inputs, int nout, ct_tensor *const *outputs,
-                               int nsaved, ct_tensor *const *saved, const double *f, int nf,
-                               const int64_t *i, int ni);
-
-/* LEGACY: what cti_ag_record_legacy packs. */
-typedef struct cti_legacy_params {
-    double f[8];
-    int64_t i[16];
-} cti_legacy_params;
-#define LEGACY_F(n) (CTI_NODE_PARAMS(n, cti_legacy_params)->f)
-#define LEGACY_I(n) (CTI_NODE_PARAMS(n, cti_legacy_params)->i)
-
 /* The node's parameters as the struct T its front end recorded. */
 #define CTI_NODE_PARAMS(n, T) ((const T *)cti_node_params_(n, sizeof(T)))
 static inline const void *cti_node_params_(const cti_node *n, size_t size) {

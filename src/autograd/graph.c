@@ -158,23 +158,6 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
     return CT_OK;
 }
 
-/* LEGACY: the positional form, until every front end records by name. */
-ct_status cti_ag_record_legacy(const char *name, cti_backward_fn bw, int nin,
-                               ct_tensor *const *inputs, int nout, ct_tensor *const *outputs,
-                               int nsaved, ct_tensor *const *saved, const double *f, int nf,
-                               const int64_t *i, int ni) {
-    cti_ag_rec r = {.name = name, .backward = bw, .nin = nin, .nout = nout, .nsaved = nsaved};
-    for (int k = 0; k < nin; k++) r.in[k] = inputs[k];
-    for (int k = 0; k < nout; k++) r.out[k] = outputs[k];
-    for (int k = 0; k < nsaved; k++) r.saved[k] = saved[k];
-    cti_legacy_params legacy = {{0}, {0}};
-    if (nf) memcpy(legacy.f, f, (size_t)nf * sizeof *f);
-    if (ni) memcpy(legacy.i, i, (size_t)ni * sizeof *i);
-    r.params = &legacy;
-    r.params_size = sizeof legacy;
-    return cti_ag_record(&r);
-}
-
 ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st) {
     *st = CT_OK;
     if (n->released) {

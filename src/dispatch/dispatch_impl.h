@@ -35,10 +35,6 @@ typedef struct ct_call {
     /* The kernel may set this to the routine it actually ran ("cblas_sgemm",
      * "im2col+cblas_sgemm"); the trace prints it, else the registered name. */
     const char *routine;
-    /* LEGACY: numbered slots, removed once every family reads params. */
-    double f[8];
-    int64_t i[16];
-    void *ptr;
 } ct_call;
 
 typedef ct_status (*cti_kernel_fn)(ct_call *call);
@@ -51,7 +47,6 @@ static inline void cti_call_init(ct_call *c, ct_op op) {
     c->params = NULL;
     c->params_size = 0;
     c->routine = NULL;
-    c->ptr = NULL; /* LEGACY */
 }
 
 /* Points the call at the parameter struct *p (which must outlive the

@@ -318,8 +318,6 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
         (unsigned)dtype >= CT_NUM_DTYPES)
         return cti_error(CT_ERR_INVALID_ARG, "dispatch: invalid op %d, device %d or dtype %d",
                          (int)c->op, (int)device.type, (int)dtype);
-    if (c->params_size != cti_schema_rows[c->op].params_size && c->params) /* LEGACY: && c->params */
-        return params_mismatch(c);
     if (init_status != CT_OK)
         return cti_error(init_status, "ct_%s: cten failed to initialize: %s", cti_schema_rows[c->op].name,
                          init_message);
@@ -330,6 +328,7 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
                          cti_schema_rows[c->op].name, ct_device_str(device, dev, sizeof dev),
                          ct_dtype_name(dtype));
     }
+    if (c->params_size != cti_schema_rows[c->op].params_size) return params_mismatch(c);
     bool tr = atomic_load_explicit(&trace_on, memory_order_relaxed);
     bool pr = atomic_load_explicit(&profile_on, memory_order_relaxed);
     if (!tr && !pr) return e->fn(c);

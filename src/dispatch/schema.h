@@ -324,10 +324,16 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
     X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
- * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. */
+ * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA
+ * backend's .cu files read the structs too, as C++.) */
 #define CTI_PARAMS_MAX 192
+#ifdef __cplusplus
+#define CTI_STATIC_ASSERT_ static_assert
+#else
+#define CTI_STATIC_ASSERT_ _Static_assert
+#endif
 #define CTI_PARAMS_FIT_(ID, name, P, grad, bw)                                               \
-    _Static_assert(sizeof(P) <= CTI_PARAMS_MAX, "params of " name " exceed CTI_PARAMS_MAX");
+    CTI_STATIC_ASSERT_(sizeof(P) <= CTI_PARAMS_MAX, "params of " name " exceed CTI_PARAMS_MAX");
 CTI_OP_SCHEMA(CTI_PARAMS_FIT_)
 #undef CTI_PARAMS_FIT_
 

@@ -53,31 +53,6 @@ static ct_tensor *converted(const char *op, ct_tensor *t, ct_dtype dt, int dev) 
     return tmp;
 }
 
-/* The op's parameters into the launch record's two floating and two integer
- * values, which elementwise.cu reads as the op's own: add/sub's alpha
- * (f0, i0), clamp's bounds (f0, i0 the lower, f1, i1 the upper), softplus's
- * beta and threshold (f0, f1). */
-static void launch_params(cti_cuda_ew *e, ct_op op, const cti_pointwise_params *p) {
-    if (op == CT_OP_CLAMP) {
-        e->f0 = p->lo;
-        e->f1 = p->hi;
-        e->i0 = p->ilo;
-        e->i1 = p->ihi;
-    } else if (op == CT_OP_SOFTPLUS) {
-        e->f0 = p->beta;
-        e->f1 = p->threshold;
-    } else {
-        e->f0 = p->alpha;
-        e->i0 = p->ialpha;
-    }
-}
-
-/* What a call without parameters means. Until their families pass
- * cti_pointwise_params, cuda/conv.c's add_bias (ADD) and cuda/blas.c's
- * scaled_input (MUL) dispatch with none, meaning alpha 1; once the
- * dispatcher requires the schema's struct of every call, this is unused. */
-static const cti_pointwise_params unit_alpha = {.alpha = 1, .ialpha = 1};
-
 /* The dtype the call was dispatched on: the result's, except for bool
  * results (comparisons, logical ops), which take their operands' dtype: that
  * of the largest operand, a tensor rather than a wrapped scalar on ties. */
@@ -107,7 +82,7 @@ static ct_status k_elementwise(ct_call *c) {
     e.op = c->op;
     e.nin = c->nin;
     e.out = cti_data(out);
-    launch_params(&e, c->op, c->params ? CTI_PARAMS(c, cti_pointwise_params) : &unit_alpha);
+    e.prm = *CTI_PARAMS(c, cti_pointwise_params);
     e.n = n;
     e.contiguous = cti_is_contiguous(out);
 

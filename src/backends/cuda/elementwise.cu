@@ -204,8 +204,7 @@ struct KArgs {
     int sdt[CTI_EW_MAX_IN];
     double dval[CTI_EW_MAX_IN];
     int64_t ival[CTI_EW_MAX_IN];
-    double f0, f1;
-    int64_t i0, i1;
+    cti_pointwise_params prm;
     int64_t n;
 };
 
@@ -230,22 +229,26 @@ template <class V> __device__ __forceinline__ V scalar_value(const KArgs &a, int
     else return (V)i;
 }
 
-// The launch record's first and second parameter (f0/i0, f1/i1) under the
-// names of the ops that read them (cuda/elementwise.c fills them by op: add
-// and sub alpha; clamp lo, hi; softplus beta, threshold).
+// The call's cti_pointwise_params in the compute type: floating ops read
+// the floating fields, integer ops the integer ones.
 template <class V> __device__ __forceinline__ Prm<V> params(const KArgs &a) {
+    const cti_pointwise_params &q = a.prm;
     Prm<V> p;
     if constexpr (isf<V>) {
-        p.alpha = p.lo = p.beta = (V)a.f0;
-        p.hi = p.threshold = (V)a.f1;
+        p.alpha = (V)q.alpha;
+        p.lo = (V)q.lo;
+        p.hi = (V)q.hi;
+        p.beta = (V)q.beta;
+        p.threshold = (V)q.threshold;
     } else if constexpr (isb<V>) {
-        p.alpha = a.i0 != 0;
+        p.alpha = q.ialpha != 0;
         p.lo = 0;
         p.hi = 1;
         p.beta = p.threshold = 0;
     } else {
-        p.alpha = p.lo = (V)a.i0;
-        p.hi = (V)a.i1;
+        p.alpha = (V)q.ialpha;
+        p.lo = (V)q.ilo;
+        p.hi = (V)q.ihi;
         p.beta = p.threshold = 0;
     }
     return p;
@@ -406,10 +409,7 @@ KArgs kargs(const cti_cuda_ew *e) {
         a.dval[k] = e->dval[k];
         a.ival[k] = e->ival[k];
     }
-    a.f0 = e->f0;
-    a.f1 = e->f1;
-    a.i0 = e->i0;
-    a.i1 = e->i1;
+    a.prm = e->prm;
     a.n = e->n;
     return a;
 }

@@ -6,6 +6,7 @@
 #ifndef CTEN_CUDA_OPS_IMPL_H
 #define CTEN_CUDA_OPS_IMPL_H
 
+#include "../../dispatch/schema.h"
 #include "cuda_impl.h"
 #include "tensor/dispatch.h"
 
@@ -31,8 +32,7 @@ typedef struct cti_cuda_ew {
     int sdt[CTI_EW_MAX_IN];        /* DEVSCALAR: the element's ct_dtype */
     double dval[CTI_EW_MAX_IN];    /* VALUE: the value, and as an integer */
     int64_t ival[CTI_EW_MAX_IN];
-    double f0, f1;                 /* the call's f[0], f[1] (alpha or min, max) */
-    int64_t i0, i1;                /* the call's i[0], i[1] */
+    cti_pointwise_params prm;      /* the call's parameters (alpha, clamp's bounds, ...) */
     int64_t n;                     /* output elements */
     bool contiguous;               /* out and every ARRAY input contiguous, n elements */
     const cti_cuda_iter *it;       /* otherwise: operand 0 out, operand k+1 in[k] */
