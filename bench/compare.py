@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Before/after table from cten-bench JSON files of alternating rounds.
 
-For each case (name and device): the median over rounds of each build's
-median time, the ratio after/before, and the noise of the run: the largest
-spread between rounds of the same build (max/min - 1, over both builds). A
-case is "slower" only when its ratio exceeds 1 + noise.
+For each case (name and device): each build's best round (the smallest of
+its rounds' median times: a shared machine only ever adds time), the ratio
+after/before of those, the ratio of the builds' medians over rounds, and the
+noise of the run: how far the two best rounds of one build lie apart
+(second best / best - 1, the larger over both builds). A case is "slower"
+only when its best-round ratio exceeds 1 + noise.
 """
 import argparse
 import json
@@ -32,7 +34,8 @@ def fmt_time(s):
 
 
 def spread(ts):
-    return max(ts) / min(ts) - 1 if len(ts) > 1 else 0.0
+    best = sorted(ts)
+    return best[1] / best[0] - 1 if len(best) > 1 else 0.0
 
 
 def main():
@@ -41,19 +44,20 @@ def main():
     ap.add_argument("--after", nargs="+", required=True)
     a = ap.parse_args()
     before, after = load(a.before), load(a.after)
-    print("| case | device | before | after | after/before | noise | verdict |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    print("| case | device | before | after | after/before | medians after/before | noise | verdict |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     worse = 0
     for key in sorted(before, key=lambda k: (k[1], k[0])):
         if key not in after:
             continue
-        b, h = statistics.median(before[key]), statistics.median(after[key])
+        b, h = min(before[key]), min(after[key])
         ratio = h / b
+        mratio = statistics.median(after[key]) / statistics.median(before[key])
         noise = max(spread(before[key]), spread(after[key]))
         verdict = "slower" if ratio > 1 + noise else ("faster" if ratio < 1 - noise else "same")
         worse += verdict == "slower"
         print(f"| {key[0]} | {key[1]} | {fmt_time(b)} | {fmt_time(h)} | {ratio:.3f} | "
-              f"{100 * noise:.1f}% | {verdict} |")
+              f"{mratio:.3f} | {100 * noise:.1f}% | {verdict} |")
     print(f"\n{worse} case(s) slower than the run's noise")
 
 
