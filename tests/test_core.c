@@ -1607,6 +1607,47 @@ static void test_select_narrow(void **state) {
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) ct_tensor_release(all[k]);
 }
 
+/* User-given sizes, offsets and steps that would overflow int64 are refused
+ * before any view can reach past its storage. */
+static void test_view_integer_overflow(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *t = ct_tensor_zeros(CT_SHAPE(1000), CT_F32, CT_CPU);
+    /* start + length overflows: refused, not a view of INT64_MAX elements */
+    tu_assert_null_error(ct_narrow(t, 0, 2, INT64_MAX), CT_ERR_INDEX, "ct_narrow", "exceeds",
+                         "1000");
+    tu_assert_null_error(ct_narrow(t, 0, 0, -1), CT_ERR_INDEX, "ct_narrow",
+                         "length must be non-negative", "-1");
+    ct_tensor *ok = ct_narrow(t, 0, 998, 2);
+    assert_non_null(ok);
+    assert_int_equal(ct_tensor_numel(ok), 2);
+
+    /* A huge step: one element, the stride of a one-element dim kept. */
+    ct_tensor *one = ct_slice(t, 0, 3, INT64_MAX, INT64_MAX);
+    assert_non_null(one);
+    assert_int_equal(ct_tensor_shape(one)[0], 1);
+    assert_int_equal(ct_tensor_offset(one), 3);
+    ct_tensor *none = ct_slice(t, 0, INT64_MIN, INT64_MIN, INT64_MAX);
+    assert_non_null(none);
+    assert_int_equal(ct_tensor_numel(none), 0);
+    ct_tensor *ends = ct_slice(t, 0, INT64_MIN, INT64_MAX, 999);
+    assert_non_null(ends); /* elements 0 and 999 */
+    assert_int_equal(ct_tensor_shape(ends)[0], 2);
+    assert_int_equal(ct_tensor_strides(ends)[0], 999);
+
+    /* Expanding to more elements than int64 holds is refused; zero-size
+     * expands stay fine. */
+    ct_tensor *s1 = ct_tensor_zeros(CT_SHAPE(1), CT_F32, CT_CPU);
+    int64_t huge = (int64_t)1 << 32;
+    tu_assert_null_error(ct_expand(s1, CT_SHAPE(huge, huge, huge)), CT_ERR_OVERFLOW, "ct_expand");
+    ct_tensor *z = ct_expand(s1, CT_SHAPE(huge, huge, 0));
+    assert_non_null(z);
+    assert_int_equal(ct_tensor_numel(z), 0);
+    tu_assert_null_error(ct_expand(s1, CT_SHAPE(-5)), CT_ERR_SHAPE, "ct_expand",
+                         "size -5 at dim 0 is negative");
+    ct_scope_end(sc);
+}
+
 static void test_squeeze_unsqueeze(void **state) {
     (void)state;
     double *v;
@@ -2213,6 +2254,7 @@ int main(void) {
         T(test_transpose_permute),
         T(test_slice),
         T(test_select_narrow),
+        T(test_view_integer_overflow),
         T(test_squeeze_unsqueeze),
         T(test_expand),
         T(test_reshape),

@@ -205,8 +205,15 @@ ct_tensor *cti_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t 
     int64_t sh[CT_MAX_DIMS], st[CT_MAX_DIMS];
     memcpy(sh, t->shape, sizeof sh);
     memcpy(st, t->stride, sizeof st);
-    sh[d] = (end - start + step - 1) / step;
-    st[d] = t->stride[d] * step;
+    /* Written so that no step, however large, overflows: the count rounds
+     * up without adding step, and a dim of at most one element keeps its
+     * stride (no element is ever reached through it). */
+    sh[d] = (end - start) / step + ((end - start) % step != 0);
+    if (sh[d] > 1 && __builtin_mul_overflow(t->stride[d], step, &st[d]))
+        return cti_error_null(CT_ERR_OVERFLOW,
+                              "ct_slice: step %lld times the stride %lld of dim %d of %s "
+                              "overflows int64",
+                              (long long)step, (long long)t->stride[d], d, cti_desc(t));
     return cti_tensor_view(t, t->ndim, sh, st, t->offset + start * t->stride[d]);
 }
 
@@ -221,7 +228,11 @@ ct_tensor *cti_narrow(ct_tensor *t, int dim, int64_t start, int64_t length) {
         return cti_error_null(CT_ERR_INDEX, "ct_narrow: start %lld out of range for dim %d of %s",
                               (long long)start, d, cti_desc(t));
     if (start < 0) start += n;
-    if (length < 0 || start + length > n)
+    if (length < 0)
+        return cti_error_null(CT_ERR_INDEX, "ct_narrow: length must be non-negative, got %lld",
+                              (long long)length);
+    /* length > n - start, not start + length > n: the sum can overflow. */
+    if (length > n - start)
         return cti_error_null(CT_ERR_INDEX,
                               "ct_narrow: start %lld + length %lld exceeds dim %d of size %lld",
                               (long long)start, (long long)length, d, (long long)n);
@@ -272,6 +283,11 @@ ct_tensor *cti_expand(ct_tensor *t, int ndim, const int64_t *shape) {
             continue;
         }
         int64_t want = shape[i] == -1 ? t->shape[j] : shape[i];
+        if (want < 0)
+            return cti_error_null(CT_ERR_SHAPE,
+                                  "ct_expand: size %lld at dim %d is negative (only -1, which "
+                                  "keeps the size, is allowed; %s to %s)",
+                                  (long long)shape[i], i, cti_desc(t), cti_shape_s(ndim, shape));
         if (want == t->shape[j]) {
             sh[i] = want;
             st[i] = t->stride[j];
@@ -286,6 +302,8 @@ ct_tensor *cti_expand(ct_tensor *t, int ndim, const int64_t *shape) {
                                   cti_shape_s(ndim, shape));
         }
     }
+    size_t nbytes;
+    if (!cti_checked_nbytes("ct_expand", ndim, sh, t->dtype, &nbytes)) return NULL;
     return cti_tensor_view(t, ndim, sh, st, t->offset);
 }
 
