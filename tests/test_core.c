@@ -184,6 +184,12 @@ static void test_promotion_table(void **state) {
                          ct_dtype_name(all_dt[b]), ct_dtype_name(got),
                          ct_dtype_name((ct_dtype)table[a][b]));
         }
+    /* Not dtypes: refused, not returned. */
+    assert_int_equal(ct_promote_types((ct_dtype)99, (ct_dtype)-7), CT_NUM_DTYPES);
+    tu_assert_error(ct_last_status(), CT_ERR_DTYPE, "ct_promote_types", "invalid dtype 99");
+    assert_int_equal(ct_promote_types(CT_F32, (ct_dtype)-7), CT_NUM_DTYPES);
+    tu_assert_error(ct_last_status(), CT_ERR_DTYPE, "ct_promote_types", "invalid dtype -7");
+    assert_int_equal(ct_promote_types(CT_F32, CT_NUM_DTYPES), CT_NUM_DTYPES);
 }
 
 static void test_result_type_and_can_cast(void **state) {

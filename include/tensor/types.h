@@ -79,7 +79,8 @@ const char *ct_dtype_name(ct_dtype dt);
 bool ct_dtype_is_floating(ct_dtype dt);
 bool ct_dtype_is_integral(ct_dtype dt); /* integers and bool */
 /* PyTorch's promote_types: the smallest dtype both convert to without
- * leaving their category (f16 with bf16 gives f32). */
+ * leaving their category (f16 with bf16 gives f32). CT_NUM_DTYPES, with an
+ * error set, when either is not a dtype. */
 ct_dtype ct_promote_types(ct_dtype a, ct_dtype b);
 
 /* "cpu" or "cuda:0"; writes at most n bytes, returns buf. */

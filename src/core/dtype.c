@@ -21,6 +21,11 @@ bool ct_dtype_is_floating(ct_dtype dt) {
 bool ct_dtype_is_integral(ct_dtype dt) { return dt == CT_BOOL || dt == CT_I32 || dt == CT_I64; }
 
 ct_dtype ct_promote_types(ct_dtype a, ct_dtype b) {
+    if ((unsigned)a >= CT_NUM_DTYPES || (unsigned)b >= CT_NUM_DTYPES) {
+        cti_error(CT_ERR_DTYPE, "ct_promote_types: invalid dtype %d (expected 0..%d)",
+                  (unsigned)a >= CT_NUM_DTYPES ? (int)a : (int)b, (int)CT_NUM_DTYPES - 1);
+        return CT_NUM_DTYPES;
+    }
     if (a == b) return a;
     if ((a == CT_F16 && b == CT_BF16) || (a == CT_BF16 && b == CT_F16)) return CT_F32;
     /* Elsewhere the enum order is the promotion order: bool < ints < floats,
