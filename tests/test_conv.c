@@ -803,6 +803,43 @@ static void test_pool_known_values(void **state) {
     for (int i = 0; i < 4; i++) ct_tensor_release(ts[i]);
 }
 
+/* Geometry from user integers near INT64_MAX is refused with a message
+ * instead of overflowing into a wrong size; a huge kernel that fits is
+ * computed exactly (every window covers the whole input). */
+static void test_geometry_overflow(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *x = tu_rand(CT_SHAPE(1, 1, 4, 4), CT_F32, -1, 1, NULL);
+    ct_tensor *w = tu_rand(CT_SHAPE(1, 1, 3, 3), CT_F32, -1, 1, NULL);
+    int64_t big = INT64_MAX / 2 + 1, huge[2] = {big, big}, one[2] = {1, 1};
+    tu_assert_null_error(ct_conv2d(x, w, NULL, NULL, huge, NULL, 1), CT_ERR_OVERFLOW,
+                         "ct_conv2d", "padding", "overflow int64");
+    tu_assert_null_error(ct_conv2d(x, w, NULL, NULL, NULL, huge, 1), CT_ERR_OVERFLOW,
+                         "ct_conv2d", "dilation", "overflow int64");
+    int64_t kmax[2] = {INT64_MAX, INT64_MAX}, pmax[2] = {INT64_MAX / 2, INT64_MAX / 2};
+    tu_assert_null_error(ct_max_pool2d(x, kmax, one, pmax, NULL, false, NULL), CT_ERR_OVERFLOW,
+                         "ct_max_pool2d", "kernel", "overflow int64");
+    int64_t k3[2] = {3, 3};
+    tu_assert_null_error(ct_max_pool2d(x, k3, one, NULL, kmax, false, NULL), CT_ERR_OVERFLOW,
+                         "ct_max_pool2d", "dilation", "overflow int64");
+    tu_assert_null_error(ct_avg_pool2d(x, kmax, one, pmax, true, true), CT_ERR_OVERFLOW,
+                         "ct_avg_pool2d", "overflow int64");
+    /* kernel 2^40 with padding 2^39: 5x5 windows, each covering the 4x4 input */
+    int64_t k40[2] = {(int64_t)1 << 40, (int64_t)1 << 40}, p39[2] = {(int64_t)1 << 39,
+                                                                    (int64_t)1 << 39};
+    ct_tensor *y = ct_max_pool2d(x, k40, one, p39, NULL, false, NULL);
+    assert_non_null(y);
+    assert_int_equal(ct_tensor_shape(y)[2], 5);
+    assert_int_equal(ct_tensor_shape(y)[3], 5);
+    double mx;
+    assert_int_equal(ct_tensor_item(ct_max(x), &mx), CT_OK);
+    double first, last;
+    assert_int_equal(ct_tensor_item(ct_select(ct_select(ct_select(ct_select(y, 0, 0), 0, 0), 0, 0), 0, 0), &first), CT_OK);
+    assert_int_equal(ct_tensor_item(ct_select(ct_select(ct_select(ct_select(y, 0, 0), 0, 0), 0, 4), 0, 4), &last), CT_OK);
+    assert_true(first == mx && last == mx);
+    ct_scope_end(sc);
+}
+
 static void test_pool_errors(void **state) {
     (void)state;
     ct_tensor *x = tu_rand(CT_SHAPE(2, 3, 6, 6), CT_F32, -1, 1, NULL);
@@ -871,6 +908,7 @@ int main(void) {
         cmocka_unit_test(test_avg_pool_random),    cmocka_unit_test(test_adaptive_pool_random),
         cmocka_unit_test(test_pool_known_values),  cmocka_unit_test(test_max_pool_f32_path_ties_nan),
         cmocka_unit_test(test_pool_errors),
+        cmocka_unit_test(test_geometry_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,6 +96,23 @@ static ct_status conv_params(const char *op, const int64_t *stride, const int64_
     return s;
 }
 
+/* One spatial dim's padded input, in + 2 p, and dilated kernel, d (k - 1) + 1;
+ * false when either overflows int64 (user-given padding, dilation or kernel
+ * near the limit). */
+static bool spans(int64_t in, int64_t p, int64_t d, int64_t k, int64_t *padded, int64_t *eff) {
+    int64_t twop, dk;
+    return !__builtin_mul_overflow(p, 2, &twop) && !__builtin_add_overflow(in, twop, padded) &&
+           !__builtin_mul_overflow(d, k - 1, &dk) && !__builtin_add_overflow(dk, 1, eff);
+}
+
+static ct_status spans_overflow(const char *op, const char *kname, const int64_t *kernel,
+                                const int64_t *padding, const int64_t *dilation,
+                                const char *input) {
+    return cti_error(CT_ERR_OVERFLOW,
+                     "%s: %s %s, padding %s and dilation %s with input %s overflow int64", op,
+                     kname, pair_s(kernel), pair_s(padding), pair_s(dilation), input);
+}
+
 /* Checks a->x against a->w and the parameters; sets the sizes of a->p. */
 static ct_status conv_geometry(const char *op, conv_args *a) {
     const int64_t *x = a->x, *w = a->w;
@@ -120,8 +137,10 @@ static ct_status conv_geometry(const char *op, conv_args *a) {
                          "%s: expected input %s to have %lld channels (weight %s, groups %lld), "
                          "got %lld",
                          op, xs, (long long)(w[1] * p->groups), ws, g, (long long)x[1]);
-    int64_t eh = p->dilation[0] * (w[2] - 1) + 1, ew = p->dilation[1] * (w[3] - 1) + 1;
-    int64_t ph = x[2] + 2 * p->padding[0], pw = x[3] + 2 * p->padding[1];
+    int64_t eh, ew, ph, pw;
+    if (!spans(x[2], p->padding[0], p->dilation[0], w[2], &ph, &eh) ||
+        !spans(x[3], p->padding[1], p->dilation[1], w[3], &pw, &ew))
+        return spans_overflow(op, "weight size", w + 2, p->padding, p->dilation, xs);
     if (eh > ph || ew > pw)
         return cti_error(CT_ERR_SHAPE,
                          "%s: kernel %lldx%lld (dilated %lldx%lld) is larger than the padded "
@@ -131,7 +150,9 @@ static ct_status conv_geometry(const char *op, conv_args *a) {
     p->OH = (ph - eh) / p->stride[0] + 1;
     p->OW = (pw - ew) / p->stride[1] + 1;
     /* BLAS takes int sizes */
-    if (w[1] * w[2] * w[3] > INT_MAX || p->OH * p->OW > INT_MAX || w[0] > INT_MAX)
+    int64_t plane;
+    if (w[1] * w[2] * w[3] > INT_MAX || __builtin_mul_overflow(p->OH, p->OW, &plane) ||
+        plane > INT_MAX || w[0] > INT_MAX)
         return cti_error(CT_ERR_OVERFLOW, "%s: input %s with weight %s is too large for BLAS",
                          op, xs, ws);
     p->N = x[0];
@@ -316,9 +337,13 @@ static void pool_input(const ct_tensor *t, cti_pool_params *p) {
 
 /* PyTorch's pooling_output_shape: with ceil_mode the last window must start
  * inside the input or its left padding. */
+/* The output size of one dim; spans() has checked in + 2 p and d (k - 1) + 1,
+ * and the ceil-mode term is added only where it cannot overflow (a result
+ * above INT64_MAX / 2 is refused by the caller's size checks anyway). */
 static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
                              bool ceil_mode) {
-    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t num = in + 2 * p - (d * (k - 1) + 1);
+    if (ceil_mode && __builtin_add_overflow(num, s - 1, &num)) num = INT64_MAX;
     int64_t q = num / s;
     if (num % s != 0 && num < 0) q--; /* floor division */
     int64_t out = q + 1;
@@ -351,6 +376,10 @@ static ct_status pool_setup(const char *op, const ct_tensor *x, const int64_t *k
         return cti_error(CT_ERR_SHAPE,
                          "%s: input %s must have non-zero channels, height and width", op,
                          cti_desc(x));
+    int64_t padded, eff;
+    if (!spans(a->H, a->padding[0], a->dilation[0], a->kernel[0], &padded, &eff) ||
+        !spans(a->W, a->padding[1], a->dilation[1], a->kernel[1], &padded, &eff))
+        return spans_overflow(op, "kernel", a->kernel, a->padding, a->dilation, cti_desc(x));
     a->OH = pool_out_size(a->H, a->kernel[0], a->stride[0], a->padding[0], a->dilation[0],
                           ceil_mode);
     a->OW = pool_out_size(a->W, a->kernel[1], a->stride[1], a->padding[1], a->dilation[1],
