@@ -1058,6 +1058,33 @@ static void test_no_leaks(void **state) {
     assert_int_equal(after.live_storages, before.live_storages);
 }
 
+/* NaN and infinite logits: the fast exp's exponent arithmetic once
+ * overflowed (undefined behaviour the sanitizer build stops on). A NaN or
+ * +inf in a row makes the row NaN, as exp(inf - inf) is; -inf is a zero
+ * probability. */
+static void test_softmax_nonfinite(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    const float v[9] = {1, NAN, 2, 1, INFINITY, 2, -INFINITY, 0, 1};
+    ct_tensor *x = ct_tensor_from_data(v, CT_F32, CT_SHAPE(3, 3));
+    const int64_t tg[3] = {0, 2, 0};
+    ct_tensor *t = ct_tensor_from_data(tg, CT_I64, CT_SHAPE(3));
+    float sm[9], ls[9], ce[3];
+    assert_int_equal(ct_tensor_copy_to_host(ct_softmax(x, 1), sm, sizeof sm), CT_OK);
+    assert_int_equal(ct_tensor_copy_to_host(ct_log_softmax(x, 1), ls, sizeof ls), CT_OK);
+    assert_int_equal(ct_tensor_copy_to_host(ct_cross_entropy(x, t, NULL, CT_REDUCTION_NONE,
+                                                             -100, 0.0),
+                                            ce, sizeof ce),
+                     CT_OK);
+    for (int k = 0; k < 6; k++) assert_true(isnan(sm[k]) && isnan(ls[k]));
+    double z = exp(0.0) + exp(1.0); /* the last row without its -inf */
+    assert_true(sm[6] == 0.0f && isinf(ls[6]) && ls[6] < 0);
+    assert_true(fabs(sm[7] - 1 / z) < 1e-6 && fabs(sm[8] - exp(1.0) / z) < 1e-6);
+    assert_true(fabs(ls[8] - (1 - log(z))) < 1e-6);
+    assert_true(isnan(ce[0]) && isnan(ce[1]) && isinf(ce[2]) && ce[2] > 0);
+    ct_scope_end(sc);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -1080,6 +1107,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_errors),
         cmocka_unit_test(test_loss_errors),
         cmocka_unit_test(test_embedding_dropout_errors),
+        cmocka_unit_test(test_softmax_nonfinite),
         cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

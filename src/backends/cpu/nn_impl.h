@@ -55,9 +55,11 @@ static inline float fexp(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t ti;
+    /* The exponent in unsigned arithmetic: for NaN (whose result is not
+     * used) the signed form would overflow, which is undefined. */
+    uint32_t ti;
     memcpy(&ti, &t, sizeof ti);
-    int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);
+    uint32_t bits = (ti - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float res = p * scale;
