@@ -1651,6 +1651,17 @@ static void test_view_integer_overflow(void **state) {
     assert_int_equal(ct_tensor_numel(z), 0);
     tu_assert_null_error(ct_expand(s1, CT_SHAPE(-5)), CT_ERR_SHAPE, "ct_expand",
                          "size -5 at dim 0 is negative");
+    /* An empty tensor beside huge sizes: its strides and contiguity are
+     * computed without overflowing (the sanitizer build checks). */
+    ct_tensor *e = ct_tensor_zeros(CT_SHAPE(0, huge, huge), CT_F32, CT_CPU);
+    assert_non_null(e);
+    assert_int_equal(ct_tensor_numel(e), 0);
+    assert_true(ct_tensor_is_contiguous(e));
+    assert_int_equal(ct_tensor_strides(e)[2], 1);
+    assert_int_equal(ct_tensor_strides(e)[1], huge);
+    ct_tensor *ec = ct_contiguous(ct_transpose(e, 0, 2));
+    assert_non_null(ec);
+    assert_int_equal(ct_tensor_numel(ec), 0);
     ct_scope_end(sc);
 }
 

@@ -2,15 +2,25 @@
 #include "tensor_impl.h"
 
 int64_t cti_numel(int ndim, const int64_t *shape) {
+    /* A zero anywhere makes the count 0 even when the sizes before it
+     * multiply past int64; a real tensor's count never overflows, so the
+     * saturation only answers shapes no tensor can have. */
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    return n;
+    bool over = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) return 0;
+        over = over || __builtin_mul_overflow(n, shape[i], &n);
+    }
+    return over ? INT64_MAX : n;
 }
 
 bool cti_is_contiguous(const ct_tensor *t) {
+    /* An empty tensor is contiguous, and its sizes' product may not fit in
+     * int64 (a zero next to huge sizes): look for the zero first. */
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return true;
     int64_t expected = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] == 0) return true;
         if (t->shape[i] != 1 && t->stride[i] != expected) return false;
         expected *= t->shape[i];
     }
@@ -67,10 +77,12 @@ bool cti_checked_nbytes(const char *op, int ndim, const int64_t *shape, ct_dtype
 }
 
 void cti_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    /* Only an empty tensor's product can overflow (a zero next to huge
+     * sizes); its strides address nothing, so they saturate there. */
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         stride[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
+        if (__builtin_mul_overflow(s, shape[i] > 1 ? shape[i] : 1, &s)) s = INT64_MAX;
     }
 }
 
