@@ -1195,6 +1195,38 @@ static void rm_tmpdir(void) {
     rmdir(tmpdir);
 }
 
+/* Integers near INT64_MAX from a caller or a restored state: counted
+ * without overflow, or refused by name. */
+static void test_loader_extreme_integers(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *x = ct_tensor_zeros(CT_SHAPE(10, 3), CT_F32, CT_CPU);
+    ct_tensor *y = ct_tensor_zeros(CT_SHAPE(10), CT_I64, CT_CPU);
+    ct_dataloader *d = ct_dataloader_new(x, y, INT64_MAX, false, false, 0);
+    assert_non_null(d);
+    assert_int_equal(ct_dataloader_num_batches(d), 1);
+    ct_tensor *bx = NULL, *by = NULL;
+    assert_true(ct_dataloader_next(d, &bx, &by));
+    assert_int_equal(ct_tensor_shape(bx)[0], 10);
+    assert_false(ct_dataloader_next(d, &bx, &by));
+    ct_dataloader *dd = ct_dataloader_new(x, y, INT64_MAX, false, true, 0);
+    assert_non_null(dd);
+    assert_int_equal(ct_dataloader_num_batches(dd), 0);
+    ct_dataloader_state st = ct_dataloader_get_state(d);
+    st.epoch = INT64_MAX;
+    st.position = 0;
+    assert_int_equal(ct_dataloader_set_state(d, &st), CT_OK);
+    tu_assert_error(ct_dataloader_reset(d), CT_ERR_OVERFLOW, "ct_dataloader_reset",
+                    "9223372036854775807");
+    assert_int_equal(ct_dataloader_get_state(d).epoch, INT64_MAX);
+    st.position = INT64_MAX;
+    tu_assert_error(ct_dataloader_set_state(d, &st), CT_ERR_INVALID_ARG,
+                    "ct_dataloader_set_state", "position 9223372036854775807");
+    ct_dataloader_free(d);
+    ct_dataloader_free(dd);
+    ct_scope_end(sc);
+}
+
 int main(void) {
     tu_seed();
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cten_test_io_XXXXXX");
@@ -1214,6 +1246,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_loader_resume, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_uniform, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_misc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loader_extreme_integers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fashion_mnist, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

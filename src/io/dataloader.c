@@ -93,7 +93,9 @@ ct_dataloader *ct_dataloader_new(ct_tensor *inputs, ct_tensor *targets, int64_t 
     dl->batch = batch_size;
     dl->shuffle = shuffle;
     dl->drop_last = drop_last;
-    dl->nbatches = drop_last ? dl->n / batch_size : (dl->n + batch_size - 1) / batch_size;
+    /* n / b rounded up without n + b - 1, which overflows for a batch size
+     * near INT64_MAX. */
+    dl->nbatches = dl->n / batch_size + (!drop_last && dl->n % batch_size != 0);
     dl->limit = drop_last ? dl->nbatches * batch_size : dl->n;
     dl->gen.seed = seed;
     dl->gen.offset = 0;
@@ -177,6 +179,11 @@ ct_status ct_dataloader_status(const ct_dataloader *dl) {
 
 ct_status ct_dataloader_reset(ct_dataloader *dl) {
     if (!dl) return cti_error(CT_ERR_INVALID_ARG, "ct_dataloader_reset: the loader is NULL");
+    if (dl->epoch == INT64_MAX)
+        return cti_error(CT_ERR_OVERFLOW,
+                         "ct_dataloader_reset: epoch %lld is the last an int64 counts; restore "
+                         "a smaller epoch with ct_dataloader_set_state",
+                         (long long)dl->epoch);
     dl->epoch++;
     dl->position = 0;
     dl->status = CT_OK;
