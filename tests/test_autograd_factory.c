@@ -171,6 +171,40 @@ static void test_no_double_backward(void **state) {
     ct_tensor_release(x);
 }
 
+static ct_tensor *returns_null(ct_tensor *const *in, void *ctx) {
+    (void)in;
+    (void)ctx;
+    return NULL;
+}
+
+/* Misuse of ct_backward and ct_gradcheck is refused by name, never
+ * converted or answered from a stale status. */
+static void test_backward_gradcheck_misuse(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *w = ct_tensor_ones(CT_SHAPE(4), CT_F32, CT_CPU);
+    assert_int_equal(ct_requires_grad_(w, true), CT_OK);
+    ct_tensor *y = ct_mul(w, w);
+    ct_tensor *gi = ct_tensor_ones(CT_SHAPE(4), CT_I64, CT_CPU);
+    ct_tensor *gb = ct_tensor_ones(CT_SHAPE(4), CT_BOOL, CT_CPU);
+    tu_assert_error(ct_backward(y, gi, true), CT_ERR_DTYPE, "ct_backward", "floating", "int64");
+    tu_assert_error(ct_backward(y, gb, true), CT_ERR_DTYPE, "ct_backward", "floating", "bool");
+    assert_null(ct_grad(w));
+    ct_tensor *x = ct_tensor_ones(CT_SHAPE(2), CT_F64, CT_CPU);
+    assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+    /* A stale error from an earlier call must not pass for fn's. */
+    tu_assert_null_error(ct_matmul(NULL, NULL), CT_ERR_INVALID_ARG, "ct_matmul");
+    tu_assert_error(ct_gradcheck(returns_null, NULL, 1, &x, 1e-6, 1e-5, 1e-3),
+                    CT_ERR_INVALID_ARG, "ct_gradcheck", "fn returned NULL");
+    tu_assert_error(ct_gradcheck(NULL, NULL, 1, &x, 1e-6, 1e-5, 1e-3), CT_ERR_INVALID_ARG,
+                    "ct_gradcheck", "fn is NULL");
+    tu_assert_error(ct_gradcheck(returns_null, NULL, -1, &x, 1e-6, 1e-5, 1e-3),
+                    CT_ERR_INVALID_ARG, "ct_gradcheck", "n must be >= 0", "-1");
+    tu_assert_error(ct_gradcheck(returns_null, NULL, 2, NULL, 1e-6, 1e-5, 1e-3),
+                    CT_ERR_INVALID_ARG, "ct_gradcheck", "inputs is NULL");
+    ct_scope_end(sc);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -180,6 +214,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cat_grad_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copies_grad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_double_backward, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backward_gradcheck_misuse, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

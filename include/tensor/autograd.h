@@ -34,7 +34,8 @@ ct_tensor *ct_detach(ct_tensor *t);
 /* Name of the backward function that produced t ("MulBackward"), or NULL for leaves. */
 const char *ct_grad_fn_name(const ct_tensor *t);
 
-/* Backpropagates from out. grad_out is d(loss)/d(out), or NULL when out has
+/* Backpropagates from out. grad_out is d(loss)/d(out), of out's shape and
+ * device and a floating dtype (converted to out's), or NULL when out has
  * one element (then 1). The graph's saved tensors are freed afterwards unless
  * retain_graph; a second backward through a freed graph is an error. */
 ct_status ct_backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph);

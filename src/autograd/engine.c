@@ -168,6 +168,14 @@ ct_status ct_backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph) {
         }
         g = ct_tensor_ones_like(out);
     } else {
+        if (!ct_dtype_is_floating(grad_out->dtype)) {
+            /* PyTorch refuses it too: an integer gradient is a caller's slip,
+             * and converting it would hide the slip. */
+            st = cti_error(CT_ERR_DTYPE,
+                           "ct_backward: grad_out must have a floating dtype, got %s (output %s)",
+                           cti_desc(grad_out), cti_desc(out));
+            goto done;
+        }
         if (grad_out->ndim != out->ndim ||
             memcmp(grad_out->shape, out->shape, (size_t)out->ndim * 8) != 0 ||
             !ct_device_eq(grad_out->storage->device, out->storage->device)) {
@@ -270,8 +278,11 @@ static double *elem_ptr(ct_tensor *t, int64_t k) {
 
 ct_status ct_gradcheck(ct_gradcheck_fn fn, void *ctx, int n, ct_tensor *const *inputs,
                        double eps, double atol, double rtol) {
-    if (!fn || n < 0 || (n > 0 && !inputs))
-        return cti_error(CT_ERR_INVALID_ARG, "ct_gradcheck: fn or inputs missing");
+    if (!fn) return cti_error(CT_ERR_INVALID_ARG, "ct_gradcheck: fn is NULL");
+    if (n < 0)
+        return cti_error(CT_ERR_INVALID_ARG, "ct_gradcheck: n must be >= 0, got %d", n);
+    if (n > 0 && !inputs)
+        return cti_error(CT_ERR_INVALID_ARG, "ct_gradcheck: inputs is NULL for %d inputs", n);
     for (int k = 0; k < n; k++) {
         if (!inputs[k]) return cti_error(CT_ERR_INVALID_ARG, "ct_gradcheck: input %d is NULL", k);
         if (ct_requires_grad(inputs[k]) &&
@@ -283,9 +294,15 @@ ct_status ct_gradcheck(ct_gradcheck_fn fn, void *ctx, int n, ct_tensor *const *i
     ct_scope *scope = ct_scope_begin();
     ct_status st = CT_OK;
     double *r = NULL;
+    /* A NULL result is judged by what fn itself reported, not by an error
+     * left from before the call. */
+    ct_clear_error();
     ct_tensor *y = fn(inputs, ctx);
     if (!y) {
         st = ct_last_status();
+        if (st == CT_OK)
+            st = cti_error(CT_ERR_INVALID_ARG,
+                           "ct_gradcheck: fn returned NULL without reporting an error");
         goto done;
     }
     int64_t nr = ct_tensor_numel(y);
