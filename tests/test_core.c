@@ -1665,6 +1665,31 @@ static void test_view_integer_overflow(void **state) {
     ct_scope_end(sc);
 }
 
+/* Each misuse gets the status and a message naming the actual fault. */
+static void test_misuse_messages(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *t = ct_tensor_zeros(CT_SHAPE(2, 3), CT_F32, CT_CPU);
+    tu_assert_null_error(ct_permute(t, 2, NULL), CT_ERR_INVALID_ARG, "ct_permute", "dims is NULL");
+    tu_assert_null_error(ct_permute(t, 3, (const int64_t[]){0, 1, 2}), CT_ERR_SHAPE, "ct_permute",
+                         "got 3 dims");
+    ct_tensor *i = ct_tensor_zeros(CT_SHAPE(2, 3), CT_I64, CT_CPU);
+    tu_assert_null_error(ct_sub_alpha(i, i, 0.5), CT_ERR_INVALID_ARG, "ct_sub_alpha",
+                         "alpha must be an integer", "got 0.5");
+    tu_assert_null_error(ct_add_alpha(i, i, -0.5), CT_ERR_INVALID_ARG, "ct_add_alpha", "got -0.5");
+    ct_tensor *w = ct_tensor_zeros(CT_SHAPE(2, 3), CT_F32, CT_CPU);
+    assert_int_equal(ct_requires_grad_(w, true), CT_OK);
+    tu_assert_error(ct_set_grad(w, ct_tensor_zeros(CT_SHAPE(2, 3), CT_F64, CT_CPU)),
+                    CT_ERR_DTYPE, "ct_set_grad", "does not match");
+    tu_assert_error(ct_set_grad(w, ct_tensor_zeros(CT_SHAPE(3, 2), CT_F32, CT_CPU)),
+                    CT_ERR_SHAPE, "ct_set_grad", "does not match");
+    tu_assert_null_error(ct_rms_norm(t, 1, NULL, NULL, 1e-6, NULL), CT_ERR_INVALID_ARG,
+                         "ct_rms_norm", "normalized_shape is NULL");
+    tu_assert_null_error(ct_rms_norm(t, 0, (const int64_t[]){3}, NULL, 1e-6, NULL),
+                         CT_ERR_INVALID_ARG, "ct_rms_norm", "at least one dim");
+    ct_scope_end(sc);
+}
+
 static void test_squeeze_unsqueeze(void **state) {
     (void)state;
     double *v;
@@ -2272,6 +2297,7 @@ int main(void) {
         T(test_slice),
         T(test_select_narrow),
         T(test_view_integer_overflow),
+        T(test_misuse_messages),
         T(test_squeeze_unsqueeze),
         T(test_expand),
         T(test_reshape),

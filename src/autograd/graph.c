@@ -218,9 +218,13 @@ void ct_zero_grad(ct_tensor *t) {
 ct_status ct_set_grad(ct_tensor *t, ct_tensor *g) {
     if (!t) return cti_error(CT_ERR_INVALID_ARG, "ct_set_grad: tensor is NULL");
     if (g && (g->ndim != t->ndim || memcmp(g->shape, t->shape, (size_t)t->ndim * 8) != 0 ||
-              g->dtype != t->dtype || !ct_device_eq(g->storage->device, t->storage->device)))
-        return cti_error(CT_ERR_SHAPE, "ct_set_grad: gradient %s does not match tensor %s",
-                         cti_desc(g), cti_desc(t));
+              g->dtype != t->dtype || !ct_device_eq(g->storage->device, t->storage->device))) {
+        ct_status st = g->dtype != t->dtype ? CT_ERR_DTYPE
+                       : !ct_device_eq(g->storage->device, t->storage->device) ? CT_ERR_DEVICE
+                                                                              : CT_ERR_SHAPE;
+        return cti_error(st, "ct_set_grad: gradient %s does not match tensor %s", cti_desc(g),
+                         cti_desc(t));
+    }
     struct ct_autograd_meta *m = meta_get(t);
     if (!m) return cti_error(CT_ERR_OOM, "ct_set_grad: out of memory");
     /* A handle of its own: retaining g and taking it out of its scope would

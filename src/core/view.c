@@ -114,7 +114,10 @@ ct_tensor *cti_t(ct_tensor *t) {
 
 ct_tensor *cti_permute(ct_tensor *t, int ndim, const int64_t *dims) {
     CHECK_T("ct_permute", t);
-    if (ndim != t->ndim || (ndim > 0 && !dims))
+    if (ndim > 0 && !dims)
+        return cti_error_null(CT_ERR_INVALID_ARG, "ct_permute: dims is NULL (%d dims for %s)",
+                              ndim, cti_desc(t));
+    if (ndim != t->ndim)
         return cti_error_null(CT_ERR_SHAPE, "ct_permute: got %d dims for a %d-d tensor %s", ndim,
                               t->ndim, cti_desc(t));
     int64_t sh[CT_MAX_DIMS], st[CT_MAX_DIMS];

@@ -88,7 +88,8 @@ static ct_tensor *prep_operand(ct_tensor *t, ct_dtype cd, ct_tensor **tmp) {
 }
 
 /* Whether alpha suits an integer or bool result (PyTorch refuses a
- * fractional alpha there). */
+ * fractional alpha there). alpha is the caller's (sub's front ends pass
+ * its negation to the kernel, not to this check). */
 static ct_status check_alpha(const char *name, ct_dtype cd, double alpha) {
     if (!ct_dtype_is_floating(cd) && (!isfinite(alpha) || alpha != trunc(alpha) ||
                                       fabs(alpha) >= 9223372036854775808.0))
@@ -205,7 +206,7 @@ static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
     ct_dtype cd = compute_dtype(sp->kind, rt);
     ct_dtype od = sp->kind == BK_COMPARE ? CT_BOOL : cd;
     if (sp->op == CT_OP_SUB && check_bool_sub(sp->name, a->dtype, b->dtype) != CT_OK) return NULL;
-    if ((sp->op == CT_OP_ADD || sp->op == CT_OP_SUB) && check_alpha(sp->name, cd, alpha) != CT_OK)
+    if ((sp->op == CT_OP_ADD || sp->op == CT_OP_SUB) && check_alpha(sp->name, cd, sp->op == CT_OP_SUB ? -alpha : alpha) != CT_OK)
         return NULL;
     int nd;
     int64_t shape[CT_MAX_DIMS];
@@ -494,7 +495,7 @@ static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
     if (sp->op == CT_OP_SUB && (st = check_bool_sub(sp->name, a->dtype, b->dtype)) != CT_OK)
         return st;
     if ((sp->op == CT_OP_ADD || sp->op == CT_OP_SUB) &&
-        (st = check_alpha(sp->name, cd, alpha)) != CT_OK)
+        (st = check_alpha(sp->name, cd, sp->op == CT_OP_SUB ? -alpha : alpha)) != CT_OK)
         return st;
     int nd;
     int64_t shape[CT_MAX_DIMS];

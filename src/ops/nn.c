@@ -92,9 +92,11 @@ static ct_status run(ct_call *c, const ct_tensor *t) {
 /* x's trailing nnorm dims must equal normalized_shape; rows = product of the rest. */
 static ct_status norm_split(const char *op, const ct_tensor *x, int nnorm, const int64_t *ns,
                             int64_t *rows, int64_t *d) {
-    if (nnorm < 1 || !ns)
+    if (nnorm < 1)
         return cti_error(CT_ERR_INVALID_ARG,
                          "%s: normalized_shape must hold at least one dim, got %d dims", op, nnorm);
+    if (!ns)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: normalized_shape is NULL (%d dims)", op, nnorm);
     if (nnorm > x->ndim)
         return cti_error(CT_ERR_SHAPE, "%s: normalized_shape %s has more dims than x %s", op,
                          cti_shape_s(nnorm, ns), cti_desc(x));
