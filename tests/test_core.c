@@ -1,6 +1,8 @@
 /* Core objects and the factory layer: dtypes and promotion, half-precision
  * conversion, creation, random numbers, copies between dtypes, views,
  * reshape/cat/stack, scopes and reference counts. */
+#include <sys/wait.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1690,6 +1692,33 @@ static void test_misuse_messages(void **state) {
     ct_scope_end(sc);
 }
 
+/* A child forked after the pool's workers started runs parallel jobs of
+ * its own (it once waited forever for the parent's workers). */
+static void test_fork_child_runs_parallel_ops(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    int threads = ct_get_num_threads();
+    assert_int_equal(ct_set_num_threads(2), CT_OK);
+    ct_tensor *a = ct_tensor_full(CT_SHAPE(1 << 20), 1.5, CT_F32, CT_CPU);
+    double v;
+    assert_int_equal(ct_tensor_item(ct_sum(ct_add(a, a), 0, NULL, false), &v), CT_OK);
+    assert_true(v == 3.0 * (1 << 20)); /* the parent's workers have run */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        double w = 0;
+        ct_status st = ct_tensor_item(ct_sum(ct_mul(a, a), 0, NULL, false), &w);
+        _exit(st == CT_OK && w == 2.25 * (1 << 20) ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(ct_set_num_threads(threads), CT_OK);
+    ct_scope_end(sc);
+}
+
 static void test_squeeze_unsqueeze(void **state) {
     (void)state;
     double *v;
@@ -2298,6 +2327,7 @@ int main(void) {
         T(test_select_narrow),
         T(test_view_integer_overflow),
         T(test_misuse_messages),
+        T(test_fork_child_runs_parallel_ops),
         T(test_squeeze_unsqueeze),
         T(test_expand),
         T(test_reshape),

@@ -94,7 +94,29 @@ static int default_threads(void) {
     return 1;
 }
 
-static void init_once(void) { g_pool.nthreads = default_threads(); }
+/* After fork() the child has only the forking thread: the workers are gone,
+ * and a lock another thread held stays held. The child forgets both, so
+ * its next parallel job starts workers of its own instead of waiting
+ * forever for ones that do not exist (as OpenBLAS and PyTorch do). */
+static void after_fork_child(void) {
+    pool *p = &g_pool;
+    free(p->workers);
+    p->workers = NULL;
+    p->nworkers = 0;
+    atomic_store_explicit(&p->stop, false, memory_order_relaxed);
+    atomic_store_explicit(&p->pending, 0, memory_order_relaxed);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake_cv, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
+    pthread_mutex_init(&g_owner, NULL);
+}
+
+static void init_once(void) {
+    g_pool.nthreads = default_threads();
+    /* Registration fails only for lack of memory; a forked child could then
+     * hang as before, which is accepted rather than failing init. */
+    (void)pthread_atfork(NULL, NULL, after_fork_child);
+}
 
 /* Takes chunks of the current job until none are left. */
 static void run_chunks(pool *p) {
