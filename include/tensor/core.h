@@ -28,10 +28,19 @@ typedef struct ct_scope ct_scope;
 #define CT_NONE 0, NULL
 
 /* ---- reference counting ------------------------------------------------ */
-/* Adds a reference; returns t. */
+/* Adds a reference of the caller's, to be released by the caller; returns t.
+ * Inside a scope too: the scope releases only the reference it was given. */
 ct_tensor *ct_tensor_retain(ct_tensor *t);
-/* Drops a reference (NULL is a no-op). A handle owned by a scope may be
- * released early; the scope then forgets it. */
+/* Drops a reference (NULL is a no-op). On a handle that a scope open on this
+ * thread owns, it is the scope's reference that goes: the scope forgets the
+ * handle, whatever else still holds it (a graph, a parameter list, an
+ * optimizer, a retain). So a scoped handle takes as many releases as it has
+ * references, never more: one for the scope's, whether the scope or the
+ * caller gives it, and one per retain. References the library takes (graph
+ * edges, ct_params_add, optimizers, data loaders) are its own and never
+ * count against the caller's. A release on another thread drops one of that
+ * thread's references: hand a scoped handle to another thread with a retain
+ * or with ct_keep out of every scope. */
 void ct_tensor_release(ct_tensor *t);
 
 /* ---- properties ----------------------------------------------------------- */
@@ -189,7 +198,8 @@ ct_scope *ct_scope_begin(void);
  * beginning; ending an outer scope ends the inner ones too. */
 void ct_scope_end(ct_scope *s);
 /* Takes t out of its scope: the enclosing scope owns it then, or the caller
- * when there is none. Returns t. */
+ * when there is none. Returns t. A no-op for a handle no scope of this thread
+ * owns (already kept out, released early, or another thread's). */
 ct_tensor *ct_keep(ct_tensor *t);
 
 #ifdef __cplusplus

@@ -183,8 +183,13 @@ ct_status ct_backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph) {
                            cti_desc(grad_out), cti_desc(out));
             goto done;
         }
-        g = grad_out->dtype == out->dtype ? ct_tensor_retain(grad_out)
-                                          : ct_to_dtype(grad_out, out->dtype);
+        /* A handle of the engine's own either way: the caller's handle may
+         * belong to the caller's scope, and the engine's releases must not
+         * stand for that scope's. */
+        g = grad_out->dtype == out->dtype
+                ? cti_tensor_view(grad_out, grad_out->ndim, grad_out->shape, grad_out->stride,
+                                  grad_out->offset)
+                : ct_to_dtype(grad_out, out->dtype);
     }
     if (!g) {
         st = ct_last_status();

@@ -34,7 +34,7 @@ static void node_release(cti_node *n) {
             node_release_saved(n);
             for (int k = 0; k < CTI_AG_MAX_OUT; k++) ct_tensor_release(n->acc[k]);
             for (int k = 0; k < n->nin; k++) {
-                ct_tensor_release(n->next[k].leaf);
+                cti_unref(n->next[k].leaf);
                 cti_node *p = n->next[k].fn;
                 if (!p) continue;
                 if (len == cap) {
@@ -117,7 +117,7 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
             n->next[k].fn = m->grad_fn;
             n->next[k].output_nr = m->output_nr;
         } else {
-            n->next[k].leaf = ct_tensor_retain(t);
+            n->next[k].leaf = cti_ref(t);
         }
     }
     for (int k = 0; k < r->nout; k++) {

@@ -27,7 +27,7 @@ static bool push(ct_scope *s, ct_tensor *t) {
         s->items = items;
         s->cap = cap;
     }
-    t->scope = s;
+    atomic_store_explicit(&t->scope, s, memory_order_relaxed);
     t->scope_slot = s->n;
     s->items[s->n++] = t;
     return true;
@@ -40,16 +40,26 @@ void cti_scope_adopt(ct_tensor *t) {
 }
 
 void cti_scope_forget(ct_tensor *t) {
-    ct_scope *s = t->scope;
+    ct_scope *s = atomic_load_explicit(&t->scope, memory_order_relaxed);
     if (s && t->scope_slot >= 0 && t->scope_slot < s->n && s->items[t->scope_slot] == t)
         s->items[t->scope_slot] = NULL;
-    t->scope = NULL;
+    atomic_store_explicit(&t->scope, NULL, memory_order_relaxed);
     t->scope_slot = -1;
 }
 
+/* Compares addresses only: another thread's scope may end meanwhile, and a
+ * handle of an ended scope no longer points at it. */
+bool cti_scope_owned_here(const ct_tensor *t) {
+    ct_scope *s = atomic_load_explicit(&t->scope, memory_order_relaxed);
+    if (!s) return false;
+    for (ct_scope *c = current; c; c = c->parent)
+        if (c == s) return true;
+    return false;
+}
+
 ct_tensor *ct_keep(ct_tensor *t) {
-    if (!t || !t->scope) return t;
-    ct_scope *parent = t->scope->parent;
+    if (!t || !cti_scope_owned_here(t)) return t;
+    ct_scope *parent = atomic_load_explicit(&t->scope, memory_order_relaxed)->parent;
     cti_scope_forget(t);
     if (parent) push(parent, t);
     return t;
@@ -59,9 +69,9 @@ static void release_all(ct_scope *s) {
     for (int64_t i = 0; i < s->n; i++) {
         ct_tensor *t = s->items[i];
         if (!t) continue;
-        t->scope = NULL;
+        atomic_store_explicit(&t->scope, NULL, memory_order_relaxed);
         t->scope_slot = -1;
-        ct_tensor_release(t);
+        cti_unref(t);
     }
     free(s->items);
     free(s);

@@ -253,7 +253,7 @@ static void init_geometry(ct_tensor *t, int ndim, const int64_t *shape, ct_dtype
     t->offset = 0;
     if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
     cti_contiguous_strides(ndim, shape, t->stride);
-    t->scope = NULL;
+    atomic_init(&t->scope, NULL);
     t->scope_slot = -1;
     t->autograd = NULL;
 }
@@ -316,7 +316,7 @@ ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape
         memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
         memcpy(t->stride, stride, (size_t)ndim * sizeof(int64_t));
     }
-    t->scope = NULL;
+    atomic_init(&t->scope, NULL);
     t->scope_slot = -1;
     t->autograd = NULL;
     t->storage = base->storage;
@@ -326,22 +326,30 @@ ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape
     return t;
 }
 
-ct_tensor *ct_tensor_retain(ct_tensor *t) {
-    if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
-    return t;
-}
+ct_tensor *ct_tensor_retain(ct_tensor *t) { return cti_ref(t); }
 
 void (*cti_autograd_free_hook)(ct_tensor *t);
 
-void ct_tensor_release(ct_tensor *t) {
+void cti_unref(ct_tensor *t) {
     if (!t) return;
     if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
-    if (t->scope) cti_scope_forget(t);
+    if (atomic_load_explicit(&t->scope, memory_order_relaxed)) cti_scope_forget(t);
     if (t->autograd && cti_autograd_free_hook) cti_autograd_free_hook(t);
     bump(&stats()->tensors, -1);
     cti_storage *s = t->storage;
     if (!is_embedded(t)) free(t);
     storage_release(s);
+}
+
+/* The scope's reference and the creator's are one: whichever is released
+ * first releases it, so a release inside the scope leaves the scope nothing
+ * to release, however many other references (graph edges, parameter lists,
+ * retains) keep the tensor alive. Another thread's release is never the
+ * owner's, and drops only a reference of its own. */
+void ct_tensor_release(ct_tensor *t) {
+    if (!t) return;
+    if (cti_scope_owned_here(t)) cti_scope_forget(t);
+    cti_unref(t);
 }
 
 /* ---- properties ---------------------------------------------------------------- */

@@ -45,8 +45,10 @@ struct ct_tensor {
     int64_t offset; /* elements */
     int64_t shape[CT_MAX_DIMS];
     int64_t stride[CT_MAX_DIMS]; /* elements */
-    /* The scope owning this handle's reference, and its slot there. */
-    struct ct_scope *scope;
+    /* The scope owning this handle's creation reference, and its slot there.
+     * Written only by the thread whose scope it is; atomic because another
+     * thread's ct_tensor_release reads it to learn that it is not the owner. */
+    _Atomic(struct ct_scope *) scope;
     int64_t scope_slot;
     struct ct_autograd_meta *autograd;
 };
@@ -148,6 +150,19 @@ bool cti_view_strides(const ct_tensor *t, int ndim, const int64_t *shape, int64_
 void cti_scope_adopt(ct_tensor *t);
 /* Removes t from its scope without releasing it. */
 void cti_scope_forget(ct_tensor *t);
+/* Whether t's creation reference belongs to a scope open on this thread. */
+bool cti_scope_owned_here(const ct_tensor *t);
+
+/* References the library holds on a caller's handle (graph edges, parameter
+ * lists, optimizers, data loaders) are taken and dropped with these, never
+ * with ct_tensor_retain/ct_tensor_release: a public release of a scope-owned
+ * handle stands for the release of the scope's reference, which the library's
+ * own references must not consume. */
+static inline ct_tensor *cti_ref(ct_tensor *t) {
+    if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+    return t;
+}
+void cti_unref(ct_tensor *t);
 /* Set by the autograd layer: frees a handle's autograd record on release. */
 extern void (*cti_autograd_free_hook)(ct_tensor *t);
 

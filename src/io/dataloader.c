@@ -57,7 +57,7 @@ static void draw_permutation(ct_dataloader *dl) {
 /* A reference the loader owns outside any scope: t itself when contiguous,
  * else a contiguous copy. */
 static ct_tensor *own_contiguous(ct_tensor *t) {
-    if (cti_is_contiguous(t)) return ct_tensor_retain(t);
+    if (cti_is_contiguous(t)) return cti_ref(t);
     ct_tensor *c = ct_contiguous(t);
     if (c) cti_scope_forget(c);
     return c;
@@ -119,8 +119,8 @@ ct_dataloader *ct_dataloader_new(ct_tensor *inputs, ct_tensor *targets, int64_t 
 
 void ct_dataloader_free(ct_dataloader *dl) {
     if (!dl) return;
-    ct_tensor_release(dl->inputs);
-    ct_tensor_release(dl->targets);
+    cti_unref(dl->inputs);
+    cti_unref(dl->targets);
     free(dl->perm);
     free(dl);
 }

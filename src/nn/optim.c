@@ -38,7 +38,7 @@ void ct_optim_free(ct_optimizer *opt) {
     if (!opt) return;
     for (int64_t k = 0; k < opt->n; k++) {
         slot *s = &opt->slots[k];
-        ct_tensor_release(s->param);
+        cti_unref(s->param);
         ct_tensor_release(s->step);
         for (int b = 0; b < MAX_BUFS; b++) ct_tensor_release(s->buf[b]);
     }
@@ -97,7 +97,7 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
     for (int b = 0; b < MAX_BUFS; b++) opt->list_state[b] = opt->list_param + (2 + b) * n;
     for (int64_t k = 0; k < params->n; k++) {
         slot *s = &slots[k];
-        s->param = ct_tensor_retain(params->tensors[k]);
+        s->param = cti_ref(params->tensors[k]);
         opt->list_param[k] = s->param;
         opt->n = k + 1;
         snprintf(s->names[0], STATE_NAME_MAX, "%lld.step", (long long)k);

@@ -13,7 +13,7 @@ void ct_params_free(ct_params *p) {
     if (!p) return;
     for (int64_t i = 0; i < p->n; i++) {
         free(p->names[i]);
-        ct_tensor_release(p->tensors[i]);
+        cti_unref(p->tensors[i]);
     }
     free(p->names);
     free(p->tensors);
@@ -54,7 +54,7 @@ ct_status ct_params_add(ct_params *p, const char *name, ct_tensor *t) {
         return cti_error(CT_ERR_OOM, "%s: out of memory", op);
     }
     p->names[p->n] = copy;
-    p->tensors[p->n] = ct_tensor_retain(t);
+    p->tensors[p->n] = cti_ref(t);
     p->n++;
     return CT_OK;
 }

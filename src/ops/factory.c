@@ -149,7 +149,7 @@ static ct_tensor *wrap_host(host_wrap *w, void *data, size_t nbytes, ct_dtype dt
     w->t.offset = 0;
     if (ndim > 0) memcpy(w->t.shape, shape, (size_t)ndim * sizeof(int64_t));
     cti_contiguous_strides(ndim, shape, w->t.stride);
-    w->t.scope = NULL;
+    atomic_init(&w->t.scope, NULL);
     w->t.scope_slot = -1;
     w->t.autograd = NULL;
     return &w->t;
