@@ -910,6 +910,24 @@ static void test_norm_errors(void **state) {
                     "float64", "float32");
     tu_assert_error(ct_rms_norm_backward(x, x, w, inv2, &dx, NULL), CT_ERR_SHAPE, "inv_rms");
     tu_assert_error(ct_rms_norm_backward(x, x, w, NULL, &dx, NULL), CT_ERR_INVALID_ARG, "NULL");
+    /* Nothing asked for: no dx, and no weight gradient (no weight, or no dweight). */
+    ct_tensor *dw = (ct_tensor *)&dw, *dwk = dw;
+    tu_assert_error(ct_rms_norm_backward(x, x, w, rinv, NULL, NULL), CT_ERR_INVALID_ARG,
+                    "ct_rms_norm_backward", "nothing to compute", "dx is NULL");
+    tu_assert_error(ct_rms_norm_backward(x, x, NULL, rinv, NULL, &dw), CT_ERR_INVALID_ARG,
+                    "ct_rms_norm_backward", "nothing to compute");
+    assert_ptr_equal(dw, dwk);
+    tu_assert_error(ct_layer_norm_backward(x, x, w, mean, rstd, NULL, NULL, NULL),
+                    CT_ERR_INVALID_ARG, "ct_layer_norm_backward", "nothing to compute");
+    tu_assert_error(ct_layer_norm_backward(x, x, NULL, mean, rstd, NULL, &dw, NULL),
+                    CT_ERR_INVALID_ARG, "ct_layer_norm_backward", "nothing to compute");
+    assert_ptr_equal(dw, dwk);
+    /* Without a weight, a dweight slot comes back NULL rather than untouched. */
+    assert_int_equal(ct_rms_norm_backward(x, x, NULL, rinv, &dx, &dw), CT_OK);
+    assert_null(dw);
+    ct_tensor_release(dx);
+    dx = dxk;
+    dw = dwk;
     tu_assert_error(ct_layer_norm_backward(x, x, w5, mean, rstd, &dx, NULL, NULL), CT_ERR_SHAPE,
                     "ct_layer_norm_backward", "weight");
     tu_assert_error(ct_layer_norm_backward(x, x, w, mean, inv2, &dx, NULL, NULL), CT_ERR_SHAPE,

@@ -184,10 +184,14 @@ ct_tensor *ct_adaptive_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x);
  * *inv_rms when not NULL. weight may be NULL. */
 ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
                        ct_tensor *weight, double eps, ct_tensor **inv_rms);
-/* Returns grads of x (*dx) and weight (*dweight, skipped when weight or dweight is NULL). */
+/* Returns grads of x (*dx, skipped when dx is NULL) and weight (*dweight, set to
+ * NULL when weight is NULL; skipped when dweight is NULL). Asking for nothing
+ * (no dx and no weight gradient) is an error. */
 ct_status ct_rms_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weight,
                                ct_tensor *inv_rms, ct_tensor **dx, ct_tensor **dweight);
-/* layer_norm: (x - mean) * rstd * weight + bias; saves mean and rstd per row. */
+/* layer_norm: (x - mean) * rstd * weight + bias; saves mean and rstd per row.
+ * Its backward fills each of dx, dweight and dbias that is not NULL (*dweight
+ * is NULL when weight is); asking for none of them is an error. */
 ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
                          ct_tensor *weight, ct_tensor *bias, double eps, ct_tensor **mean,
                          ct_tensor **rstd);

@@ -196,6 +196,11 @@ ct_status ct_rms_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weigh
     const int64_t *ns = x->shape + inv_rms->ndim;
     if (check_param(op, weight, "weight", x, nnorm, ns)) return ct_last_status();
     bool want_dw = weight && dweight;
+    if (!dx && !want_dw)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: nothing to compute: dx is NULL and no weight gradient is asked for "
+                         "(expected dx, or weight and dweight)",
+                         op);
     temps tp = {.n = 0};
     ct_call c;
     cti_call_init(&c, CT_OP_RMS_NORM_BACKWARD);
@@ -215,7 +220,7 @@ ct_status ct_rms_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weigh
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
     if (dx) *dx = c.out[0];
-    if (want_dw) *dweight = c.out[1];
+    if (dweight) *dweight = c.out[1]; /* NULL when there is no weight */
     return CT_OK;
 fail:
     temps_release(&tp);
@@ -288,6 +293,11 @@ ct_status ct_layer_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *wei
     const int64_t *ns = x->shape + mean->ndim;
     if (check_param(op, weight, "weight", x, nnorm, ns)) return ct_last_status();
     bool want_dw = weight && dweight;
+    if (!dx && !want_dw && !dbias)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: nothing to compute: dx, dbias and the weight gradient are all "
+                         "skipped (expected dx, dbias, or weight and dweight)",
+                         op);
     temps tp = {.n = 0};
     ct_call c;
     cti_call_init(&c, CT_OP_LAYER_NORM_BACKWARD);
@@ -309,7 +319,7 @@ ct_status ct_layer_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *wei
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
     if (dx) *dx = c.out[0];
-    if (want_dw) *dweight = c.out[1];
+    if (dweight) *dweight = c.out[1]; /* NULL when there is no weight */
     if (dbias) *dbias = c.out[2];
     return CT_OK;
 fail:
