@@ -414,33 +414,71 @@ static void test_cross_entropy_deterministic(void **state) {
     ct_scope_end(sc);
 }
 
-/* Targets outside [0, C) are not checked on the device (that would make the
- * host wait for every loss): their position's loss and gradient row, and any
- * mean or sum over them, are NaN; other positions are unaffected. */
-static void test_cross_entropy_bad_target_is_nan(void **state) {
+/* A target outside [0, C) (and not ignore_index) is found by the kernel and
+ * returned as the op's error by the next wait for the device (here
+ * ct_cuda_synchronize; a copy to the host waits too); the record is then
+ * cleared. The bad position's loss and gradient row, and any mean or sum
+ * over them, are NaN; other positions are unaffected; nothing is read
+ * outside the inputs (compute-sanitizer runs this test). */
+static void expect_fault(const char *op, const char *target) {
+    ct_status s = ct_cuda_synchronize(0);
+    if (s != CT_ERR_INDEX) fprintf(stderr, "%s: got status %d: %s\n", op, (int)s, ct_last_error());
+    assert_int_equal(s, CT_ERR_INDEX);
+    const char *m = ct_last_error();
+    if (!strstr(m, op) || !strstr(m, target) || !strstr(m, "out of bounds for 5 classes"))
+        fprintf(stderr, "message: %s\n", m);
+    assert_non_null(strstr(m, op));
+    assert_non_null(strstr(m, target));
+    assert_non_null(strstr(m, "out of bounds for 5 classes"));
+    assert_non_null(strstr(m, "ct_cuda_synchronize"));
+    assert_int_equal(ct_cuda_synchronize(0), CT_OK);
+}
+
+static void test_cross_entropy_bad_target_fails_next_wait(void **state) {
     (void)state;
     NEED_GPU();
     ct_scope *sc = ct_scope_begin();
     ct_tensor *x = gpu(chk(tu_rand(CT_SHAPE(4, 5), CT_F32, -2, 2, NULL)));
     int64_t tv[4] = {1, 7, 0, -3}, ts[1] = {4};
     ct_tensor *t = gpu(ints(tv, 1, ts, CT_I64));
-    double *l = tu_values(chk(ct_cross_entropy(x, t, NULL, CT_REDUCTION_NONE, -100, 0)));
-    assert_true(isfinite(l[0]) && isnan(l[1]) && isfinite(l[2]) && isnan(l[3]));
-    free(l);
-    l = tu_values(chk(ct_cross_entropy(x, t, NULL, CT_REDUCTION_MEAN, -100, 0)));
-    assert_true(isnan(l[0]));
-    free(l);
-    l = tu_values(chk(ct_nll_loss(x, t, NULL, CT_REDUCTION_SUM, -100)));
-    assert_true(isnan(l[0]));
-    free(l);
-    ct_tensor *g = gpu(chk(tu_rand(CT_SHAPE(4), CT_F32, 0.5, 1, NULL)));
-    double *d = tu_values(chk(ct_cross_entropy_backward(g, x, t, NULL, CT_REDUCTION_NONE, -100, 0)));
-    for (int k = 0; k < 5; k++) {
-        assert_true(isfinite(d[k]) && isnan(d[5 + k]));
-        assert_true(isfinite(d[10 + k]) && isnan(d[15 + k]));
-    }
-    free(d);
     assert_int_equal(ct_cuda_synchronize(0), CT_OK);
+    ct_tensor *l = chk(ct_cross_entropy(x, t, NULL, CT_REDUCTION_NONE, -100, 0));
+    expect_fault("cross_entropy", "target ");
+    double *v = tu_values(l);
+    assert_true(isfinite(v[0]) && isnan(v[1]) && isfinite(v[2]) && isnan(v[3]));
+    free(v);
+    /* A copy to the host is a wait: it returns the fault instead of the values. */
+    l = chk(ct_cross_entropy(x, t, NULL, CT_REDUCTION_MEAN, -100, 0));
+    double item = 0;
+    assert_int_equal(ct_tensor_item(l, &item), CT_ERR_INDEX);
+    assert_non_null(strstr(ct_last_error(), "cross_entropy"));
+    assert_int_equal(ct_tensor_item(l, &item), CT_OK);
+    assert_true(isnan(item));
+    chk(ct_nll_loss(x, t, NULL, CT_REDUCTION_SUM, -100));
+    expect_fault("nll_loss", "target ");
+    ct_tensor *g = gpu(chk(tu_rand(CT_SHAPE(4), CT_F32, 0.5, 1, NULL)));
+    ct_tensor *d = chk(ct_cross_entropy_backward(g, x, t, NULL, CT_REDUCTION_NONE, -100, 0));
+    expect_fault("cross_entropy_backward", "target ");
+    double *dv = tu_values(d);
+    for (int k = 0; k < 5; k++) {
+        assert_true(isfinite(dv[k]) && isnan(dv[5 + k]));
+        assert_true(isfinite(dv[10 + k]) && isnan(dv[15 + k]));
+    }
+    free(dv);
+    chk(ct_nll_loss_backward(g, x, t, NULL, CT_REDUCTION_NONE, -100));
+    expect_fault("nll_loss_backward", "target ");
+    /* Exactly C, and -100 when another ignore_index is set. */
+    int64_t edge[2][4] = {{0, 5, 1, 2}, {0, 1, -100, 2}};
+    for (int k = 0; k < 2; k++) {
+        ct_tensor *te = gpu(ints(edge[k], 1, ts, CT_I64));
+        chk(ct_cross_entropy(x, te, NULL, CT_REDUCTION_MEAN, k == 1 ? 3 : -100, 0.1));
+        expect_fault("cross_entropy", k == 0 ? "target 5 " : "target -100 ");
+    }
+    /* Good targets after a fault: no error left behind. */
+    int64_t good[4] = {0, 4, -100, 2};
+    l = chk(ct_cross_entropy(x, gpu(ints(good, 1, ts, CT_I64)), NULL, CT_REDUCTION_MEAN, -100, 0));
+    assert_int_equal(ct_tensor_item(l, &item), CT_OK);
+    assert_true(isfinite(item));
     ct_scope_end(sc);
 }
 
@@ -791,7 +829,7 @@ int main(void) {
         T(test_cross_entropy_reference),
         T(test_nll_loss_reference),
         T(test_cross_entropy_deterministic),
-        T(test_cross_entropy_bad_target_is_nan),
+        T(test_cross_entropy_bad_target_fails_next_wait),
         T(test_mse_reference),
         T(test_embedding_reference),
         T(test_embedding_backward_reference),

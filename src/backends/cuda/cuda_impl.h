@@ -37,6 +37,25 @@ typedef struct cti_cuda_iter {
     uint32_t shift[CT_MAX_DIMS];
 } cti_cuda_iter;
 
+/* ---- faults found by kernels (fault.c) ------------------------------------------------
+ * Some bad input can only be seen on the device: a class target of a loss
+ * outside [0, C). Checking it before launch would make the host wait for
+ * every loss, so the kernel records the first one here (in device memory,
+ * claimed with atomicCAS) and raises *flag, a word of host-mapped memory,
+ * and leaves that output NaN (never reading outside its inputs). Every wait
+ * for the device (cti_cuda_sync: copies to the host, ct_tensor_item;
+ * ct_cuda_synchronize) then returns the first record as the op's error. */
+typedef struct cti_cuda_fault {
+    unsigned int claimed; /* 0 until the first fault */
+    int op;               /* ct_op of the kernel that found it */
+    long long value, limit, ignore, position;
+} cti_cuda_fault;
+
+typedef struct cti_cuda_fault_slot {
+    cti_cuda_fault *record;      /* device memory */
+    volatile unsigned int *flag; /* host-mapped memory, as a device address */
+} cti_cuda_fault_slot;
+
 /* ---- launchers (copy.cu). They queue work on stream and return the launch
  * status; they never wait. ---------------------------------------------------- */
 /* dst[i] = convert(src[i]) for n contiguous elements (dst_dt != src_dt). */
@@ -87,6 +106,13 @@ ct_status cti_cuda_sync(const char *op, int device);
  * op on device. Errors left by earlier asynchronous work name the last
  * launched op. Clears the runtime's last error. */
 ct_status cti_cuda_fail(const char *op, int device, const char *call, cudaError_t e);
+/* The device's fault slot (allocated on first use), or CT_ERR_OOM/RUNTIME
+ * naming op. */
+ct_status cti_cuda_fault_slot_get(const char *op, int device, cti_cuda_fault_slot *slot);
+/* After a completed wait on device: the first fault a kernel recorded, as
+ * an error naming the op that launched it (the record is cleared), or CT_OK.
+ * waiter names the call that waited. */
+ct_status cti_cuda_take_fault(const char *waiter, int device);
 /* How many times the host waited for device work (cti_cuda_sync and
  * ct_cuda_synchronize), all devices, since start. */
 int64_t cti_cuda_host_waits(void);

@@ -7,7 +7,9 @@
  * nn.cu's launchers and queues the work without waiting, except embedding
  * and its backward: they read back the kernel's record of the first bad
  * index before returning, so a bad index fails the call with the CPU's
- * message. */
+ * message. A loss's bad target fails the next wait for the device instead
+ * (a copy to the host, ct_tensor_item, ct_cuda_synchronize): checking it
+ * in the call would make the host wait for every loss. */
 #include <limits.h>
 
 #include "ops_impl.h"
@@ -48,7 +50,8 @@ static ct_status k_softmax(ct_call *c) {
 
 /* ---- cross_entropy / nll_loss: cti_loss_params n, c, inner, reduction, ignore_index,
  * label_smoothing. forward: in input, target, weight|NULL; backward: in grad_loss, input,
- * target, weight|NULL. ------------------------------------------------------------------------ */
+ * target, weight|NULL. A target out of range is recorded by the kernel and returned by the
+ * next wait for the device (cuda_impl.h, "faults"). ------------------------------------------- */
 static ct_status k_cls(ct_call *c) {
     const cti_loss_params *p = CTI_PARAMS(c, cti_loss_params);
     char label[48];
@@ -73,10 +76,13 @@ static ct_status k_cls(ct_call *c) {
         .reduction = p->reduction,
         .ignore = p->ignore_index,
         .ls = p->label_smoothing,
+        .op = (int)c->op,
     };
     int dev = dev_of(out);
     cudaStream_t st;
-    if (cti_cuda_begin(op, dev, &st) != CT_OK) return ct_last_status();
+    if (cti_cuda_begin(op, dev, &st) != CT_OK ||
+        cti_cuda_fault_slot_get(op, dev, &r.fault) != CT_OK)
+        return ct_last_status();
     ct_tensor *work = NULL;
     size_t wb = cti_nn_cls_work(&r);
     if (wb > 0) {

@@ -11,9 +11,10 @@
 // uses floating-point atomics.
 //
 // A target class outside [0, C) (and not ignore_index) makes its position's
-// loss, its gradient row and any mean or sum that includes it NaN: checking
-// it as the CPU does would need the host to wait for the device on every
-// loss. Embedding indices are checked exactly as on the CPU: the kernels
+// loss, its gradient row and any mean or sum that includes it NaN, and is
+// recorded in the device's fault record, which the next wait for the device
+// returns as the op's error (cuda_impl.h): checking it as the CPU does, in
+// the call, would need the host to wait for the device on every loss. Embedding indices are checked exactly as on the CPU: the kernels
 // record the first bad position and the C side reads it back before
 // returning (src/backends/cuda/nn.c).
 #include <cub/device/device_radix_sort.cuh>
@@ -498,6 +499,9 @@ struct Cls {
     void *out;
     int64_t c, inner, npos, reduction, ignore;
     double ls;
+    int op;
+    cti_cuda_fault *fault;
+    volatile unsigned int *flag;
 };
 
 // Positions below this count let every block of a backward kernel fold the
@@ -506,6 +510,20 @@ constexpr int64_t kScanMax = 8192;
 constexpr int64_t kRedBlocksCap = 1024;
 
 __device__ __forceinline__ bool bad_target(int64_t t, int64_t c) { return t < 0 || t >= c; }
+
+// The first bad target of any kernel claims the record; the flag tells the
+// host to read it after its next wait.
+__device__ __noinline__ void report_bad_target(const Cls &a, int64_t p, int64_t t) {
+    cti_cuda_fault *f = a.fault;
+    if (!f || atomicCAS(&f->claimed, 0u, 1u) != 0u) return;
+    f->op = a.op;
+    f->value = (long long)t;
+    f->limit = (long long)a.c;
+    f->ignore = (long long)a.ignore;
+    f->position = (long long)p;
+    __threadfence_system();
+    *a.flag = 1u;
+}
 
 // Sum over counted positions of their class weights (1 without weights); an
 // out-of-range target makes it NaN. Every thread of the block calls it.
@@ -601,6 +619,7 @@ __global__ void __launch_bounds__(kThreads256) ce_fwd(const Cls a, double *part)
         A loss = 0, wt = 0;
         if (bad) {
             loss = wt = qnan<A>();
+            if (leader) report_bad_target(a, p, t);
         } else if (!ign) {
             int64_t nn = p / a.inner, j = p - nn * a.inner;
             const T *row = x + nn * C * a.inner + j;
@@ -667,6 +686,7 @@ __global__ void __launch_bounds__(kThreads256) ce_bwd(const Cls a, const double 
         const T *row = x + nn * C * a.inner + j;
         T *orow = out + nn * C * a.inner + j;
         if (ign || bad) {
+            if (bad && c0 == 0) report_bad_target(a, p, t);
             T v = dtype<DT>::enc(bad ? qnan<A>() : (A)0);
             for (int64_t c = c0; c < C; c += cs) orow[c * a.inner] = v;
             continue;
@@ -708,6 +728,7 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_fwd(const C
         if (t != a.ignore) {
             if (bad_target(t, C)) {
                 loss = wt = (double)NAN;
+                report_bad_target(a, p, t);
             } else {
                 int64_t nn = p / a.inner, j = p - nn * a.inner;
                 wt = w ? (double)dtype<DT>::dec(w[t]) : 1.0;
@@ -744,8 +765,10 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
         int64_t t = a.target[p];
         double v = 0;
         if (t != a.ignore) {
-            if (bad_target(t, C)) v = (double)NAN;
-            else if (c == t)
+            if (bad_target(t, C)) {
+                v = (double)NAN;
+                if (c == 0) report_bad_target(a, p, t);
+            } else if (c == t)
                 v = -(w ? (double)dtype<DT>::dec(w[t]) : 1.0) *
                     (a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
         }
@@ -805,6 +828,9 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
     a.reduction = r->reduction;
     a.ignore = r->ignore;
     a.ls = r->ls;
+    a.op = r->op;
+    a.fault = r->fault.record;
+    a.flag = r->fault.flag;
     char *work = (char *)r->work;
     if (r->kind == CTI_NN_CE || r->kind == CTI_NN_NLL) {
         double *part = pl.split ? (double *)work : nullptr;

@@ -194,6 +194,8 @@ typedef struct cti_nn_cls {
     void *work;            /* cti_nn_cls_work bytes (NULL when that is 0) */
     int64_t n, c, inner, reduction, ignore;
     double ls;
+    int op;                    /* ct_op, for the fault record */
+    cti_cuda_fault_slot fault; /* where a bad target is recorded */
 } cti_nn_cls;
 
 cudaError_t cti_nn_softmax(int dt, int bwd, int lg, const void *a, const void *b, void *out,

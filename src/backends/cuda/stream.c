@@ -110,7 +110,7 @@ ct_status cti_cuda_sync(const char *op, int device) {
     atomic_fetch_add_explicit(&host_waits, 1, memory_order_relaxed);
     cudaError_t e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return fail(op, device, "cudaStreamSynchronize", e, true);
-    return CT_OK;
+    return cti_cuda_take_fault(op, device);
 }
 
 void *ct_cuda_stream(int device) {
@@ -129,5 +129,5 @@ ct_status ct_cuda_synchronize(int device) {
     atomic_fetch_add_explicit(&host_waits, 1, memory_order_relaxed);
     e = cudaDeviceSynchronize();
     if (e != cudaSuccess) return fail(op, device, "cudaDeviceSynchronize", e, true);
-    return CT_OK;
+    return cti_cuda_take_fault(op, device);
 }

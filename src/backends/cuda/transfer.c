@@ -183,7 +183,8 @@ static ct_status download(const char *op, int dev, cudaStream_t stream, void *ds
     if (st != CT_OK) cudaStreamSynchronize(stream); /* leave no copy into the buffers */
     cudaGetLastError();
     stage_unlock(dev);
-    return st;
+    /* The last chunk's event came after all work queued before the copy. */
+    return st == CT_OK ? cti_cuda_take_fault(op, dev) : st;
 }
 
 /* ---- copies on one device -------------------------------------------------------------- */
