@@ -305,6 +305,38 @@ static void test_std_of_constant(void **state) {
     ct_tensor_release(x);
 }
 
+/* var and std of a constant are exactly 0 and so are their gradients (as
+ * PyTorch's), whatever rounding the mean of 0.1 has: rows of 120 (the row
+ * path), columns (the strided path), all elements, f32 and f64. */
+static void test_var_std_of_constant_exact(void **state) {
+    (void)state;
+    static const ct_dtype dts[2] = {CT_F32, CT_F64};
+    for (int di = 0; di < 2; di++)
+        for (int std = 0; std < 2; std++)
+            for (int layout = 0; layout < 3; layout++) {
+                int64_t shape[2] = {layout == 1 ? 120 : 3, layout == 1 ? 3 : 120};
+                ct_tensor *x = ct_tensor_full(2, shape, 0.1, dts[di], CT_CPU);
+                assert_non_null(x);
+                assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+                int64_t dim = layout == 1 ? 0 : 1;
+                ct_tensor *y = layout == 2 ? (std ? ct_std(x, 0, NULL, 1, false) : ct_var(x, 0, NULL, 1, false))
+                                           : (std ? ct_std(x, 1, &dim, 1, false) : ct_var(x, 1, &dim, 1, false));
+                assert_non_null(y);
+                double *yv = tu_values(y);
+                for (int64_t i = 0; i < ct_tensor_numel(y); i++) assert_true(yv[i] == 0.0);
+                free(yv);
+                backward_ones(y);
+                double *g = tu_values(ct_grad(x));
+                for (int64_t i = 0; i < 360; i++) {
+                    if (g[i] != 0.0) fprintf(stderr, "dtype %d std %d layout %d: grad[%lld] = %g\n", di, std, layout, (long long)i, g[i]);
+                    assert_true(g[i] == 0.0);
+                }
+                free(g);
+                ct_tensor_release(y);
+                ct_tensor_release(x);
+            }
+}
+
 static void test_max_min_ties(void **state) {
     (void)state;
     const double v[6] = {1, 3, 3, -2, 3, -2};
@@ -795,6 +827,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_prod_zeros, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norm_subgradient_at_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_std_of_constant, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_var_std_of_constant_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_min_ties, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_nan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reduce_empty, setup, teardown),

@@ -103,7 +103,10 @@ ct_status ct_clamp_(ct_tensor *a, double min, double max);
 /* ---- selection ------------------------------------------------------------------ */
 /* cond (bool) ? a : b, all three broadcast together. */
 ct_tensor *ct_where(ct_tensor *cond, ct_tensor *a, ct_tensor *b);
-/* Clamps to [min, max]; pass -INFINITY / INFINITY for no bound. NaN stays NaN. */
+/* Clamps to [min, max]; pass -INFINITY / INFINITY for no bound. NaN stays NaN.
+ * An integer tensor with a bound that has a fraction (0.5, not 2.0) gives a
+ * float32 result, as PyTorch's Python-float bounds do; ct_clamp_ refuses
+ * that case (CT_ERR_DTYPE) as PyTorch does. */
 ct_tensor *ct_clamp(ct_tensor *x, double min, double max);
 
 /* ---- reductions ---------------------------------------------------------------------
@@ -147,7 +150,10 @@ ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta,
 ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias);
 
 /* ---- convolution and pooling (NCHW; a 3-d CHW input is taken as N = 1) ------------- */
-/* x [N,Cin,H,W], w [Cout,Cin/groups,kH,kW], bias [Cout] or NULL. */
+/* x [N,Cin,H,W], w [Cout,Cin/groups,kH,kW], bias [Cout] or NULL. stride,
+ * padding and dilation are {height, width} pairs; NULL means PyTorch's
+ * default: stride {1, 1}, padding {0, 0}, dilation {1, 1}. The same holds for
+ * the two backward functions below. */
 ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t stride[2],
                      const int64_t padding[2], const int64_t dilation[2], int64_t groups);
 /* Gradient wrt the input of the conv2d above; input_shape is x's 4-d shape. */
@@ -164,7 +170,8 @@ ct_tensor *ct_conv2d_backward_weight(ct_tensor *grad_out, ct_tensor *x,
 ct_tensor *ct_conv2d_backward_bias(ct_tensor *grad_out);
 
 /* Max pooling with int64 argmax indices (flat h*W+w within each plane) into
- * *indices when not NULL. padding <= kernel/2; stride NULL means kernel. */
+ * *indices when not NULL. padding <= kernel/2; NULL means PyTorch's default:
+ * stride the kernel size, padding {0, 0}, dilation {1, 1} (avg_pool2d too). */
 ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t stride[2],
                          const int64_t padding[2], const int64_t dilation[2], bool ceil_mode,
                          ct_tensor **indices);
@@ -228,8 +235,12 @@ ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weigh
 ct_tensor *ct_nll_loss_backward(ct_tensor *grad_loss, ct_tensor *log_probs, ct_tensor *target,
                                 ct_tensor *weight, ct_reduction reduction,
                                 int64_t ignore_index);
+/* input floating; target of any numeric dtype, broadcast with input. Mixed
+ * dtypes compute in their promoted dtype (ct_promote_types), which is the
+ * result's, as PyTorch does; gradients return in each input's own dtype. */
 ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction);
-/* Returns the grad wrt input (the grad wrt target is its negative). */
+/* Returns the grad wrt input, in input's dtype (the grad wrt target is its
+ * negative). */
 ct_tensor *ct_mse_loss_backward(ct_tensor *grad_loss, ct_tensor *input, ct_tensor *target,
                                 ct_reduction reduction);
 

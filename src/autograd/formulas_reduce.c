@@ -140,8 +140,15 @@ static ct_tensor *var_grad(cti_node *n, ct_tensor *x0, ct_tensor *g) {
     int nd = reduced_dims(n, dims);
     double dof = fmax(0.0, (double)reduced_count(n) - params_of(n)->correction);
     ct_tensor *x = up(x0);
-    ct_tensor *m = x ? ct_mean(x, nd, dims, true) : NULL;
-    ct_tensor *c = m ? ct_sub(x, m) : NULL;
+    /* Deviations are taken from x minus its first element along the reduced
+     * dims: for a constant x they are exactly 0, as the forward's variance is,
+     * where x - mean(x) would leave the mean's rounding error. */
+    ct_tensor *first = x;
+    if (first && ct_tensor_numel(x) > 0)
+        for (int k = 0; k < nd && first; k++) first = ct_narrow(first, (int)dims[k], 0, 1);
+    ct_tensor *xs = first ? (first == x ? x : ct_sub(x, first)) : NULL;
+    ct_tensor *m = xs ? ct_mean(xs, nd, dims, true) : NULL;
+    ct_tensor *c = m ? ct_sub(xs, m) : NULL;
     ct_tensor *s = c ? ct_mul_scalar(g, 2.0 / dof) : NULL;
     return s ? ct_mul(c, s) : NULL;
 }

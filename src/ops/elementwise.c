@@ -816,9 +816,20 @@ static ct_status clamp_check(const char *name, const ct_tensor *x, double min, d
     return CT_OK;
 }
 
+/* A finite bound with a fraction: PyTorch's Python float, which makes an
+ * integer tensor's clamp a float32 one. */
+static bool fractional(double v) { return isfinite(v) && v != floor(v); }
+
 ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
     static const char *name = "ct_clamp";
     if (!x) return (cti_check_not_null(name, 1, &x), NULL);
+    if (x->dtype != CT_BOOL && !ct_dtype_is_floating(x->dtype) && (fractional(min) || fractional(max))) {
+        ct_tensor *xf = ct_to_dtype(x, CT_F32);
+        if (!xf) return NULL;
+        ct_tensor *r = ct_clamp(xf, min, max);
+        ct_tensor_release(xf);
+        return r;
+    }
     ct_call c;
     cti_pointwise_params p;
     if (clamp_check(name, x, min, max, &c, &p) != CT_OK) return NULL;
@@ -844,6 +855,11 @@ ct_status ct_clamp_(ct_tensor *a, double min, double max) {
     if (st != CT_OK) return st;
     ct_call c;
     cti_pointwise_params p;
+    if (a->dtype != CT_BOOL && !ct_dtype_is_floating(a->dtype) && (fractional(min) || fractional(max)))
+        return cti_error(CT_ERR_DTYPE,
+                         "%s: the bounds (min %g, max %g) make the result float32, which an "
+                         "in-place clamp cannot write into a %s tensor; use ct_clamp",
+                         name, min, max, ct_dtype_name(a->dtype));
     if ((st = clamp_check(name, a, min, max, &c, &p)) != CT_OK) return st;
     if ((st = check_no_overlap(name, a)) != CT_OK) return st;
     c.out[0] = a;

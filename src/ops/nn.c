@@ -593,14 +593,37 @@ static bool expanded(temps *tp, ct_tensor *t, int nb, const int64_t *bshape, ct_
     return contig(tp, e, out);
 }
 
+/* A floating input with a target of another numeric dtype: both in their
+ * promoted dtype (PyTorch's result type), as new handles in *pi and *pt;
+ * false when no promotion applies or a cast failed (*pi NULL then too). */
+static bool mse_promoted(ct_tensor *input, ct_tensor *target, ct_tensor **pi, ct_tensor **pt) {
+    *pi = *pt = NULL;
+    if (!ct_dtype_is_floating(input->dtype) || target->dtype == input->dtype ||
+        target->dtype == CT_BOOL)
+        return false;
+    ct_dtype dt = ct_promote_types(input->dtype, target->dtype);
+    *pi = ct_to_dtype(input, dt);
+    *pt = *pi ? ct_to_dtype(target, dt) : NULL;
+    if (*pt) return true;
+    ct_tensor_release(*pi);
+    *pi = NULL;
+    return true;
+}
+
 ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction) {
     const char *op = "ct_mse_loss";
     ct_tensor *req[2] = {input, target};
     int nb;
     int64_t bs[CT_MAX_DIMS];
-    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req) ||
-        mse_check(op, input, target, (int)reduction, &nb, bs))
-        return NULL;
+    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req)) return NULL;
+    ct_tensor *pi, *pt;
+    if (mse_promoted(input, target, &pi, &pt)) {
+        ct_tensor *r = pi ? ct_mse_loss(pi, pt, reduction) : NULL;
+        ct_tensor_release(pi);
+        ct_tensor_release(pt);
+        return r;
+    }
+    if (mse_check(op, input, target, (int)reduction, &nb, bs)) return NULL;
     temps tp = {.n = 0};
     ct_call c;
     cti_call_init(&c, CT_OP_MSE_LOSS);
@@ -649,8 +672,20 @@ ct_tensor *ct_mse_loss_backward(ct_tensor *grad_loss, ct_tensor *input, ct_tenso
     ct_tensor *req[3] = {grad_loss, input, target};
     int nb;
     int64_t bs[CT_MAX_DIMS];
-    if (cti_check_not_null(op, 3, req) || cti_check_same_device(op, 3, req) ||
-        mse_check(op, input, target, (int)reduction, &nb, bs) ||
+    if (cti_check_not_null(op, 3, req) || cti_check_same_device(op, 3, req)) return NULL;
+    ct_tensor *pi, *pt;
+    if (mse_promoted(input, target, &pi, &pt)) {
+        /* The gradient of input comes back in input's dtype. */
+        ct_tensor *g = pi ? ct_to_dtype(grad_loss, pi->dtype) : NULL;
+        ct_tensor *r = g ? ct_mse_loss_backward(g, pi, pt, reduction) : NULL;
+        ct_tensor *out = r ? ct_to_dtype(r, input->dtype) : NULL;
+        ct_tensor_release(r);
+        ct_tensor_release(g);
+        ct_tensor_release(pi);
+        ct_tensor_release(pt);
+        return out;
+    }
+    if (mse_check(op, input, target, (int)reduction, &nb, bs) ||
         check_grad_loss(op, grad_loss, input, reduction == CT_REDUCTION_NONE ? nb : 0, bs))
         return NULL;
     temps tp = {.n = 0};

@@ -237,6 +237,19 @@ static double sum_d(const double *b, int64_t n) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + t;
 }
 
+/* sum_i (b[i] - o): deviations from an element of the block are exactly 0
+ * for a constant block, so its mean (o + this / n) is exactly that constant
+ * and its variance exactly 0, as Welford's update gives. */
+static double sum_shift_d(const double *b, int64_t n, double o) {
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += b[i + j] - o;
+    double t = 0;
+    for (; i < n; i++) t += b[i] - o;
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + t;
+}
+
 static double sumsq_dev_d(const double *b, int64_t n, double m) {
     double acc[8] = {0};
     int64_t i = 0;
@@ -506,7 +519,7 @@ static void row_d(const rctx *c, const double *b, int64_t n, int64_t idx0, racc 
         else a->s += norm_part_d(b, n, c->pk, c->p);
         break;
     case K_VAR: {
-        double m = sum_d(b, n) / (double)n;
+        double m = b[0] + sum_shift_d(b, n, b[0]) / (double)n;
         var_merge(a, n, m, sumsq_dev_d(b, n, m));
         return;
     }
