@@ -221,6 +221,26 @@ static void test_properties(void **state) {
     assert_non_null(strstr(text, "cuDNN"));
 }
 
+/* A GPU tensor prints as its CPU copy does, with its device. */
+static void test_print_gpu(void **state) {
+    (void)state;
+    NEED_GPU();
+    double v[6] = {0.5, -1, 2.25, 3, 1e3, -7};
+    ct_tensor *c = ct_tensor_from_data(v, CT_F64, CT_SHAPE(2, 3));
+    ct_tensor *g = ct_to_device(c, CT_CUDA(0));
+    assert_non_null(g);
+    char a[512], b[512];
+    assert_true(ct_tensor_str(c, a, sizeof a) > 0);
+    assert_true(ct_tensor_str(g, b, sizeof b) > 0);
+    char *da = strstr(a, "device=cpu)"), *db = strstr(b, "device=cuda:0)");
+    assert_non_null(da);
+    assert_non_null(db);
+    assert_int_equal(da - a, db - b);
+    assert_memory_equal(a, b, (size_t)(da - a));
+    ct_tensor_release(g);
+    ct_tensor_release(c);
+}
+
 static void test_invalid_index(void **state) {
     (void)state;
     NEED_GPU();
@@ -702,7 +722,7 @@ int main(void) {
         T(test_conversion_matches_cpu), T(test_fill),
         T(test_stream_order),         T(test_allocator_reuse),
         T(test_memory_stats),         T(test_out_of_memory),
-        T(test_empty_cache),
+        T(test_empty_cache),          T(test_print_gpu),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

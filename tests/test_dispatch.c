@@ -279,6 +279,61 @@ static void test_trace(void **state) {
     free(out);
 }
 
+/* A filter by op name and by time; failures: a kernel's (a target out of
+ * range, found by the CPU loss kernel) on its dispatch line with the
+ * message, an argument check's (matmul shapes) on a line of its own. */
+static void run_traced_filters(void) {
+    ct_tensor *a = ct_tensor_ones(CT_SHAPE(2, 3), CT_F32, CT_CPU);
+    ct_tensor *lp = ct_tensor_zeros(CT_SHAPE(2, 3), CT_F32, CT_CPU);
+    ct_tensor *tg = ct_tensor_full(1, (const int64_t[]){2}, 7, CT_I64, CT_CPU);
+    ct_set_trace(true);
+    assert_int_equal(ct_set_trace_filter("mm, ct_nll_loss"), CT_OK);
+    ct_tensor *c = ct_add(a, a);                             /* filtered out */
+    ct_tensor *d = ct_mm(a, ct_t(a));                         /* shown */
+    assert_null(ct_mm(a, a));                                 /* shown: argument check */
+    assert_null(ct_add(a, ct_tensor_ones(CT_SHAPE(4), CT_F32, CT_CPU))); /* filtered out */
+    assert_null(ct_nll_loss(lp, tg, NULL, CT_REDUCTION_MEAN, -100));   /* shown: kernel */
+    assert_int_equal(ct_set_trace_filter("min=10s"), CT_OK);
+    ct_tensor *e = ct_mul(a, a);                              /* too fast to show */
+    assert_null(ct_nll_loss(lp, tg, NULL, CT_REDUCTION_SUM, -100)); /* failures always show */
+    /* A bad filter changes nothing. */
+    tu_assert_error(ct_set_trace_filter("mm,matmull"), CT_ERR_INVALID_ARG, "ct_set_trace_filter",
+                    "unknown op 'matmull'");
+    tu_assert_error(ct_set_trace_filter("min=5 parsecs"), CT_ERR_INVALID_ARG, "not a time");
+    ct_tensor *f = ct_div(a, a);                              /* still too fast */
+    ct_set_trace(false);
+    assert_int_equal(ct_set_trace_filter(NULL), CT_OK);
+    ct_tensor_release(a), ct_tensor_release(lp), ct_tensor_release(tg);
+    ct_tensor_release(c), ct_tensor_release(d), ct_tensor_release(e), ct_tensor_release(f);
+}
+
+static void test_trace_filter_and_failures(void **state) {
+    (void)state;
+    ct_scope *s = ct_scope_begin();
+    char *out = capture_stderr(run_traced_filters);
+    ct_scope_end(s);
+    assert_null(strstr(out, "[cten] add "));
+    assert_null(strstr(out, "ct_add"));
+    assert_null(strstr(out, "[cten] mul "));
+    assert_null(strstr(out, "[cten] div "));
+    assert_non_null(strstr(out, "[cten] mm "));
+    char *arg = strstr(out, "[cten] FAILED CT_ERR_SHAPE: ct_mm: ");
+    assert_non_null(arg);
+    /* The kernel's failures: on the dispatch line, with the message; the
+     * second one although it is filtered by time. */
+    char *k1 = strstr(out, "[cten] nll_loss ");
+    assert_non_null(k1);
+    char *eol = strchr(k1, '\n');
+    assert_non_null(eol);
+    *eol = '\0';
+    assert_non_null(strstr(k1, "FAILED CT_ERR_INDEX: ct_nll_loss: target 7 is out of bounds"));
+    assert_non_null(strstr(eol + 1, "[cten] nll_loss "));
+    /* The kernel's error is not shown a second time on a line of its own. */
+    assert_null(strstr(eol + 1, "[cten] FAILED CT_ERR_INDEX"));
+    assert_null(strstr(out, "matmull"));
+    free(out);
+}
+
 static void test_profile(void **state) {
     (void)state;
     ct_profile_reset();
@@ -426,6 +481,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_params_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace_filter_and_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_profile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_channel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_error_thread_local, setup, teardown),

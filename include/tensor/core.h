@@ -27,6 +27,24 @@ typedef struct ct_scope ct_scope;
 /* The empty list: a 0-d shape, or "all dims" for reductions. */
 #define CT_NONE 0, NULL
 
+/* ---- text ----------------------------------------------------------------
+ * A tensor as PyTorch's repr writes it, e.g.
+ *   tensor([[ 0.1000, -2.0000],
+ *           [ 3.5000,  4.0000]], shape=[2, 2], dtype=float32, device=cpu)
+ * every element in one format (4 decimals; "3." when all are integers;
+ * scientific when magnitudes span more than 1000 or leave [1e-4, 1e8)), the
+ * middle of each dim longer than 6 elided with "..." when the tensor has more
+ * than 1000 elements, and requires_grad or grad_fn last. A GPU tensor is
+ * copied to the host first (a wait for the device). */
+/* Writes the text into buf (at most n bytes, always NUL-terminated when n > 0;
+ * buf may be NULL with n 0) and returns its full length, as snprintf does, or
+ * -1 on error. */
+int64_t ct_tensor_str(const ct_tensor *t, char *buf, size_t n);
+/* Writes the text and a newline to stdout. */
+ct_status ct_print(const ct_tensor *t);
+/* The same to file (a FILE *; NULL means stdout). */
+ct_status ct_fprint(const ct_tensor *t, void *file);
+
 /* ---- reference counting ------------------------------------------------ */
 /* Adds a reference of the caller's, to be released by the caller; returns t.
  * Inside a scope too: the scope releases only the reference it was given. */

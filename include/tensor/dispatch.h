@@ -23,10 +23,22 @@ const char *ct_kernel_name(ct_op op, ct_device_type device, ct_dtype dtype);
 /* ---- trace and profile ---------------------------------------------------------
  * CT_TRACE=1 in the environment (read once, at library init) prints one line
  * per dispatched op on stderr: op, device, dtype, input shapes, the kernel or
- * library routine that ran, and its wall time. CT_PROFILE=1 aggregates per
- * (op, device, dtype) and prints a table at exit. Both can be switched here. */
+ * library routine that ran, and its wall time; a failed op's line ends with
+ * FAILED, the status and the error message, and a call refused before any
+ * kernel ran (a bad argument, a missing kernel) gets a "[cten] FAILED" line
+ * of its own. CT_TRACE may instead hold a filter, as ct_set_trace_filter
+ * takes: CT_TRACE=matmul,conv2d or CT_TRACE=min=50us (or both). CT_PROFILE=1
+ * aggregates per (op, device, dtype) and prints a table at exit. Both can be
+ * switched here. */
 void ct_set_trace(bool on);
 bool ct_trace_enabled(void);
+/* Which traced lines show: a comma-separated list of op names ("matmul",
+ * "ct_conv2d"; every op when none is named, or with "all"), and "min=<time>"
+ * (a number with ns, us, ms or s), the shortest successful call shown;
+ * failures show whatever their time. NULL or "" shows everything. An
+ * unknown name or a bad time is CT_ERR_INVALID_ARG and changes nothing.
+ * Does not turn the trace on (ct_set_trace does). */
+ct_status ct_set_trace_filter(const char *spec);
 void ct_set_profile(bool on);
 bool ct_profile_enabled(void);
 /* Prints the profile table (count, total, mean per op) to f (a FILE *; NULL

@@ -1,4 +1,5 @@
 /* The thread-local last-error channel. */
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "tensor_impl.h"
@@ -16,6 +17,10 @@ void ct_clear_error(void) {
     last_msg[0] = '\0';
 }
 
+static _Atomic(cti_error_hook_fn) error_hook;
+
+void cti_set_error_hook(cti_error_hook_fn fn) { atomic_store(&error_hook, fn); }
+
 static void set_error(ct_status s, const char *fmt, va_list ap) {
     /* Messages may be built from the previous message (cti_desc strings live
      * elsewhere), so format into a scratch buffer first. */
@@ -23,6 +28,8 @@ static void set_error(ct_status s, const char *fmt, va_list ap) {
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     memcpy(last_msg, tmp, sizeof tmp);
     last_status = s;
+    cti_error_hook_fn hook = atomic_load_explicit(&error_hook, memory_order_relaxed);
+    if (hook) hook(s, last_msg);
 }
 
 ct_status cti_error(ct_status s, const char *fmt, ...) {

@@ -57,6 +57,10 @@ struct ct_tensor {
 ct_status cti_error(ct_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void *cti_error_null(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Called with every error set on any thread (the trace uses it to show
+ * argument-check failures); NULL for none. Set by the dispatcher at init. */
+typedef void (*cti_error_hook_fn)(ct_status s, const char *msg);
+void cti_set_error_hook(cti_error_hook_fn fn);
 /* Formats t for messages: "[2, 3] float32 cpu" ("NULL" for NULL). Returns a
  * pointer into a small thread-local ring of buffers (8 live at a time). */
 const char *cti_desc(const ct_tensor *t);

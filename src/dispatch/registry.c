@@ -152,6 +152,111 @@ const cti_backend *cti_backend_of(ct_device_type device) {
 /* ---- trace and profile -------------------------------------------------------- */
 static atomic_bool trace_on, profile_on;
 
+/* The trace's filter: the ops shown (every op when trace_every), and the
+ * shortest time a successful line needs; failures always show. */
+static atomic_bool trace_every = true;
+static atomic_bool trace_op[CT_NUM_OPS];
+static _Atomic uint64_t trace_min_ns;
+
+/* Dispatches running on this thread: an error raised inside one is shown on
+ * its trace line, not again by the error hook. */
+static _Thread_local int dispatch_depth;
+
+typedef struct trace_filter {
+    bool every;
+    bool op[CT_NUM_OPS];
+    uint64_t min_ns;
+} trace_filter;
+
+static int op_by_name(const char *name, size_t len) {
+    if (len > 3 && strncmp(name, "ct_", 3) == 0) name += 3, len -= 3;
+    for (int k = 0; k < CT_NUM_OPS; k++)
+        if (strlen(cti_schema_rows[k].name) == len && strncmp(cti_schema_rows[k].name, name, len) == 0)
+            return k;
+    return -1;
+}
+
+/* "min=<number><ns|us|ms|s>" into *ns. */
+static bool parse_min_time(const char *v, size_t len, uint64_t *ns) {
+    char buf[64], *end;
+    if (len == 0 || len >= sizeof buf) return false;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    double x = strtod(buf, &end);
+    double unit = strcmp(end, "ns") == 0 ? 1 : strcmp(end, "us") == 0 ? 1e3
+                : strcmp(end, "ms") == 0 ? 1e6 : strcmp(end, "s") == 0 ? 1e9 : -1;
+    if (end == buf || unit < 0 || !(x >= 0) || x * unit > 1e18) return false;
+    *ns = (uint64_t)(x * unit);
+    return true;
+}
+
+/* spec: comma-separated op names ("matmul", "ct_conv2d"), "all" (or "1"),
+ * and "min=<time>"; NULL or "" means every op. */
+static ct_status parse_trace_filter(const char *op, const char *spec, trace_filter *f) {
+    memset(f, 0, sizeof *f);
+    f->every = true;
+    if (!spec) return CT_OK;
+    bool named = false, all = false;
+    for (const char *p = spec; *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        size_t len = strcspn(p, ", ");
+        if (len == 0) break;
+        if ((len == 3 && strncmp(p, "all", 3) == 0) || (len == 1 && *p == '1')) {
+            all = true;
+        } else if (len > 4 && strncmp(p, "min=", 4) == 0) {
+            if (!parse_min_time(p + 4, len - 4, &f->min_ns))
+                return cti_error(CT_ERR_INVALID_ARG,
+                                 "%s: '%.*s' in \"%s\" is not a time (expected min=<number> with "
+                                 "ns, us, ms or s, e.g. min=50us)",
+                                 op, (int)len, p, spec);
+        } else {
+            int k = op_by_name(p, len);
+            if (k < 0)
+                return cti_error(CT_ERR_INVALID_ARG,
+                                 "%s: unknown op '%.*s' in \"%s\" (expected op names such as "
+                                 "matmul or conv2d, 'all', or min=<time>)",
+                                 op, (int)len, p, spec);
+            f->op[k] = true;
+            named = true;
+        }
+        p += len;
+    }
+    f->every = all || !named;
+    return CT_OK;
+}
+
+static void apply_trace_filter(const trace_filter *f) {
+    for (int k = 0; k < CT_NUM_OPS; k++) atomic_store(&trace_op[k], f->op[k]);
+    atomic_store(&trace_min_ns, f->min_ns);
+    atomic_store(&trace_every, f->every);
+}
+
+static bool traced_op(int op) {
+    return atomic_load_explicit(&trace_every, memory_order_relaxed) ||
+           ((unsigned)op < CT_NUM_OPS && atomic_load_explicit(&trace_op[op], memory_order_relaxed));
+}
+
+/* Errors raised outside a kernel (argument checks, a missing kernel, any
+ * other call) get a line of their own; the op is read off the message's
+ * "ct_name:" prefix for the filter. */
+static void trace_error_hook(ct_status s, const char *msg) {
+    if (!atomic_load_explicit(&trace_on, memory_order_relaxed) || dispatch_depth > 0) return;
+    if (!atomic_load_explicit(&trace_every, memory_order_relaxed)) {
+        size_t len = strcspn(msg, ": ");
+        if (!traced_op(op_by_name(msg, len))) return;
+    }
+    fprintf(stderr, "[cten] FAILED %s: %s\n", ct_status_name(s), msg);
+}
+
+ct_status ct_set_trace_filter(const char *spec) {
+    trace_filter f;
+    ct_status st = parse_trace_filter("ct_set_trace_filter", spec, &f);
+    if (st != CT_OK) return st;
+    cti_init();
+    apply_trace_filter(&f);
+    return CT_OK;
+}
+
 typedef struct prof_row {
     uint64_t count;
     uint64_t total_ns;
@@ -196,7 +301,23 @@ static void init_impl(void) {
     if (init_status != CT_OK) snprintf(init_message, sizeof init_message, "%s", ct_last_error());
     else if (prev != CT_OK) cti_error(prev, "%s", prev_msg);
     else ct_clear_error();
-    atomic_store(&trace_on, env_flag("CT_TRACE"));
+    /* CT_TRACE=1 shows every op; otherwise it is a filter (ct_set_trace_filter). */
+    const char *tv = getenv("CT_TRACE");
+    bool tron = env_flag("CT_TRACE");
+    if (tron && strcmp(tv, "1") != 0) {
+        trace_filter f;
+        ct_status prev_st = ct_last_status();
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", ct_last_error());
+        if (parse_trace_filter("CT_TRACE", tv, &f) == CT_OK)
+            apply_trace_filter(&f);
+        else
+            fprintf(stderr, "[cten] %s; tracing every op\n", ct_last_error());
+        if (prev_st != CT_OK) cti_error(prev_st, "%s", keep);
+        else ct_clear_error();
+    }
+    cti_set_error_hook(trace_error_hook);
+    atomic_store(&trace_on, tron);
     atomic_store(&profile_on, env_flag("CT_PROFILE"));
     atexit(profile_at_exit);
     atomic_store_explicit(&initialized, true, memory_order_release);
@@ -298,9 +419,9 @@ static void trace_line(const ct_call *c, ct_device device, ct_dtype dtype, const
                         t ? cti_shape_s(t->ndim, t->shape) : "-");
     }
     if (pos < (int)sizeof buf)
-        snprintf(buf + pos, sizeof buf - (size_t)pos, " kernel=%s %.3f us%s", kernel, ns / 1e3,
-                 st == CT_OK ? "" : " FAILED");
-    fprintf(stderr, "%s\n", buf);
+        snprintf(buf + pos, sizeof buf - (size_t)pos, " kernel=%s %.3f us", kernel, ns / 1e3);
+    if (st == CT_OK) fprintf(stderr, "%s\n", buf);
+    else fprintf(stderr, "%s FAILED %s: %s\n", buf, ct_status_name(st), ct_last_error());
 }
 
 /* The front end passed a parameter struct other than the schema's. */
@@ -333,9 +454,13 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
     bool pr = atomic_load_explicit(&profile_on, memory_order_relaxed);
     if (!tr && !pr) return e->fn(c);
     uint64_t t0 = now_ns();
+    dispatch_depth++;
     ct_status st = e->fn(c);
+    dispatch_depth--;
     uint64_t ns = now_ns() - t0;
-    if (tr) trace_line(c, device, dtype, c->routine ? c->routine : e->name, ns, st);
+    if (tr && traced_op(c->op) &&
+        (st != CT_OK || ns >= atomic_load_explicit(&trace_min_ns, memory_order_relaxed)))
+        trace_line(c, device, dtype, c->routine ? c->routine : e->name, ns, st);
     if (pr) {
         pthread_mutex_lock(&profile_lock);
         profile[c->op][device.type][dtype].count++;
