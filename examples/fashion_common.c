@@ -187,49 +187,18 @@ int fashion_parse_args(int argc, char **argv, fashion_config *cfg) {
 
 /* ---- checkpoint metadata ---------------------------------------------------------------- */
 
-static bool meta_set_i64(ct_metadata *m, const char *key, int64_t v) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%" PRId64, v);
-    return ct_metadata_set(m, key, buf) == CT_OK;
-}
-
-static bool meta_set_u64(ct_metadata *m, const char *key, uint64_t v) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%" PRIu64, v);
-    return ct_metadata_set(m, key, buf) == CT_OK;
-}
-
-/* %.17g reads back to the same double. */
-static bool meta_set_f64(ct_metadata *m, const char *key, double v) {
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.17g", v);
-    return ct_metadata_set(m, key, buf) == CT_OK;
-}
-
-/* The value of key as a number, or false with a message naming the file. */
+/* A number the checkpoint must hold, at least min; false with a message. */
 static bool meta_i64(const ct_metadata *m, const char *path, const char *key, int64_t min,
                      int64_t *out) {
-    const char *v = ct_metadata_get(m, key);
-    if (v && parse_i64(v, min, out)) return true;
-    fprintf(stderr, "checkpoint %s: metadata \"%s\" is %s\n", path, key,
-            v ? "not a valid number" : "missing");
-    return false;
-}
-
-static bool meta_u64(const ct_metadata *m, const char *path, const char *key, uint64_t *out) {
-    const char *v = ct_metadata_get(m, key);
-    if (v && parse_u64(v, out)) return true;
-    fprintf(stderr, "checkpoint %s: metadata \"%s\" is %s\n", path, key,
-            v ? "not a valid number" : "missing");
+    if (ct_metadata_get_int(m, key, out) == CT_OK && *out >= min) return true;
+    fprintf(stderr, "checkpoint %s: metadata \"%s\" is missing or invalid\n", path, key);
     return false;
 }
 
 static bool meta_f64(const ct_metadata *m, const char *path, const char *key, double min,
                      double *out) {
-    const char *v = ct_metadata_get(m, key);
-    if (v && parse_f64(v, min, out)) return true;
-    fprintf(stderr, "checkpoint %s: metadata \"%s\" is %s\n", path, key,
-            v ? "not a valid number" : "missing");
+    if (ct_metadata_get_double(m, key, out) == CT_OK && isfinite(*out) && *out >= min) return true;
+    fprintf(stderr, "checkpoint %s: metadata \"%s\" is missing or invalid\n", path, key);
     return false;
 }
 
@@ -251,13 +220,11 @@ static bool fixed_i64(const fashion_config *cfg, unsigned bit, const char *flag,
 
 /* Takes the settings of the run that wrote the checkpoint. */
 static bool config_from_checkpoint(fashion_config *cfg) {
-    ct_metadata *meta = NULL;
-    ct_params *tensors = ct_load_safetensors(cfg->checkpoint, &meta);
-    if (!tensors) {
+    ct_metadata *meta = ct_load_safetensors_metadata(cfg->checkpoint);
+    if (!meta) {
         fprintf(stderr, "--resume: %s\n", ct_last_error());
         return false;
     }
-    ct_params_free(tensors);
     const char *path = cfg->checkpoint, *model = ct_metadata_get(meta, "model");
     const char *optim = ct_metadata_get(meta, "optimizer");
     bool ok = true;
@@ -277,7 +244,8 @@ static bool config_from_checkpoint(fashion_config *cfg) {
          meta_i64(meta, path, "epochs", 1, &epochs) &&
          meta_i64(meta, path, "limit_train", 0, &limit_train) &&
          meta_i64(meta, path, "limit_test", 0, &limit_test) &&
-         meta_u64(meta, path, "seed", &seed) && meta_f64(meta, path, "lr", 0.0, &lr) &&
+         ct_metadata_get_uint(meta, "seed", &seed) == CT_OK &&
+         meta_f64(meta, path, "lr", 0.0, &lr) &&
          meta_f64(meta, path, "momentum", 0.0, &momentum) &&
          meta_f64(meta, path, "weight_decay", 0.0, &wd);
     if (ok) {
@@ -469,64 +437,32 @@ static void sync_device(ct_device d) {
     if (d.type == CT_DEVICE_CUDA) ct_cuda_synchronize(d.index);
 }
 
-/* The tensors a checkpoint holds: the model's parameters under their names
- * and the optimizer's state under "optim.<k>.<what>". */
-static ct_params *state_list(const fashion_run *run) {
-    ct_params *list = ct_params_new();
-    if (!list) return NULL;
-    for (int64_t i = 0; i < ct_params_count(run->params); i++) {
-        const char *name;
-        ct_tensor *t = ct_params_get(run->params, i, &name);
-        if (!t || ct_params_add(list, name, t) != CT_OK) goto fail;
-    }
-    for (int64_t k = 0; k < ct_optim_state_count(run->opt); k++) {
-        const char *name;
-        char full[128];
-        ct_tensor *t = ct_optim_state_get(run->opt, k, &name);
-        if (!t) goto fail;
-        snprintf(full, sizeof full, "optim.%s", name);
-        if (ct_params_add(list, full, t) != CT_OK) goto fail;
-    }
-    return list;
-fail:
-    ct_params_free(list);
-    return NULL;
-}
-
 static bool save_checkpoint(fashion_run *run) {
     const fashion_config *cfg = run->cfg;
-    ct_dataloader_state ls = ct_dataloader_get_state(run->train);
     double epoch_loss = 0;
-    if (ct_tensor_item(run->epoch_loss_sum, &epoch_loss) != CT_OK) {
-        fprintf(stderr, "saving the checkpoint %s: %s\n", cfg->checkpoint, ct_last_error());
-        return false;
-    }
-    ct_params *list = state_list(run);
     ct_metadata *m = ct_metadata_new();
-    bool ok = list && m && ct_metadata_set(m, "format", "cten-fashion-1") == CT_OK &&
+    bool ok = m && ct_tensor_item(run->epoch_loss_sum, &epoch_loss) == CT_OK &&
+              ct_metadata_set(m, "format", "cten-fashion-2") == CT_OK &&
               ct_metadata_set(m, "model", cfg->model) == CT_OK &&
               ct_metadata_set(m, "optimizer", optim_name(cfg->optim)) == CT_OK &&
-              meta_set_i64(m, "epochs", cfg->epochs) &&
-              meta_set_i64(m, "batch_size", cfg->batch_size) && meta_set_f64(m, "lr", cfg->lr) &&
-              meta_set_f64(m, "momentum", cfg->momentum) &&
-              meta_set_f64(m, "weight_decay", cfg->weight_decay) &&
-              meta_set_u64(m, "seed", cfg->seed) &&
-              meta_set_i64(m, "limit_train", cfg->limit_train) &&
-              meta_set_i64(m, "limit_test", cfg->limit_test) &&
-              meta_set_i64(m, "epoch", run->epoch) && meta_set_i64(m, "step", run->step) &&
-              meta_set_i64(m, "loader_epoch", ls.epoch) &&
-              meta_set_i64(m, "loader_position", ls.position) &&
-              meta_set_u64(m, "loader_seed", ls.seed) &&
-              meta_set_u64(m, "loader_gen_offset", ls.gen_offset) &&
-              meta_set_f64(m, "best_accuracy", run->best_accuracy) &&
-              meta_set_i64(m, "best_epoch", run->best_epoch) &&
-              meta_set_f64(m, "train_seconds", run->train_seconds) &&
-              meta_set_f64(m, "epoch_loss_sum", epoch_loss) &&
-              meta_set_i64(m, "epoch_steps", run->epoch_steps) &&
-              ct_save_safetensors(cfg->checkpoint, list, m) == CT_OK;
+              !ct_metadata_set_int(m, "epochs", cfg->epochs) &&
+              !ct_metadata_set_int(m, "batch_size", cfg->batch_size) &&
+              !ct_metadata_set_double(m, "lr", cfg->lr) &&
+              !ct_metadata_set_double(m, "momentum", cfg->momentum) &&
+              !ct_metadata_set_double(m, "weight_decay", cfg->weight_decay) &&
+              !ct_metadata_set_uint(m, "seed", cfg->seed) &&
+              !ct_metadata_set_int(m, "limit_train", cfg->limit_train) &&
+              !ct_metadata_set_int(m, "limit_test", cfg->limit_test) &&
+              !ct_metadata_set_int(m, "epoch", run->epoch) &&
+              !ct_metadata_set_int(m, "step", run->step) &&
+              !ct_metadata_set_double(m, "best_accuracy", run->best_accuracy) &&
+              !ct_metadata_set_int(m, "best_epoch", run->best_epoch) &&
+              !ct_metadata_set_double(m, "train_seconds", run->train_seconds) &&
+              !ct_metadata_set_double(m, "epoch_loss_sum", epoch_loss) &&
+              !ct_metadata_set_int(m, "epoch_steps", run->epoch_steps) &&
+              ct_checkpoint_save(cfg->checkpoint, run->params, run->opt, run->train, m) == CT_OK;
     if (!ok) fprintf(stderr, "saving the checkpoint %s: %s\n", cfg->checkpoint, ct_last_error());
     ct_metadata_free(m);
-    ct_params_free(list);
     return ok;
 }
 
@@ -534,42 +470,31 @@ static bool save_checkpoint(fashion_run *run) {
 static bool restore_checkpoint(fashion_run *run) {
     const char *path = run->cfg->checkpoint;
     ct_metadata *meta = NULL;
-    ct_params *list = state_list(run);
-    if (!list || ct_load_safetensors_into(path, list, true, &meta) != CT_OK) {
+    if (ct_checkpoint_load(path, run->params, run->opt, run->train, &meta) != CT_OK) {
         fprintf(stderr, "--resume: %s\n", ct_last_error());
-        ct_params_free(list);
-        ct_metadata_free(meta);
         return false;
     }
-    ct_params_free(list);
-    ct_dataloader_state ls;
     int64_t best_epoch;
     double epoch_loss;
     /* The epoch's loss so far, so that its mean covers every step of it. */
     bool ok = meta_f64(meta, path, "epoch_loss_sum", 0.0, &epoch_loss) &&
               meta_i64(meta, path, "epoch_steps", 0, &run->epoch_steps) &&
-              ct_fill_(run->epoch_loss_sum, epoch_loss) == CT_OK && meta_i64(meta, path, "epoch", 0, &run->epoch) &&
+              ct_fill_(run->epoch_loss_sum, epoch_loss) == CT_OK &&
+              meta_i64(meta, path, "epoch", 0, &run->epoch) &&
               meta_i64(meta, path, "step", 0, &run->step) &&
-              meta_i64(meta, path, "loader_epoch", 0, &ls.epoch) &&
-              meta_i64(meta, path, "loader_position", 0, &ls.position) &&
-              meta_u64(meta, path, "loader_seed", &ls.seed) &&
-              meta_u64(meta, path, "loader_gen_offset", &ls.gen_offset) &&
               meta_f64(meta, path, "best_accuracy", -1.0, &run->best_accuracy) &&
               meta_i64(meta, path, "best_epoch", -1, &best_epoch) &&
               meta_f64(meta, path, "train_seconds", 0.0, &run->train_seconds);
     ct_metadata_free(meta);
     if (!ok) return false;
     run->best_epoch = best_epoch;
+    ct_dataloader_state ls = ct_dataloader_get_state(run->train);
     if (ls.epoch != run->epoch ||
         run->step != run->epoch * run->steps_per_epoch +
                          (ls.position + run->cfg->batch_size - 1) / run->cfg->batch_size) {
         fprintf(stderr, "checkpoint %s: epoch %" PRId64 ", step %" PRId64
                         " and the data loader's position disagree\n",
                 path, run->epoch, run->step);
-        return false;
-    }
-    if (ct_dataloader_set_state(run->train, &ls) != CT_OK) {
-        fprintf(stderr, "--resume: %s\n", ct_last_error());
         return false;
     }
     return true;

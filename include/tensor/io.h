@@ -68,6 +68,9 @@ ct_status ct_save_safetensors(const char *path, const ct_params *tensors,
  * *meta (when meta is not NULL) receives the metadata (an empty list when
  * the file has none). */
 ct_params *ct_load_safetensors(const char *path, ct_metadata **meta);
+/* The metadata of path (a new list; empty when the file has none), after
+ * validating the whole header against the file, without reading tensors. */
+ct_metadata *ct_load_safetensors_metadata(const char *path);
 /* Copies the tensors of path into the tensors of dst with the same names
  * (any device; in no-grad mode, so parameters that require grad may be
  * restored): each must be in the file (else CT_ERR_FORMAT) with dst's shape
@@ -130,6 +133,53 @@ ct_dataloader_state ct_dataloader_get_state(const ct_dataloader *dl);
 /* Refuses a state that does not fit this loader (negative epoch, position
  * beyond N or not at a batch boundary). */
 ct_status ct_dataloader_set_state(ct_dataloader *dl, const ct_dataloader_state *state);
+
+/* ---- checkpoints ------------------------------------------------------------------------
+ * One safetensors file with what a training run needs to go on: the model's
+ * parameters under their names, the optimizer's state under
+ * "optim.<k>.<what>" (the names of ct_optim_state_get), the data loader's
+ * position, and the caller's metadata. The loop that writes one:
+ *
+ *     ct_metadata *m = ct_metadata_new();
+ *     ct_metadata_set_int(m, "step", step);
+ *     ct_checkpoint_save("run.safetensors", params, opt, loader, m);
+ *
+ * and the one that resumes:
+ *
+ *     ct_metadata *m;
+ *     if (ct_checkpoint_load("run.safetensors", params, opt, loader, &m) == CT_OK)
+ *         ct_metadata_get_int(m, "step", &step);
+ *
+ * Keys starting with "cten." are the checkpoint's own: "cten.checkpoint"
+ * (the format, "1"), "cten.params" and "cten.optim.state" (tensor counts),
+ * and "cten.loader.epoch", ".position", ".seed", ".gen_offset". */
+
+/* Writes params, opt's state (opt may be NULL), loader's state (may be NULL)
+ * and meta (may be NULL; no key may start with "cten.") to path, atomically
+ * as ct_save_safetensors does. With opt, no parameter name may start with
+ * "optim.". */
+ct_status ct_checkpoint_save(const char *path, const ct_params *params, const ct_optimizer *opt,
+                             const ct_dataloader *loader, const ct_metadata *meta);
+/* Restores into params (and opt's state, and loader's position, when not
+ * NULL) from a file ct_checkpoint_save wrote: every tensor must be there
+ * with its shape and dtype, and with opt the file must hold nothing else
+ * and the same number of state tensors (another optimizer or momentum
+ * setting is refused); without opt, the file's optimizer state is ignored.
+ * Nothing changes unless every check passes. *meta (when meta is not NULL)
+ * receives the file's metadata, the caller's keys and the "cten." ones. */
+ct_status ct_checkpoint_load(const char *path, ct_params *params, ct_optimizer *opt,
+                             ct_dataloader *loader, ct_metadata **meta);
+
+/* Typed metadata values, stored as decimal text (a double as %.17g, which
+ * reads back exactly). The getters return CT_ERR_FORMAT naming the key when
+ * it is missing or its value is not a whole number of the type (in range)
+ * or a number. */
+ct_status ct_metadata_set_int(ct_metadata *m, const char *key, int64_t v);
+ct_status ct_metadata_set_uint(ct_metadata *m, const char *key, uint64_t v);
+ct_status ct_metadata_set_double(ct_metadata *m, const char *key, double v);
+ct_status ct_metadata_get_int(const ct_metadata *m, const char *key, int64_t *out);
+ct_status ct_metadata_get_uint(const ct_metadata *m, const char *key, uint64_t *out);
+ct_status ct_metadata_get_double(const ct_metadata *m, const char *key, double *out);
 
 #ifdef __cplusplus
 }

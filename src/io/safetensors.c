@@ -552,6 +552,27 @@ ct_params *ct_load_safetensors(const char *path, ct_metadata **meta) {
     return p;
 }
 
+ct_metadata *ct_load_safetensors_metadata(const char *path) {
+    static const char op[] = "ct_load_safetensors_metadata";
+    if (!path) return cti_error_null(CT_ERR_INVALID_ARG, "%s: path is NULL", op);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cti_error_null(CT_ERR_IO, "%s: cannot open '%s': %s", op, path, strerror(errno));
+    struct stat sb;
+    st_header h;
+    memset(&h, 0, sizeof h);
+    ct_status st = CT_OK;
+    if (fstat(fd, &sb) != 0)
+        st = cti_error(CT_ERR_IO, "%s: cannot stat '%s': %s", op, path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = cti_error(CT_ERR_IO, "%s: '%s' is not a regular file", op, path);
+    if (!st) st = read_header(op, path, fd, (int64_t)sb.st_size, &h);
+    close(fd);
+    ct_metadata *m = NULL;
+    if (!st) give_meta(&h, &m);
+    header_free(&h);
+    return m;
+}
+
 /* The entry named name, by binary search over the name order. */
 static int64_t find_entry(const st_header *h, const char *name) {
     int64_t lo = 0, hi = h->n;
