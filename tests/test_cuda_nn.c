@@ -251,6 +251,10 @@ typedef struct clsg {
 static const clsg cls_geoms[] = {
     {2, {64, 10}, false}, {4, {4, 5, 3, 2}, true}, {2, {300, 2000}, false},
     {1, {7}, false},      {2, {20000, 3}, false},
+    /* long rows (the register kernels: 16-byte chunks, 1 to 8 a thread; 2001
+     * is no multiple of a chunk and 9000 float64 does not fit, so both take
+     * the warp-per-row kernels) */
+    {2, {40, 9000}, false}, {2, {50, 2001}, true}, {2, {17, 4096}, true},
 };
 
 typedef struct clsopt {
@@ -411,6 +415,24 @@ static void test_cross_entropy_deterministic(void **state) {
     ct_tensor *d1 = chk(ct_cross_entropy_backward(g1, gx, gt, gw, CT_REDUCTION_MEAN, -100, 0.1));
     ct_tensor *d2 = chk(ct_cross_entropy_backward(g1, gx, gt, gw, CT_REDUCTION_MEAN, -100, 0.1));
     check_identical(d1, d2);
+    /* Long rows past the size at which the mean's weight sum has a pass of
+     * its own: the register kernels with that pass, against the CPU. */
+    c = 1100;
+    x = chk(tu_rand(CT_SHAPE(9000, 1100), CT_F32, -5, 5, NULL));
+    t = chk(tu_rand(CT_SHAPE(9000), CT_I64, 0, c, NULL));
+    w = chk(tu_rand(1, &c, CT_F32, 0.5, 1.5, NULL));
+    gx = gpu(x), gt = gpu(t), gw = gpu(w);
+    for (int k = 0; k < 2; k++) {
+        ct_tensor *wk = k ? gw : NULL, *wc = k ? w : NULL;
+        a = chk(ct_cross_entropy(gx, gt, wk, CT_REDUCTION_MEAN, 3, 0.05 * k));
+        check_identical(a, chk(ct_cross_entropy(gx, gt, wk, CT_REDUCTION_MEAN, 3, 0.05 * k)));
+        check_same(a, chk(ct_cross_entropy(x, t, wc, CT_REDUCTION_MEAN, 3, 0.05 * k)), 1e-5, 0);
+        d1 = chk(ct_cross_entropy_backward(g1, gx, gt, wk, CT_REDUCTION_MEAN, 3, 0.05 * k));
+        check_identical(d1, chk(ct_cross_entropy_backward(g1, gx, gt, wk, CT_REDUCTION_MEAN, 3, 0.05 * k)));
+        ct_tensor *c1 = chk(ct_tensor_scalar(1, CT_F32, CT_CPU));
+        check_same(d1, chk(ct_cross_entropy_backward(c1, x, t, wc, CT_REDUCTION_MEAN, 3, 0.05 * k)),
+                   1e-4, 1e-9);
+    }
     ct_scope_end(sc);
 }
 

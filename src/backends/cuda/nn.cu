@@ -716,6 +716,210 @@ __global__ void __launch_bounds__(kThreads256) ce_bwd(const Cls a, const double 
     }
 }
 
+// Cross-entropy over long rows (inner == 1): one block of kBlockRowThreads
+// per row, the row held in registers in 16-byte chunks (as sm_rows), so the
+// forward reads x once and the backward reads it once and writes dz once;
+// the backward takes its probabilities from the exponentials it formed for
+// the sum. The target's logit is read from memory by one thread (the row
+// was just loaded, so it comes from cache). Rows are block-uniform, so the
+// branches on the target keep every thread at the block folds.
+template <int DT, int VEC, int NV>
+__device__ __forceinline__ void ce_row_load(const typename dtype<DT>::T *row, int64_t C,
+                                            typename Acc<DT>::A (&v)[NV][VEC]) {
+    typedef RowChunk<DT, VEC> K;
+    typename K::R r[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+        if (e < C) r[j] = K::load(row + e);
+    }
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+        if (e < C) K::decode(r[j], v[j]);
+    }
+}
+
+// max over the row, then v = exp(v - max) and their sum; returns the sum,
+// *m the max. Elements past C are left alone.
+template <int VEC, int NV, class A>
+__device__ __forceinline__ A ce_row_exp(A (&v)[NV][VEC], int64_t C, A *sh, A *m_out) {
+    A m = ninf<A>();
+#pragma unroll
+    for (int j = 0; j < NV; j++)
+        if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < C)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) m = v[j][i] > m ? v[j][i] : m;
+    m = block_max(m, sh);
+    A s = 0;
+#pragma unroll
+    for (int j = 0; j < NV; j++)
+        if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < C)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                v[j][i] = ex(v[j][i] - m);
+                s += v[j][i];
+            }
+    *m_out = m;
+    return block_sum(s, sh);
+}
+
+// Label smoothing's sums over the row: sum_c w_c z_c (or sum_c z_c) into
+// *sz, sum_c w_c (or C) into *sw. Reads v before ce_row_exp changes it.
+template <int DT, int VEC, int NV, class A>
+__device__ __forceinline__ void ce_row_smooth(const A (&v)[NV][VEC], const typename dtype<DT>::T *w,
+                                              int64_t C, A *sh, A *sz, A *sw) {
+    A a = 0, b = 0;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+        if (e < C)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                A wc = w ? (A)dtype<DT>::dec(w[e + i]) : (A)1;
+                a += wc * v[j][i];
+                b += wc;
+            }
+    }
+    *sz = block_sum(a, sh);
+    *sw = w ? block_sum(b, sh) : (A)C;
+}
+
+template <int DT, int VEC, int NV>
+__global__ void __launch_bounds__(kBlockRowThreads) ce_fwd_rows(const Cls a, double *part) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    __shared__ A sh[33];
+    const T *x = (const T *)a.input, *w = (const T *)a.weight;
+    const A ls = (A)a.ls;
+    const int64_t C = a.c;
+    double lsum = 0, wsum = 0;
+    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
+        const int64_t t = a.target[p];
+        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+        A loss = 0, wt = 0;
+        if (bad) {
+            loss = wt = qnan<A>();
+            if (threadIdx.x == 0) report_bad_target(a, p, t);
+        } else if (!ign) {
+            const T *row = x + p * C;
+            A v[NV][VEC];
+            ce_row_load<DT, VEC, NV>(row, C, v);
+            A sz = 0, sw = 0, m;
+            if (ls > (A)0) ce_row_smooth<DT, VEC, NV>(v, w, C, sh, &sz, &sw);
+            A s = ce_row_exp<VEC, NV>(v, C, sh, &m);
+            if (threadIdx.x == 0) {
+                A lse = m + ln(s);
+                wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
+                loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(row[t]));
+                if (ls > (A)0) loss += ls / (A)C * (lse * sw - sz);
+            }
+        }
+        if (threadIdx.x == 0) {
+            if (a.reduction == RED_NONE) {
+                ((T *)a.out)[p] = dtype<DT>::enc(loss);
+            } else {
+                lsum += (double)loss;
+                wsum += (double)wt;
+            }
+        }
+    }
+    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+}
+
+template <int DT, int VEC, int NV>
+__global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, const double *wsum_dev) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    typedef RowChunk<DT, VEC> K;
+    __shared__ A sh[33];
+    __shared__ double shd[33];
+    const T *x = (const T *)a.input, *w = (const T *)a.weight, *g = (const T *)a.grad;
+    T *out = (T *)a.out;
+    const A ls = (A)a.ls;
+    const int64_t C = a.c;
+    double gs = 0;
+    if (a.reduction != RED_NONE) {
+        gs = (double)dtype<DT>::dec(g[0]);
+        if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, shd);
+    }
+    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
+        const int64_t t = a.target[p];
+        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+        const T *row = x + p * C;
+        T *orow = out + p * C;
+        if (ign || bad) {
+            if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
+            A z[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) z[i] = bad ? qnan<A>() : (A)0;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+                if (e < C) K::store(orow + e, z);
+            }
+            continue;
+        }
+        A v[NV][VEC];
+        ce_row_load<DT, VEC, NV>(row, C, v);
+        A sw = (A)C;
+        if (w && ls > (A)0) {
+            A b = 0;
+            for (int64_t c = threadIdx.x; c < C; c += kBlockRowThreads) b += (A)dtype<DT>::dec(w[c]);
+            sw = block_sum(b, sh);
+        }
+        A m;
+        const A inv = (A)1 / ce_row_exp<VEC, NV>(v, C, sh, &m);
+        const A gp = (A)(a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
+        const A wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
+        const A ca = gp * ((A)1 - ls) * wt, cb = gp * ls / (A)C;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+            if (e >= C) continue;
+            A o[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                A pr = v[j][i] * inv;
+                A dz = ca * pr;
+                if (ls > (A)0) dz += cb * (sw * pr - (w ? (A)dtype<DT>::dec(w[e + i]) : (A)1));
+                o[i] = e + i == t ? dz - ca : dz;
+            }
+            K::store(orow + e, o);
+        }
+    }
+}
+
+// The chunks a thread holds for rows of C elements in 16-byte chunks, or 0
+// when the rows do not fit the register kernels (or are short enough for
+// the warp-per-row ones).
+template <int DT> int ce_rows_nv(const cti_nn_cls *r) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
+    if (r->inner != 1 || r->c <= 1024 || r->c % VEC != 0 || ((uintptr_t)r->input & 15) != 0 ||
+        (r->out && r->kind == CTI_NN_CE_BWD && ((uintptr_t)r->out & 15) != 0))
+        return 0;
+    const int64_t nvec = r->c / VEC;
+    for (int nv = 1; nv <= kRowsMaxNV; nv *= 2)
+        if (nvec <= (int64_t)nv * kBlockRowThreads) return nv;
+    return 0;
+}
+
+template <int DT, bool BWD>
+void ce_rows_launch(const Cls &a, int nv, unsigned blocks, double *part, const double *wsum,
+                    cudaStream_t st) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
+#define CE_ROWS_(NV)                                                                              \
+    if (BWD) ce_bwd_rows<DT, VEC, NV><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum);              \
+    else ce_fwd_rows<DT, VEC, NV><<<blocks, kBlockRowThreads, 0, st>>>(a, part)
+    switch (nv) {
+    case 1: CE_ROWS_(1); break;
+    case 2: CE_ROWS_(2); break;
+    case 4: CE_ROWS_(4); break;
+    default: CE_ROWS_(kRowsMaxNV); break;
+    }
+#undef CE_ROWS_
+}
+
 // nll_loss forward: loss_p = -w_t * lp[n, t, j], one thread per position.
 template <int DT> __global__ void __launch_bounds__(kThreads256) nll_fwd(const Cls a, double *part) {
     typedef typename dtype<DT>::T T;
@@ -778,11 +982,22 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
 
 struct ClsPlan {
     bool rows;        // cross-entropy with inner == 1: a warp per position
+    int rows_nv;      // cross-entropy with long rows: a block per row, NV chunks a thread (0: no)
     unsigned blocks;  // of the main kernel
     bool split;       // forward: partials, then reduce_final
     unsigned wblocks; // backward mean over many positions: blocks of wsum_part (0: none)
     size_t part_off, wsum_off, bytes;
 };
+
+int ce_rows_nv_dt(const cti_nn_cls *r) {
+    switch (r->dt) {
+    case CT_F32: return ce_rows_nv<CT_F32>(r);
+    case CT_F64: return ce_rows_nv<CT_F64>(r);
+    case CT_F16: return ce_rows_nv<CT_F16>(r);
+    case CT_BF16: return ce_rows_nv<CT_BF16>(r);
+    default: return 0;
+    }
+}
 
 ClsPlan cls_plan(const cti_nn_cls *r) {
     ClsPlan pl = {};
@@ -790,7 +1005,15 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     const bool ce = r->kind == CTI_NN_CE || r->kind == CTI_NN_CE_BWD;
     const bool bwd = r->kind == CTI_NN_CE_BWD || r->kind == CTI_NN_NLL_BWD;
     pl.rows = ce && r->inner == 1;
-    const int64_t per = pl.rows ? kThreads256 / 32 : kThreads256;
+    pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
+    const int64_t per = pl.rows_nv ? 1 : pl.rows ? kThreads256 / 32 : kThreads256;
+    if (!bwd && pl.rows_nv) {
+        int64_t b = npos < kRedBlocksCap ? npos : kRedBlocksCap;
+        pl.blocks = (unsigned)(b < 1 ? 1 : b);
+        pl.split = r->reduction != RED_NONE && pl.blocks > 1;
+        if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
+        return pl;
+    }
     if (!bwd) {
         // A block per 16K logits read: a small batch is one launch.
         int64_t work = ce ? npos * c : npos;
@@ -837,6 +1060,10 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
         if (r->kind == CTI_NN_NLL) {
             nll_fwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, part);
             *routine = pl.split ? "cten_nll_loss_fwd+final" : "cten_nll_loss_fwd";
+        } else if (pl.rows_nv) {
+            ce_rows_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
+            *routine = pl.split ? "cten_cross_entropy_fwd_row_in_registers+final"
+                                : "cten_cross_entropy_fwd_row_in_registers";
         } else if (pl.rows) {
             ce_fwd<DT, true><<<pl.blocks, kThreads256, 0, st>>>(a, part);
             *routine = pl.split ? "cten_cross_entropy_fwd_warp_per_row+final"
@@ -860,6 +1087,10 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
     if (r->kind == CTI_NN_NLL_BWD) {
         nll_bwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, wsum);
         *routine = wsum ? "cten_weight_sum+cten_nll_loss_bwd" : "cten_nll_loss_bwd";
+    } else if (pl.rows_nv) {
+        ce_rows_launch<DT, true>(a, pl.rows_nv, pl.blocks, nullptr, wsum, st);
+        *routine = wsum ? "cten_weight_sum+cten_cross_entropy_bwd_row_in_registers"
+                        : "cten_cross_entropy_bwd_row_in_registers";
     } else if (pl.rows) {
         ce_bwd<DT, true><<<pl.blocks, kThreads256, 0, st>>>(a, wsum);
         *routine = wsum ? "cten_weight_sum+cten_cross_entropy_bwd_warp_per_row"
