@@ -723,20 +723,25 @@ __global__ void __launch_bounds__(kThreads256) ce_bwd(const Cls a, const double 
 // the sum. The target's logit is read from memory by one thread (the row
 // was just loaded, so it comes from cache). Rows are block-uniform, so the
 // branches on the target keep every thread at the block folds.
+// The row's chunks are loaded before the target is looked at: a load that
+// waited for the target would add a round trip to memory to every row.
 template <int DT, int VEC, int NV>
-__device__ __forceinline__ void ce_row_load(const typename dtype<DT>::T *row, int64_t C,
-                                            typename Acc<DT>::A (&v)[NV][VEC]) {
-    typedef RowChunk<DT, VEC> K;
-    typename K::R r[NV];
+__device__ __forceinline__ void ce_row_issue(const typename dtype<DT>::T *row, int64_t C,
+                                             typename RowChunk<DT, VEC>::R (&r)[NV]) {
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
-        if (e < C) r[j] = K::load(row + e);
+        if (e < C) r[j] = RowChunk<DT, VEC>::load(row + e);
     }
+}
+
+template <int DT, int VEC, int NV>
+__device__ __forceinline__ void ce_row_decode(const typename RowChunk<DT, VEC>::R (&r)[NV],
+                                              int64_t C, typename Acc<DT>::A (&v)[NV][VEC]) {
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
-        if (e < C) K::decode(r[j], v[j]);
+        if (e < C) RowChunk<DT, VEC>::decode(r[j], v[j]);
     }
 }
 
@@ -795,23 +800,31 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_fwd_rows(const Cls a, dou
     const int64_t C = a.c;
     double lsum = 0, wsum = 0;
     for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
+        const T *row = x + p * C;
+        typename RowChunk<DT, VEC>::R r[NV];
+        ce_row_issue<DT, VEC, NV>(row, C, r);
         const int64_t t = a.target[p];
         const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+        // The target's logit and weight, asked for while the row is on its way.
+        T zt = T(), wtr = T();
+        if (threadIdx.x == 0 && !ign && !bad) {
+            zt = row[t];
+            if (w) wtr = w[t];
+        }
         A loss = 0, wt = 0;
         if (bad) {
             loss = wt = qnan<A>();
             if (threadIdx.x == 0) report_bad_target(a, p, t);
         } else if (!ign) {
-            const T *row = x + p * C;
             A v[NV][VEC];
-            ce_row_load<DT, VEC, NV>(row, C, v);
+            ce_row_decode<DT, VEC, NV>(r, C, v);
             A sz = 0, sw = 0, m;
             if (ls > (A)0) ce_row_smooth<DT, VEC, NV>(v, w, C, sh, &sz, &sw);
             A s = ce_row_exp<VEC, NV>(v, C, sh, &m);
             if (threadIdx.x == 0) {
                 A lse = m + ln(s);
-                wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
-                loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(row[t]));
+                wt = w ? (A)dtype<DT>::dec(wtr) : (A)1;
+                loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(zt));
                 if (ls > (A)0) loss += ls / (A)C * (lse * sw - sz);
             }
         }
@@ -844,10 +857,12 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, con
         if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, shd);
     }
     for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
-        const int64_t t = a.target[p];
-        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
         const T *row = x + p * C;
         T *orow = out + p * C;
+        typename RowChunk<DT, VEC>::R r[NV];
+        ce_row_issue<DT, VEC, NV>(row, C, r);
+        const int64_t t = a.target[p];
+        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
         if (ign || bad) {
             if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
             A z[VEC];
@@ -861,7 +876,7 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, con
             continue;
         }
         A v[NV][VEC];
-        ce_row_load<DT, VEC, NV>(row, C, v);
+        ce_row_decode<DT, VEC, NV>(r, C, v);
         A sw = (A)C;
         if (w && ls > (A)0) {
             A b = 0;
@@ -1008,7 +1023,9 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
     const int64_t per = pl.rows_nv ? 1 : pl.rows ? kThreads256 / 32 : kThreads256;
     if (!bwd && pl.rows_nv) {
-        int64_t b = npos < kRedBlocksCap ? npos : kRedBlocksCap;
+        // A block per row, as the softmax: many rows in flight hide the
+        // latency of each row's folds; the partials are 16 bytes a block.
+        int64_t b = npos < kGridCap ? npos : kGridCap;
         pl.blocks = (unsigned)(b < 1 ? 1 : b);
         pl.split = r->reduction != RED_NONE && pl.blocks > 1;
         if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
@@ -1027,7 +1044,7 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
         return pl;
     }
     if (r->kind == CTI_NN_NLL_BWD) pl.blocks = blocks_for(npos * r->c, kThreads256, 8192);
-    else pl.blocks = blocks_for(npos, per, 8192);
+    else pl.blocks = blocks_for(npos, per, pl.rows_nv ? kGridCap : 8192);
     if (r->reduction == RED_MEAN && npos > kScanMax) {
         pl.wblocks = blocks_for(npos, kThreads256 * 16, kRedBlocksCap);
         pl.part_off = 0;

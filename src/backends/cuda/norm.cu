@@ -146,49 +146,6 @@ __device__ __forceinline__ void row_sum(A (&v)[N], A *red, bool reuse = true) {
     }
 }
 
-// The mean and the sum of squared deviations (m2) of a row from every
-// thread's own (mean, m2) over cnt elements, the same count in every thread
-// (Chan et al.'s pairwise merge): one fold over the row instead of a sum for
-// the mean and another for the deviations. Within a warp the partners of a
-// butterfly merge with symmetric formulas (a/2 + b/2; (a - b)^2 = (b - a)^2),
-// so both hold the same bits; past a warp every thread folds the warps'
-// pairs in warp order. Same contract as row_sum otherwise.
-template <int TPR, class A>
-__device__ __forceinline__ void row_mean_m2(A &mean, A &m2, A cnt, A *red, bool reuse) {
-    constexpr int W = TPR < 32 ? TPR : 32;
-#pragma unroll
-    for (int off = W / 2; off > 0; off >>= 1) {
-        A mo = __shfl_xor_sync(0xffffffffu, mean, off), qo = __shfl_xor_sync(0xffffffffu, m2, off);
-        A d = mo - mean;
-        m2 = (m2 + qo) + d * d * (cnt * (A)0.5);
-        mean = mean * (A)0.5 + mo * (A)0.5;
-        cnt *= (A)2;
-    }
-    if constexpr (TPR > 32) {
-        constexpr int NW = TPR / 32;
-        const int slot = threadIdx.x / TPR, wr = (threadIdx.x % TPR) >> 5;
-        A *r = red + slot * 2 * NW;
-        if ((threadIdx.x & 31) == 0) {
-            r[wr] = mean;
-            r[NW + wr] = m2;
-        }
-        __syncthreads();
-        // Equal counts: mean = the warps' means' mean, m2 = their m2s plus
-        // cnt times the squared distances of their means from it.
-        A ms = 0;
-        for (int w = 0; w < NW; w++) ms += r[w];
-        mean = ms / (A)NW;
-        A q = 0, dq = 0;
-        for (int w = 0; w < NW; w++) {
-            A d = r[w] - mean;
-            q += r[NW + w];
-            dq += d * d;
-        }
-        m2 = q + dq * cnt;
-        if (reuse) __syncthreads();
-    }
-}
-
 template <class A> __device__ __forceinline__ A stat_at(const void *p, int64_t row) {
     return static_cast<const A *>(p)[row];
 }
@@ -316,7 +273,7 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a)
     typedef typename dtype<DT>::T T;
     typedef typename acc_of<DT>::A A;
     constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
-    __shared__ A red[BLOCK / 16]; /* row_mean_m2 keeps two values a warp */
+    __shared__ A red[BLOCK / 32];
     const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
     const int64_t row = (int64_t)blockIdx.x * RPB + slot;
     const bool live = row < a.rows;
@@ -328,16 +285,14 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a)
     A v[NV][VEC];
     A s[1] = {0};
     decode_row<DT, LAYER>(r, v, s[0]);
+    row_sum<TPR>(s, red, LAYER);
     A mean = 0, inv;
     if constexpr (LAYER) {
-        // This thread's mean and deviations, then one fold over the row.
-        constexpr A n = (A)(NV * VEC);
-        mean = s[0] / n;
-        A m2 = centered_squares<VEC, TPR, NV, false>(v, mean, lane, D);
-        row_mean_m2<TPR>(mean, m2, n, red, false);
-        inv = (A)1 / msqrt(m2 / (A)D + (A)a.eps);
+        mean = s[0] / (A)D;
+        A q[1] = {centered_squares<VEC, TPR, NV, false>(v, mean, lane, D)};
+        row_sum<TPR>(q, red, false);
+        inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
     } else {
-        row_sum<TPR>(s, red, false);
         inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
     }
     if (!live) return;
