@@ -83,6 +83,7 @@ static ct_status k_cls(ct_call *c) {
     if (cti_cuda_begin(op, dev, &st) != CT_OK ||
         cti_cuda_fault_slot_get(op, dev, &r.fault) != CT_OK)
         return ct_last_status();
+    r.sms = cti_cuda_sm_count(dev);
     ct_tensor *work = NULL;
     size_t wb = cti_nn_cls_work(&r);
     if (wb > 0) {

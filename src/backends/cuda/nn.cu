@@ -20,6 +20,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -790,53 +791,145 @@ __device__ __forceinline__ void ce_row_smooth(const A (&v)[NV][VEC], const typen
     *sw = w ? block_sum(b, sh) : (A)C;
 }
 
+// One row of the forward: r holds its chunks (loaded), t its target.
+// Thread 0 adds the row's loss and weight to *lsum, *wsum (or writes the
+// loss for reduction none).
+template <int DT, int VEC, int NV>
+__device__ __forceinline__ void ce_fwd_row(const Cls &a, int64_t p, int64_t t,
+                                           const typename RowChunk<DT, VEC>::R (&r)[NV],
+                                           typename Acc<DT>::A *sh, double *lsum, double *wsum) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    const T *w = (const T *)a.weight;
+    const T *row = (const T *)a.input + p * a.c;
+    const A ls = (A)a.ls;
+    const int64_t C = a.c;
+    const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+    A loss = 0, wt = 0;
+    if (bad) {
+        loss = wt = qnan<A>();
+        if (threadIdx.x == 0) report_bad_target(a, p, t);
+    } else if (!ign) {
+        // The target's logit and weight, asked for before the folds.
+        T zt = T(), wtr = T();
+        if (threadIdx.x == 0) {
+            zt = row[t];
+            if (w) wtr = w[t];
+        }
+        A v[NV][VEC];
+        ce_row_decode<DT, VEC, NV>(r, C, v);
+        A sz = 0, sw = 0, m;
+        if (ls > (A)0) ce_row_smooth<DT, VEC, NV>(v, w, C, sh, &sz, &sw);
+        A s = ce_row_exp<VEC, NV>(v, C, sh, &m);
+        if (threadIdx.x == 0) {
+            A lse = m + ln(s);
+            wt = w ? (A)dtype<DT>::dec(wtr) : (A)1;
+            loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(zt));
+            if (ls > (A)0) loss += ls / (A)C * (lse * sw - sz);
+        }
+    }
+    if (threadIdx.x == 0) {
+        if (a.reduction == RED_NONE) {
+            ((T *)a.out)[p] = dtype<DT>::enc(loss);
+        } else {
+            *lsum += (double)loss;
+            *wsum += (double)wt;
+        }
+    }
+}
+
+// One row of the backward, as ce_fwd_row; gs is the reduced loss's gradient.
+template <int DT, int VEC, int NV>
+__device__ __forceinline__ void ce_bwd_row(const Cls &a, int64_t p, int64_t t,
+                                           const typename RowChunk<DT, VEC>::R (&r)[NV],
+                                           typename Acc<DT>::A *sh, double gs) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    typedef RowChunk<DT, VEC> K;
+    const T *w = (const T *)a.weight, *g = (const T *)a.grad;
+    T *orow = (T *)a.out + p * a.c;
+    const A ls = (A)a.ls;
+    const int64_t C = a.c;
+    const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+    if (ign || bad) {
+        if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
+        A z[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) z[i] = bad ? qnan<A>() : (A)0;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+            if (e < C) K::store(orow + e, z);
+        }
+        return;
+    }
+    A v[NV][VEC];
+    ce_row_decode<DT, VEC, NV>(r, C, v);
+    A sw = (A)C;
+    if (w && ls > (A)0) {
+        A b = 0;
+        for (int64_t c = threadIdx.x; c < C; c += kBlockRowThreads) b += (A)dtype<DT>::dec(w[c]);
+        sw = block_sum(b, sh);
+    }
+    A m;
+    const A inv = (A)1 / ce_row_exp<VEC, NV>(v, C, sh, &m);
+    const A gp = (A)(a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
+    const A wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
+    const A ca = gp * ((A)1 - ls) * wt, cb = gp * ls / (A)C;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+        if (e >= C) continue;
+        A o[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) {
+            A pr = v[j][i] * inv;
+            A dz = ca * pr;
+            if (ls > (A)0) dz += cb * (sw * pr - (w ? (A)dtype<DT>::dec(w[e + i]) : (A)1));
+            o[i] = e + i == t ? dz - ca : dz;
+        }
+        K::store(orow + e, o);
+    }
+}
+
+// The rows of a block, two at a time: while one row is folded the next
+// one's chunks and target are in flight (the loop is unrolled by hand so
+// each buffer keeps its registers; copying a buffer that is still loading
+// would wait for it). ROW(p, t, r) handles row p.
+#define CE_ROWS_LOOP(ROW)                                                                        \
+    do {                                                                                          \
+        const T *x_ = (const T *)a.input;                                                         \
+        const int64_t G = gridDim.x, C_ = a.c;                                                    \
+        typename RowChunk<DT, VEC>::R r0[NV], r1[NV];                                             \
+        int64_t p = blockIdx.x, t0 = 0, t1 = 0;                                                   \
+        if (p < a.npos) {                                                                         \
+            ce_row_issue<DT, VEC, NV>(x_ + p * C_, C_, r0);                                       \
+            t0 = a.target[p];                                                                     \
+        }                                                                                         \
+        for (; p < a.npos; p += 2 * G) {                                                          \
+            if (p + G < a.npos) {                                                                 \
+                ce_row_issue<DT, VEC, NV>(x_ + (p + G) * C_, C_, r1);                             \
+                t1 = a.target[p + G];                                                             \
+            }                                                                                     \
+            ROW(p, t0, r0);                                                                       \
+            if (p + G >= a.npos) break;                                                           \
+            if (p + 2 * G < a.npos) {                                                             \
+                ce_row_issue<DT, VEC, NV>(x_ + (p + 2 * G) * C_, C_, r0);                         \
+                t0 = a.target[p + 2 * G];                                                         \
+            }                                                                                     \
+            ROW(p + G, t1, r1);                                                                   \
+        }                                                                                         \
+    } while (0)
+
 template <int DT, int VEC, int NV>
 __global__ void __launch_bounds__(kBlockRowThreads) ce_fwd_rows(const Cls a, double *part) {
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
     __shared__ A sh[33];
-    const T *x = (const T *)a.input, *w = (const T *)a.weight;
-    const A ls = (A)a.ls;
-    const int64_t C = a.c;
     double lsum = 0, wsum = 0;
-    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
-        const T *row = x + p * C;
-        typename RowChunk<DT, VEC>::R r[NV];
-        ce_row_issue<DT, VEC, NV>(row, C, r);
-        const int64_t t = a.target[p];
-        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
-        // The target's logit and weight, asked for while the row is on its way.
-        T zt = T(), wtr = T();
-        if (threadIdx.x == 0 && !ign && !bad) {
-            zt = row[t];
-            if (w) wtr = w[t];
-        }
-        A loss = 0, wt = 0;
-        if (bad) {
-            loss = wt = qnan<A>();
-            if (threadIdx.x == 0) report_bad_target(a, p, t);
-        } else if (!ign) {
-            A v[NV][VEC];
-            ce_row_decode<DT, VEC, NV>(r, C, v);
-            A sz = 0, sw = 0, m;
-            if (ls > (A)0) ce_row_smooth<DT, VEC, NV>(v, w, C, sh, &sz, &sw);
-            A s = ce_row_exp<VEC, NV>(v, C, sh, &m);
-            if (threadIdx.x == 0) {
-                A lse = m + ln(s);
-                wt = w ? (A)dtype<DT>::dec(wtr) : (A)1;
-                loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(zt));
-                if (ls > (A)0) loss += ls / (A)C * (lse * sw - sz);
-            }
-        }
-        if (threadIdx.x == 0) {
-            if (a.reduction == RED_NONE) {
-                ((T *)a.out)[p] = dtype<DT>::enc(loss);
-            } else {
-                lsum += (double)loss;
-                wsum += (double)wt;
-            }
-        }
-    }
+#define FWD_ROW_(P, TT, R) ce_fwd_row<DT, VEC, NV>(a, P, TT, R, sh, &lsum, &wsum)
+    CE_ROWS_LOOP(FWD_ROW_);
+#undef FWD_ROW_
     if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
 }
 
@@ -844,65 +937,16 @@ template <int DT, int VEC, int NV>
 __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, const double *wsum_dev) {
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
-    typedef RowChunk<DT, VEC> K;
     __shared__ A sh[33];
     __shared__ double shd[33];
-    const T *x = (const T *)a.input, *w = (const T *)a.weight, *g = (const T *)a.grad;
-    T *out = (T *)a.out;
-    const A ls = (A)a.ls;
-    const int64_t C = a.c;
     double gs = 0;
     if (a.reduction != RED_NONE) {
-        gs = (double)dtype<DT>::dec(g[0]);
+        gs = (double)dtype<DT>::dec(((const T *)a.grad)[0]);
         if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, shd);
     }
-    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
-        const T *row = x + p * C;
-        T *orow = out + p * C;
-        typename RowChunk<DT, VEC>::R r[NV];
-        ce_row_issue<DT, VEC, NV>(row, C, r);
-        const int64_t t = a.target[p];
-        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
-        if (ign || bad) {
-            if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
-            A z[VEC];
-#pragma unroll
-            for (int i = 0; i < VEC; i++) z[i] = bad ? qnan<A>() : (A)0;
-#pragma unroll
-            for (int j = 0; j < NV; j++) {
-                const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
-                if (e < C) K::store(orow + e, z);
-            }
-            continue;
-        }
-        A v[NV][VEC];
-        ce_row_decode<DT, VEC, NV>(r, C, v);
-        A sw = (A)C;
-        if (w && ls > (A)0) {
-            A b = 0;
-            for (int64_t c = threadIdx.x; c < C; c += kBlockRowThreads) b += (A)dtype<DT>::dec(w[c]);
-            sw = block_sum(b, sh);
-        }
-        A m;
-        const A inv = (A)1 / ce_row_exp<VEC, NV>(v, C, sh, &m);
-        const A gp = (A)(a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
-        const A wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
-        const A ca = gp * ((A)1 - ls) * wt, cb = gp * ls / (A)C;
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
-            if (e >= C) continue;
-            A o[VEC];
-#pragma unroll
-            for (int i = 0; i < VEC; i++) {
-                A pr = v[j][i] * inv;
-                A dz = ca * pr;
-                if (ls > (A)0) dz += cb * (sw * pr - (w ? (A)dtype<DT>::dec(w[e + i]) : (A)1));
-                o[i] = e + i == t ? dz - ca : dz;
-            }
-            K::store(orow + e, o);
-        }
-    }
+#define BWD_ROW_(P, TT, R) ce_bwd_row<DT, VEC, NV>(a, P, TT, R, sh, gs)
+    CE_ROWS_LOOP(BWD_ROW_);
+#undef BWD_ROW_
 }
 
 // The chunks a thread holds for rows of C elements in 16-byte chunks, or 0
@@ -917,6 +961,32 @@ template <int DT> int ce_rows_nv(const cti_nn_cls *r) {
     for (int nv = 1; nv <= kRowsMaxNV; nv *= 2)
         if (nvec <= (int64_t)nv * kBlockRowThreads) return nv;
     return 0;
+}
+
+// Blocks of the row kernels: what the device holds at once (each block
+// loops over rows, so a block's start-up and its prefetch pay off over many
+// rows), at most the rows and the forward's partials cap.
+template <int DT, bool BWD, int NV> unsigned ce_rows_resident(int sms) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
+    static int per_sm = 0;
+    if (per_sm == 0) {
+        int n = 0;
+        if (BWD) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ce_bwd_rows<DT, VEC, NV>, kBlockRowThreads, 0);
+        else cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ce_fwd_rows<DT, VEC, NV>, kBlockRowThreads, 0);
+        cudaGetLastError();
+        per_sm = n > 0 ? n : 1;
+    }
+    return (unsigned)(per_sm * (sms > 0 ? sms : 1));
+}
+
+template <int DT, bool BWD>
+unsigned ce_rows_blocks(int nv, int sms) {
+    switch (nv) {
+    case 1: return ce_rows_resident<DT, BWD, 1>(sms);
+    case 2: return ce_rows_resident<DT, BWD, 2>(sms);
+    case 4: return ce_rows_resident<DT, BWD, 4>(sms);
+    default: return ce_rows_resident<DT, BWD, kRowsMaxNV>(sms);
+    }
 }
 
 template <int DT, bool BWD>
@@ -1014,6 +1084,15 @@ int ce_rows_nv_dt(const cti_nn_cls *r) {
     }
 }
 
+unsigned ce_rows_blocks_dt(const cti_nn_cls *r, int nv, bool bwd) {
+    switch (r->dt) {
+    case CT_F32: return bwd ? ce_rows_blocks<CT_F32, true>(nv, r->sms) : ce_rows_blocks<CT_F32, false>(nv, r->sms);
+    case CT_F64: return bwd ? ce_rows_blocks<CT_F64, true>(nv, r->sms) : ce_rows_blocks<CT_F64, false>(nv, r->sms);
+    case CT_F16: return bwd ? ce_rows_blocks<CT_F16, true>(nv, r->sms) : ce_rows_blocks<CT_F16, false>(nv, r->sms);
+    default: return bwd ? ce_rows_blocks<CT_BF16, true>(nv, r->sms) : ce_rows_blocks<CT_BF16, false>(nv, r->sms);
+    }
+}
+
 ClsPlan cls_plan(const cti_nn_cls *r) {
     ClsPlan pl = {};
     const int64_t npos = r->n * r->inner, c = r->c > 0 ? r->c : 1;
@@ -1023,9 +1102,10 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
     const int64_t per = pl.rows_nv ? 1 : pl.rows ? kThreads256 / 32 : kThreads256;
     if (!bwd && pl.rows_nv) {
-        // A block per row, as the softmax: many rows in flight hide the
-        // latency of each row's folds; the partials are 16 bytes a block.
-        int64_t b = npos < kGridCap ? npos : kGridCap;
+        const bool exp1 = getenv("CT_CE_EXP") && atoi(getenv("CT_CE_EXP")) == 1;
+        int64_t b = exp1 ? kRedBlocksCap : (int64_t)ce_rows_blocks_dt(r, pl.rows_nv, false);
+        if (b > kRedBlocksCap) b = kRedBlocksCap;
+        if (b > npos) b = npos;
         pl.blocks = (unsigned)(b < 1 ? 1 : b);
         pl.split = r->reduction != RED_NONE && pl.blocks > 1;
         if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
@@ -1044,7 +1124,9 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
         return pl;
     }
     if (r->kind == CTI_NN_NLL_BWD) pl.blocks = blocks_for(npos * r->c, kThreads256, 8192);
-    else pl.blocks = blocks_for(npos, per, pl.rows_nv ? kGridCap : 8192);
+    else if (pl.rows_nv)
+        pl.blocks = blocks_for(npos, 1, getenv("CT_CE_EXP") && atoi(getenv("CT_CE_EXP")) == 1 ? 8192 : ce_rows_blocks_dt(r, pl.rows_nv, true));
+    else pl.blocks = blocks_for(npos, per, 8192);
     if (r->reduction == RED_MEAN && npos > kScanMax) {
         pl.wblocks = blocks_for(npos, kThreads256 * 16, kRedBlocksCap);
         pl.part_off = 0;

@@ -195,6 +195,7 @@ typedef struct cti_nn_cls {
     int64_t n, c, inner, reduction, ignore;
     double ls;
     int op;                    /* ct_op, for the fault record */
+    int sms;                   /* the device's multiprocessors, to size grids */
     cti_cuda_fault_slot fault; /* where a bad target is recorded */
 } cti_nn_cls;
 
