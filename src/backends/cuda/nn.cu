@@ -20,7 +20,6 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -1102,8 +1101,7 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
     const int64_t per = pl.rows_nv ? 1 : pl.rows ? kThreads256 / 32 : kThreads256;
     if (!bwd && pl.rows_nv) {
-        const bool exp1 = getenv("CT_CE_EXP") && atoi(getenv("CT_CE_EXP")) == 1;
-        int64_t b = exp1 ? kRedBlocksCap : (int64_t)ce_rows_blocks_dt(r, pl.rows_nv, false);
+        int64_t b = (int64_t)ce_rows_blocks_dt(r, pl.rows_nv, false);
         if (b > kRedBlocksCap) b = kRedBlocksCap;
         if (b > npos) b = npos;
         pl.blocks = (unsigned)(b < 1 ? 1 : b);
@@ -1125,7 +1123,7 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     }
     if (r->kind == CTI_NN_NLL_BWD) pl.blocks = blocks_for(npos * r->c, kThreads256, 8192);
     else if (pl.rows_nv)
-        pl.blocks = blocks_for(npos, 1, getenv("CT_CE_EXP") && atoi(getenv("CT_CE_EXP")) == 1 ? 8192 : ce_rows_blocks_dt(r, pl.rows_nv, true));
+        pl.blocks = blocks_for(npos, 1, ce_rows_blocks_dt(r, pl.rows_nv, true));
     else pl.blocks = blocks_for(npos, per, 8192);
     if (r->reduction == RED_MEAN && npos > kScanMax) {
         pl.wblocks = blocks_for(npos, kThreads256 * 16, kRedBlocksCap);
