@@ -19,6 +19,7 @@
 // returning (src/backends/cuda/nn.c).
 #include <cub/device/device_radix_sort.cuh>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -967,15 +968,17 @@ template <int DT> int ce_rows_nv(const cti_nn_cls *r) {
 // rows), at most the rows and the forward's partials cap.
 template <int DT, bool BWD, int NV> unsigned ce_rows_resident(int sms) {
     constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
-    static int per_sm = 0;
-    if (per_sm == 0) {
+    static std::atomic<int> per_sm{0}; // the same answer on every thread: a race is harmless
+    int k = per_sm.load(std::memory_order_relaxed);
+    if (k == 0) {
         int n = 0;
         if (BWD) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ce_bwd_rows<DT, VEC, NV>, kBlockRowThreads, 0);
         else cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ce_fwd_rows<DT, VEC, NV>, kBlockRowThreads, 0);
         cudaGetLastError();
-        per_sm = n > 0 ? n : 1;
+        k = n > 0 ? n : 1;
+        per_sm.store(k, std::memory_order_relaxed);
     }
-    return (unsigned)(per_sm * (sms > 0 ? sms : 1));
+    return (unsigned)(k * (sms > 0 ? sms : 1));
 }
 
 template <int DT, bool BWD>
