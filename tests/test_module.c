@@ -10,6 +10,8 @@
  *   no_file       CT_CUDA_MODULE names a file that does not exist
  *   dlopen_error  CT_CUDA_MODULE names a file that is not a library, with
  *                 the toolkit's stub driver in front, so dlopen is reached
+ *   not_module    CT_CUDA_MODULE names a library that is not a cten module
+ *                 (the stub driver itself)
  *   stub_driver   the stub driver in front: the module loads and finds no
  *                 usable device, as on a machine with a driver and no GPU */
 #include <setjmp.h>
@@ -189,6 +191,9 @@ static void test_module(void **state) {
         /* dlopen's own words, which name the file. */
         check_absent((const char *const[]){"test_module.c", NULL});
         assert_null(strstr(cti_backend_missing(CT_DEVICE_CUDA), "no driver"));
+    } else if (!strcmp(scenario, "not_module")) {
+        check_absent((const char *const[]){"libcuda.so", "is not a cten backend module",
+                                           "cti_module_abi", NULL});
     } else if (!strcmp(scenario, "stub_driver")) {
         check_loaded_without_device();
     } else {

@@ -46,7 +46,7 @@ static const module_info modules[] = {CTI_MODULE_LIST(INFO_){NULL, CT_DEVICE_CPU
 enum { NUM_MODULES = sizeof modules / sizeof modules[0] - 1 };
 
 typedef struct module_state {
-    void *handle;
+    void *handle, *driver;
     const cti_backend *backend;
     char path[4096];
     char why[16384]; /* room for three paths and dlerror's text */
@@ -146,37 +146,39 @@ static bool load(const module_info *m, module_state *st) {
         dlclose(driver);
         return false;
     }
-    /* The module's runtime opens the driver itself when it first needs it. */
-    dlclose(driver);
     char sym[64];
     snprintf(sym, sizeof sym, "cti_backend_%s", m->name);
     const cti_abi *abi = dlsym(h, "cti_module_abi");
     const cti_backend *b = abi ? dlsym(h, sym) : NULL;
+    const cti_abi here = CTI_ABI_HERE;
     if (!abi || !b) {
         snprintf(st->why, sizeof st->why, "%s is not a cten backend module (it lacks %s)",
                  st->path, abi ? sym : "cti_module_abi");
-        dlclose(h);
-        return false;
+        goto refused;
     }
-    const cti_abi here = CTI_ABI_HERE;
     if (!same_abi(abi, &here)) {
         snprintf(st->why, sizeof st->why,
                  "%s was built for another cten (cten %s: %d ops, %zu-byte tensors, %zu-byte "
                  "backend struct; this library: cten %s: %d ops, %zu, %zu)",
                  st->path, abi->version, abi->ops, abi->tensor, abi->backend, here.version,
                  here.ops, here.tensor, here.backend);
-        dlclose(h);
-        return false;
+        goto refused;
     }
     if (b->device != m->device) {
         snprintf(st->why, sizeof st->why, "%s serves device type %d, expected %d", st->path,
                  (int)b->device, (int)m->device);
-        dlclose(h);
-        return false;
+        goto refused;
     }
+    /* The driver stays open: the module's runtime opens it again when a
+     * device is first asked about, and unmapping it between would be waste. */
+    st->driver = driver;
     st->handle = h;
     st->backend = b;
     return true;
+refused:
+    dlclose(h);
+    dlclose(driver);
+    return false;
 }
 
 int cti_modules_load(const cti_backend **out, int max) {
