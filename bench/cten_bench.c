@@ -1177,9 +1177,9 @@ static void setup_devices(void) {
         ndevices++;
     }
     if (opt.devices && strstr(opt.devices, "cuda") && ngpu == 0)
-        fprintf(stderr, "cten-bench: no usable CUDA device (%s)\n",
+        fprintf(stderr, "cten-bench: no usable CUDA device (%s; cten-info says why)\n",
                 ct_backend_available(CT_DEVICE_CUDA) ? "none present"
-                                                     : "built without the CUDA backend");
+                                                     : "the CUDA backend is not loaded");
 }
 
 /* ---- JSON ------------------------------------------------------------------------------------ */

@@ -2,6 +2,31 @@
 # other scripts. g++ is nvcc's host compiler and provides the libstdc++ the
 # CUDA backend links; without it a machine with the CUDA toolkit would build
 # cten without that backend.
+#
+# Another apt-get or dpkg may hold the package locks (an unattended upgrade,
+# a second set-up): these wait for them, up to CTEN_APT_LOCK_WAIT seconds
+# (600 by default), instead of failing at once. apt waits for the dpkg lock
+# itself (DPkg::Lock::Timeout); apt-get update's lock on the package lists
+# it does not wait for on every version, so that is retried here.
+cten_apt_lock_wait=${CTEN_APT_LOCK_WAIT:-600}
+
+# Runs apt-get update, retrying while another process holds the lists lock.
+cten_apt_update() {
+    local deadline=$((SECONDS + cten_apt_lock_wait)) out
+    while :; do
+        if out=$($sudo apt-get -o DPkg::Lock::Timeout="$cten_apt_lock_wait" update -qq 2>&1); then
+            [ -n "$out" ] && echo "$out"
+            return 0
+        fi
+        if ! echo "$out" | grep -q "Could not get lock" || [ $SECONDS -ge $deadline ]; then
+            echo "$out" >&2
+            return 1
+        fi
+        echo "cten: another package manager holds the lists lock; waiting" >&2
+        sleep 5
+    done
+}
+
 cten_deps() {
     local pkgs="gcc g++ libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist"
     local missing=""
@@ -12,6 +37,30 @@ cten_deps() {
     local sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo "cten: installing$missing"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+    cten_apt_update
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout="$cten_apt_lock_wait" \
+        install -y -qq --no-install-recommends $missing
+}
+
+# True when this machine has an NVIDIA GPU the driver can see.
+cten_have_gpu() {
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+        return 0
+    fi
+    [ -e /dev/nvidia0 ]
+}
+
+# Configures build/ (creating it when missing) with -Dcuda=$1, changing an
+# existing build's setting only when it differs, so a build already set up
+# as asked is not reconfigured.
+cten_configure() {
+    local cuda=$1
+    if [ ! -d build ]; then
+        meson setup build -Dcuda="$cuda"
+        return
+    fi
+    local now
+    now=$(meson introspect build --buildoptions |
+        python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "cuda"))')
+    [ "$now" = "$cuda" ] || meson configure build -Dcuda="$cuda"
 }

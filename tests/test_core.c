@@ -14,6 +14,7 @@
 #include "test_fixture.h"
 
 #include "core/tensor_impl.h"
+#include "dispatch/dispatch_impl.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------- */
 
@@ -1415,7 +1416,7 @@ static void test_device_errors(void **state) {
     if (ct_backend_available(CT_DEVICE_CUDA)) skip();
     tu_assert_null_error(ct_tensor_from_data_on(buf, CT_F32, CT_SHAPE(4), CT_CUDA(0)),
                          CT_ERR_DEVICE, "ct_tensor_from_data_on", "cuda:0", "not available",
-                         "without CUDA");
+                         cti_backend_missing(CT_DEVICE_CUDA));
     ct_tensor *t = ct_tensor_from_data_on(buf, CT_F32, CT_SHAPE(4), CT_CPU);
     double ref[4] = {1, 2, 3, 4};
     assert_values(t, ref, 0, 0);

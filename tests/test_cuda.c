@@ -3,8 +3,9 @@
  * device against the CPU backend, the caching allocator (reuse, statistics,
  * out-of-memory, empty cache) and the device checks of the front ends.
  *
- * Tests that need a GPU skip when none is present; one test checks the
- * messages a build with CUDA gives on a machine without a GPU. */
+ * The program runs only where the CUDA module loaded and a device is
+ * usable, and is skipped otherwise; test_module.c checks the messages a
+ * build with CUDA gives on a machine without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_module.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 
@@ -143,34 +145,7 @@ static void *conversion_source(ct_dtype dt, int64_t n) {
     return buf;
 }
 
-/* ---- without a GPU --------------------------------------------------------------------------- */
-
-static void test_no_device_messages(void **state) {
-    (void)state;
-    if (ngpu > 0) skip();
-    assert_true(ct_backend_available(CT_DEVICE_CUDA));
-    assert_false(ct_cuda_available());
-    assert_int_equal(ct_device_count(CT_DEVICE_CUDA), 0);
-    tu_assert_null_error(ct_tensor_empty(CT_SHAPE(2, 3), CT_F32, CT_CUDA(0)), CT_ERR_DEVICE,
-                         "ct_tensor_empty", "cuda:0", "not available");
-    ct_tensor *c = checked(tu_rand(CT_SHAPE(4), CT_F32, -1, 1, NULL));
-    tu_assert_null_error(ct_to_device(c, CT_CUDA(0)), CT_ERR_DEVICE, "ct_to_device", "cuda:0");
-    ct_cuda_device_props p;
-    tu_assert_error(ct_cuda_get_device_properties(0, &p), CT_ERR_DEVICE,
-                    "ct_cuda_get_device_properties", "cuda:0", "not available");
-    ct_cuda_memstats m;
-    tu_assert_error(ct_cuda_memory_stats(0, &m), CT_ERR_DEVICE, "ct_cuda_memory_stats");
-    tu_assert_error(ct_cuda_synchronize(0), CT_ERR_DEVICE, "ct_cuda_synchronize");
-    tu_assert_null_error(ct_cuda_stream(0), CT_ERR_DEVICE, "ct_cuda_stream", "cuda:0");
-    /* The CPU side is unaffected. */
-    ct_tensor *d = checked(ct_add(c, c));
-    double *vc = tu_values(c), *vd = tu_values(d);
-    for (int i = 0; i < 4; i++) assert_true(vd[i] == 2 * vc[i]);
-    free(vc);
-    free(vd);
-    ct_tensor_release(d);
-    ct_tensor_release(c);
-}
+/* ---- settings ----------------------------------------------------------------------------------- */
 
 static void test_tf32_switch(void **state) {
     (void)state;
@@ -269,7 +244,8 @@ static void test_public_stream(void **state) {
     assert_ptr_equal(s, ct_cuda_stream(0));
     ct_tensor *x = checked(ct_tensor_full(CT_SHAPE(1 << 20), 2.0, CT_F32, CT_CUDA(0)));
     ct_tensor *y = checked(ct_mul(x, x));
-    assert_int_equal(cudaStreamSynchronize((cudaStream_t)s), cudaSuccess);
+    cudaError_t (*stream_synchronize)(cudaStream_t) = tu_cuda_symbol("cudaStreamSynchronize");
+    assert_int_equal(stream_synchronize((cudaStream_t)s), cudaSuccess);
     double v;
     ct_tensor *last = checked(ct_select(y, 0, (1 << 20) - 1));
     assert_int_equal(ct_tensor_item(last, &v), CT_OK);
@@ -704,16 +680,11 @@ static void test_empty_cache(void **state) {
 
 int main(void) {
     tu_seed();
-    ngpu = ct_device_count(CT_DEVICE_CUDA);
-    if (ngpu == 0)
-        fprintf(stderr, "[ cuda     ] no usable GPU, device tests skip: %s\n",
-                ct_cuda_get_device_properties(0, &(ct_cuda_device_props){0}) == CT_OK
-                    ? ""
-                    : ct_last_error());
+    ngpu = tu_cuda_devices_or_skip("cuda");
     ct_clear_error();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_no_device_messages),   T(test_tf32_switch),
+        T(test_tf32_switch),
         T(test_properties),           T(test_invalid_index),
         T(test_public_stream),
         T(test_mixed_devices),        T(test_add_kernel_or_message),

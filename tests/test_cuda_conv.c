@@ -3,21 +3,23 @@
  * inputs, the algorithm cache (a repeated shape does not search again), the
  * TF32 switch reaching cuDNN's math mode, strided views reaching cuDNN
  * without a copy, bad inputs, and the workspace going back to the caching
- * allocator. Every test skips without a GPU. */
+ * allocator. The program is skipped without a usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "cuda_module.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 
 #include "core/tensor_impl.h"
 
-/* src/backends/cuda/conv.c: algorithm searches run so far. */
-uint64_t cti_cuda_conv_search_count(void);
-int64_t cti_cuda_conv_direct_limit(int64_t macs);
+/* src/backends/cuda/conv.c, looked up in the module: algorithm searches run
+ * so far, and the size below which the direct kernels run (-1 reads it). */
+static uint64_t (*cti_cuda_conv_search_count)(void);
+static int64_t (*cti_cuda_conv_direct_limit)(int64_t macs);
 
 /* The tests run on cuDNN unless they pick the direct kernels themselves:
  * setup sets the direct limit to 0, teardown puts the default back. */
@@ -582,8 +584,9 @@ static void test_workspace_released(void **state) {
 
 int main(void) {
     tu_seed();
-    ngpu = ct_device_count(CT_DEVICE_CUDA);
-    if (ngpu == 0) fprintf(stderr, "[ cuda conv] no usable GPU: the tests skip\n");
+    ngpu = tu_cuda_devices_or_skip("cuda conv");
+    cti_cuda_conv_search_count = tu_cuda_symbol("cti_cuda_conv_search_count");
+    cti_cuda_conv_direct_limit = tu_cuda_symbol("cti_cuda_conv_direct_limit");
     default_direct_limit = cti_cuda_conv_direct_limit(-1);
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {

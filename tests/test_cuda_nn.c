@@ -6,7 +6,7 @@
  * and int64 indices) and its deterministic backward, dropout's masks (equal
  * to the CPU's for the same generator state); gradients through autograd on
  * the GPU against the CPU; bad inputs (mixed devices, out-of-range indices
- * and targets) and empty ones. Every test skips without a GPU. */
+ * and targets) and empty ones. The program is skipped without a usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "cuda_module.h"
 
 #include "test_fixture.h"
 
@@ -837,11 +838,10 @@ static void test_empty_inputs(void **state) {
 
 int main(void) {
     tu_seed();
-    ngpu = ct_device_count(CT_DEVICE_CUDA);
-    if (ngpu == 0) fprintf(stderr, "[ cuda_nn  ] no usable GPU: tests skip\n");
+    ngpu = tu_cuda_devices_or_skip("cuda_nn");
     /* Sets up the dispatch table and with it the CUDA allocator, which a
      * first ct_to_device does not do by itself. */
-    else if (!ct_supports(CT_OP_CROSS_ENTROPY, CT_DEVICE_CUDA, CT_F32))
+    if (!ct_supports(CT_OP_CROSS_ENTROPY, CT_DEVICE_CUDA, CT_F32))
         fprintf(stderr, "[ cuda_nn  ] no CUDA cross_entropy kernel registered\n");
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {

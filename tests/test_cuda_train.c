@@ -7,7 +7,7 @@
  * cross-entropy, backward, optimizer step) makes the host wait for the
  * device only when the loss is read, and from the third step on never calls
  * cudaMalloc (unless CT_CUDA_NO_CACHE turns the caching allocator off).
- * Skipped without a usable GPU.
+ * The program is skipped without a usable GPU.
  *
  * A ReLU input within rounding of zero can take either side on the two
  * devices; in the MLP that moves a whole row of fc1's gradient by one
@@ -23,8 +23,12 @@
 
 #include "test_util.h"
 
-#include "backends/cuda/cuda_impl.h"
+#include "cuda_module.h"
 #include "test_fixture.h"
+
+/* src/backends/cuda/stream.c, looked up in the module: how many times the
+ * host has waited for a device. */
+static int64_t (*cti_cuda_host_waits)(void);
 
 #define BATCH 64
 #define STEPS 5
@@ -292,6 +296,8 @@ static void test_cnn_adamw(void **state) {
 
 int main(void) {
     tu_seed();
+    tu_cuda_devices_or_skip("cuda_train");
+    cti_cuda_host_waits = tu_cuda_symbol("cti_cuda_host_waits");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_mlp_sgd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mlp_adamw, setup, teardown),

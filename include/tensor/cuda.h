@@ -1,10 +1,12 @@
 /* cten: CUDA devices, their memory and the settings of the CUDA backend.
  *
- * Every function exists in every build. Without the CUDA backend, or with it
- * but no usable GPU or driver, the device count is 0, ct_cuda_available() is
- * false and the calls that need a device fail with CT_ERR_DEVICE and a
- * message saying why. Tensors live on a device through ct_device values
- * (CT_CUDA(i)); see core.h for moving them (ct_to_device). */
+ * Every function exists in every build. The CUDA backend is a module the
+ * library loads when the machine can run it (cten-info says whether it did
+ * and why not). Without it, or with it but no usable GPU, the device count
+ * is 0, ct_cuda_available() is false and the calls that need a device fail
+ * with CT_ERR_DEVICE and a message saying why. Tensors live on a device
+ * through ct_device values (CT_CUDA(i)); see core.h for moving them
+ * (ct_to_device). */
 #ifndef CTEN_CUDA_H
 #define CTEN_CUDA_H
 
@@ -14,10 +16,9 @@
 extern "C" {
 #endif
 
-/* True when the library was built with the CUDA backend and at least one
- * device can be used. */
+/* True when the CUDA module loaded and at least one device can be used. */
 bool ct_cuda_available(void);
-/* Number of CUDA devices usable now (0 without the backend or a driver). */
+/* Number of CUDA devices usable now (0 without the module or a driver). */
 int ct_cuda_device_count(void);
 
 /* What a device is. Versions are the libraries the process runs with,

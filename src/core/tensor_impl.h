@@ -1,6 +1,7 @@
 /* Private: the tensor and storage objects and the helpers every layer uses.
- * Internal functions carry the cti_ prefix and are not exported from the
- * shared library. */
+ * Internal functions carry the cti_ prefix. The shared library exports them
+ * in a private version node (src/cten.map) for its backend modules and the
+ * tests only: they are not API and change without notice. */
 #ifndef CTEN_TENSOR_IMPL_H
 #define CTEN_TENSOR_IMPL_H
 

@@ -42,7 +42,9 @@ void ct_print_info(void *file) {
         char name[16];
         ct_device_str((ct_device){(ct_device_type)d, 0}, name, sizeof name);
         name[strcspn(name, ":")] = '\0';
+        const char *module = cti_module_path((ct_device_type)d);
+        if (module) fprintf(f, "  %s: loaded from %s\n", name, module);
         if (b) b->print_info(f);
-        else fprintf(f, "  %s: not compiled in (built without the %s backend)\n", name, name);
+        else fprintf(f, "  %s: not loaded: %s\n", name, cti_backend_missing((ct_device_type)d));
     }
 }

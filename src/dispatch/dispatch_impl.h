@@ -91,9 +91,12 @@ static inline const cti_op_info *cti_op_schema(ct_op op) { return &cti_schema_ro
 ct_status cti_schema_validate(const cti_op_info *rows, int n, const bool *has_formula);
 
 /* ---- backends ----------------------------------------------------------------------
- * Each backend is one value of this struct, defined in its own folder; the
- * build lists the backends it compiled (CTI_BACKEND_LIST in
- * cten_backends.h) and the dispatcher loops over them. */
+ * Each backend is one value of this struct, defined in its own folder. The
+ * build lists the backends it compiled (cten_backends.h): those built into
+ * the library (CTI_BACKEND_LIST: the CPU) and those built as modules
+ * (CTI_MODULE_LIST: CUDA, libcten-cuda.so), which need libraries a machine
+ * may lack and are loaded at init when they can run (modules.c). The
+ * dispatcher loops over the built-in ones and the modules that loaded. */
 typedef struct cti_backend {
     const char *name;      /* "cpu", "cuda" */
     ct_device_type device; /* the column of the table it fills */
@@ -106,10 +109,56 @@ typedef struct cti_backend {
     void (*print_info)(FILE *f);
     /* Waits for the device's queued work (CPU: returns at once). */
     ct_status (*synchronize)(int device);
+    /* The backend's share of the public API, which the library answers
+     * whether or not the backend loaded (tensor/cuda.h): a table of the
+     * backend's own type (src/backends/cuda/cuda_api.h) that the library's
+     * functions forward to; NULL when it has none. */
+    const void *api;
 } cti_backend;
 
-/* The backend of a device type, or NULL when the build has none. */
+/* The backend of a device type: a built-in one, or a module that loaded.
+ * NULL when the build has none or its module did not load. */
 const cti_backend *cti_backend_of(ct_device_type device);
+
+/* Why device's backend is absent ("" when it is present): built without
+ * it, or its module did not load and why (no module file, no driver, the
+ * dlopen error, a module built for another cten, the static library). A
+ * string that lives as long as the process. */
+const char *cti_backend_missing(ct_device_type device);
+
+/* ---- backend modules (modules.c) ----------------------------------------------------
+ * A module is a shared object linked against libcten.so that exports
+ * cti_module_abi and its backend value cti_backend_<name>. It calls the
+ * library's internals by name: libcten.so exports the cti_* functions in a
+ * private version node (src/cten.map) that is not API. cti_module_abi lets
+ * the loader refuse a module built from other sources, whose layouts of
+ * the structs both sides share would differ. */
+typedef struct cti_abi {
+    const char *version; /* CT_VERSION_STRING */
+    int ops, dtypes, device_types, max_dims, params_max;
+    size_t tensor, storage, call, backend, allocator;
+} cti_abi;
+
+#define CTI_ABI_HERE                                                                          \
+    {                                                                                         \
+        CT_VERSION_STRING, CT_NUM_OPS, CT_NUM_DTYPES, CT_NUM_DEVICE_TYPES, CT_MAX_DIMS,       \
+            CTI_PARAMS_MAX, sizeof(ct_tensor), sizeof(cti_storage), sizeof(ct_call),          \
+            sizeof(cti_backend), sizeof(cti_allocator)                                        \
+    }
+
+/* Tries every module of the build (CTI_MODULE_LIST) once, at init: appends
+ * the ones that loaded to out[0..max), returns their number, and keeps each
+ * one's path or the reason it did not load. */
+int cti_modules_load(const cti_backend **out, int max);
+/* The file device's module was loaded from, or NULL. */
+const char *cti_module_path(ct_device_type device);
+/* Looks name up in device's loaded module and the libraries it links (the
+ * CUDA runtime for the CUDA module); NULL when the module is not loaded or
+ * has no such symbol. Tests reach the module's internals through it. */
+void *cti_module_symbol(ct_device_type device, const char *name);
+/* Why device's module did not load, NULL when it did or the build has no
+ * module for it. */
+const char *cti_module_missing(ct_device_type device);
 
 /* Called by backends' register_kernels at init. A second kernel for one
  * (op, device, dtype), an op, device or dtype out of range, or a NULL

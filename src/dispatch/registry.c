@@ -139,14 +139,30 @@ static ct_status check_backward_kernels(void) {
 CTI_BACKEND_LIST(DECLARE_)
 #undef DECLARE_
 #define REF_(b) &cti_backend_##b,
-static const cti_backend *const backends[] = {CTI_BACKEND_LIST(REF_)};
+static const cti_backend *const builtin[] = {CTI_BACKEND_LIST(REF_)};
 #undef REF_
-enum { NUM_BACKENDS = sizeof backends / sizeof backends[0] };
+enum { NUM_BUILTIN = sizeof builtin / sizeof builtin[0] };
+
+/* The built-in backends, then the modules that loaded; written once, by
+ * init, and read-only after. */
+static const cti_backend *backends[CT_NUM_DEVICE_TYPES + NUM_BUILTIN];
+static int num_backends;
 
 const cti_backend *cti_backend_of(ct_device_type device) {
-    for (int k = 0; k < NUM_BACKENDS; k++)
+    cti_init();
+    for (int k = 0; k < num_backends; k++)
         if (backends[k]->device == device) return backends[k];
     return NULL;
+}
+
+/* "cten was built without the cuda backend", per device type; set by init. */
+static char not_built[CT_NUM_DEVICE_TYPES][64];
+
+const char *cti_backend_missing(ct_device_type device) {
+    if ((unsigned)device >= CT_NUM_DEVICE_TYPES) return "no such device type";
+    if (cti_backend_of(device)) return "";
+    const char *why = cti_module_missing(device);
+    return why ? why : not_built[device];
 }
 
 /* ---- trace and profile -------------------------------------------------------- */
@@ -284,14 +300,31 @@ static ct_status init_checked(void) {
         has_formula[k] = formula_names[k][0] && strcmp(formula_names[k], "NULL") != 0;
     ct_status st = cti_schema_validate(cti_schema_rows, CT_NUM_OPS, has_formula);
     if (st != CT_OK) return st;
+    for (int d = 0; d < CT_NUM_DEVICE_TYPES; d++) {
+        char name[16];
+        ct_device_str((ct_device){(ct_device_type)d, 0}, name, sizeof name);
+        name[strcspn(name, ":")] = '\0';
+        snprintf(not_built[d], sizeof not_built[d], "cten was built without the %s backend", name);
+    }
+    for (int k = 0; k < NUM_BUILTIN; k++) backends[num_backends++] = builtin[k];
+    /* A module that does not load is not a failure: the library runs
+     * without its devices and says why (cti_backend_missing). */
+    num_backends += cti_modules_load(backends + num_backends,
+                                     (int)(sizeof backends / sizeof backends[0]) - num_backends);
     registering = true;
-    for (int k = 0; k < NUM_BACKENDS; k++) backends[k]->register_kernels();
+    for (int k = 0; k < num_backends; k++) backends[k]->register_kernels();
     registering = false;
     if (first_refusal != CT_OK) return cti_error(first_refusal, "%s", first_refusal_msg);
     return check_backward_kernels();
 }
 
+/* Set on the thread running init: what init calls (a module's
+ * registration, cti_backend_of) may call cti_init again, which must not
+ * wait for itself. */
+static _Thread_local bool in_init;
+
 static void init_impl(void) {
+    in_init = true;
     /* Init runs inside whatever call came first: keep that call's error
      * state as it was unless init itself fails. */
     ct_status prev = ct_last_status();
@@ -320,11 +353,12 @@ static void init_impl(void) {
     atomic_store(&trace_on, tron);
     atomic_store(&profile_on, env_flag("CT_PROFILE"));
     atexit(profile_at_exit);
+    in_init = false;
     atomic_store_explicit(&initialized, true, memory_order_release);
 }
 
 void cti_init(void) {
-    if (atomic_load_explicit(&initialized, memory_order_acquire)) return;
+    if (atomic_load_explicit(&initialized, memory_order_acquire) || in_init) return;
     pthread_once(&init_once, init_impl);
 }
 

@@ -30,8 +30,8 @@ static ct_status check_device(const char *op, ct_device *device) {
         return CT_OK;
     }
     if (!ct_backend_available(device->type))
-        return cti_error(CT_ERR_DEVICE, "%s: device %s is not available (cten was built without %s)",
-                         op, dev_s(*device, d, sizeof d), "CUDA");
+        return cti_error(CT_ERR_DEVICE, "%s: device %s is not available (%s)", op,
+                         dev_s(*device, d, sizeof d), cti_backend_missing(device->type));
     int count = ct_device_count(device->type);
     if (device->index < 0 || device->index >= count)
         return cti_error(CT_ERR_DEVICE, "%s: device %s is not available (%d %s present)", op,

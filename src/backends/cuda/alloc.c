@@ -275,9 +275,9 @@ void cti_cuda_register_allocator(void) {
     cti_register_allocator(CT_DEVICE_CUDA, &cuda_allocator);
 }
 
-/* ---- public API ---------------------------------------------------------------------------- */
+/* ---- public API (forwarded by the library, cuda_api.h) ------------------------------------- */
 
-ct_status ct_cuda_memory_stats(int device, ct_cuda_memstats *out) {
+ct_status cti_cuda_memory_stats(int device, ct_cuda_memstats *out) {
     static const char op[] = "ct_cuda_memory_stats";
     if (!out) return cti_error(CT_ERR_INVALID_ARG, "%s: stats is NULL", op);
     if (cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
@@ -288,7 +288,7 @@ ct_status ct_cuda_memory_stats(int device, ct_cuda_memstats *out) {
     return CT_OK;
 }
 
-ct_status ct_cuda_reset_peak_memory_stats(int device) {
+ct_status cti_cuda_reset_peak_memory_stats(int device) {
     static const char op[] = "ct_cuda_reset_peak_memory_stats";
     if (cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
     pthread_once(&pools_once, init_pools);
@@ -309,7 +309,7 @@ static void empty_one(int dev) {
     pthread_mutex_unlock(&d->lock);
 }
 
-ct_status ct_cuda_empty_cache(int device) {
+ct_status cti_cuda_empty_cache(int device) {
     static const char op[] = "ct_cuda_empty_cache";
     if (device != -1 && cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
     pthread_once(&pools_once, init_pools);

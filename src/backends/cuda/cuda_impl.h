@@ -124,6 +124,17 @@ const char *cti_cuda_op_label(ct_op op, char *buf, size_t n);
 /* ---- allocator (alloc.c) ------------------------------------------------------------------- */
 void cti_cuda_register_allocator(void);
 
+/* ---- the public API's implementations (device.c, stream.c, alloc.c) -------------------------
+ * libcten.so's ct_cuda_* functions forward to these through the backend's
+ * api table (cuda_api.h, register.c); each behaves as tensor/cuda.h says
+ * of the function it implements, and its messages name that function. */
+ct_status cti_cuda_get_device_properties(int device, ct_cuda_device_props *props);
+ct_status cti_cuda_synchronize(int device);
+void *cti_cuda_stream(int device);
+ct_status cti_cuda_memory_stats(int device, ct_cuda_memstats *stats);
+ct_status cti_cuda_reset_peak_memory_stats(int device);
+ct_status cti_cuda_empty_cache(int device);
+
 /* ---- elementwise geometry (iter.c) -------------------------------------------------------- */
 /* Fills it for ops[0..nops) (ops[0] the output; the others must broadcast
  * to its shape, as the front ends check). */

@@ -114,13 +114,9 @@ ct_status cti_cuda_check_device(const char *op, int index) {
     return CT_OK;
 }
 
-/* ---- public API ---------------------------------------------------------------------- */
+/* ---- public API (forwarded by the library, cuda_api.h) --------------------------------- */
 
-bool ct_cuda_available(void) { return cti_cuda_device_count() > 0; }
-
-int ct_cuda_device_count(void) { return cti_cuda_device_count(); }
-
-ct_status ct_cuda_get_device_properties(int device, ct_cuda_device_props *out) {
+ct_status cti_cuda_get_device_properties(int device, ct_cuda_device_props *out) {
     static const char op[] = "ct_cuda_get_device_properties";
     if (!out) return cti_error(CT_ERR_INVALID_ARG, "%s: props is NULL", op);
     if (cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();

@@ -1,9 +1,12 @@
-/* The CUDA backend: its entry in the backend list. Registration fills the
- * CUDA column of the kernel table and registers the allocator; nothing here
+/* The CUDA backend: the value the library's module loader looks up in
+ * libcten-cuda.so (cti_backend_cuda, with cti_module_abi), its share of the
+ * public API, and its lines of ct_print_info. Registration fills the CUDA
+ * column of the kernel table and registers the allocator; nothing here
  * talks to the driver until a device is asked about, so a process that
  * never touches a GPU never initializes CUDA. */
 #include <stdio.h>
 
+#include "cuda_api.h"
 #include "cuda_impl.h"
 
 static void cuda_register(void) {
@@ -28,21 +31,21 @@ static const char *version_s(int v, bool three, char *buf, size_t n) {
 }
 
 static void cuda_print_info(FILE *f) {
-    int n = ct_cuda_device_count();
+    int n = cti_cuda_device_count();
     if (n == 0) {
-        fprintf(f, "  cuda: compiled in, no device usable: %s\n", cti_cuda_unavailable_reason());
+        fprintf(f, "  cuda: no device usable: %s\n", cti_cuda_unavailable_reason());
         return;
     }
     ct_cuda_device_props p;
     char v[4][16];
-    ct_cuda_get_device_properties(0, &p);
+    cti_cuda_get_device_properties(0, &p);
     fprintf(f, "  cuda: driver %s, runtime %s, cuBLAS %s, cuDNN %s; TF32 matmul %s\n",
             version_s(p.driver_version, false, v[0], 16),
             version_s(p.runtime_version, false, v[1], 16),
             version_s(p.cublas_version, true, v[2], 16), version_s(p.cudnn_version, true, v[3], 16),
             ct_allow_tf32() ? "allowed" : "off (ct_set_allow_tf32)");
     for (int i = 0; i < n; i++) {
-        if (ct_cuda_get_device_properties(i, &p) != CT_OK) continue;
+        if (cti_cuda_get_device_properties(i, &p) != CT_OK) continue;
         fprintf(f, "    cuda:%d %s, compute capability %d.%d, %d SMs at %.2f GHz\n", i, p.name,
                 p.major, p.minor, p.multiprocessors, p.clock_khz / 1e6);
         fprintf(f,
@@ -55,11 +58,24 @@ static void cuda_print_info(FILE *f) {
     }
 }
 
+static const cti_cuda_api api = {
+    .device_count = cti_cuda_device_count,
+    .get_device_properties = cti_cuda_get_device_properties,
+    .synchronize = cti_cuda_synchronize,
+    .stream = cti_cuda_stream,
+    .memory_stats = cti_cuda_memory_stats,
+    .reset_peak_memory_stats = cti_cuda_reset_peak_memory_stats,
+    .empty_cache = cti_cuda_empty_cache,
+};
+
+const cti_abi cti_module_abi = CTI_ABI_HERE;
+
 const cti_backend cti_backend_cuda = {
     .name = "cuda",
     .device = CT_DEVICE_CUDA,
     .register_kernels = cuda_register,
-    .device_count = ct_cuda_device_count,
+    .device_count = cti_cuda_device_count,
     .print_info = cuda_print_info,
-    .synchronize = ct_cuda_synchronize,
+    .synchronize = cti_cuda_synchronize,
+    .api = &api,
 };

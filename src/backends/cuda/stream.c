@@ -113,7 +113,7 @@ ct_status cti_cuda_sync(const char *op, int device) {
     return cti_cuda_take_fault(op, device);
 }
 
-void *ct_cuda_stream(int device) {
+void *cti_cuda_stream(int device) {
     static const char op[] = "ct_cuda_stream";
     if (cti_cuda_check_device(op, device) != CT_OK) return NULL;
     cudaStream_t s;
@@ -121,7 +121,7 @@ void *ct_cuda_stream(int device) {
     return (void *)s;
 }
 
-ct_status ct_cuda_synchronize(int device) {
+ct_status cti_cuda_synchronize(int device) {
     static const char op[] = "ct_cuda_synchronize";
     if (cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
     cudaError_t e = cudaSetDevice(device);
