@@ -777,6 +777,98 @@ static void test_st_malformed(void **state) {
     ct_params_free(got);
 }
 
+/* A header of n entries, built by entry(i, buf) into a "{...}" object
+ * (inside "__metadata__" when meta); caller frees. */
+static char *many_entries(int64_t n, bool meta, int (*entry)(int64_t, char *)) {
+    size_t cap = (size_t)n * 96 + 64, m = 0;
+    char *h = malloc(cap);
+    assert_non_null(h);
+    m += (size_t)sprintf(h + m, meta ? "{\"__metadata__\":{" : "{");
+    for (int64_t i = 0; i < n; i++) {
+        if (i) h[m++] = ',';
+        m += (size_t)entry(i, h + m);
+    }
+    m += (size_t)sprintf(h + m, meta ? "}}" : "}");
+    assert_true(m < cap);
+    return h;
+}
+
+/* Keys "k<i>", except that the last repeats key 123 when dup_at_end. */
+static bool dup_at_end;
+static int meta_entry(int64_t i, char *b) {
+    if (dup_at_end && i == 199999) i = 123;
+    return sprintf(b, "\"k%lld\":\"v%lld\"", (long long)i, (long long)i);
+}
+static int empty_tensor_entry(int64_t i, char *b) {
+    if (dup_at_end && i == 199999) i = 123;
+    return sprintf(b, "\"t%lld\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                   (long long)i);
+}
+
+/* Files with 200k metadata keys or 200k (empty) tensors load: names are
+ * hashed, not compared with every earlier one, which made this take minutes.
+ * A repeated key among them is still found and named. */
+static void test_st_many_entries(void **state) {
+    (void)state;
+    const char *p = tpath("many.safetensors");
+    enum { n = 200000 };
+    for (int dup = 0; dup < 2; dup++) {
+        dup_at_end = dup;
+        char *h = many_entries(n, true, meta_entry);
+        write_st(p, h, 0);
+        free(h);
+        ct_metadata *meta = NULL;
+        ct_params *got = ct_load_safetensors(p, &meta);
+        if (dup) {
+            tu_assert_null_error(got, CT_ERR_FORMAT, "ct_load_safetensors", "many.safetensors",
+                                 "duplicate metadata key \"k123\"");
+            assert_null(meta);
+            continue;
+        }
+        assert_non_null(got);
+        assert_int_equal(ct_params_count(got), 0);
+        assert_int_equal(ct_metadata_count(meta), n);
+        const char *v;
+        assert_string_equal(ct_metadata_at(meta, 54321, &v), "k54321");
+        assert_string_equal(v, "v54321");
+        assert_string_equal(ct_metadata_get(meta, "k199999"), "v199999");
+        assert_null(ct_metadata_get(meta, "k200000"));
+        assert_int_equal(ct_metadata_set(meta, "k7", "seven"), CT_OK);
+        assert_int_equal(ct_metadata_set(meta, "new", "x"), CT_OK);
+        assert_int_equal(ct_metadata_count(meta), n + 1);
+        assert_string_equal(ct_metadata_get(meta, "k7"), "seven");
+        assert_string_equal(ct_metadata_at(meta, n, NULL), "new");
+        ct_metadata_free(meta);
+        ct_params_free(got);
+    }
+    for (int dup = 0; dup < 2; dup++) {
+        dup_at_end = dup;
+        char *h = many_entries(n, false, empty_tensor_entry);
+        write_st(p, h, 0);
+        free(h);
+        ct_params *got = ct_load_safetensors(p, NULL);
+        if (dup) {
+            tu_assert_null_error(got, CT_ERR_FORMAT, "ct_load_safetensors", "many.safetensors",
+                                 "duplicate tensor name 't123'");
+            continue;
+        }
+        assert_non_null(got);
+        assert_int_equal(ct_params_count(got), n);
+        const char *name;
+        ct_tensor *t = ct_params_get(got, 150000, &name);
+        assert_string_equal(name, "t150000");
+        assert_ptr_equal(ct_params_find(got, "t150000"), t);
+        assert_int_equal(ct_tensor_numel(t), 0);
+        tu_assert_null_error(ct_params_find(got, "t200000"), CT_ERR_INDEX, "ct_params_find",
+                             "t200000", "200000");
+        /* Restoring into a copy of itself, strict: every name looked up once. */
+        assert_int_equal(ct_load_safetensors_into(p, got, true, NULL), CT_OK);
+        ct_params_free(got);
+    }
+    dup_at_end = false;
+    unlink(p);
+}
+
 /* Random damage to valid files: every outcome is a clean success or a
  * CT_ERR_FORMAT error, never a crash, an overread or a leak (ASan). */
 static void test_fuzz(void **state) {
@@ -1241,6 +1333,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_st_save_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_st_load_into, setup, teardown),
         cmocka_unit_test_setup_teardown(test_st_malformed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_st_many_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuzz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_resume, setup, teardown),
