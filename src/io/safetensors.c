@@ -512,6 +512,7 @@ static ct_status load_file(const char *op, const char *path, st_header *h, ct_te
     memset(h, 0, sizeof *h);
     cti_hmap_init(&h->by_name, CTI_HMAP_STR);
     *tensors = NULL;
+    cti_tmp_sweep(path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return cti_error(CT_ERR_IO, "%s: cannot open '%s': %s", op, path, strerror(errno));
     struct stat sb;
@@ -788,23 +789,14 @@ static void sync_parent_dir(const char *path) {
 
 static ct_status write_file(const char *op, const char *path, const strbuf *hdr,
                             const ct_params *ps, const int64_t *order) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) return cti_error(CT_ERR_OOM, "%s: out of memory", op);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp-XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        ct_status st = cti_error(CT_ERR_IO, "%s: cannot create a temporary file next to '%s': %s",
-                                 op, path, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    ct_status st = CT_OK;
+    cti_tmp_sweep(path);
+    char *tmp;
+    int fd;
+    ct_status st = cti_tmp_create(op, path, &tmp, &fd);
+    if (st) return st;
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr->n >> (8 * k));
-    if (fchmod(fd, 0644) != 0 || !cti_write_full(fd, len8, 8) ||
-        !cti_write_full(fd, hdr->p, hdr->n))
+    if (!cti_write_full(fd, len8, 8) || !cti_write_full(fd, hdr->p, hdr->n))
         st = cti_error(CT_ERR_IO, "%s: cannot write '%s': %s", op, tmp, strerror(errno));
     for (int64_t i = 0; !st && i < ct_params_count(ps); i++)
         st = write_tensor(op, tmp, fd, ct_params_get(ps, order[i], NULL));
