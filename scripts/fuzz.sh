@@ -33,9 +33,11 @@ for t in "${targets[@]}"; do
     corpus="$build/corpus/$t" findings="$build/findings/$t" log="$build/fuzz-$t.log"
     mkdir -p "$corpus" "$findings"
     echo "== fuzz_$t: $secs s"
+    dict=()
+    [ -f "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
     rc=0
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -print_final_stats=1 \
+        "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -print_final_stats=1 "${dict[@]}" \
         -artifact_prefix="$findings/" "$corpus" "$build/seeds/$t" "fuzz/regressions/$t" \
         >"$log" 2>&1 || rc=$?
     last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
