@@ -771,6 +771,7 @@ static void test_st_malformed(void **state) {
         {"{\"__metadata__\":{\"k\":1}}", 0, {"the metadata", "a string"}},
         {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, {"duplicate metadata key"}},
         {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, {"duplicate key \"__metadata__\""}},
+        {"{\"__metadata__\":{\"k\":\"1\",\"\":\"2\"}}", 0, {"the metadata", "empty metadata key"}},
         /* names that are not UTF-8 */
         {"{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, {"UTF-8"}},
         {"{\"a\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, {"UTF-8"}},

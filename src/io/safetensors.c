@@ -273,6 +273,12 @@ static bool parse_metadata(parser *p, st_header *h) {
     do {
         char *key, *value;
         if (!cti_json_string(j, &key)) return false;
+        /* ct_metadata keys are never empty (ct_metadata_set refuses them),
+         * so a list read from a file is one the API could have built. */
+        if (!*key) {
+            free(key);
+            return cti_json_fail(j, "empty metadata key");
+        }
         if (!cti_json_expect(j, ':', "':' after a key") || !cti_json_string(j, &value)) {
             free(key);
             return false;
