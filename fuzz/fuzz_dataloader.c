@@ -50,7 +50,8 @@ static int64_t next_batch(world *w, int64_t *ids) {
     }
     int64_t left = w->limit - w->position;
     int64_t b = ct_tensor_shape(x)[0];
-    FZ_CHECK(b == (left < w->batch ? left : w->batch) && b > 0, "batch of %lld (%lld left, batch size %lld)",
+    FZ_CHECK(b == (left < w->batch ? left : w->batch) && b > 0,
+             "batch of %lld (%lld left, batch size %lld)",
              (long long)b, (long long)left, (long long)w->batch);
     FZ_CHECK(ct_tensor_ndim(x) == (w->width ? 2 : 1), "batch has %d dims", ct_tensor_ndim(x));
     const double *xv = ct_tensor_data_ptr(x);
@@ -66,7 +67,9 @@ static int64_t next_batch(world *w, int64_t *ids) {
             FZ_CHECK(k == w->position + i, "sample %lld at position %lld without shuffling",
                      (long long)k, (long long)(w->position + i));
         w->seen |= 1ull << k;
-        if (w->targets) FZ_CHECK(((const int64_t *)ct_tensor_data_ptr(y))[i] == k, "target of %lld", (long long)k);
+        if (w->targets)
+            FZ_CHECK(((const int64_t *)ct_tensor_data_ptr(y))[i] == k, "target of %lld",
+                     (long long)k);
         ids[i] = k;
     }
     w->position += b;
@@ -132,7 +135,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t i = 0; i < w.n; i++) {
         yv[i] = i;
         if (!w.width) xv[i] = (double)i;
-        for (int64_t c = 0; c < w.width; c++) xv[i * w.width + c] = c ? 1000.0 * (double)i + (double)c : (double)i;
+        for (int64_t c = 0; c < w.width; c++)
+            xv[i * w.width + c] = c ? 1000.0 * (double)i + (double)c : (double)i;
     }
     ct_tensor *x = ct_tensor_from_data(xv, CT_F64, w.width ? 2 : 1, shape);
     ct_tensor *y = ct_tensor_from_data(yv, CT_I64, 1, shape);

@@ -67,8 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                  u ? "loaded" : "refused");
         if (t && u) {
             int nd = ct_tensor_ndim(t);
-            FZ_CHECK(nd == ct_tensor_ndim(u) &&
-                         memcmp(ct_tensor_shape(t), ct_tensor_shape(u), sizeof(int64_t) * (size_t)nd) == 0,
+            FZ_CHECK(nd == ct_tensor_ndim(u) && memcmp(ct_tensor_shape(t), ct_tensor_shape(u),
+                                                       sizeof(int64_t) * (size_t)nd) == 0,
                      "plain and gzip shapes differ");
             size_t nbytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(dt);
             FZ_CHECK(nbytes == 0 ||
