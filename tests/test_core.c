@@ -13,6 +13,7 @@
 
 #include "test_fixture.h"
 
+#include "core/hashmap.h"
 #include "core/tensor_impl.h"
 #include "dispatch/dispatch_impl.h"
 
@@ -2276,6 +2277,71 @@ static void test_cpu_block_cache(void **state) {
     assert_int_equal(ct_cpu_cached_bytes(), 0);
 }
 
+/* ---- the hash index ------------------------------------------------------------------- */
+
+/* Random insertions, replacements and removals on both key kinds against a
+ * plain array: every lookup agrees, through growth and the backward shifts
+ * of removal in chains of colliding slots. */
+static void test_hashmap_against_reference(void **state) {
+    (void)state;
+    enum { nkeys = 3000, nops = 200000 };
+    static char keys[nkeys][16];
+    static int64_t ref[nkeys];
+    for (int i = 0; i < nkeys; i++) snprintf(keys[i], sizeof keys[i], "key%d", i);
+    for (int kind = 0; kind < 2; kind++) {
+        cti_hmap m;
+        cti_hmap_init(&m, kind ? CTI_HMAP_PTR : CTI_HMAP_STR);
+        for (int i = 0; i < nkeys; i++) ref[i] = -1;
+        size_t count = 0;
+        for (int op = 0; op < nops; op++) {
+            /* Few keys early, so the small tables see long chains. */
+            int lim = op < nops / 4 ? 40 : nkeys;
+            int k = (int)tu_randint(0, lim);
+            /* String keys looked up through a different copy of the text. */
+            char probe[16];
+            memcpy(probe, keys[k], sizeof probe);
+            const void *key = kind ? (const void *)keys[k] : keys[k];
+            const void *look = kind ? (const void *)keys[k] : probe;
+            int64_t v = tu_randint(0, 1000000);
+            switch (tu_randint(0, 4)) {
+            case 0:
+                assert_true(cti_hmap_put(&m, key, v));
+                if (ref[k] < 0) count++;
+                ref[k] = v;
+                break;
+            case 1: {
+                int64_t r = cti_hmap_put_new(&m, key, v);
+                assert_int_equal(r, ref[k]);
+                if (ref[k] < 0) {
+                    ref[k] = v;
+                    count++;
+                }
+                break;
+            }
+            case 2:
+                assert_int_equal(cti_hmap_remove(&m, look), ref[k] >= 0);
+                if (ref[k] >= 0) count--;
+                ref[k] = -1;
+                break;
+            default:
+                assert_int_equal(cti_hmap_get(&m, look), ref[k]);
+            }
+            assert_int_equal(m.count, count);
+        }
+        for (int i = 0; i < nkeys; i++)
+            assert_int_equal(cti_hmap_get(&m, kind ? (const void *)keys[i] : keys[i]), ref[i]);
+        /* A size that cannot be allocated is refused and changes nothing. */
+        size_t cap = m.cap;
+        assert_false(cti_hmap_reserve(&m, SIZE_MAX));
+        assert_false(cti_hmap_reserve(&m, SIZE_MAX / 3));
+        assert_int_equal(m.cap, cap);
+        assert_int_equal(m.count, count);
+        cti_hmap_clear(&m);
+        assert_int_equal(cti_hmap_get(&m, keys[0]), -1);
+        assert_false(cti_hmap_remove(&m, keys[0]));
+    }
+}
+
 int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -2339,6 +2405,7 @@ int main(void) {
         T(test_autograd_through_copies),
         T(test_inplace_refused_on_grad_leaves),
         T(test_scopes),
+        T(test_hashmap_against_reference),
         T(test_refcounts),
         T(test_properties),
     };

@@ -10,12 +10,15 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <zlib.h>
 
 #include "test_util.h"
 
 #include "core/tensor_impl.h"
+#include "io/io_impl.h"
 
 /* ---- fixtures: every test must leave no tensor or storage alive ---------------------------- */
 
@@ -448,6 +451,105 @@ static void test_st_roundtrip(void **state) {
     ct_params_free(ps);
 }
 
+/* A small list to save. */
+static ct_params *one_tensor_list(void) {
+    ct_params *ps = ct_params_new();
+    ct_tensor *t = ct_tensor_arange(0, 4, 1, CT_F32, CT_CPU);
+    assert_int_equal(ct_params_add(ps, "w", t), CT_OK);
+    ct_tensor_release(t);
+    return ps;
+}
+
+static void touch(const char *path) { write_bytes(path, "x", 1); }
+
+/* A save killed mid-write leaves "<path>.tmp-<pid>.<host>.<random>"
+ * behind. The next save, or load, of that path removes it once its writer
+ * is gone, and leaves alone what a live writer may still be filling, what
+ * another host wrote, another path's temporaries and names it did not
+ * make. */
+static void test_st_stale_temporaries(void **state) {
+    (void)state;
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0) _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    unsigned host = cti_tmp_host_hash();
+    const char *path = tpath("ckpt.safetensors");
+    char stale[320], live[320], self[320], locked[320], far[320], other[320], odd[320], dir[320];
+    snprintf(stale, sizeof stale, "%s.tmp-%ld.%08x.AbC123", path, (long)dead, host);
+    snprintf(live, sizeof live, "%s.tmp-%ld.%08x.AbC123", path, (long)getppid(), host);
+    snprintf(self, sizeof self, "%s.tmp-%ld.%08x.AbC123", path, (long)getpid(), host);
+    snprintf(locked, sizeof locked, "%s.tmp-%ld.%08x.zzzzzz", path, (long)dead, host);
+    snprintf(far, sizeof far, "%s.tmp-%ld.%08x.AbC123", path, (long)dead, host ^ 1u);
+    snprintf(other, sizeof other, "%s2.tmp-%ld.%08x.AbC123", path, (long)dead, host);
+    snprintf(odd, sizeof odd, "%s.tmp-%ldx.%08x.AbC123", path, (long)dead, host);
+    snprintf(dir, sizeof dir, "%s.tmp-%ld.%08x.dirdir", path, (long)dead, host);
+    const char *kept[] = {live, self, locked, far, other, odd};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) touch(kept[i]);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    /* Held by a writer that looks dead from here (another pid namespace). */
+    int lfd = open(locked, O_RDONLY);
+    assert_true(lfd >= 0);
+    assert_int_equal(flock(lfd, LOCK_EX), 0);
+
+    ct_params *ps = one_tensor_list();
+    for (int round = 0; round < 2; round++) {
+        touch(stale);
+        if (round == 0) {
+            assert_int_equal(ct_save_safetensors(path, ps, NULL), CT_OK);
+        } else {
+            ct_params *got = ct_load_safetensors(path, NULL);
+            assert_non_null(got);
+            ct_params_free(got);
+        }
+        assert_false(file_exists(stale));
+        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) assert_true(file_exists(kept[i]));
+        assert_true(file_exists(dir));
+    }
+    /* A save of its own leaves nothing behind. */
+    close(lfd);
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) unlink(kept[i]);
+    rmdir(dir);
+    assert_int_equal(ct_save_safetensors(path, ps, NULL), CT_OK);
+    assert_false(temp_files_left());
+    ct_params_free(ps);
+    unlink(path);
+}
+
+/* Saved files get 0666 less the umask, as open(O_CREAT, 0666) would give,
+ * also when they replace a file of another mode. The umask is the
+ * process's: the teardown restores it even when an assertion fails. */
+static mode_t saved_umask;
+static int setup_umask(void **state) {
+    saved_umask = umask(022);
+    umask(saved_umask);
+    return setup(state);
+}
+static int teardown_umask(void **state) {
+    umask(saved_umask);
+    return teardown(state);
+}
+
+static void test_st_file_mode(void **state) {
+    (void)state;
+    const char *path = tpath("mode.safetensors");
+    ct_params *ps = one_tensor_list();
+    static const mode_t masks[] = {022, 077, 0, 027};
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        umask(masks[i]);
+        assert_int_equal(ct_save_safetensors(path, ps, NULL), CT_OK);
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        if ((sb.st_mode & 0777) != (0666 & ~masks[i]))
+            fprintf(stderr, "umask %03o: mode %03o\n", (unsigned)masks[i],
+                    (unsigned)(sb.st_mode & 0777));
+        assert_int_equal(sb.st_mode & 0777, 0666 & ~masks[i]);
+    }
+    umask(saved_umask);
+    ct_params_free(ps);
+    unlink(path);
+}
+
 static void test_st_save_errors(void **state) {
     (void)state;
     ct_params *ps = ct_params_new();
@@ -669,6 +771,7 @@ static void test_st_malformed(void **state) {
         {"{\"__metadata__\":{\"k\":1}}", 0, {"the metadata", "a string"}},
         {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, {"duplicate metadata key"}},
         {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, {"duplicate key \"__metadata__\""}},
+        {"{\"__metadata__\":{\"k\":\"1\",\"\":\"2\"}}", 0, {"the metadata", "empty metadata key"}},
         /* names that are not UTF-8 */
         {"{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, {"UTF-8"}},
         {"{\"a\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, {"UTF-8"}},
@@ -775,6 +878,98 @@ static void test_st_malformed(void **state) {
     assert_int_equal(ct_tensor_dtype(t), CT_I32);
     assert_int_equal(ct_tensor_numel(ct_params_get(got, 2, NULL)), 0);
     ct_params_free(got);
+}
+
+/* A header of n entries, built by entry(i, buf) into a "{...}" object
+ * (inside "__metadata__" when meta); caller frees. */
+static char *many_entries(int64_t n, bool meta, int (*entry)(int64_t, char *)) {
+    size_t cap = (size_t)n * 96 + 64, m = 0;
+    char *h = malloc(cap);
+    assert_non_null(h);
+    m += (size_t)sprintf(h + m, meta ? "{\"__metadata__\":{" : "{");
+    for (int64_t i = 0; i < n; i++) {
+        if (i) h[m++] = ',';
+        m += (size_t)entry(i, h + m);
+    }
+    m += (size_t)sprintf(h + m, meta ? "}}" : "}");
+    assert_true(m < cap);
+    return h;
+}
+
+/* Keys "k<i>", except that the last repeats key 123 when dup_at_end. */
+static bool dup_at_end;
+static int meta_entry(int64_t i, char *b) {
+    if (dup_at_end && i == 199999) i = 123;
+    return sprintf(b, "\"k%lld\":\"v%lld\"", (long long)i, (long long)i);
+}
+static int empty_tensor_entry(int64_t i, char *b) {
+    if (dup_at_end && i == 199999) i = 123;
+    return sprintf(b, "\"t%lld\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                   (long long)i);
+}
+
+/* Files with 200k metadata keys or 200k (empty) tensors load: names are
+ * hashed, not compared with every earlier one, which made this take minutes.
+ * A repeated key among them is still found and named. */
+static void test_st_many_entries(void **state) {
+    (void)state;
+    const char *p = tpath("many.safetensors");
+    enum { n = 200000 };
+    for (int dup = 0; dup < 2; dup++) {
+        dup_at_end = dup;
+        char *h = many_entries(n, true, meta_entry);
+        write_st(p, h, 0);
+        free(h);
+        ct_metadata *meta = NULL;
+        ct_params *got = ct_load_safetensors(p, &meta);
+        if (dup) {
+            tu_assert_null_error(got, CT_ERR_FORMAT, "ct_load_safetensors", "many.safetensors",
+                                 "duplicate metadata key \"k123\"");
+            assert_null(meta);
+            continue;
+        }
+        assert_non_null(got);
+        assert_int_equal(ct_params_count(got), 0);
+        assert_int_equal(ct_metadata_count(meta), n);
+        const char *v;
+        assert_string_equal(ct_metadata_at(meta, 54321, &v), "k54321");
+        assert_string_equal(v, "v54321");
+        assert_string_equal(ct_metadata_get(meta, "k199999"), "v199999");
+        assert_null(ct_metadata_get(meta, "k200000"));
+        assert_int_equal(ct_metadata_set(meta, "k7", "seven"), CT_OK);
+        assert_int_equal(ct_metadata_set(meta, "new", "x"), CT_OK);
+        assert_int_equal(ct_metadata_count(meta), n + 1);
+        assert_string_equal(ct_metadata_get(meta, "k7"), "seven");
+        assert_string_equal(ct_metadata_at(meta, n, NULL), "new");
+        ct_metadata_free(meta);
+        ct_params_free(got);
+    }
+    for (int dup = 0; dup < 2; dup++) {
+        dup_at_end = dup;
+        char *h = many_entries(n, false, empty_tensor_entry);
+        write_st(p, h, 0);
+        free(h);
+        ct_params *got = ct_load_safetensors(p, NULL);
+        if (dup) {
+            tu_assert_null_error(got, CT_ERR_FORMAT, "ct_load_safetensors", "many.safetensors",
+                                 "duplicate tensor name 't123'");
+            continue;
+        }
+        assert_non_null(got);
+        assert_int_equal(ct_params_count(got), n);
+        const char *name;
+        ct_tensor *t = ct_params_get(got, 150000, &name);
+        assert_string_equal(name, "t150000");
+        assert_ptr_equal(ct_params_find(got, "t150000"), t);
+        assert_int_equal(ct_tensor_numel(t), 0);
+        tu_assert_null_error(ct_params_find(got, "t200000"), CT_ERR_INDEX, "ct_params_find",
+                             "t200000", "200000");
+        /* Restoring into a copy of itself, strict: every name looked up once. */
+        assert_int_equal(ct_load_safetensors_into(p, got, true, NULL), CT_OK);
+        ct_params_free(got);
+    }
+    dup_at_end = false;
+    unlink(p);
 }
 
 /* Random damage to valid files: every outcome is a clean success or a
@@ -1239,8 +1434,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_idx_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_st_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_st_save_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_st_stale_temporaries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_st_file_mode, setup_umask, teardown_umask),
         cmocka_unit_test_setup_teardown(test_st_load_into, setup, teardown),
         cmocka_unit_test_setup_teardown(test_st_malformed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_st_many_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuzz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_resume, setup, teardown),

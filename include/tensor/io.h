@@ -58,8 +58,12 @@ const char *ct_metadata_at(const ct_metadata *m, int64_t index, const char **val
 
 /* Writes tensors (names and values, from any device and layout, in the
  * list's order) and meta (NULL: none) to path. The file appears
- * atomically: it is written to a temporary file in the same directory,
- * synced and renamed over path, so a crash never leaves half a checkpoint.
+ * atomically: it is written to a temporary file in the same directory
+ * ("<path>.tmp-<pid>.<host>.<random>"), synced and renamed over path, so a
+ * crash never leaves half a checkpoint. The new file's mode is 0666 less
+ * the umask, as for any file a program creates. Temporaries of path that a
+ * writer killed mid-write left behind (its process gone) are removed by the
+ * next save or load of path on the same host; a live writer's are kept.
  * Names must be valid UTF-8 and not "__metadata__". */
 ct_status ct_save_safetensors(const char *path, const ct_params *tensors,
                               const ct_metadata *meta);

@@ -21,6 +21,17 @@ bool cti_read_full(int fd, void *buf, size_t n, size_t *got);
 /* Writes all n bytes; false on error (errno set). */
 bool cti_write_full(int fd, const void *buf, size_t n);
 
+/* Temporary files for atomic writes (tmpfile.c). cti_tmp_create makes
+ * "<path>.tmp-<pid>.<host>.<random>" (mode 0666 less the umask, locked while
+ * it is written): *tmp receives its name (caller frees) and *fd the open
+ * descriptor. cti_tmp_sweep removes the temporaries of path that writers
+ * which no longer run left behind (killed mid-write), leaving those of live
+ * writers; it reports nothing, as a sweep that cannot run changes nothing. */
+ct_status cti_tmp_create(const char *op, const char *path, char **tmp, int *fd);
+void cti_tmp_sweep(const char *path);
+/* The host tag in temporary names (a hash of the host name). */
+uint32_t cti_tmp_host_hash(void);
+
 /* Whether s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
  * code points above U+10FFFF). */
 bool cti_utf8_valid(const char *s, size_t n);

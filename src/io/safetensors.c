@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/hashmap.h"
 #include "io_impl.h"
 #include "tensor/autograd.h"
 #include "tensor/ops.h"
@@ -37,10 +38,18 @@ static const char *st_dtype_name(ct_dtype dt) {
 struct ct_metadata {
     int64_t n, cap;
     char **keys, **values; /* owned copies */
+    cti_hmap index;        /* key -> position */
 };
 
-ct_metadata *ct_metadata_new(void) {
+/* An empty list, or NULL (no error set) when out of memory. */
+static ct_metadata *meta_alloc(void) {
     ct_metadata *m = calloc(1, sizeof *m);
+    if (m) cti_hmap_init(&m->index, CTI_HMAP_STR);
+    return m;
+}
+
+ct_metadata *ct_metadata_new(void) {
+    ct_metadata *m = meta_alloc();
     if (!m) return cti_error_null(CT_ERR_OOM, "ct_metadata_new: out of memory");
     return m;
 }
@@ -53,11 +62,22 @@ void ct_metadata_free(ct_metadata *m) {
     }
     free(m->keys);
     free(m->values);
+    cti_hmap_clear(&m->index);
     free(m);
 }
 
-/* Appends (key, value), taking ownership of both; false on OOM (both freed). */
+/* Appends (key, value) for a key not in m, taking ownership of both; false
+ * on OOM (both freed). */
 static bool meta_append(ct_metadata *m, char *key, char *value) {
+    bool room = cti_hmap_reserve(&m->index, (size_t)m->n + 1);
+    if (room && m->n == m->cap) {
+        room = m->cap <= INT64_MAX / 2 && (uint64_t)m->cap * 2 <= SIZE_MAX / sizeof(char *);
+    }
+    if (!room) {
+        free(key);
+        free(value);
+        return false;
+    }
     if (m->n == m->cap) {
         int64_t cap = m->cap ? m->cap * 2 : 8;
         char **k = realloc(m->keys, (size_t)cap * sizeof *k);
@@ -71,6 +91,8 @@ static bool meta_append(ct_metadata *m, char *key, char *value) {
         }
         m->cap = cap;
     }
+    /* Reserved above, so this cannot fail. */
+    cti_hmap_put(&m->index, key, m->n);
     m->keys[m->n] = key;
     m->values[m->n] = value;
     m->n++;
@@ -78,9 +100,7 @@ static bool meta_append(ct_metadata *m, char *key, char *value) {
 }
 
 static int64_t meta_find(const ct_metadata *m, const char *key) {
-    for (int64_t i = 0; i < m->n; i++)
-        if (strcmp(m->keys[i], key) == 0) return i;
-    return -1;
+    return cti_hmap_get(&m->index, key);
 }
 
 ct_status ct_metadata_set(ct_metadata *m, const char *key, const char *value) {
@@ -141,7 +161,7 @@ typedef struct st_header {
     st_entry *e;
     int64_t n, cap;
     ct_metadata *meta;
-    int64_t *by_name;   /* entry indices sorted by name */
+    cti_hmap by_name;   /* entry name -> index */
     int64_t *by_offset; /* entry indices sorted by (begin, end) */
 } st_header;
 
@@ -149,9 +169,10 @@ static void header_free(st_header *h) {
     for (int64_t i = 0; i < h->n; i++) free(h->e[i].name);
     free(h->e);
     ct_metadata_free(h->meta);
-    free(h->by_name);
+    cti_hmap_clear(&h->by_name);
     free(h->by_offset);
     memset(h, 0, sizeof *h);
+    cti_hmap_init(&h->by_name, CTI_HMAP_STR);
 }
 
 typedef struct parser {
@@ -246,12 +267,18 @@ static bool parse_info(parser *p, st_entry *e) {
 static bool parse_metadata(parser *p, st_header *h) {
     cti_json *j = &p->j;
     if (h->meta) return cti_json_fail(j, "duplicate key \"" METADATA_KEY "\"");
-    if (!(h->meta = calloc(1, sizeof *h->meta))) return oom(p);
+    if (!(h->meta = meta_alloc())) return oom(p);
     if (!cti_json_expect(j, '{', "'{' opening the metadata")) return false;
     if (cti_json_accept(j, '}')) return true;
     do {
         char *key, *value;
         if (!cti_json_string(j, &key)) return false;
+        /* ct_metadata keys are never empty (ct_metadata_set refuses them),
+         * so a list read from a file is one the API could have built. */
+        if (!*key) {
+            free(key);
+            return cti_json_fail(j, "empty metadata key");
+        }
         if (!cti_json_expect(j, ':', "':' after a key") || !cti_json_string(j, &value)) {
             free(key);
             return false;
@@ -313,16 +340,12 @@ static bool parse_header(parser *p, st_header *h) {
         if (!cti_json_expect(j, '}', "',' or '}' after a tensor")) return false;
     }
     if (!cti_json_at_end(j)) return cti_json_fail(j, "text after the header's closing '}'");
-    if (!h->meta && !(h->meta = calloc(1, sizeof *h->meta))) return oom(p);
+    if (!h->meta && !(h->meta = meta_alloc())) return oom(p);
     return true;
 }
 
 /* ---- validation of the header against the file --------------------------------------------- */
 
-static int cmp_name(const void *a, const void *b, void *ctx) {
-    const st_entry *e = ctx;
-    return strcmp(e[*(const int64_t *)a].name, e[*(const int64_t *)b].name);
-}
 static int cmp_offset(const void *a, const void *b, void *ctx) {
     const st_entry *e = ctx;
     const st_entry *x = &e[*(const int64_t *)a], *y = &e[*(const int64_t *)b];
@@ -331,9 +354,8 @@ static int cmp_offset(const void *a, const void *b, void *ctx) {
     return 0;
 }
 
-static void sort_indices(st_header *h) {
-    for (int64_t i = 0; i < h->n; i++) h->by_name[i] = h->by_offset[i] = i;
-    qsort_r(h->by_name, (size_t)h->n, sizeof(int64_t), cmp_name, h->e);
+static void sort_offsets(st_header *h) {
+    for (int64_t i = 0; i < h->n; i++) h->by_offset[i] = i;
     qsort_r(h->by_offset, (size_t)h->n, sizeof(int64_t), cmp_offset, h->e);
 }
 
@@ -371,15 +393,15 @@ static ct_status validate(const char *op, const char *path, st_header *h, int64_
                              (long long)e->begin, (long long)e->end,
                              (long long)(e->end - e->begin));
     }
-    if (!(h->by_name = malloc((size_t)(h->n + 1) * sizeof(int64_t))) ||
+    if (!cti_hmap_reserve(&h->by_name, (size_t)h->n) ||
         !(h->by_offset = malloc((size_t)(h->n + 1) * sizeof(int64_t))))
         return cti_error(CT_ERR_OOM, "%s: out of memory reading '%s'", op, path);
-    sort_indices(h);
-    for (int64_t i = 1; i < h->n; i++) {
-        const char *a = h->e[h->by_name[i - 1]].name, *b = h->e[h->by_name[i]].name;
-        if (strcmp(a, b) == 0)
-            return cti_error(CT_ERR_FORMAT, "%s: '%s': duplicate tensor name '%s'", op, path, a);
-    }
+    /* In header order, so the first repeated name is the one named. */
+    for (int64_t i = 0; i < h->n; i++)
+        if (cti_hmap_put_new(&h->by_name, h->e[i].name, i) >= 0)
+            return cti_error(CT_ERR_FORMAT, "%s: '%s': duplicate tensor name '%s'", op, path,
+                             h->e[i].name);
+    sort_offsets(h);
     /* The ranges, in order, must tile [0, data_len): no gaps, no overlaps. */
     int64_t pos = 0;
     const st_entry *prev = NULL;
@@ -494,7 +516,9 @@ static ct_status read_tensors(const char *op, const char *path, int fd, const st
  * entry i, references owned by the caller). */
 static ct_status load_file(const char *op, const char *path, st_header *h, ct_tensor ***tensors) {
     memset(h, 0, sizeof *h);
+    cti_hmap_init(&h->by_name, CTI_HMAP_STR);
     *tensors = NULL;
+    cti_tmp_sweep(path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return cti_error(CT_ERR_IO, "%s: cannot open '%s': %s", op, path, strerror(errno));
     struct stat sb;
@@ -573,17 +597,8 @@ ct_metadata *ct_load_safetensors_metadata(const char *path) {
     return m;
 }
 
-/* The entry named name, by binary search over the name order. */
 static int64_t find_entry(const st_header *h, const char *name) {
-    int64_t lo = 0, hi = h->n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(h->e[h->by_name[mid]].name, name);
-        if (c == 0) return h->by_name[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    return -1;
+    return cti_hmap_get(&h->by_name, name);
 }
 
 static ct_status check_into(const char *op, const char *path, const st_header *h,
@@ -607,14 +622,16 @@ static ct_status check_into(const char *op, const char *path, const st_header *h
     }
     if (strict && h->n != nd) {
         /* dst's names are distinct and all found, so some file tensor is extra. */
-        for (int64_t k = 0; k < h->n; k++) {
-            bool used = false;
-            for (int64_t i = 0; i < nd && !used; i++) used = src_of[i] == k;
-            if (!used)
-                return cti_error(CT_ERR_FORMAT,
-                                 "%s: '%s' holds tensor '%s' that the list lacks (strict)", op,
-                                 path, h->e[k].name);
-        }
+        bool *used = calloc((size_t)h->n, sizeof *used);
+        if (!used) return cti_error(CT_ERR_OOM, "%s: out of memory", op);
+        for (int64_t i = 0; i < nd; i++) used[src_of[i]] = true;
+        int64_t k = 0;
+        while (k < h->n && used[k]) k++;
+        free(used);
+        if (k < h->n)
+            return cti_error(CT_ERR_FORMAT,
+                             "%s: '%s' holds tensor '%s' that the list lacks (strict)", op, path,
+                             h->e[k].name);
     }
     return CT_OK;
 }
@@ -799,23 +816,14 @@ static void sync_parent_dir(const char *path) {
 
 static ct_status write_file(const char *op, const char *path, const strbuf *hdr,
                             const ct_params *ps, const int64_t *order) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) return cti_error(CT_ERR_OOM, "%s: out of memory", op);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp-XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        ct_status st = cti_error(CT_ERR_IO, "%s: cannot create a temporary file next to '%s': %s",
-                                 op, path, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    ct_status st = CT_OK;
+    cti_tmp_sweep(path);
+    char *tmp;
+    int fd;
+    ct_status st = cti_tmp_create(op, path, &tmp, &fd);
+    if (st) return st;
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr->n >> (8 * k));
-    if (fchmod(fd, 0644) != 0 || !cti_write_full(fd, len8, 8) ||
-        !cti_write_full(fd, hdr->p, hdr->n))
+    if (!cti_write_full(fd, len8, 8) || !cti_write_full(fd, hdr->p, hdr->n))
         st = cti_error(CT_ERR_IO, "%s: cannot write '%s': %s", op, tmp, strerror(errno));
     for (int64_t i = 0; !st && i < ct_params_count(ps); i++)
         st = write_tensor(op, tmp, fd, ct_params_get(ps, order[i], NULL));

@@ -56,11 +56,7 @@ static ct_status add_pair(const char *op, ct_params *p, const char *prefix, ct_t
     int64_t n0 = p->n;
     ct_status st = add_named(op, p, prefix, "weight", w);
     if (st == CT_OK) st = add_named(op, p, prefix, "bias", b);
-    while (st != CT_OK && p->n > n0) {
-        p->n--;
-        free(p->names[p->n]);
-        ct_tensor_release(p->tensors[p->n]);
-    }
+    while (st != CT_OK && p->n > n0) cti_params_pop(p);
     return st;
 }
 
