@@ -54,12 +54,12 @@ typedef struct worker {
  * thread's test), so a worker records its first failure and stops. */
 #define CHECK(w, cond, ...)                                                                    \
     do {                                                                                       \
-        if (!(cond) && !(w)->failure[0]) {                                                     \
+        if (!(cond)) {                                                                         \
             int n_ = snprintf((w)->failure, sizeof (w)->failure, "worker %d, %s:%d: ",         \
                               (w)->id, __FILE__, __LINE__);                                    \
             snprintf((w)->failure + n_, sizeof (w)->failure - (size_t)n_, __VA_ARGS__);        \
+            goto out;                                                                          \
         }                                                                                      \
-        if (!(cond)) goto out;                                                                 \
     } while (0)
 
 static int env_int(const char *name, int def, int max) {
@@ -304,12 +304,12 @@ static void test_handoff_between_threads(void **state) {
  * initialized once, and each its own error state. */
 static void *first_calls(void *arg) {
     int *ok = arg;
+    ct_scope *s = ct_scope_begin();
     ct_tensor *a = ct_tensor_ones(CT_SHAPE(2, 2), CT_F32, CT_CPU);
     ct_tensor *r = ct_requires_grad_(a, true) == CT_OK ? ct_sum(ct_mul(a, a), CT_NONE, false)
                                                        : NULL;
-    *ok = r && ct_backward(r, NULL, false) == CT_OK && ct_last_status() == CT_OK;
-    ct_tensor_release(r);
-    ct_tensor_release(a);
+    *ok = s && r && ct_backward(r, NULL, false) == CT_OK && ct_last_status() == CT_OK;
+    ct_scope_end(s);
     return NULL;
 }
 

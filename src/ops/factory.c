@@ -393,7 +393,7 @@ static ct_status dispatch_random(ct_tensor *t, ct_op kind, ct_generator *gen, do
         .b = b,
         .low = ilow,
         .high = ihigh,
-        .seed = gen->seed,
+        .seed = ct_generator_seed(gen),
         .offset = ct_generator_reserve(gen, elems * (uint64_t)draws_per_element(kind, t->dtype)),
     };
     cti_call_params(&c, &p);
