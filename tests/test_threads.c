@@ -322,6 +322,42 @@ static void test_concurrent_first_use(void **state) {
     for (int k = 0; k < 8; k++) assert_true(ok[k]);
 }
 
+/* Library-wide switches and the profile table from several threads: ops
+ * record into the table while others print it. */
+static void *profile_and_print(void *arg) {
+    int *ok = arg;
+    FILE *devnull = fopen("/dev/null", "w");
+    *ok = devnull != NULL;
+    for (int i = 0; i < 50 && *ok; i++) {
+        ct_tensor *t = ct_tensor_ones(CT_SHAPE(4), CT_F32, CT_CPU);
+        ct_tensor *u = ct_add(t, t);
+        *ok = u != NULL;
+        ct_tensor_release(u);
+        ct_tensor_release(t);
+        ct_profile_print(devnull);
+        ct_set_allow_tf32(i % 2);
+        (void)ct_trace_enabled();
+        (void)ct_get_num_threads();
+    }
+    if (devnull) fclose(devnull);
+    return NULL;
+}
+
+static void test_profile_from_threads(void **state) {
+    (void)state;
+    bool prev = ct_profile_enabled(), tf32 = ct_allow_tf32();
+    ct_set_profile(true);
+    pthread_t th[4];
+    int ok[4] = {0};
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(pthread_create(&th[k], NULL, profile_and_print, &ok[k]), 0);
+    for (int k = 0; k < 4; k++) assert_int_equal(pthread_join(th[k], NULL), 0);
+    for (int k = 0; k < 4; k++) assert_true(ok[k]);
+    ct_set_profile(prev);
+    ct_set_allow_tf32(tf32);
+    ct_profile_reset();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         /* First, so that library init and the first autograd record happen
@@ -329,6 +365,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_concurrent_first_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_match_one_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_handoff_between_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_profile_from_threads, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
