@@ -98,6 +98,14 @@ static void test_kernels_on_empty_tensor_with_huge_sizes(void **state) {
                                  false));
     assert_true(v[0] == 0 && v[1] == 0 && v[2] == 0);
     free(v);
+    /* The sizes overflow before the zero comes: elementwise ops counted the
+     * result's elements, matmul its batches, by multiplying them. */
+    ct_tensor *w = ct_tensor_zeros(CT_SHAPE(big, 4, 0), CT_F32, CT_CPU);
+    assert_empty_view(ct_neg(w), 3, (const int64_t[]){big, 4, 0});
+    ct_tensor *a = ct_tensor_zeros(CT_SHAPE(INT64_C(1) << 31, INT64_C(1) << 33, 0, 2, 3), CT_F32,
+                                   CT_CPU);
+    assert_empty_view(ct_matmul(a, ct_tensor_ones(CT_SHAPE(3, 4), CT_F32, CT_CPU)), 5,
+                      (const int64_t[]){INT64_C(1) << 31, INT64_C(1) << 33, 0, 2, 4});
     ct_tensor *x = ct_tensor_zeros(CT_SHAPE(0, 2, big, 4), CT_F32, CT_CPU);
     assert_non_null(x);
     assert_empty_view(ct_adaptive_avg_pool2d(x, 3, 3), 4, (const int64_t[]){0, 2, 3, 3});
