@@ -1115,6 +1115,53 @@ static void run(prog *g) {
     }
 }
 
+/* Runs after the instructions and reads no input, so it changes nothing
+ * the instructions did (an input that found a bug there still finds it):
+ * backpropagates from every result with history, keeping the graphs so
+ * that shared ones are walked again, then steps optimizers over the leaves
+ * that ended up with gradients. Programs rarely reach these on their own. */
+static void epilogue(prog *g) {
+    for (int k = 0; k < NENT; k++) {
+        ct_tensor *t = g->e[k].t;
+        if (!t || !small(t) || !ct_grad_fn_name(t)) continue;
+        begin(g, "ct_sum");
+        ct_tensor *loss = ct_sum(t, CT_NONE, false);
+        if (!loss) {
+            check_failure(g, CT_OK);
+            continue;
+        }
+        check_tensor(g, loss);
+        S_CALL(g, "ct_backward", ct_backward(loss, NULL, true));
+        ct_tensor_release(loss);
+    }
+    ct_params *leaves = ct_params_new();
+    if (!leaves) return;
+    for (int k = 0; k < NENT; k++) {
+        ct_tensor *t = g->e[k].t;
+        if (!t || !ct_is_leaf(t) || !ct_grad(t)) continue;
+        char name[16];
+        snprintf(name, sizeof name, "leaf%d", k);
+        S_CALL(g, "ct_params_add", ct_params_add(leaves, name, t));
+    }
+    if (ct_params_count(leaves) > 0) {
+        double total;
+        S_CALL(g, "ct_clip_grad_norm", ct_clip_grad_norm(leaves, 1.0, &total));
+        for (int k = 0; k < 2; k++) {
+            begin(g, k ? "ct_optim_adamw_new" : "ct_optim_sgd_new");
+            ct_optimizer *o = k ? ct_optim_adamw_new(leaves, 1e-3, 0.9, 0.999, 1e-8, 1e-2)
+                                : ct_optim_sgd_new(leaves, 0.1, 0.9, 0.0, 1e-4, true);
+            if (!o) {
+                check_failure(g, CT_OK);
+                continue;
+            }
+            S_CALL(g, "ct_optim_step", ct_optim_step(o));
+            S_CALL(g, "ct_optim_step", ct_optim_step(o));
+            ct_optim_free(o);
+        }
+    }
+    ct_params_free(leaves);
+}
+
 static void teardown(prog *g) {
     g->call = "teardown";
     ct_optim_free(g->opt);
@@ -1144,6 +1191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!g.gen) return 0;
     seed_pool(&g);
     run(&g);
+    epilogue(&g);
     teardown(&g);
     cti_alloc_stats after = cti_get_alloc_stats();
     if (after.live_tensors != before.live_tensors || after.live_storages != before.live_storages) {
