@@ -84,8 +84,9 @@ static void test_views_of_empty_tensor_with_huge_sizes(void **state) {
     ct_scope_end(s);
 }
 
-/* Reductions and pooling of such a tensor formed products of its sizes and
- * strides (signed overflow); an empty input is now read nowhere. */
+/* Reductions, pooling, softmax and copies of such a tensor formed products
+ * of its sizes and strides (signed overflow); an empty input is now read
+ * nowhere. */
 static void test_kernels_on_empty_tensor_with_huge_sizes(void **state) {
     (void)state;
     ct_scope *s = ct_scope_begin();
@@ -106,6 +107,11 @@ static void test_kernels_on_empty_tensor_with_huge_sizes(void **state) {
                                    CT_CPU);
     assert_empty_view(ct_matmul(a, ct_tensor_ones(CT_SHAPE(3, 4), CT_F32, CT_CPU)), 5,
                       (const int64_t[]){INT64_C(1) << 31, INT64_C(1) << 33, 0, 2, 4});
+    assert_empty_view(ct_log_softmax(w, 2), 3, (const int64_t[]){big, 4, 0});
+    assert_empty_view(ct_softmax(w, 0), 3, (const int64_t[]){big, 4, 0});
+    /* ct_copy_ measured the bytes both sides span, dim by dim, before
+     * seeing the zero. */
+    assert_int_equal(ct_copy_(t, empty_huge()), CT_OK);
     ct_tensor *x = ct_tensor_zeros(CT_SHAPE(0, 2, big, 4), CT_F32, CT_CPU);
     assert_non_null(x);
     assert_empty_view(ct_adaptive_avg_pool2d(x, 3, 3), 4, (const int64_t[]){0, 2, 3, 3});

@@ -81,9 +81,11 @@ static ct_status check_writable(const char *op, const ct_tensor *t) {
 
 /* Byte range [lo, hi) t's elements span in its storage; false when empty. */
 static bool byte_range(const ct_tensor *t, int64_t *lo, int64_t *hi) {
+    /* The zero first: an empty tensor's strides may be saturated, and the
+     * spans of the dims before its zero would overflow. */
+    if (cti_numel(t->ndim, t->shape) == 0) return false;
     int64_t first = t->offset, last = t->offset;
     for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 0) return false;
         int64_t span = (t->shape[i] - 1) * t->stride[i];
         if (span < 0) first += span;
         else last += span;
