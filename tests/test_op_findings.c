@@ -120,6 +120,27 @@ static void test_kernels_on_empty_tensor_with_huge_sizes(void **state) {
     ct_scope_end(s);
 }
 
+/* The same family, found by reading the code the fuzzer pointed at: flatten
+ * multiplied the merged sizes, conv2d's bias gradient and operand loads
+ * their sizes. */
+static void test_more_of_empty_tensor_with_huge_sizes(void **state) {
+    (void)state;
+    ct_scope *s = ct_scope_begin();
+    const int64_t big = INT64_C(1) << 62;
+    ct_tensor *w = ct_tensor_zeros(CT_SHAPE(big, 4, 0), CT_F32, CT_CPU);
+    assert_null(ct_flatten(w, 0, 1));
+    assert_error(CT_ERR_OVERFLOW, "ct_flatten: merging dims 0..1");
+    assert_empty_view(ct_flatten(w, 1, 2), 2, (const int64_t[]){big, 0});
+    ct_tensor *dy = ct_tensor_zeros(CT_SHAPE(INT64_C(1) << 40, 0, INT64_C(1) << 40, 4), CT_F32,
+                                    CT_CPU);
+    assert_empty_view(ct_conv2d_backward_bias(dy), 1, (const int64_t[]){0});
+    double *v = tu_values(ct_conv2d_backward_bias(ct_tensor_zeros(CT_SHAPE(0, 3, big, 4),
+                                                                  CT_F32, CT_CPU)));
+    assert_true(v[0] == 0 && v[1] == 0 && v[2] == 0);
+    free(v);
+    ct_scope_end(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_negative_size_after_zero, setup, teardown),
@@ -127,6 +148,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_views_of_empty_tensor_with_huge_sizes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_kernels_on_empty_tensor_with_huge_sizes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_more_of_empty_tensor_with_huge_sizes, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -692,8 +692,18 @@ ct_tensor *ct_flatten(ct_tensor *t, int start_dim, int end_dim) {
     int64_t shape[CT_MAX_DIMS];
     int n = 0;
     for (int i = 0; i < s; i++) shape[n++] = t->shape[i];
-    int64_t merged = 1;
-    for (int i = s; i <= e; i++) merged *= t->shape[i];
+    /* The merged size of an empty tensor may not fit int64 (a zero outside
+     * the merged dims next to huge sizes inside them). */
+    int64_t merged = cti_numel(e - s + 1, t->shape + s);
+    if (merged == INT64_MAX) {
+        int64_t exact = 1;
+        for (int i = s; i <= e; i++)
+            if (__builtin_mul_overflow(exact, t->shape[i], &exact))
+                return cti_error_null(CT_ERR_OVERFLOW,
+                                      "%s: merging dims %d..%d of %s gives more than INT64_MAX "
+                                      "elements in one dim",
+                                      op, s, e, cti_desc(t));
+    }
     shape[n++] = merged;
     for (int i = e + 1; i < t->ndim; i++) shape[n++] = t->shape[i];
     return ct_reshape(t, n, shape);
