@@ -109,6 +109,9 @@ static void test_kernels_on_empty_tensor_with_huge_sizes(void **state) {
                       (const int64_t[]){INT64_C(1) << 31, INT64_C(1) << 33, 0, 2, 4});
     assert_empty_view(ct_log_softmax(w, 2), 3, (const int64_t[]){big, 4, 0});
     assert_empty_view(ct_softmax(w, 0), 3, (const int64_t[]){big, 4, 0});
+    /* ct_cat placed each part at its offset along dim 0 of the result. */
+    ct_tensor *parts[2] = {t, t};
+    assert_empty_view(ct_cat(2, parts, 0), 4, (const int64_t[]){18, 0, big, 4});
     /* ct_copy_ measured the bytes both sides span, dim by dim, before
      * seeing the zero. */
     assert_int_equal(ct_copy_(t, empty_huge()), CT_OK);

@@ -769,6 +769,9 @@ static ct_tensor *cat_impl(int n, ct_tensor *const *tensors, int dim) {
     }
     ct_tensor *out = cti_tensor_new(op, r->ndim, shape, dtype, device);
     if (!out) return NULL;
+    /* Nothing to copy into an empty result, whose strides may be saturated
+     * (a zero in another dim next to huge sizes): no part's offset is formed. */
+    if (cti_numel(out->ndim, out->shape) == 0) return out;
     int64_t pos = 0;
     for (int i = 0; i < n; i++) {
         const ct_tensor *t = tensors[i];
