@@ -7,7 +7,10 @@
  * out of range included), record and run backward, open and end scopes,
  * retain and release handles, build parameter lists and take optimizer steps.
  * Operands are drawn from the pool, so in-place ops meet their own views and
- * ops meet released-and-replaced handles as a real program would.
+ * ops meet released-and-replaced handles as a real program would. After the
+ * instructions, an epilogue that reads no input backpropagates from every
+ * result with history and steps optimizers over the leaves with gradients.
+ * OP_PROGRAM_TRACE=1 prints each call and its outcome, to read a finding.
  *
  * What is checked, besides what the sanitizers see:
  * - a call either succeeds or fails with a status (the one it returns, when
@@ -168,8 +171,7 @@ static void fail(prog *g, const char *what) {
     abort();
 }
 
-/* OP_PROGRAM_TRACE=1 prints every call and its outcome, to read a finding. */
-static int tracing = -1;
+static int tracing = -1; /* OP_PROGRAM_TRACE, read on first use */
 
 static void begin(prog *g, const char *call) {
     g->call = call;
