@@ -48,9 +48,11 @@ void ct_profile_reset(void);
 
 /* ---- threads ---------------------------------------------------------------------
  * One setting for the CPU: the library's own pool and OpenBLAS share it, and
- * never run at once, so they never fight over cores. The default is the
- * number of cores the process may run on, or CT_NUM_THREADS from the
- * environment. */
+ * one op never runs both at once, so they do not fight over cores (ops of
+ * several calling threads may overlap; see "Threads" in tensor.h). The
+ * default is the number of cores the process may run on, or CT_NUM_THREADS
+ * from the environment. ct_set_num_threads resizes OpenBLAS too: call it
+ * while no other thread runs ops. */
 ct_status ct_set_num_threads(int n);
 int ct_get_num_threads(void);
 

@@ -34,9 +34,9 @@ static ct_tensor *mT(ct_tensor *t) { return ct_transpose(t, t->ndim - 2, t->ndim
 
 /* Product of the first nd sizes of shape. */
 static int64_t lead_numel(int nd, const int64_t *shape) {
-    int64_t r = 1;
-    for (int d = 0; d < nd; d++) r *= shape[d];
-    return r;
+    /* Saturates for an empty tensor's huge sizes: the view to [rows, cols]
+     * is then refused with a message instead of overflowing. */
+    return cti_numel(nd, shape);
 }
 
 /* t as [rows, cols] (a view when its strides allow, else a copy). */

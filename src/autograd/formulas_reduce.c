@@ -48,10 +48,13 @@ static int reduced_dims(const cti_node *n, int64_t *dims) {
 
 /* Number of elements each output element reduced. */
 static int64_t reduced_count(const cti_node *n) {
-    int64_t c = 1;
+    /* cti_numel: 0 with a zero among them, saturated past int64 (an empty
+     * input's other sizes may be huge; its gradient is empty then). */
+    int64_t sizes[CT_MAX_DIMS];
+    int k = 0;
     for (int d = 0; d < n->in_ndim[0]; d++)
-        if (is_reduced(n, d)) c *= n->in_shape[0][d];
-    return c;
+        if (is_reduced(n, d)) sizes[k++] = n->in_shape[0][d];
+    return cti_numel(k, sizes);
 }
 
 /* t (in the output's shape) with x's rank: size 1 at the reduced dims. A

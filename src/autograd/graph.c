@@ -1,4 +1,5 @@
 /* Recording: autograd metadata on tensors, nodes, grad mode. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "autograd_impl.h"
@@ -64,9 +65,15 @@ static void meta_free(ct_tensor *t) {
     free(m);
 }
 
+static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
+static void install_free_hook(void) { cti_set_autograd_free_hook(meta_free); }
+
 static struct ct_autograd_meta *meta_get(ct_tensor *t) {
     if (t->autograd) return t->autograd;
-    cti_autograd_free_hook = meta_free;
+    /* Core frees records through the hook, so it must be in place before
+     * the first record exists; once per process, from whichever thread
+     * attaches a record first. */
+    pthread_once(&hook_once, install_free_hook);
     struct ct_autograd_meta *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     t->autograd = m;

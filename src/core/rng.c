@@ -40,6 +40,10 @@ uint32_t ct_philox(uint64_t seed, uint64_t index) {
 
 static ct_generator default_gen = {0, 0};
 
+/* A generator may be drawn from by several threads at once: each draw
+ * reserves its range of the stream with an atomic add, and the seed is read
+ * and written atomically too, so reseeding while another thread draws is
+ * not a data race (which seed such a draw uses is unspecified). */
 ct_generator *ct_generator_new(uint64_t seed) {
     ct_generator *g = malloc(sizeof *g);
     if (!g) return cti_error_null(CT_ERR_OOM, "ct_generator_new: out of memory");
@@ -56,11 +60,13 @@ static ct_generator *resolve(ct_generator *g) { return g ? g : &default_gen; }
 
 void ct_generator_set_seed(ct_generator *g, uint64_t seed) {
     g = resolve(g);
-    g->seed = seed;
+    __atomic_store_n(&g->seed, seed, __ATOMIC_RELAXED);
     __atomic_store_n(&g->offset, 0, __ATOMIC_RELAXED);
 }
 
-uint64_t ct_generator_seed(const ct_generator *g) { return g ? g->seed : default_gen.seed; }
+uint64_t ct_generator_seed(const ct_generator *g) {
+    return __atomic_load_n(g ? &g->seed : &default_gen.seed, __ATOMIC_RELAXED);
+}
 
 uint64_t ct_generator_offset(const ct_generator *g) {
     return __atomic_load_n(g ? &g->offset : &default_gen.offset, __ATOMIC_RELAXED);

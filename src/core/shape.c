@@ -51,13 +51,17 @@ bool cti_checked_nbytes(const char *op, int ndim, const int64_t *shape, ct_dtype
         cti_error(CT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dt);
         return false;
     }
-    uint64_t n = ct_dtype_size(dt);
+    /* Every size is checked before the product: the product stops early
+     * when a zero makes it fit, and must not skip a negative size after it. */
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             cti_error(CT_ERR_SHAPE, "%s: negative size %lld in dim %d of shape %s", op,
                       (long long)shape[i], i, cti_shape_s(ndim, shape));
             return false;
         }
+    }
+    uint64_t n = ct_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) {
         if (shape[i] != 0 && n > (uint64_t)INT64_MAX / (uint64_t)shape[i]) {
             /* Keep scanning: a zero size later makes the product fit. */
             bool has_zero = false;

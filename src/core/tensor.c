@@ -328,13 +328,23 @@ ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape
 
 ct_tensor *ct_tensor_retain(ct_tensor *t) { return cti_ref(t); }
 
-void (*cti_autograd_free_hook)(ct_tensor *t);
+/* Atomic because threads attach their first autograd records concurrently;
+ * a release that sees a record reads the hook with acquire, pairing with the
+ * release store that came before the record was attached. */
+static _Atomic(cti_autograd_free_fn) autograd_free_hook;
+
+void cti_set_autograd_free_hook(cti_autograd_free_fn fn) {
+    atomic_store_explicit(&autograd_free_hook, fn, memory_order_release);
+}
 
 void cti_unref(ct_tensor *t) {
     if (!t) return;
     if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
     if (atomic_load_explicit(&t->scope, memory_order_relaxed)) cti_scope_forget(t);
-    if (t->autograd && cti_autograd_free_hook) cti_autograd_free_hook(t);
+    if (t->autograd) {
+        cti_autograd_free_fn hook = atomic_load_explicit(&autograd_free_hook, memory_order_acquire);
+        if (hook) hook(t);
+    }
     bump(&stats()->tensors, -1);
     cti_storage *s = t->storage;
     if (!is_embedded(t)) free(t);

@@ -168,8 +168,11 @@ static inline ct_tensor *cti_ref(ct_tensor *t) {
     return t;
 }
 void cti_unref(ct_tensor *t);
-/* Set by the autograd layer: frees a handle's autograd record on release. */
-extern void (*cti_autograd_free_hook)(ct_tensor *t);
+/* Installed by the autograd layer (core may not call it directly) before it
+ * attaches its first record to a handle: frees that record on release.
+ * Setting it again with the same function is harmless; any thread may. */
+typedef void (*cti_autograd_free_fn)(ct_tensor *t);
+void cti_set_autograd_free_hook(cti_autograd_free_fn fn);
 
 /* ---- random numbers ------------------------------------------------------------- */
 struct ct_generator {

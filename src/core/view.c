@@ -6,6 +6,26 @@
         if (!(t)) return cti_error_null(CT_ERR_INVALID_ARG, "%s: tensor is NULL", op); \
     } while (0)
 
+/* The storage offset of element index along dim d of t, into *off. An
+ * empty tensor addresses nothing and its strides may be saturated (a zero
+ * next to huge sizes), and every view of it is empty too, so its views keep
+ * its offset; otherwise the arithmetic is checked. */
+static bool offset_at(const char *op, const ct_tensor *t, int d, int64_t index, int64_t *off) {
+    int64_t step;
+    if (cti_numel(t->ndim, t->shape) == 0) {
+        *off = t->offset;
+        return true;
+    }
+    if (__builtin_mul_overflow(index, t->stride[d], &step) ||
+        __builtin_add_overflow(t->offset, step, off)) {
+        cti_error(CT_ERR_OVERFLOW,
+                  "%s: the offset of index %lld along dim %d of %s (stride %lld) overflows int64",
+                  op, (long long)index, d, cti_desc(t), (long long)t->stride[d]);
+        return false;
+    }
+    return true;
+}
+
 /* Resolves one -1 in shape against numel; writes the result into out. */
 static bool infer_shape(const char *op, const ct_tensor *t, int ndim, const int64_t *shape,
                         int64_t *out) {
@@ -179,7 +199,10 @@ ct_tensor *cti_unsqueeze(ct_tensor *t, int dim) {
             sh[n] = 1;
             /* The stride of a size-1 dim is free; this value keeps the view
              * contiguous when t is. */
-            st[n++] = i < t->ndim ? t->stride[i] * t->shape[i] : 1;
+            if (i == t->ndim) st[n] = 1;
+            else if (__builtin_mul_overflow(t->stride[i], t->shape[i], &st[n]))
+                st[n] = INT64_MAX; /* only an empty tensor's saturated strides get here */
+            n++;
         }
         if (i < t->ndim) {
             sh[n] = t->shape[i];
@@ -212,12 +235,18 @@ ct_tensor *cti_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t 
      * up without adding step, and a dim of at most one element keeps its
      * stride (no element is ever reached through it). */
     sh[d] = (end - start) / step + ((end - start) % step != 0);
-    if (sh[d] > 1 && __builtin_mul_overflow(t->stride[d], step, &st[d]))
-        return cti_error_null(CT_ERR_OVERFLOW,
-                              "ct_slice: step %lld times the stride %lld of dim %d of %s "
-                              "overflows int64",
-                              (long long)step, (long long)t->stride[d], d, cti_desc(t));
-    return cti_tensor_view(t, t->ndim, sh, st, t->offset + start * t->stride[d]);
+    bool empty = cti_numel(t->ndim, t->shape) == 0;
+    if (sh[d] > 1 && __builtin_mul_overflow(t->stride[d], step, &st[d])) {
+        if (!empty)
+            return cti_error_null(CT_ERR_OVERFLOW,
+                                  "ct_slice: step %lld times the stride %lld of dim %d of %s "
+                                  "overflows int64",
+                                  (long long)step, (long long)t->stride[d], d, cti_desc(t));
+        st[d] = INT64_MAX; /* addresses nothing */
+    }
+    int64_t offset;
+    if (!offset_at("ct_slice", t, d, start, &offset)) return NULL;
+    return cti_tensor_view(t, t->ndim, sh, st, offset);
 }
 
 ct_tensor *cti_narrow(ct_tensor *t, int dim, int64_t start, int64_t length) {
@@ -242,7 +271,9 @@ ct_tensor *cti_narrow(ct_tensor *t, int dim, int64_t start, int64_t length) {
     int64_t sh[CT_MAX_DIMS];
     memcpy(sh, t->shape, sizeof sh);
     sh[d] = length;
-    return cti_tensor_view(t, t->ndim, sh, t->stride, t->offset + start * t->stride[d]);
+    int64_t offset;
+    if (!offset_at("ct_narrow", t, d, start, &offset)) return NULL;
+    return cti_tensor_view(t, t->ndim, sh, t->stride, offset);
 }
 
 ct_tensor *cti_select(ct_tensor *t, int dim, int64_t index) {
@@ -263,7 +294,9 @@ ct_tensor *cti_select(ct_tensor *t, int dim, int64_t index) {
         sh[k] = t->shape[i];
         st[k++] = t->stride[i];
     }
-    return cti_tensor_view(t, k, sh, st, t->offset + index * t->stride[d]);
+    int64_t offset;
+    if (!offset_at("ct_select", t, d, index, &offset)) return NULL;
+    return cti_tensor_view(t, k, sh, st, offset);
 }
 
 ct_tensor *cti_expand(ct_tensor *t, int ndim, const int64_t *shape) {

@@ -401,9 +401,15 @@ static int by_total_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* The snapshot buffer is too large for a thread's stack, so it is static
+ * and printing is serialized by its own lock, leaving profile_lock (which
+ * every profiled op takes) free while lines are written out. */
+static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void ct_profile_print(void *file) {
     FILE *f = file ? (FILE *)file : stderr;
     static prof_line lines[CT_NUM_OPS * CT_NUM_DEVICE_TYPES * CT_NUM_DTYPES];
+    pthread_mutex_lock(&print_lock);
     int n = 0;
     uint64_t total = 0;
     pthread_mutex_lock(&profile_lock);
@@ -429,6 +435,7 @@ void ct_profile_print(void *file) {
                 l->row.total_ns / 1e6, l->row.total_ns / 1e3 / (double)l->row.count,
                 total ? 100.0 * (double)l->row.total_ns / (double)total : 0.0);
     }
+    pthread_mutex_unlock(&print_lock);
 }
 
 static uint64_t now_ns(void) {

@@ -112,7 +112,12 @@ static ct_status check_bool_sub(const char *name, ct_dtype da, ct_dtype db) {
  * integer form serves integer and bool results, the other ops ignore both)
  * and the number s of a tensor-scalar form, which its formula reads. */
 static inline cti_pointwise_params binary_params(double alpha, double s) {
-    return (cti_pointwise_params){.alpha = alpha, .ialpha = (int64_t)alpha, .scalar = s};
+    /* Only integer results read ialpha, and for them alpha was checked to
+     * be an integer in range; for the others any double may come, and
+     * converting one outside int64 is undefined. */
+    int64_t ialpha =
+        alpha >= -9223372036854775808.0 && alpha < 9223372036854775808.0 ? (int64_t)alpha : 0;
+    return (cti_pointwise_params){.alpha = alpha, .ialpha = ialpha, .scalar = s};
 }
 
 /* Runs a kernel into out with inputs (a, b) converted to cd. */
@@ -241,7 +246,7 @@ static inline ct_dtype scalar_result_type(ct_dtype t, ct_dtype sd) {
  * (float32 for reduced-precision kernels). */
 static ct_tensor *make_scalar(const char *name, double s, ct_dtype cd, ct_device dev) {
     ct_dtype dt = is_lowp(cd) ? CT_F32 : cd;
-    if (dt == CT_I32 && (s < -2147483648.0 || s > 2147483647.0))
+    if (dt == CT_I32 && !(s >= -2147483648.0 && s <= 2147483647.0))
         return cti_error_null(CT_ERR_OVERFLOW,
                               "%s: value %.17g cannot be converted to int32 without overflow",
                               name, s);

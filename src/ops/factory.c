@@ -81,9 +81,11 @@ static ct_status check_writable(const char *op, const ct_tensor *t) {
 
 /* Byte range [lo, hi) t's elements span in its storage; false when empty. */
 static bool byte_range(const ct_tensor *t, int64_t *lo, int64_t *hi) {
+    /* The zero first: an empty tensor's strides may be saturated, and the
+     * spans of the dims before its zero would overflow. */
+    if (cti_numel(t->ndim, t->shape) == 0) return false;
     int64_t first = t->offset, last = t->offset;
     for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 0) return false;
         int64_t span = (t->shape[i] - 1) * t->stride[i];
         if (span < 0) first += span;
         else last += span;
@@ -393,7 +395,7 @@ static ct_status dispatch_random(ct_tensor *t, ct_op kind, ct_generator *gen, do
         .b = b,
         .low = ilow,
         .high = ihigh,
-        .seed = gen->seed,
+        .seed = ct_generator_seed(gen),
         .offset = ct_generator_reserve(gen, elems * (uint64_t)draws_per_element(kind, t->dtype)),
     };
     cti_call_params(&c, &p);
@@ -690,8 +692,18 @@ ct_tensor *ct_flatten(ct_tensor *t, int start_dim, int end_dim) {
     int64_t shape[CT_MAX_DIMS];
     int n = 0;
     for (int i = 0; i < s; i++) shape[n++] = t->shape[i];
-    int64_t merged = 1;
-    for (int i = s; i <= e; i++) merged *= t->shape[i];
+    /* The merged size of an empty tensor may not fit int64 (a zero outside
+     * the merged dims next to huge sizes inside them). */
+    int64_t merged = cti_numel(e - s + 1, t->shape + s);
+    if (merged == INT64_MAX) {
+        int64_t exact = 1;
+        for (int i = s; i <= e; i++)
+            if (__builtin_mul_overflow(exact, t->shape[i], &exact))
+                return cti_error_null(CT_ERR_OVERFLOW,
+                                      "%s: merging dims %d..%d of %s gives more than INT64_MAX "
+                                      "elements in one dim",
+                                      op, s, e, cti_desc(t));
+    }
     shape[n++] = merged;
     for (int i = e + 1; i < t->ndim; i++) shape[n++] = t->shape[i];
     return ct_reshape(t, n, shape);
@@ -757,6 +769,9 @@ static ct_tensor *cat_impl(int n, ct_tensor *const *tensors, int dim) {
     }
     ct_tensor *out = cti_tensor_new(op, r->ndim, shape, dtype, device);
     if (!out) return NULL;
+    /* Nothing to copy into an empty result, whose strides may be saturated
+     * (a zero in another dim next to huge sizes): no part's offset is formed. */
+    if (cti_numel(out->ndim, out->shape) == 0) return out;
     int64_t pos = 0;
     for (int i = 0; i < n; i++) {
         const ct_tensor *t = tensors[i];

@@ -42,10 +42,11 @@ static ct_tensor *alias(ct_tensor *t) {
 /* The dtype of saved per-row statistics: f64 for f64, f32 otherwise. */
 static ct_dtype stat_dtype(ct_dtype dt) { return dt == CT_F64 ? CT_F64 : CT_F32; }
 
+/* The product of sizes s[a..b): 0 with a zero among them, and saturated
+ * rather than overflowing for the part of an empty tensor's sizes that lies
+ * outside its zero (no kernel reads such a tensor's elements). */
 static int64_t prod(const int64_t *s, int a, int b) {
-    int64_t p = 1;
-    for (int i = a; i < b; i++) p *= s[i];
-    return p;
+    return b > a ? cti_numel(b - a, s + a) : 1;
 }
 
 static bool same_shape(int na, const int64_t *a, int nb, const int64_t *b) {

@@ -264,12 +264,15 @@ static ct_status load_shaped(const ct_tensor *t, const int64_t shape[4], const i
         o->p = cti_data(t);
         return CT_OK;
     }
-    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    /* An empty tensor's sizes may multiply past int64 (a zero next to huge
+     * sizes): count with cti_numel and load nothing then. */
+    int64_t n = cti_numel(4, shape);
     o->p = malloc((size_t)(n > 0 ? n : 1) * compute_size(t->dtype));
     if (!o->p) return cti_error(CT_ERR_OOM, "conv2d: out of memory converting %s", cti_desc(t));
     o->owned = true;
     load_ctx k = {cti_data(t), t->dtype, {shape[0], shape[1], shape[2], shape[3]},
                   {st[0], st[1], st[2], st[3]}, o->p};
+    if (n == 0) return CT_OK;
     int64_t planes = shape[0] * shape[1], per = shape[2] * shape[3];
     cti_parallel_for(planes, per > 0 ? 1 + CTI_GRAIN / per : planes, load_task, &k);
     return CT_OK;
@@ -485,7 +488,9 @@ static ct_status k_conv2d_backward_bias(ct_call *c) {
         k.shape[d + off] = dy->shape[d];
         k.st[d + off] = dy->stride[d];
     }
-    int64_t per = k.shape[0] * k.shape[2] * k.shape[3];
+    /* Saturated, not overflowing, for an empty grad_out with huge sizes
+     * (its channel count is then 0 or each channel sums nothing). */
+    int64_t per = cti_numel(3, (const int64_t[]){k.shape[0], k.shape[2], k.shape[3]});
     cti_parallel_for(k.shape[1], per > 0 ? 1 + CTI_GRAIN / per : k.shape[1], bias_task, &k);
     c->routine = "sum";
     return CT_OK;

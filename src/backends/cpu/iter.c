@@ -88,8 +88,9 @@ static inline bool contiguous_like(const ct_tensor *t, int nd, const int64_t *sh
 ct_status cti_cpu_foreach(int nops, ct_tensor *const *operands, cti_loop_fn fn, void *ctx) {
     const ct_tensor *out = operands[0];
     const int nd = out->ndim;
-    int64_t numel = 1;
-    for (int d = 0; d < nd; d++) numel *= out->shape[d];
+    /* The count first: an empty output's sizes may multiply past int64
+     * (a zero next to huge sizes), and nothing of it is visited. */
+    int64_t numel = cti_numel(nd, out->shape);
     if (numel == 0) return CT_OK;
 
     bool flat = true;

@@ -238,8 +238,8 @@ static const char *routine_name(ct_dtype dt, bool pack_a, bool pack_b) {
 static ct_status run_job(ct_call *call, const gemm_job *j) {
     ct_dtype dt = j->dt;
     bool narrow = dt == CT_F16 || dt == CT_BF16;
-    int64_t n = j->n, k = j->k, m = j->m, nbatch = 1;
-    for (int d = 0; d < j->nb; d++) nbatch *= j->bshape[d];
+    /* cti_numel: an empty result's batch sizes may multiply past int64. */
+    int64_t n = j->n, k = j->k, m = j->m, nbatch = cti_numel(j->nb, j->bshape);
     if (n == 0 || m == 0 || nbatch == 0) {
         call->routine = "none (empty result)";
         return CT_OK;

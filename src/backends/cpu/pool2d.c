@@ -134,12 +134,21 @@ static ct_status bad_indices(const char *op, const pgeo *g) {
                      (long long)(g->H * g->W));
 }
 
+/* An empty result needs no work, and the geometry of an empty tensor may
+ * multiply past int64 (a zero next to huge sizes), so no product of it is
+ * formed. A non-empty result bounds N * C and its own plane, and its input
+ * is a real tensor whose sizes multiply within int64. */
+static bool nothing_to_write(const ct_call *c) {
+    return cti_numel(c->out[0]->ndim, c->out[0]->shape) == 0;
+}
+
 /* The general path of every pooling kernel: plane_fn maps an input plane
  * (H x W) to an output plane (OH x OW), or the reverse for the backward
  * kinds; idx are max backward's indices, out_idx max forward's. */
 static ct_status pool_planes(ct_call *c, plane_fn_t plane_fn, bool backward,
                              const ct_tensor *idx, ct_tensor *out_idx, const char *routine,
                              const char *op) {
+    if (nothing_to_write(c)) return CT_OK;
     pool_ctx k = {.g = pgeo_from_call(c), .in = c->in[0], .idx = idx, .out = c->out[0],
                   .out_idx = out_idx, .plane_fn = plane_fn};
     int64_t in_plane = k.g.H * k.g.W, out_plane = k.g.OH * k.g.OW;
@@ -367,6 +376,7 @@ static int64_t fast_grain(const pgeo *g) {
 
 /* in: x; out: y, indices (int64). */
 static ct_status k_max_pool2d(ct_call *c) {
+    if (nothing_to_write(c)) return CT_OK;
     pgeo g = pgeo_from_call(c);
     if (f32_fast(&g, c->in[0], c->out[0], c->out[1])) {
         fast_ctx f = {.g = g, .x = (const float *)cti_data(c->in[0]),
@@ -403,6 +413,7 @@ static void max_back_plane(const pool_ctx *k, int64_t p, const double *src, doub
 /* in: grad_out, x, indices; out: grad_in. */
 static ct_status k_max_pool2d_backward(ct_call *c) {
     static const char op[] = "ct_max_pool2d_backward";
+    if (nothing_to_write(c)) return CT_OK;
     pgeo g = pgeo_from_call(c);
     /* the indices carry the window: no geometry beyond the plane sizes */
     if (c->in[0]->dtype == CT_F32 && cti_is_contiguous(c->in[0]) &&
@@ -479,9 +490,12 @@ static ct_status k_avg_pool2d_backward(ct_call *c) {
 /* ---- adaptive average pooling ---------------------------------------------------------- */
 
 /* PyTorch's adaptive window: [floor(i*in/out), ceil((i+1)*in/out)). */
-static int64_t ad_start(int64_t i, int64_t in, int64_t out) { return i * in / out; }
+/* In 128 bits: the output and input sizes each fit, their product need not. */
+static int64_t ad_start(int64_t i, int64_t in, int64_t out) {
+    return (int64_t)((__int128)i * in / out);
+}
 static int64_t ad_end(int64_t i, int64_t in, int64_t out) {
-    return ((i + 1) * in + out - 1) / out;
+    return (int64_t)(((__int128)(i + 1) * in + out - 1) / out);
 }
 
 static void adaptive_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {

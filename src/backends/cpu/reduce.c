@@ -954,6 +954,22 @@ static ct_status k_reduce(ct_call *call) {
 
     int64_t es = (int64_t)ct_dtype_size(x->dtype);
     uint64_t mask = rp->mask;
+    if (cti_numel(x->ndim, x->shape) == 0) {
+        /* An empty input's strides may be saturated and its reduced sizes
+         * may multiply past int64 (a zero next to huge sizes); it is read
+         * nowhere, so only the result's count matters: every result is the
+         * reduction over no element. */
+        int64_t kept[CT_MAX_DIMS];
+        int nk = 0;
+        for (int d = 0; d < x->ndim; d++)
+            if (!(mask >> d & 1)) kept[nk++] = x->shape[d];
+        c.O = cti_numel(nk, kept);
+        c.R = 0;
+        racc a;
+        acc_init(&c, &a);
+        for (int64_t k = 0; k < c.O; k++) finish(&c, k, &a);
+        return CT_OK;
+    }
     c.O = 1;
     c.R = 1;
     for (int d = 0; d < x->ndim; d++) {
@@ -968,12 +984,6 @@ static ct_status k_reduce(ct_call *call) {
         }
     }
     if (c.O == 0) return CT_OK;
-    if (c.R == 0) {
-        racc a;
-        acc_init(&c, &a);
-        for (int64_t k = 0; k < c.O; k++) finish(&c, k, &a);
-        return CT_OK;
-    }
     c.nk = coalesce(c.nk, c.ksh, c.kst);
     if (!c.want_idx) {
         /* Value reductions may visit elements in memory order; indices need

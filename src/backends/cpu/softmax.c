@@ -127,11 +127,14 @@ static ct_status k_softmax_any(ct_call *c, bool bwd) {
     const cti_softmax_params *p = CTI_PARAMS(c, cti_softmax_params);
     sm_ctx k = {.c = c, .outer = p->outer, .d = p->d, .inner = p->inner, .lg = p->log, .bwd = bwd};
     atomic_init(&k.oom, false);
+    /* An empty result: nothing to compute, and its sizes may multiply past
+     * int64 (a zero next to huge sizes). */
+    if (k.outer == 0 || k.d == 0 || k.inner == 0) return CT_OK;
     if (k.inner == 1) {
         cti_parallel_for(k.outer, row_grain(k.d), sm_rows_task, &k);
     } else {
         k.nblk = (k.inner + COL_BLOCK - 1) / COL_BLOCK;
-        int64_t per = k.d * COL_BLOCK;
+        int64_t per = k.d > INT64_MAX / COL_BLOCK ? INT64_MAX : k.d * COL_BLOCK;
         cti_parallel_for(k.outer * k.nblk, row_grain(per), sm_cols_task, &k);
         c->routine = "softmax_strided";
     }
