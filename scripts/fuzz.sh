@@ -17,6 +17,7 @@ if [ ${#targets[@]} -eq 0 ]; then
         t=${f#fuzz/fuzz_}
         targets+=("${t%.c}")
     done
+    targets+=(op_program)
 fi
 build=${CTEN_FUZZ_BUILD:-build-fuzz}
 if [ ! -f "$build/build.ninja" ]; then
@@ -31,10 +32,12 @@ failed=()
 summary=""
 for t in "${targets[@]}"; do
     corpus="$build/corpus/$t" findings="$build/findings/$t" log="$build/fuzz-$t.log"
-    mkdir -p "$corpus" "$findings"
+    mkdir -p "$corpus" "$findings" "$build/seeds/$t"
     echo "== fuzz_$t: $secs s"
     dict=()
     [ -f "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
+    # An op program's bytes are instructions: longer inputs only repeat them.
+    [ "$t" = op_program ] && dict+=(-max_len=512)
     rc=0
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -print_final_stats=1 "${dict[@]}" \
