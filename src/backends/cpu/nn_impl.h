@@ -27,6 +27,7 @@
 
 #include "cpu_impl.h"
 #include "tensor/ops.h"
+#include "vmath.h"
 
 #define NACC 64
 
@@ -35,38 +36,6 @@
  * would pull every use of them into its caller); unused, as no file uses
  * them all. */
 #define NN_HELPER static __attribute__((unused))
-
-/* ---- a vectorizable expf -------------------------------------------------------------
- * exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, with Cephes'
- * degree-6 polynomial for exp(r) (about 1 ulp). Results below FLT_MIN flush to
- * 0; x > 88 gives inf (softmax only passes x <= 0). Written branch-free on
- * scalars so GCC vectorizes the loops that call it, which it cannot do with
- * libm's expf. */
-static inline float fexp(float x) {
-    float xc = x < -87.33654f ? -87.33654f : (x > 88.0f ? 88.0f : x);
-    float t = xc * 1.44269504088896341f + 12582912.0f; /* rounds to an integer */
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    /* The exponent in unsigned arithmetic: for NaN (whose result is not
-     * used) the signed form would overflow, which is undefined. */
-    uint32_t ti;
-    memcpy(&ti, &t, sizeof ti);
-    uint32_t bits = (ti - 0x4B400000u + 127u) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float res = p * scale;
-    res = x < -87.33654f ? 0.0f : res;
-    res = x > 88.0f ? INFINITY : res;
-    return x != x ? x : res;
-}
 
 /* ---- dtype conversion of rows (f16/bf16 <-> f32); stride in elements ------------------ */
 NN_HELPER void load_f32(const void *src, ct_dtype dt, int64_t n, int64_t stride,

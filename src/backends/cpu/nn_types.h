@@ -3,7 +3,7 @@
  *   NN_T      the row type: float (for f32, f16 and bf16), then double (f64)
  *   NN_F(x)   a typed function's name: x_f, then x_d
  *   NN_EXP, NN_LOG, NN_SQRT   the row type's exp, log and sqrt; float's exp
- *             is fexp (nn_impl.h), which GCC can vectorize
+ *             is vm_exp (vmath.h), which GCC can vectorize
  * A file includes itself this way for its typed part (the conv.c pattern),
  * which it keeps under #ifdef NN_T. No include guard: it runs once per
  * instantiated file, and undefines NN_TYPED when done. */
@@ -15,7 +15,7 @@
 
 #define NN_T float
 #define NN_S f
-#define NN_EXP fexp
+#define NN_EXP vm_exp
 #define NN_LOG logf
 #define NN_SQRT sqrtf
 #include NN_TYPED

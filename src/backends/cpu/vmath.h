@@ -1,0 +1,318 @@
+/* Private to the CPU kernels: float32 transcendental functions that GCC
+ * vectorizes.
+ *
+ * GCC cannot vectorize a loop that calls libm (a call per element: glibc's
+ * tanhf costs about 14 ns), so these are written branch-free on scalars:
+ * both sides of every case are computed and one is selected, integers stand
+ * in for frexp/ldexp, and the loops that call them vectorize at whatever
+ * width the kernel set is compiled for (cpu_impl.h). Each is meant for
+ * float32 data, including float16/bfloat16 widened to float32; float64 keeps
+ * libm, as the reference dtype.
+ *
+ * Accuracy, as the largest error against the correctly rounded float32
+ * result over every float32 input (measured exhaustively, docs/BENCHMARKS.md;
+ * tests/test_elementwise.c checks a dense sweep of each at every level),
+ * for results of at least FLT_MIN in size (smaller ones are within FLT_MIN):
+ *   vm_exp, vm_log                      2 ulp   float32 polynomials (Cephes)
+ *   vm_tanh, vm_sigmoid, vm_silu,
+ *   vm_softplus                         3 ulp   from vm_exp/vm_log
+ *   vm_sin, vm_cos, vm_gelu,
+ *   vm_gelu_tanh                        1 ulp   computed in float64, where
+ *                                               float32 would lose digits
+ *                                               (argument reduction, the
+ *                                               exp(-x^2) of erfc)
+ * vm_sin and vm_cos hold for |x| <= VM_TRIG_MAX; callers take libm's
+ * double sin/cos for the rare larger argument (elementwise.c).
+ *
+ * Where the kernel set has FMA, polynomials use it (the library is built in
+ * ISO C mode, so the compiler never contracts a * b + c by itself); results
+ * of the levels may then differ in the last bit, all within the bounds. */
+#ifndef CTEN_CPU_VMATH_H
+#define CTEN_CPU_VMATH_H
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define VM_INLINE static inline __attribute__((always_inline, unused))
+
+#ifdef __FMA__
+#define VM_FMA(a, b, c) __builtin_fmaf(a, b, c)
+#define VM_FMAD(a, b, c) __builtin_fma(a, b, c)
+#else
+#define VM_FMA(a, b, c) ((a) * (b) + (c))
+#define VM_FMAD(a, b, c) ((a) * (b) + (c))
+#endif
+
+VM_INLINE uint32_t vm_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+VM_INLINE float vm_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+VM_INLINE uint64_t vm_bits_d(double x) {
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+VM_INLINE double vm_from_bits_d(uint64_t u) {
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* ---- exp ------------------------------------------------------------------------------
+ * exp(x) = 2^n exp(r), n = round(x / ln 2) (the 1.5 * 2^23 addend rounds),
+ * r = x - n ln 2 in two parts (Cody-Waite), Cephes' degree-6 polynomial for
+ * exp(r). 2^n is applied as two factors so that results near FLT_MAX and
+ * the subnormal ones come out right (n runs from -150 to 128). */
+VM_INLINE float vm_exp_scaled(float x, int32_t k);
+VM_INLINE float vm_exp(float x) { return vm_exp_scaled(x, 0); }
+
+/* exp(x) 2^k, rounded once: for x <= 0 and 0 <= k <= 64, never subnormal
+ * where exp(x) would be. */
+VM_INLINE float vm_exp_scaled(float x, int32_t k) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f; /* n * 0.693359375 is exact */
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = VM_FMA(p, r, 1.3981999507e-3f);
+    p = VM_FMA(p, r, 8.3334519073e-3f);
+    p = VM_FMA(p, r, 4.1665795894e-2f);
+    p = VM_FMA(p, r, 1.6666665459e-1f);
+    p = VM_FMA(p, r, 5.0000001201e-1f);
+    p = VM_FMA(p * r, r, r) + 1.0f;
+    /* n from t's low bits; unsigned, as NaN's bits (whose result is not
+     * used) would overflow a signed form */
+    int32_t ni = (int32_t)(vm_bits(t) - 0x4B400000u);
+    int32_t n1 = ni / 2, n2 = ni - n1 + k;
+    float s1 = vm_from_bits((uint32_t)(n1 + 127) << 23);
+    float s2 = vm_from_bits((uint32_t)(n2 + 127) << 23);
+    float res = p * s1 * s2;
+    return x != x ? x : res;
+}
+
+/* ---- log ------------------------------------------------------------------------------
+ * x = 2^e m with m in [sqrt(1/2), sqrt(2)), log x = e ln 2 + log m, Cephes'
+ * polynomial for log(1 + f), f = m - 1. Subnormal x is scaled by 2^23 first. */
+VM_INLINE float vm_log(float x) {
+    int sub = x < FLT_MIN;
+    float xs = sub ? x * 8388608.0f : x;
+    uint32_t u = vm_bits(xs);
+    int32_t e = (int32_t)((u >> 23) & 0xffu) - 126 - (sub ? 23 : 0);
+    float m = vm_from_bits((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    int lo = m < 0.707106781186547524f;
+    float f = lo ? m + m - 1.0f : m - 1.0f; /* exact */
+    float fe = (float)(lo ? e - 1 : e);
+    float z = f * f;
+    float y = 7.0376836292E-2f;
+    y = VM_FMA(y, f, -1.1514610310E-1f);
+    y = VM_FMA(y, f, 1.1676998740E-1f);
+    y = VM_FMA(y, f, -1.2420140846E-1f);
+    y = VM_FMA(y, f, 1.4249322787E-1f);
+    y = VM_FMA(y, f, -1.6668057665E-1f);
+    y = VM_FMA(y, f, 2.0000714765E-1f);
+    y = VM_FMA(y, f, -2.4999993993E-1f);
+    y = VM_FMA(y, f, 3.3333331174E-1f);
+    y = y * f * z;
+    y = VM_FMA(fe, -2.12194440e-4f, y);
+    y = VM_FMA(z, -0.5f, y);
+    float res = VM_FMA(fe, 0.693359375f, f + y);
+    res = x == INFINITY ? x : res;
+    res = x == 0.0f ? -INFINITY : res;
+    return x < 0.0f || x != x ? NAN : res;
+}
+
+/* log(1 + u) for u >= 0 (and -1 < u), the rounding of 1 + u undone:
+ * log(w) * u / (w - 1) with w = 1 + u, u itself where w rounds to 1. */
+VM_INLINE float vm_log1p(float u) {
+    float w = 1.0f + u;
+    float d = w - 1.0f;
+    float r = vm_log(w) * (u / (d == 0.0f ? 1.0f : d));
+    r = d == 0.0f ? u : r;
+    return u == INFINITY ? u : r;
+}
+
+/* ---- built from exp and log -------------------------------------------------------- */
+/* 1 / (1 + e^-x), as e / (1 + e) with e = e^x for x < 0: never e^|x| large. */
+VM_INLINE float vm_sigmoid(float x) {
+    float e = vm_exp(-fabsf(x));
+    float s = 1.0f / (1.0f + e);
+    return x >= 0.0f ? s : (x != x ? x : e * s);
+}
+
+/* x sigmoid(x), with e = e^-|x| taken as e 2^64: for x < -87, e is
+ * subnormal but x e is not, and keeps its digits that way. */
+VM_INLINE float vm_silu(float x) {
+    float e64 = vm_exp_scaled(-fabsf(x), 64);
+    float s = 1.0f / (1.0f + e64 * 0x1p-64f);
+    return x >= 0.0f ? x * s : (x * e64 * s) * 0x1p-64f;
+}
+
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): the exp never overflows. */
+VM_INLINE float vm_softplus(float x) {
+    float l = vm_log1p(vm_exp(-fabsf(x)));
+    return (x > 0.0f ? x : 0.0f) + l;
+}
+
+/* Cephes' tanhf: an odd polynomial below |x| = 0.625, where 1 - 2 / (e^2|x| + 1)
+ * would cancel; that form above (1 at overflow). */
+VM_INLINE float vm_tanh(float x) {
+    float a = fabsf(x);
+    float s = x * x;
+    float p = -5.70498872745E-3f;
+    p = VM_FMA(p, s, 2.06390887954E-2f);
+    p = VM_FMA(p, s, -5.37397155531E-2f);
+    p = VM_FMA(p, s, 1.33314422036E-1f);
+    p = VM_FMA(p, s, -3.33332819422E-1f);
+    float small = VM_FMA(p * s, x, x);
+    float big = 1.0f - 2.0f / (vm_exp(a + a) + 1.0f);
+    big = copysignf(big, x);
+    return a < 0.625f ? small : big; /* NaN: big is NaN */
+}
+
+/* ---- float64 helpers for the float32 functions below ----------------------------------
+ * exp(x) to about 1e-15 for x >= -708 (0 below): degree-12 Taylor on
+ * |r| <= ln(2) / 2 after n = round(x / ln 2), ln 2 in two parts (fdlibm's). */
+VM_INLINE double vm_expd(double x) {
+    double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
+    double t = xc * 1.4426950408889634 + 6755399441055744.0; /* 1.5 * 2^52 rounds */
+    double n = t - 6755399441055744.0;
+    double r = xc - n * 6.93147180369123816490e-01;
+    r = r - n * 1.90821492927058770002e-10;
+    double p = 1.0 / 479001600.0;
+    p = VM_FMAD(p, r, 1.0 / 39916800.0);
+    p = VM_FMAD(p, r, 1.0 / 3628800.0);
+    p = VM_FMAD(p, r, 1.0 / 362880.0);
+    p = VM_FMAD(p, r, 1.0 / 40320.0);
+    p = VM_FMAD(p, r, 1.0 / 5040.0);
+    p = VM_FMAD(p, r, 1.0 / 720.0);
+    p = VM_FMAD(p, r, 1.0 / 120.0);
+    p = VM_FMAD(p, r, 1.0 / 24.0);
+    p = VM_FMAD(p, r, 1.0 / 6.0);
+    p = VM_FMAD(p, r, 0.5);
+    p = VM_FMAD(p, r, 1.0);
+    p = VM_FMAD(p, r, 1.0);
+    uint64_t e = (vm_bits_d(t) - vm_bits_d(6755399441055744.0) + 1023u) << 52;
+    double res = p * vm_from_bits_d(e);
+    return x < -708.0 ? 0.0 : (x != x ? x : res);
+}
+
+/* ---- sin, cos ---------------------------------------------------------------------------
+ * In float64: j = round(x 2 / pi), r = x - j pi/2 with pi/2 in four parts of
+ * 29 bits (each j * part exact for |j| < 2^24), Taylor polynomials of sin
+ * and cos on |r| <= pi/4 (to r^13 and r^14: below 1e-14), chosen and signed
+ * by j mod 4. */
+#define VM_TRIG_MAX 16777216.0f /* 2^24: from there on, floats are even integers */
+
+VM_INLINE double vm_sin_poly(double r, double r2) {
+    double p = 1.0 / 6227020800.0;
+    p = VM_FMAD(p, r2, -1.0 / 39916800.0);
+    p = VM_FMAD(p, r2, 1.0 / 362880.0);
+    p = VM_FMAD(p, r2, -1.0 / 5040.0);
+    p = VM_FMAD(p, r2, 1.0 / 120.0);
+    p = VM_FMAD(p, r2, -1.0 / 6.0);
+    return VM_FMAD(p * r2, r, r);
+}
+VM_INLINE double vm_cos_poly(double r2) {
+    double p = -1.0 / 87178291200.0;
+    p = VM_FMAD(p, r2, 1.0 / 479001600.0);
+    p = VM_FMAD(p, r2, -1.0 / 3628800.0);
+    p = VM_FMAD(p, r2, 1.0 / 40320.0);
+    p = VM_FMAD(p, r2, -1.0 / 720.0);
+    p = VM_FMAD(p, r2, 1.0 / 24.0);
+    p = VM_FMAD(p, r2, -0.5);
+    return VM_FMAD(p, r2, 1.0);
+}
+/* quadrant offset q0: 0 for sin, 1 for cos (cos x = sin(x + pi/2)) */
+VM_INLINE float vm_sincos(float xf, unsigned q0) {
+    double x = xf;
+    double t = x * 0.6366197723675814 + 6755399441055744.0;
+    double j = t - 6755399441055744.0;
+    double r = x - j * 1.570796325802803;
+    r = r - j * 9.920935774287987e-10;
+    r = r - j * 2.2517417706346578e-18;
+    r = r - j * 3.521559857935336e-27;
+    unsigned q = ((unsigned)vm_bits_d(t) + q0) & 3u;
+    double r2 = r * r;
+    double s = vm_sin_poly(r, r2), c = vm_cos_poly(r2);
+    double v = (q & 1u) ? c : s;
+    return (float)((q & 2u) ? -v : v);
+}
+VM_INLINE float vm_sin(float x) { return vm_sincos(x, 0); }
+VM_INLINE float vm_cos(float x) { return vm_sincos(x, 1); }
+
+/* ---- GELU --------------------------------------------------------------------------------
+ * x Phi(x), Phi the normal CDF, in float64: with z = |x| / sqrt 2,
+ *   z <= 1: Phi = (1 +- erf z) / 2, erf's Taylor series to z^27 (below 1e-11)
+ *   z > 1:  Phi = 1 - erfc(z) / 2 (x > 0) or erfc(z) / 2 (x < 0), with
+ *           erfc z = exp(-z^2) t S(t), t = 1 / (1 + z / 2), S a degree-10
+ *           polynomial fitted to erfc(z) exp(z^2) / t on z in [1, 10.5]
+ *           (least squares on Chebyshev nodes, reweighted towards minimax:
+ *           relative error 3e-11); beyond 10.5 the result is 0 or x in
+ *           float32 whatever S does.
+ * The left tail is erfc itself, not 1 + erf, so gelu keeps its relative
+ * accuracy where it is tiny (x = -10: 7.6e-23). */
+VM_INLINE double vm_erf_small(double z) {
+    double z2 = z * z;
+    double p = -1.0 / (6227020800.0 * 27.0);
+    p = VM_FMAD(p, z2, 1.0 / (479001600.0 * 25.0));
+    p = VM_FMAD(p, z2, -1.0 / (39916800.0 * 23.0));
+    p = VM_FMAD(p, z2, 1.0 / (3628800.0 * 21.0));
+    p = VM_FMAD(p, z2, -1.0 / (362880.0 * 19.0));
+    p = VM_FMAD(p, z2, 1.0 / (40320.0 * 17.0));
+    p = VM_FMAD(p, z2, -1.0 / (5040.0 * 15.0));
+    p = VM_FMAD(p, z2, 1.0 / (720.0 * 13.0));
+    p = VM_FMAD(p, z2, -1.0 / (120.0 * 11.0));
+    p = VM_FMAD(p, z2, 1.0 / (24.0 * 9.0));
+    p = VM_FMAD(p, z2, -1.0 / (6.0 * 7.0));
+    p = VM_FMAD(p, z2, 1.0 / (2.0 * 5.0));
+    p = VM_FMAD(p, z2, -1.0 / 3.0);
+    p = VM_FMAD(p, z2, 1.0);
+    return 1.1283791670955126 * z * p; /* 2 / sqrt(pi) */
+}
+/* erfc(z) for z >= 1 */
+VM_INLINE double vm_erfc_large(double z) {
+    double t = 1.0 / (1.0 + 0.5 * z);
+    double s = 0.053283305547176599;
+    s = VM_FMAD(s, t, -0.29054642176707102);
+    s = VM_FMAD(s, t, 0.62196917098477456);
+    s = VM_FMAD(s, t, -0.61784835443984598);
+    s = VM_FMAD(s, t, 0.25909357577776204);
+    s = VM_FMAD(s, t, -0.12259409870806649);
+    s = VM_FMAD(s, t, 0.1139587424673691);
+    s = VM_FMAD(s, t, 0.17108913387459912);
+    s = VM_FMAD(s, t, 0.24741622752974896);
+    s = VM_FMAD(s, t, 0.2820567691544939);
+    s = VM_FMAD(s, t, 0.28209588866755342);
+    return vm_expd(-z * z) * t * s;
+}
+VM_INLINE float vm_gelu(float xf) {
+    double x = xf;
+    double z = fabs(x) * 0.70710678118654752440;
+    int small = z <= 1.0;
+    double es = vm_erf_small(small ? z : 1.0), cl = vm_erfc_large(small ? 1.0 : z);
+    double c = small ? 1.0 - es : cl; /* erfc(z) */
+    double phi = x >= 0.0 ? 1.0 - 0.5 * c : 0.5 * c;
+    return (float)(x * phi);
+}
+
+/* x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), in
+ * float64: no cancellation of 1 + tanh(u) where u < 0. */
+VM_INLINE float vm_gelu_tanh(float xf) {
+    double x = xf;
+    double u2 = 2.0 * 0.79788456080286535588 * x * (1.0 + 0.044715 * x * x);
+    double e = vm_expd(-fabs(u2));
+    double s = 1.0 / (1.0 + e);
+    double sig = u2 >= 0.0 ? s : e * s;
+    return (float)(x * sig);
+}
+
+#endif
