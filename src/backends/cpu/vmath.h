@@ -9,20 +9,23 @@
  * float32 data, including float16/bfloat16 widened to float32; float64 keeps
  * libm, as the reference dtype.
  *
- * Accuracy, as the largest error against the correctly rounded float32
- * result over every float32 input (measured exhaustively, docs/BENCHMARKS.md;
- * tests/test_elementwise.c checks a dense sweep of each at every level),
- * for results of at least FLT_MIN in size (smaller ones are within FLT_MIN):
- *   vm_exp, vm_log                      2 ulp   float32 polynomials (Cephes)
- *   vm_tanh, vm_sigmoid, vm_silu,
- *   vm_softplus                         3 ulp   from vm_exp/vm_log
- *   vm_sin, vm_cos, vm_gelu,
- *   vm_gelu_tanh                        1 ulp   computed in float64, where
- *                                               float32 would lose digits
- *                                               (argument reduction, the
- *                                               exp(-x^2) of erfc)
+ * Accuracy: the largest error in ulps of the exact value (a correctly
+ * rounded result is within 0.5), over every float32 input (exhaustive
+ * sweeps, docs/BENCHMARKS.md; tests/test_elementwise.c checks these bounds
+ * on a dense sweep at every ISA level), for results of at least FLT_MIN
+ * (smaller ones are within FLT_MIN):
+ *   vm_exp, vm_log                  1 ulp   Cephes' float32 polynomials
+ *   vm_sin, vm_cos                  1 ulp   reduction and polynomials in
+ *                                           float64 (|x| <= VM_TRIG_MAX)
+ *   vm_tanh                         2 ulp
+ *   vm_sigmoid, vm_silu, vm_softplus 3 ulp  from vm_exp and vm_log
+ *   vm_gelu_tanh                    4 ulp   exact argument to exp
+ *   vm_gelu                         6 ulp   through erfc (fitted here)
+ * That is within a few roundings of glibc (1 to 2 ulp) and of the fast exp
+ * the softmax kernels always used (1 ulp), far inside the 1e-5 relative
+ * (84 ulp) that float32 results are tested to elsewhere.
  * vm_sin and vm_cos hold for |x| <= VM_TRIG_MAX; callers take libm's
- * double sin/cos for the rare larger argument (elementwise.c).
+ * float64 sin/cos for the rare larger argument (elementwise.c).
  *
  * Where the kernel set has FMA, polynomials use it (the library is built in
  * ISO C mode, so the compiler never contracts a * b + c by itself); results
@@ -71,17 +74,17 @@ VM_INLINE double vm_from_bits_d(uint64_t u) {
  * r = x - n ln 2 in two parts (Cody-Waite), Cephes' degree-6 polynomial for
  * exp(r). 2^n is applied as two factors so that results near FLT_MAX and
  * the subnormal ones come out right (n runs from -150 to 128). */
-VM_INLINE float vm_exp_scaled(float x, int32_t k);
-VM_INLINE float vm_exp(float x) { return vm_exp_scaled(x, 0); }
-
-/* exp(x) 2^k, rounded once: for x <= 0 and 0 <= k <= 64, never subnormal
- * where exp(x) would be. */
-VM_INLINE float vm_exp_scaled(float x, int32_t k) {
-    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+/* exp(hi + lo) 2^k, rounded once, for |lo| at most an ulp of hi: lo carries
+ * the digits of an argument that float32 cannot hold (gelu's -x^2 / 2), k
+ * lifts results that would be subnormal (0 <= k <= 64, hi + lo <= 0) so
+ * that a product with them keeps its digits. */
+VM_INLINE float vm_exp_core(float hi, float lo, int32_t k) {
+    float xc = hi < -104.0f ? -104.0f : (hi > 89.0f ? 89.0f : hi);
     float t = xc * 1.44269504088896341f + 12582912.0f;
     float n = t - 12582912.0f;
     float r = xc - n * 0.693359375f; /* n * 0.693359375 is exact */
     r = r + n * 2.12194440e-4f;
+    r = r + lo;
     float p = 1.9875691500e-4f;
     p = VM_FMA(p, r, 1.3981999507e-3f);
     p = VM_FMA(p, r, 8.3334519073e-3f);
@@ -96,8 +99,12 @@ VM_INLINE float vm_exp_scaled(float x, int32_t k) {
     float s1 = vm_from_bits((uint32_t)(n1 + 127) << 23);
     float s2 = vm_from_bits((uint32_t)(n2 + 127) << 23);
     float res = p * s1 * s2;
-    return x != x ? x : res;
+    /* below -104 even e^x 2^64 times 2^-64 rounds to 0; -inf then makes
+     * x e^x NaN for x = -inf, as the plain formulas (and PyTorch) give */
+    res = hi < -104.0f ? 0.0f : res;
+    return hi != hi ? hi : res;
 }
+VM_INLINE float vm_exp(float x) { return vm_exp_core(x, 0.0f, 0); }
 
 /* ---- log ------------------------------------------------------------------------------
  * x = 2^e m with m in [sqrt(1/2), sqrt(2)), log x = e ln 2 + log m, Cephes'
@@ -151,7 +158,7 @@ VM_INLINE float vm_sigmoid(float x) {
 /* x sigmoid(x), with e = e^-|x| taken as e 2^64: for x < -87, e is
  * subnormal but x e is not, and keeps its digits that way. */
 VM_INLINE float vm_silu(float x) {
-    float e64 = vm_exp_scaled(-fabsf(x), 64);
+    float e64 = vm_exp_core(-fabsf(x), 0.0f, 64);
     float s = 1.0f / (1.0f + e64 * 0x1p-64f);
     return x >= 0.0f ? x * s : (x * e64 * s) * 0x1p-64f;
 }
@@ -176,33 +183,6 @@ VM_INLINE float vm_tanh(float x) {
     float big = 1.0f - 2.0f / (vm_exp(a + a) + 1.0f);
     big = copysignf(big, x);
     return a < 0.625f ? small : big; /* NaN: big is NaN */
-}
-
-/* ---- float64 helpers for the float32 functions below ----------------------------------
- * exp(x) to about 1e-15 for x >= -708 (0 below): degree-12 Taylor on
- * |r| <= ln(2) / 2 after n = round(x / ln 2), ln 2 in two parts (fdlibm's). */
-VM_INLINE double vm_expd(double x) {
-    double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
-    double t = xc * 1.4426950408889634 + 6755399441055744.0; /* 1.5 * 2^52 rounds */
-    double n = t - 6755399441055744.0;
-    double r = xc - n * 6.93147180369123816490e-01;
-    r = r - n * 1.90821492927058770002e-10;
-    double p = 1.0 / 479001600.0;
-    p = VM_FMAD(p, r, 1.0 / 39916800.0);
-    p = VM_FMAD(p, r, 1.0 / 3628800.0);
-    p = VM_FMAD(p, r, 1.0 / 362880.0);
-    p = VM_FMAD(p, r, 1.0 / 40320.0);
-    p = VM_FMAD(p, r, 1.0 / 5040.0);
-    p = VM_FMAD(p, r, 1.0 / 720.0);
-    p = VM_FMAD(p, r, 1.0 / 120.0);
-    p = VM_FMAD(p, r, 1.0 / 24.0);
-    p = VM_FMAD(p, r, 1.0 / 6.0);
-    p = VM_FMAD(p, r, 0.5);
-    p = VM_FMAD(p, r, 1.0);
-    p = VM_FMAD(p, r, 1.0);
-    uint64_t e = (vm_bits_d(t) - vm_bits_d(6755399441055744.0) + 1023u) << 52;
-    double res = p * vm_from_bits_d(e);
-    return x < -708.0 ? 0.0 : (x != x ? x : res);
 }
 
 /* ---- sin, cos ---------------------------------------------------------------------------
@@ -249,70 +229,63 @@ VM_INLINE float vm_sincos(float xf, unsigned q0) {
 VM_INLINE float vm_sin(float x) { return vm_sincos(x, 0); }
 VM_INLINE float vm_cos(float x) { return vm_sincos(x, 1); }
 
-/* ---- GELU --------------------------------------------------------------------------------
- * x Phi(x), Phi the normal CDF, in float64: with z = |x| / sqrt 2,
- *   z <= 1: Phi = (1 +- erf z) / 2, erf's Taylor series to z^27 (below 1e-11)
- *   z > 1:  Phi = 1 - erfc(z) / 2 (x > 0) or erfc(z) / 2 (x < 0), with
- *           erfc z = exp(-z^2) t S(t), t = 1 / (1 + z / 2), S a degree-10
- *           polynomial fitted to erfc(z) exp(z^2) / t on z in [1, 10.5]
- *           (least squares on Chebyshev nodes, reweighted towards minimax:
- *           relative error 3e-11); beyond 10.5 the result is 0 or x in
- *           float32 whatever S does.
- * The left tail is erfc itself, not 1 + erf, so gelu keeps its relative
- * accuracy where it is tiny (x = -10: 7.6e-23). */
-VM_INLINE double vm_erf_small(double z) {
-    double z2 = z * z;
-    double p = -1.0 / (6227020800.0 * 27.0);
-    p = VM_FMAD(p, z2, 1.0 / (479001600.0 * 25.0));
-    p = VM_FMAD(p, z2, -1.0 / (39916800.0 * 23.0));
-    p = VM_FMAD(p, z2, 1.0 / (3628800.0 * 21.0));
-    p = VM_FMAD(p, z2, -1.0 / (362880.0 * 19.0));
-    p = VM_FMAD(p, z2, 1.0 / (40320.0 * 17.0));
-    p = VM_FMAD(p, z2, -1.0 / (5040.0 * 15.0));
-    p = VM_FMAD(p, z2, 1.0 / (720.0 * 13.0));
-    p = VM_FMAD(p, z2, -1.0 / (120.0 * 11.0));
-    p = VM_FMAD(p, z2, 1.0 / (24.0 * 9.0));
-    p = VM_FMAD(p, z2, -1.0 / (6.0 * 7.0));
-    p = VM_FMAD(p, z2, 1.0 / (2.0 * 5.0));
-    p = VM_FMAD(p, z2, -1.0 / 3.0);
-    p = VM_FMAD(p, z2, 1.0);
-    return 1.1283791670955126 * z * p; /* 2 / sqrt(pi) */
-}
-/* erfc(z) for z >= 1 */
-VM_INLINE double vm_erfc_large(double z) {
-    double t = 1.0 / (1.0 + 0.5 * z);
-    double s = 0.053283305547176599;
-    s = VM_FMAD(s, t, -0.29054642176707102);
-    s = VM_FMAD(s, t, 0.62196917098477456);
-    s = VM_FMAD(s, t, -0.61784835443984598);
-    s = VM_FMAD(s, t, 0.25909357577776204);
-    s = VM_FMAD(s, t, -0.12259409870806649);
-    s = VM_FMAD(s, t, 0.1139587424673691);
-    s = VM_FMAD(s, t, 0.17108913387459912);
-    s = VM_FMAD(s, t, 0.24741622752974896);
-    s = VM_FMAD(s, t, 0.2820567691544939);
-    s = VM_FMAD(s, t, 0.28209588866755342);
-    return vm_expd(-z * z) * t * s;
-}
-VM_INLINE float vm_gelu(float xf) {
-    double x = xf;
-    double z = fabs(x) * 0.70710678118654752440;
-    int small = z <= 1.0;
-    double es = vm_erf_small(small ? z : 1.0), cl = vm_erfc_large(small ? 1.0 : z);
-    double c = small ? 1.0 - es : cl; /* erfc(z) */
-    double phi = x >= 0.0 ? 1.0 - 0.5 * c : 0.5 * c;
-    return (float)(x * phi);
+/* ---- GELU ------------------------------------------------------------------------------
+ * x Phi(x), Phi the normal CDF; with z = |x| / sqrt 2:
+ *   z < 0.5:  Phi = (1 +- erf z) / 2, erf's Taylor series to z^13 (below 1e-9)
+ *   z >= 0.5: Phi = 1 - erfc(z) / 2 for x > 0 and erfc(z) / 2 for x < 0, with
+ *             erfc z = exp(-z^2) t S(t), t = 1 / (1 + z / 2), S a degree-9
+ *             polynomial fitted to erfc(z) exp(z^2) / t on z in [0.5, 10.5]
+ *             (least squares on Chebyshev nodes reweighted towards minimax,
+ *             relative error 3e-9); beyond 10.5, exp(-z^2) makes the result
+ *             0 or x whatever S does.
+ * The left tail is erfc itself, not 1 + erf(z) cancelling, so gelu keeps its
+ * relative accuracy where it is tiny (x = -10: 7.6e-23). -z^2 = -x^2 / 2 is
+ * exact in float64 and goes to exp as two float32 parts. */
+VM_INLINE float vm_gelu(float x) {
+    float z = fabsf(x) * 0.70710678118654752440f;
+    float z2 = z * z;
+    float e = 1.0f / 9360.0f; /* erf(z) / (z 2 / sqrt(pi)) */
+    e = VM_FMA(e, z2, -1.0f / 1320.0f);
+    e = VM_FMA(e, z2, 1.0f / 216.0f);
+    e = VM_FMA(e, z2, -1.0f / 42.0f);
+    e = VM_FMA(e, z2, 1.0f / 10.0f);
+    e = VM_FMA(e, z2, -1.0f / 3.0f);
+    e = VM_FMA(e, z2, 1.0f);
+    float half_erf = (0.56418958354775628695f * z) * e;
+    float small = x * (x >= 0.0f ? 0.5f + half_erf : 0.5f - half_erf);
+
+    double h = -0.5 * (double)x * (double)x;
+    float hi = (float)h, lo = (float)(h - (double)hi);
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float sp = -0.0319926118f;
+    sp = VM_FMA(sp, t, 0.0741026024f);
+    sp = VM_FMA(sp, t, 0.0490151608f);
+    sp = VM_FMA(sp, t, -0.256582401f);
+    sp = VM_FMA(sp, t, 0.141728171f);
+    sp = VM_FMA(sp, t, 0.0231444587f);
+    sp = VM_FMA(sp, t, 0.191711547f);
+    sp = VM_FMA(sp, t, 0.244457408f);
+    sp = VM_FMA(sp, t, 0.28229879f);
+    sp = VM_FMA(sp, t, 0.28208732f);
+    float c64 = vm_exp_core(hi, lo, 64) * (t * sp); /* erfc(z) 2^64 */
+    float pos = x * (1.0f - 0.5f * (c64 * 0x1p-64f));
+    float neg = (x * 0.5f * c64) * 0x1p-64f;
+    float large = x >= 0.0f ? pos : neg;
+    return z < 0.5f ? small : (x != x ? x : large);
 }
 
-/* x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), in
- * float64: no cancellation of 1 + tanh(u) where u < 0. */
-VM_INLINE float vm_gelu_tanh(float xf) {
-    double x = xf;
-    double u2 = 2.0 * 0.79788456080286535588 * x * (1.0 + 0.044715 * x * x);
-    double e = vm_expd(-fabs(u2));
-    double s = 1.0 / (1.0 + e);
-    double sig = u2 >= 0.0 ? s : e * s;
-    return (float)(x * sig);
+/* x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
+ * no cancellation of 1 + tanh(u) where u < 0. 2u is formed in float64 and
+ * goes to exp as two float32 parts, since a rounded -2|u| of 80 would cost
+ * the result 80 times its relative error. */
+VM_INLINE float vm_gelu_tanh(float x) {
+    double xd = x;
+    double u2 = 2.0 * 0.79788456080286535588 * xd * (1.0 + 0.044715 * xd * xd);
+    double a = -fabs(u2);
+    float hi = (float)a, lo = (float)(a - (double)hi);
+    float e64 = vm_exp_core(hi, lo, 64); /* e^-|2u| 2^64 */
+    float s = 1.0f / (1.0f + e64 * 0x1p-64f);
+    return u2 >= 0.0 ? x * s : (x != x ? x : (x * e64 * s) * 0x1p-64f);
 }
 
 #endif
