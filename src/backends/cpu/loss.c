@@ -17,7 +17,8 @@
  *   averaged; backward: da = 2 * (a - b) * g (g / n for mean).
  *
  * Sums over positions add per-chunk partials (double, at most one chunk per
- * thread) in chunk order. The typed row functions of cross_entropy are
+ * thread) in chunk order. A f32 gradient of NN_STREAM_BYTES or more is
+ * written with non-temporal stores. The typed row functions of cross_entropy are
  * compiled per row type (this file includes itself through nn_types.h). */
 #ifndef NN_T
 #pragma GCC optimize("O3")
@@ -89,6 +90,7 @@ typedef struct ce_ctx {
     int reduction;
     double ls, wsum;
     double *part; /* per-chunk loss sums */
+    bool stream;  /* f32 gradient rows larger than the caches: non-temporal stores */
     atomic_bool oom;
 } ce_ctx;
 
@@ -123,6 +125,7 @@ static void ce_chunks(int64_t c0, int64_t c1, void *p) {
         float *w = k->w64 ? (float *)buf + 3 * nc : NULL;
         for (int64_t i = 0; w && i < nc; i++) w[i] = (float)k->w64[i];
         for (int64_t ch = c0; ch < c1; ch++) ce_task_f(k, ch, (float *)buf, w);
+        if (k->stream) stream_fence();
     }
     free(buf);
 }
@@ -144,6 +147,8 @@ static ct_status k_ce_any(ct_call *c, bool bwd) {
         free(w64);
         return s;
     }
+    k.stream = bwd && k.logits->dtype == CT_F32 && k.inner == 1 &&
+               (uint64_t)(k.npos * k.nc) * sizeof(float) >= NN_STREAM_BYTES;
     k.nchunk = num_chunks(k.npos, row_grain(k.nc));
     k.part = scratch(sizeof(double) * (size_t)k.nchunk);
     if (!k.part) {
@@ -450,6 +455,8 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
         char *dst = cti_data(k->out) + base * (int64_t)es;
         if (dt == CT_F64)
             for (int64_t i = 0; i < nc; i++) ((double *)dst)[i * inner] = (double)dz[i];
+        else if (k->stream)
+            store_affine((float *)dst, (const float *)dz, 1.0f, 0.0f, nc, true);
         else
             store_f32((const float *)dz, dt, nc, inner, dst);
     }
