@@ -373,10 +373,21 @@ void cti_cpu_register_loss(void) {
 #else /* NN_T: the row math and the per-chunk task, once per row type */
 
 /* log(sum(exp(z))) of a contiguous row; tmp gets exp(z - max(z)) (d elements) and
- * *inv 1 / sum(tmp), so that softmax(z) = tmp * inv without another exp. */
-static NN_T NN_F(logsumexp)(const NN_T *restrict z, NN_T *restrict tmp, int64_t d, NN_T *inv) {
+ * *inv 1 / sum(tmp), so that softmax(z) = tmp * inv without another exp. next:
+ * the row the caller takes next, or NULL. */
+static NN_T NN_F(logsumexp)(const NN_T *restrict z, NN_T *restrict tmp, int64_t d, NN_T *inv,
+                            const NN_T *next) {
     NN_T m = NN_F(max)(z, d);
-    for (int64_t i = 0; i < d; i++) tmp[i] = NN_EXP(z[i] - m);
+    int64_t i = 0;
+    if (next) {
+        /* the exps run from L1; meanwhile the next row comes from memory */
+        enum { LINE = 64 / sizeof(NN_T) };
+        for (; i + LINE <= d; i += LINE) {
+            __builtin_prefetch(next + i, 0, 3);
+            for (int j = 0; j < LINE; j++) tmp[i + j] = NN_EXP(z[i + j] - m);
+        }
+    }
+    for (; i < d; i++) tmp[i] = NN_EXP(z[i] - m);
     NN_T s = NN_F(sum)(tmp, d);
     *inv = (NN_T)1 / s;
     return m + NN_LOG(s);
@@ -444,7 +455,9 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
             load_f32(src, dt, nc, inner, (float *)z);
         }
         NN_T inv;
-        NN_T lse = NN_F(logsumexp)(zr, tmp, nc, &inv);
+        /* contiguous rows: the next row, to prefetch */
+        const NN_T *next = zr == (const NN_T *)src && p + 1 < p1 ? zr + nc : NULL;
+        NN_T lse = NN_F(logsumexp)(zr, tmp, nc, &inv, next);
         if (!k->grad) {
             NN_T loss = NN_F(ce_loss_row)(zr, w, tg[p], lse, nc, (NN_T)k->ls);
             if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, loss);

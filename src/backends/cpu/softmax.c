@@ -51,14 +51,15 @@ static void sm_rows_task(int64_t r0, int64_t r1, void *p) {
         double *O = (double *)cti_data(o);
         for (int64_t r = r0; r < r1; r++) {
             if (k->bwd) softmax_bwd_row_d(A + r * d, B + r * d, O + r * d, d, k->lg);
-            else softmax_row_d(A + r * d, O + r * d, d, k->lg, (double *)buf, false);
+            else softmax_row_d(A + r * d, O + r * d, d, k->lg, (double *)buf, false, NULL);
         }
     } else if (dt == CT_F32) {
         const float *A = (const float *)cti_data(a), *B = b ? (const float *)cti_data(b) : NULL;
         float *O = (float *)cti_data(o);
         for (int64_t r = r0; r < r1; r++) {
             if (k->bwd) softmax_bwd_row_f(A + r * d, B + r * d, O + r * d, d, k->lg);
-            else softmax_row_f(A + r * d, O + r * d, d, k->lg, (float *)buf, k->stream);
+            else softmax_row_f(A + r * d, O + r * d, d, k->lg, (float *)buf, k->stream,
+                               k->stream && r + 1 < r1 ? A + (r + 1) * d : NULL);
         }
         if (k->stream) stream_fence();
     } else {
@@ -70,7 +71,7 @@ static void sm_rows_task(int64_t r0, int64_t r1, void *p) {
                 load_f32(cti_data(b) + r * d * es, dt, d, 1, br);
                 softmax_bwd_row_f(ar, br, orow, d, k->lg);
             } else {
-                softmax_row_f(ar, orow, d, k->lg, tmp, false);
+                softmax_row_f(ar, orow, d, k->lg, tmp, false, NULL);
             }
             store_f32(orow, dt, d, 1, cti_data(o) + r * d * es);
         }
@@ -177,9 +178,18 @@ static void NN_F(affine)(NN_T *restrict y, const NN_T *restrict x, NN_T a, NN_T 
  * scratch, so that y is written once, at the end (with stream, past the
  * caches). */
 static void NN_F(softmax_row)(const NN_T *restrict x, NN_T *restrict y, int64_t d, bool lg,
-                              NN_T *restrict e, bool stream) {
+                              NN_T *restrict e, bool stream, const NN_T *next) {
     NN_T m = NN_F(max)(x, d);
-    for (int64_t i = 0; i < d; i++) e[i] = NN_EXP(x[i] - m);
+    int64_t i = 0;
+    if (next) {
+        /* the exps run from L1; meanwhile the next row comes from memory */
+        enum { LINE = 64 / sizeof(NN_T) };
+        for (; i + LINE <= d; i += LINE) {
+            __builtin_prefetch(next + i, 0, 3);
+            for (int j = 0; j < LINE; j++) e[i + j] = NN_EXP(x[i + j] - m);
+        }
+    }
+    for (; i < d; i++) e[i] = NN_EXP(x[i] - m);
     NN_T s = NN_F(sum)(e, d);
     if (lg) NN_F(affine)(y, x, (NN_T)1, -(m + NN_LOG(s)), d, stream);
     else NN_F(affine)(y, e, (NN_T)1 / s, (NN_T)0, d, stream);
