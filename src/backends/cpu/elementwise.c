@@ -6,7 +6,9 @@
  * (stride 0) operand, and a strided branch. float16/bfloat16 loops convert
  * blocks of elements to float32, apply the float32 expression and convert
  * back, so the arithmetic vectorizes too. Integer arithmetic wraps (computed
- * in the unsigned type) as PyTorch's does.
+ * in the unsigned type) as PyTorch's does. The transcendental functions of
+ * float32 (and so of the halves) are vmath.h's, which vectorize, where libm
+ * would be called once per element; float64 keeps libm.
  *
  * The ops with parameters (cti_pointwise_params), per element:
  *   add, sub: out = a + alpha * b (sub's front end passes -alpha)
