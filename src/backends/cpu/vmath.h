@@ -14,13 +14,13 @@
  * sweeps, docs/BENCHMARKS.md; tests/test_elementwise.c checks these bounds
  * on a dense sweep at every ISA level), for results of at least FLT_MIN
  * (smaller ones are within FLT_MIN):
- *   vm_exp, vm_log                  1 ulp   Cephes' float32 polynomials
- *   vm_sin, vm_cos                  1 ulp   reduction and polynomials in
- *                                           float64 (|x| <= VM_TRIG_MAX)
- *   vm_tanh                         2 ulp
- *   vm_sigmoid, vm_silu, vm_softplus 3 ulp  from vm_exp and vm_log
- *   vm_gelu_tanh                    4 ulp   exact argument to exp
- *   vm_gelu                         6 ulp   through erfc (fitted here)
+ *   vm_sin, vm_cos        1   reduction and polynomials in float64
+ *                               (|x| <= VM_TRIG_MAX), measured 0.5
+ *   vm_log                1   Cephes' float32 polynomial
+ *   vm_exp, vm_tanh       1.5 Cephes' float32 polynomials
+ *   vm_sigmoid, vm_softplus 3 from vm_exp and vm_log
+ *   vm_silu, vm_gelu_tanh 4   x times an exp-based factor
+ *   vm_gelu               7   through erfc (fitted here)
  * That is within a few roundings of glibc (1 to 2 ulp) and of the fast exp
  * the softmax kernels always used (1 ulp), far inside the 1e-5 relative
  * (84 ulp) that float32 results are tested to elsewhere.
@@ -151,16 +151,16 @@ VM_INLINE float vm_log1p(float u) {
 /* 1 / (1 + e^-x), as e / (1 + e) with e = e^x for x < 0: never e^|x| large. */
 VM_INLINE float vm_sigmoid(float x) {
     float e = vm_exp(-fabsf(x));
-    float s = 1.0f / (1.0f + e);
-    return x >= 0.0f ? s : (x != x ? x : e * s);
+    float d = 1.0f + e;
+    return (x >= 0.0f ? 1.0f : (x != x ? x : e)) / d;
 }
 
 /* x sigmoid(x), with e = e^-|x| taken as e 2^64: for x < -87, e is
  * subnormal but x e is not, and keeps its digits that way. */
 VM_INLINE float vm_silu(float x) {
     float e64 = vm_exp_core(-fabsf(x), 0.0f, 64);
-    float s = 1.0f / (1.0f + e64 * 0x1p-64f);
-    return x >= 0.0f ? x * s : (x * e64 * s) * 0x1p-64f;
+    float d = 1.0f + e64 * 0x1p-64f;
+    return x >= 0.0f ? x / d : ((x * e64) / d) * 0x1p-64f;
 }
 
 /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): the exp never overflows. */
