@@ -4,7 +4,8 @@
  *   NN_F(x)   a typed function's name: x_f, then x_d
  *   NN_IS_FLOAT  1 for float, 0 for double (for #if)
  *   NN_EXP, NN_LOG, NN_SQRT   the row type's exp, log and sqrt; float's exp
- *             is vm_exp (vmath.h), which GCC can vectorize
+ *             is vmath.h's (flushing results below FLT_MIN to 0), which GCC
+ *             can vectorize
  * A file includes itself this way for its typed part (the conv.c pattern),
  * which it keeps under #ifdef NN_T. No include guard: it runs once per
  * instantiated file, and undefines NN_TYPED when done. */
@@ -17,7 +18,7 @@
 #define NN_T float
 #define NN_S f
 #define NN_IS_FLOAT 1
-#define NN_EXP vm_exp
+#define NN_EXP(x) vm_exp_ftz(x, 0.0f, 0)
 #define NN_LOG logf
 #define NN_SQRT sqrtf
 #include NN_TYPED

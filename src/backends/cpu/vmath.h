@@ -72,39 +72,54 @@ VM_INLINE double vm_from_bits_d(uint64_t u) {
 /* ---- exp ------------------------------------------------------------------------------
  * exp(x) = 2^n exp(r), n = round(x / ln 2) (the 1.5 * 2^23 addend rounds),
  * r = x - n ln 2 in two parts (Cody-Waite), Cephes' degree-6 polynomial for
- * exp(r). 2^n is applied as two factors so that results near FLT_MAX and
- * the subnormal ones come out right (n runs from -150 to 128). */
-/* exp(hi + lo) 2^k, rounded once, for |lo| at most an ulp of hi: lo carries
- * the digits of an argument that float32 cannot hold (gelu's -x^2 / 2), k
- * lifts results that would be subnormal (0 <= k <= 64, hi + lo <= 0) so
- * that a product with them keeps its digits. */
-VM_INLINE float vm_exp_core(float hi, float lo, int32_t k) {
-    float xc = hi < -104.0f ? -104.0f : (hi > 89.0f ? 89.0f : hi);
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f; /* n * 0.693359375 is exact */
-    r = r + n * 2.12194440e-4f;
-    r = r + lo;
+ * exp(r), 2^n put into the exponent. The exps inside the other functions
+ * (and softmax's) flush results below FLT_MIN to 0 and scale once; the exp
+ * op scales in two factors, so that its subnormal results come out right. */
+VM_INLINE float vm_exp_poly(float r) {
     float p = 1.9875691500e-4f;
     p = VM_FMA(p, r, 1.3981999507e-3f);
     p = VM_FMA(p, r, 8.3334519073e-3f);
     p = VM_FMA(p, r, 4.1665795894e-2f);
     p = VM_FMA(p, r, 1.6666665459e-1f);
     p = VM_FMA(p, r, 5.0000001201e-1f);
-    p = VM_FMA(p * r, r, r) + 1.0f;
-    /* n from t's low bits; unsigned, as NaN's bits (whose result is not
-     * used) would overflow a signed form */
-    int32_t ni = (int32_t)(vm_bits(t) - 0x4B400000u);
-    int32_t n1 = ni / 2, n2 = ni - n1 + k;
-    float s1 = vm_from_bits((uint32_t)(n1 + 127) << 23);
-    float s2 = vm_from_bits((uint32_t)(n2 + 127) << 23);
-    float res = p * s1 * s2;
-    /* below -104 even e^x 2^64 times 2^-64 rounds to 0; -inf then makes
-     * x e^x NaN for x = -inf, as the plain formulas (and PyTorch) give */
-    res = hi < -104.0f ? 0.0f : res;
-    return hi != hi ? hi : res;
+    return VM_FMA(p * r, r, r) + 1.0f;
 }
-VM_INLINE float vm_exp(float x) { return vm_exp_core(x, 0.0f, 0); }
+#define VM_EXP_REDUCE(x, t, n, r)                                                    \
+    float t = VM_FMA(x, 1.44269504088896341f, 12582912.0f);                          \
+    float n = t - 12582912.0f;                                                       \
+    float r = VM_FMA(-n, 0.693359375f, x); /* n * 0.693359375 is exact */            \
+    r = VM_FMA(n, 2.12194440e-4f, r)
+
+/* exp(hi + lo) 2^k, rounded once, 0 where that is below FLT_MIN, for
+ * hi + lo <= 88 - k ln 2 (more gives inf or garbage) and |lo| at most an ulp
+ * of hi: lo carries the digits of an argument that float32 cannot hold
+ * (gelu's -x^2 / 2), k (0 <= k <= 64) lifts results that would be subnormal
+ * so that a product with them keeps its digits. NaN in, NaN out; -inf gives
+ * 0, so that x e^x is NaN for x = -inf, as the plain formulas give. */
+VM_INLINE float vm_exp_ftz(float hi, float lo, int32_t k) {
+    const float lowest = -87.33654f - (float)k * 0.693147181f; /* result FLT_MIN */
+    float xc = hi > 88.8f ? 88.8f : hi;
+    VM_EXP_REDUCE(xc, t, n, r);
+    r = r + lo;
+    float p = vm_exp_poly(r);
+    /* 2^(n + k) from t's low bits, in unsigned arithmetic: NaN's bits or a
+     * flushed argument's give garbage, never overflow */
+    float res = p * vm_from_bits((vm_bits(t) - (0x4B400000u - 127u - (uint32_t)k)) << 23);
+    return hi < lowest ? 0.0f : res;
+}
+
+/* exp(x) over the whole float32 range, subnormal results included: 2^n in
+ * two factors (n runs from -150 to 128). */
+VM_INLINE float vm_exp(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    VM_EXP_REDUCE(xc, t, n, r);
+    float p = vm_exp_poly(r);
+    int32_t ni = (int32_t)(vm_bits(t) - 0x4B400000u);
+    int32_t n1 = ni >> 1;
+    float s1 = vm_from_bits((uint32_t)(n1 + 127) << 23);
+    float s2 = vm_from_bits((uint32_t)(ni - n1 + 127) << 23);
+    return p * s1 * s2; /* NaN stays NaN through p */
+}
 
 /* ---- log ------------------------------------------------------------------------------
  * x = 2^e m with m in [sqrt(1/2), sqrt(2)), log x = e ln 2 + log m, Cephes'
@@ -134,7 +149,7 @@ VM_INLINE float vm_log(float x) {
     float res = VM_FMA(fe, 0.693359375f, f + y);
     res = x == INFINITY ? x : res;
     res = x == 0.0f ? -INFINITY : res;
-    return x < 0.0f || x != x ? NAN : res;
+    return x >= 0.0f ? res : NAN; /* also for NaN */
 }
 
 /* log(1 + u) for u >= 0 (and -1 < u), the rounding of 1 + u undone:
@@ -150,22 +165,22 @@ VM_INLINE float vm_log1p(float u) {
 /* ---- built from exp and log -------------------------------------------------------- */
 /* 1 / (1 + e^-x), as e / (1 + e) with e = e^x for x < 0: never e^|x| large. */
 VM_INLINE float vm_sigmoid(float x) {
-    float e = vm_exp(-fabsf(x));
+    float e = vm_exp_ftz(-fabsf(x), 0.0f, 0);
     float d = 1.0f + e;
-    return (x >= 0.0f ? 1.0f : (x != x ? x : e)) / d;
+    return (x >= 0.0f ? 1.0f : e) / d; /* NaN: e is NaN */
 }
 
 /* x sigmoid(x), with e = e^-|x| taken as e 2^64: for x < -87, e is
  * subnormal but x e is not, and keeps its digits that way. */
 VM_INLINE float vm_silu(float x) {
-    float e64 = vm_exp_core(-fabsf(x), 0.0f, 64);
+    float e64 = vm_exp_ftz(-fabsf(x), 0.0f, 64);
     float d = 1.0f + e64 * 0x1p-64f;
     return x >= 0.0f ? x / d : ((x * e64) / d) * 0x1p-64f;
 }
 
 /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): the exp never overflows. */
 VM_INLINE float vm_softplus(float x) {
-    float l = vm_log1p(vm_exp(-fabsf(x)));
+    float l = vm_log1p(vm_exp_ftz(-fabsf(x), 0.0f, 0));
     return (x > 0.0f ? x : 0.0f) + l;
 }
 
@@ -180,7 +195,7 @@ VM_INLINE float vm_tanh(float x) {
     p = VM_FMA(p, s, 1.33314422036E-1f);
     p = VM_FMA(p, s, -3.33332819422E-1f);
     float small = VM_FMA(p * s, x, x);
-    float big = 1.0f - 2.0f / (vm_exp(a + a) + 1.0f);
+    float big = 1.0f - 2.0f / (vm_exp_ftz(a + a, 0.0f, 0) + 1.0f);
     big = copysignf(big, x);
     return a < 0.625f ? small : big; /* NaN: big is NaN */
 }
@@ -267,11 +282,11 @@ VM_INLINE float vm_gelu(float x) {
     sp = VM_FMA(sp, t, 0.244457408f);
     sp = VM_FMA(sp, t, 0.28229879f);
     sp = VM_FMA(sp, t, 0.28208732f);
-    float c64 = vm_exp_core(hi, lo, 64) * (t * sp); /* erfc(z) 2^64 */
+    float c64 = vm_exp_ftz(hi, lo, 64) * (t * sp); /* erfc(z) 2^64 */
     float pos = x * (1.0f - 0.5f * (c64 * 0x1p-64f));
     float neg = (x * 0.5f * c64) * 0x1p-64f;
     float large = x >= 0.0f ? pos : neg;
-    return z < 0.5f ? small : (x != x ? x : large);
+    return z < 0.5f ? small : large; /* NaN: large is NaN */
 }
 
 /* x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
@@ -283,9 +298,9 @@ VM_INLINE float vm_gelu_tanh(float x) {
     double u2 = 2.0 * 0.79788456080286535588 * xd * (1.0 + 0.044715 * xd * xd);
     double a = -fabs(u2);
     float hi = (float)a, lo = (float)(a - (double)hi);
-    float e64 = vm_exp_core(hi, lo, 64); /* e^-|2u| 2^64 */
+    float e64 = vm_exp_ftz(hi, lo, 64); /* e^-|2u| 2^64 */
     float s = 1.0f / (1.0f + e64 * 0x1p-64f);
-    return u2 >= 0.0 ? x * s : (x != x ? x : (x * e64 * s) * 0x1p-64f);
+    return u2 >= 0.0 ? x * s : (x * e64 * s) * 0x1p-64f; /* NaN: the right side is NaN */
 }
 
 #endif
