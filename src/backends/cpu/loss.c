@@ -373,9 +373,9 @@ void cti_cpu_register_loss(void) {
 #else /* NN_T: the row math and the per-chunk task, once per row type */
 
 /* log(sum(exp(z))) of a contiguous row; tmp gets exp(z - max(z)) (d elements) and
- * *inv 1 / sum(tmp), so that softmax(z) = tmp * inv without another exp. next:
+ * *sum their sum, so that softmax(z) = tmp / sum without another exp. next:
  * the row the caller takes next, or NULL. */
-static NN_T NN_F(logsumexp)(const NN_T *restrict z, NN_T *restrict tmp, int64_t d, NN_T *inv,
+static NN_T NN_F(logsumexp)(const NN_T *restrict z, NN_T *restrict tmp, int64_t d, NN_T *sum,
                             const NN_T *next) {
     NN_T m = NN_F(max)(z, d);
     int64_t i = 0;
@@ -389,7 +389,7 @@ static NN_T NN_F(logsumexp)(const NN_T *restrict z, NN_T *restrict tmp, int64_t 
     }
     for (; i < d; i++) tmp[i] = NN_EXP(z[i] - m);
     NN_T s = NN_F(sum)(tmp, d);
-    *inv = (NN_T)1 / s;
+    *sum = s;
     return m + NN_LOG(s);
 }
 
@@ -454,18 +454,32 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
         } else {
             load_f32(src, dt, nc, inner, (float *)z);
         }
-        NN_T inv;
+        NN_T sum;
         /* contiguous rows: the next row, to prefetch */
         const NN_T *next = zr == (const NN_T *)src && p + 1 < p1 ? zr + nc : NULL;
-        NN_T lse = NN_F(logsumexp)(zr, tmp, nc, &inv, next);
+        NN_T lse = NN_F(logsumexp)(zr, tmp, nc, &sum, next);
         if (!k->grad) {
             NN_T loss = NN_F(ce_loss_row)(zr, w, tg[p], lse, nc, (NN_T)k->ls);
             if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, loss);
             else acc += loss;
             continue;
         }
-        NN_F(ce_grad_row)(tmp, inv, w, tg[p], sumw, nc, (NN_T)k->ls, (NN_T)grad_scale(k, p), dz);
+        NN_T inv = (NN_T)1 / sum, g = (NN_T)grad_scale(k, p);
         char *dst = cti_data(k->out) + base * (int64_t)es;
+        if (!w && k->ls == 0) {
+            /* dz = g (p - onehot(t)) = (tmp - sum onehot(t)) g / sum: the
+             * row is tmp, scaled on its way out */
+            tmp[tg[p]] -= sum;
+#if NN_IS_FLOAT
+            if (dt == CT_F32 && inner == 1) {
+                store_affine((float *)dst, tmp, g * inv, 0.0f, nc, k->stream);
+                continue;
+            }
+#endif
+            for (int64_t i = 0; i < nc; i++) dz[i] = tmp[i] * (g * inv);
+        } else {
+            NN_F(ce_grad_row)(tmp, inv, w, tg[p], sumw, nc, (NN_T)k->ls, g, dz);
+        }
         if (dt == CT_F64)
             for (int64_t i = 0; i < nc; i++) ((double *)dst)[i * inner] = (double)dz[i];
         else if (k->stream)
