@@ -637,6 +637,108 @@ static bool rowwise_describe(bcase *c, int i, bool xent) {
 static bool softmax_describe(bcase *c, int i) { return rowwise_describe(c, i, false); }
 static bool xent_describe(bcase *c, int i) { return rowwise_describe(c, i, true); }
 
+/* ==== unary elementwise ops, forward and forward + backward =================================
+ * p = elements, op index, backward. The forward reads x and writes y; with
+ * the backward (through autograd, x requiring grad, the gradient dropped
+ * after each call so none accumulates) a fused kernel would read x (or y)
+ * and dy and write dx: 5 tensors in all, what the rate counts. The anchor
+ * copies one tensor. */
+typedef struct unary_op {
+    const char *name;
+    ct_op id;
+    bool bwd; /* also run a forward + backward case */
+} unary_op;
+
+static const unary_op unary_ops[] = {
+    {"exp", CT_OP_EXP, false},   {"log", CT_OP_LOG, false},
+    {"sin", CT_OP_SIN, false},   {"tanh", CT_OP_TANH, true},
+    {"sigmoid", CT_OP_SIGMOID, true}, {"silu", CT_OP_SILU, true},
+    {"softplus", CT_OP_SOFTPLUS, false}, {"gelu", CT_OP_GELU, true},
+    {"gelu_tanh", CT_OP_GELU_TANH, true},
+};
+#define N_UNARY ((int)(sizeof unary_ops / sizeof unary_ops[0]))
+
+static ct_tensor *unary_call(int k, ct_tensor *x) {
+    switch (unary_ops[k].id) {
+    case CT_OP_EXP: return ct_exp(x);
+    case CT_OP_LOG: return ct_log(x);
+    case CT_OP_SIN: return ct_sin(x);
+    case CT_OP_TANH: return ct_tanh(x);
+    case CT_OP_SIGMOID: return ct_sigmoid(x);
+    case CT_OP_SILU: return ct_silu(x);
+    case CT_OP_SOFTPLUS: return ct_softplus(x, 1.0, 20.0);
+    case CT_OP_GELU: return ct_gelu(x, CT_GELU_NONE);
+    default: return ct_gelu(x, CT_GELU_TANH);
+    }
+}
+
+static ct_status unary_setup(bcase *c) {
+    int64_t n = c->p[0];
+    bool bwd = c->p[2] != 0;
+    c->nsets = sets_for(c->d, (size_t)n * sizeof(float) * (bwd ? 2 : 1));
+    for (int s = 0; s < c->nsets; s++) {
+        /* log's domain: (0, 2) instead of [-1, 1) */
+        ct_tensor *x = s ? ct_clone(c->in[0][0]) : rnd(c, 1, &n, CT_F32);
+        if (x && !s && unary_ops[c->p[1]].id == CT_OP_LOG) {
+            ct_tensor *y = ct_add_scalar(x, 1.0);
+            ct_tensor_release(x);
+            x = y;
+        }
+        if (!x) return set_error(c, "inputs");
+        c->in[s][0] = x;
+        if (bwd) {
+            if (ct_requires_grad_(x, true) != CT_OK) return set_error(c, "requires_grad");
+            if (!(c->in[s][1] = s ? ct_clone(c->in[0][1]) : rnd(c, 1, &n, CT_F32)))
+                return set_error(c, "grad");
+        }
+    }
+    return copy_dst(c, (size_t)n * sizeof(float));
+}
+
+static ct_status unary_run(bcase *c) {
+    int s = next_set(c);
+    ct_tensor *x = c->in[s][0];
+    ct_tensor *y = unary_call((int)c->p[1], x);
+    if (!y) return ct_last_status();
+    ct_status st = CT_OK;
+    if (c->p[2]) {
+        st = ct_backward(y, c->in[s][1], false);
+        ct_zero_grad(x);
+    }
+    ct_tensor_release(y);
+    return st;
+}
+
+static bool unary_describe(bcase *c, int i) {
+    /* the forward cases, then the forward + backward ones */
+    int k = i, bwd = 0;
+    if (k >= N_UNARY) {
+        bwd = 1;
+        int j = k - N_UNARY;
+        for (k = 0; k < N_UNARY; k++)
+            if (unary_ops[k].bwd && j-- == 0) break;
+    }
+    if (k >= N_UNARY) return false;
+    int64_t n = (int64_t)16 << 20;
+    c->p[0] = n, c->p[1] = k, c->p[2] = bwd;
+    c->dtype = CT_F32;
+    snprintf(c->variant, sizeof c->variant, "%s", bwd ? "fwd+bwd" : "fwd");
+    snprintf(c->name, sizeof c->name, "%s 16M f32 %s", unary_ops[k].name, c->variant);
+    snprintf(c->key, sizeof c->key, "%s f32 %s", unary_ops[k].name, c->variant);
+    param(c, "numel", n);
+    c->op = unary_ops[k].name;
+    c->need[c->nneed++] = unary_ops[k].id;
+    c->rate = RATE_BYTES;
+    c->work = (bwd ? 5.0 : 2.0) * (double)n * 4;
+    c->anchor_work = 2.0 * (double)n * 4;
+    c->ceil = CEIL_COPY;
+    anchor_label(c, is_gpu(c->d) ? "cudaMemcpy D2D" : "memcpy");
+    c->setup = unary_setup;
+    c->run = unary_run;
+    c->anchor = copy_anchor;
+    return true;
+}
+
 /* ==== per-op overhead: add of two 1-element float32 tensors ===================================
  * On GPUs the anchor is the smallest thing a stream runs, a 4-byte
  * cudaMemsetAsync; the CPU has no anchor for it. */
@@ -803,6 +905,7 @@ static const family families[] = {
     {"conv2d", conv_describe, "3x3 conv: ResNet 64->64 56x56 N=32, Fashion-MNIST layers N=64"},
     {"rms_norm", rms_describe, "RMSNorm over 4096 columns, f32 and bf16, fwd and fwd+bwd"},
     {"add", add_describe, "elementwise add, f32 (bandwidth)"},
+    {"unary", unary_describe, "unary ops (exp, tanh, gelu, ...), f32, fwd and fwd+bwd"},
     {"softmax", softmax_describe, "row softmax, f32"},
     {"cross_entropy", xent_describe, "cross-entropy forward + backward, f32"},
     {"overhead", overhead_describe, "per-op overhead: add of 1-element tensors"},

@@ -167,6 +167,122 @@ static void check_refuses_ints(const un_case *c) {
 }
 
 /* Integer and bool inputs: float math gives float32, the rest keep the dtype. */
+/* ---- float32 accuracy of the vectorized unary ops ------------------------------------------
+ * Every float32 input of the op's range, walked in order of value with a
+ * stride (about 2^19 points, all binades), plus the specials, against the
+ * float64 reference; the error in ulps of the exact value (a correctly
+ * rounded result is within 0.5), for results of at least FLT_MIN (smaller
+ * ones within FLT_MIN). The bounds are what vmath.h states, from exhaustive
+ * sweeps; meson runs this at every ISA level. Contiguous and strided. */
+static double u_sigmoid(double x) { return 1 / (1 + exp(-x)); }
+static double u_silu(double x) { return x / (1 + exp(-x)); }
+static double u_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+static double u_gelu(double x) { return 0.5 * x * erfc(-x * M_SQRT1_2); }
+static double u_gelu_tanh(double x) { /* x sigmoid(2u): no cancellation in the reference either */
+    return x / (1 + exp(-2 * sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static ct_tensor *c_softplus(ct_tensor *x) { return ct_softplus(x, 1, 1e30); }
+static ct_tensor *c_gelu(ct_tensor *x) { return ct_gelu(x, CT_GELU_NONE); }
+static ct_tensor *c_gelu_tanh(ct_tensor *x) { return ct_gelu(x, CT_GELU_TANH); }
+
+static const struct {
+    const char *name;
+    ct_tensor *(*fn)(ct_tensor *);
+    double (*ref)(double);
+    float lo, hi;
+    double max_ulp;
+} ulp_cases[] = {
+    {"exp", ct_exp, exp, -110, 90, 1.5},
+    {"log", ct_log, log, 0, INFINITY, 1},
+    {"sin", ct_sin, sin, -3e7f, 3e7f, 1}, /* past VM_TRIG_MAX: the libm fallback */
+    {"cos", ct_cos, cos, -3e7f, 3e7f, 1},
+    {"tanh", ct_tanh, tanh, -20, 20, 1.5},
+    {"sigmoid", ct_sigmoid, u_sigmoid, -110, 110, 3},
+    {"silu", ct_silu, u_silu, -110, 110, 4},
+    {"softplus", c_softplus, u_softplus, -110, 110, 3},
+    {"gelu", c_gelu, u_gelu, -20, 20, 7},
+    {"gelu_tanh", c_gelu_tanh, u_gelu_tanh, -20, 20, 4},
+};
+
+/* float32 in order of value <-> unsigned keys */
+static uint32_t f_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+static float f_unkey(uint32_t k) {
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_unary_f32_ulp(void **state) {
+    (void)state;
+    static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MIN, -FLT_MIN,
+                                     FLT_MAX, -FLT_MAX, 1e-45f, -1e-45f};
+    const int ns = (int)(sizeof specials / sizeof specials[0]);
+    for (size_t k = 0; k < sizeof ulp_cases / sizeof ulp_cases[0]; k++) {
+        uint32_t k0 = f_key(ulp_cases[k].lo), k1 = f_key(ulp_cases[k].hi);
+        uint32_t stride = (k1 - k0) / (1u << 19) + 1;
+        int64_t n = (int64_t)((k1 - k0) / stride) + 1 + ns;
+        float *xs = malloc(sizeof(float) * (size_t)n * 2);
+        assert_non_null(xs);
+        for (int64_t i = 0; i < n - ns; i++) xs[i] = f_unkey(k0 + (uint32_t)i * stride);
+        for (int i = 0; i < ns; i++) xs[n - ns + i] = specials[i];
+        /* the same values at every other element of a twice as long buffer */
+        float *wide = xs + n;
+        for (int64_t i = 0; i < n; i++) wide[i] = xs[i];
+        ct_tensor *x = ct_tensor_from_data(xs, CT_F32, 1, &n);
+        int64_t n2[2] = {n, 2};
+        float *pairs = malloc(sizeof(float) * (size_t)n * 2);
+        assert_non_null(pairs);
+        for (int64_t i = 0; i < n; i++) pairs[2 * i] = wide[i], pairs[2 * i + 1] = 0;
+        ct_tensor *xp = ct_tensor_from_data(pairs, CT_F32, 2, n2);
+        ct_tensor *xs2 = xp ? ct_select(xp, 1, 0) : NULL; /* stride 2 */
+        assert_non_null(x);
+        assert_non_null(xs2);
+        for (int strided = 0; strided < 2; strided++) {
+            ct_tensor *y = ulp_cases[k].fn(strided ? xs2 : x);
+            assert_non_null(y);
+            ct_tensor *yc = ct_contiguous(y);
+            assert_non_null(yc);
+            const float *v = ct_tensor_data_ptr(yc);
+            double worst = 0, worst_x = 0, worst_tiny = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double ref = ulp_cases[k].ref(xs[i]), got = v[i];
+                if (isnan(ref) || isnan(got) || isinf(ref) || isinf(got) || fabs(ref) > FLT_MAX) {
+                    bool same = (isnan(ref) && isnan(got)) || ref == got ||
+                                (fabs(ref) > FLT_MAX && isinf(got) && (ref > 0) == (got > 0));
+                    if (!same)
+                        fail_msg("%s(%a) = %a, float64 %a", ulp_cases[k].name, xs[i], got, ref);
+                    continue;
+                }
+                if (fabs(ref) < FLT_MIN) {
+                    worst_tiny = fmax(worst_tiny, fabs(got - ref) / FLT_MIN);
+                    continue;
+                }
+                int e;
+                frexp(ref, &e);
+                double err = fabs(got - ref) / ldexp(1.0, e - 24);
+                if (err > worst) worst = err, worst_x = xs[i];
+            }
+            if (!strided)
+                fprintf(stderr, "[ ulp      ] %-9s max %.2f ulp at %a (bound %g), subnormal results within %.2g FLT_MIN\n",
+                        ulp_cases[k].name, worst, worst_x, ulp_cases[k].max_ulp, worst_tiny);
+            assert_true(worst <= ulp_cases[k].max_ulp);
+            assert_true(worst_tiny <= 1.0);
+            ct_tensor_release(yc);
+            ct_tensor_release(y);
+        }
+        ct_tensor_release(xs2);
+        ct_tensor_release(xp);
+        ct_tensor_release(x);
+        free(pairs);
+        free(xs);
+    }
+}
+
 static void test_unary_int(void **state) {
     (void)state;
     static const int64_t s2[] = {6, 9};
@@ -1183,6 +1299,7 @@ int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unary_float),
+        cmocka_unit_test(test_unary_f32_ulp),
         cmocka_unit_test(test_unary_int),
         cmocka_unit_test(test_unary_points),
         cmocka_unit_test(test_logical_not),

@@ -563,6 +563,57 @@ static void test_nll_loss(void **state) {
 }
 
 /* Every target ignored: the mean divides 0 by 0, as PyTorch (NaN). */
+/* f32 rows past NN_STREAM_BYTES (16 MiB) take the non-temporal stores: softmax,
+ * log_softmax and the cross-entropy gradient, rows of 4100 so that most start
+ * off a vector boundary. The gradient's reference is the closed form
+ * g * ((1 - ls) w_t (p - [c == t]) + ls / C (sum(w) p - w_c)), in float64. */
+static void test_softmax_xent_streaming(void **state) {
+    (void)state;
+    const int64_t R = 1024, C = 4100, n = R * C;
+    int64_t shape[2] = {R, C};
+    double *xv;
+    ct_tensor *x = tu_rand(2, shape, CT_F32, -8, 8, &xv);
+    double *p = malloc(sizeof(double) * (size_t)n), *lp = malloc(sizeof(double) * (size_t)n);
+    ref_softmax(xv, R, C, 1, false, p);
+    ref_softmax(xv, R, C, 1, true, lp);
+    ct_tensor *y = ct_softmax(x, 1), *ly = ct_log_softmax(x, -1);
+    check(y, p, n, CT_F32, 1);
+    check(ly, lp, n, CT_F32, 1);
+
+    int64_t *tv = malloc(sizeof(int64_t) * (size_t)R);
+    for (int64_t r = 0; r < R; r++) tv[r] = r % 7 == 3 ? -100 : tu_randint(0, C);
+    ct_tensor *t = i64_tensor(tv, 1, shape);
+    double *wv;
+    ct_tensor *w = tu_rand(1, shape + 1, CT_F32, 0.5, 2, &wv);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int variant = 0; variant < 2; variant++) {
+        bool weighted = variant == 1;
+        double ls = weighted ? 0.1 : 0.0, sumw = 0, wsum = 0;
+        for (int64_t c = 0; c < C; c++) sumw += weighted ? wv[c] : 1.0;
+        for (int64_t r = 0; r < R; r++)
+            if (tv[r] != -100) wsum += weighted ? wv[tv[r]] : 1.0;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) {
+                double v = 0;
+                if (tv[r] != -100) {
+                    double wt = weighted ? wv[tv[r]] : 1.0, wc = weighted ? wv[c] : 1.0;
+                    double pc = p[r * C + c];
+                    v = ((1 - ls) * wt * (pc - (c == tv[r])) + ls / (double)C * (sumw * pc - wc)) /
+                        wsum;
+                }
+                ref[r * C + c] = v;
+            }
+        ct_tensor *g = ct_tensor_scalar(1.0, CT_F32, CT_CPU);
+        ct_tensor *dz = ct_cross_entropy_backward(g, x, t, weighted ? w : NULL,
+                                                  CT_REDUCTION_MEAN, -100, ls);
+        check(dz, ref, n, CT_F32, 4);
+        ct_tensor_release(dz), ct_tensor_release(g);
+    }
+    free(xv), free(p), free(lp), free(tv), free(wv), free(ref);
+    ct_tensor_release(x), ct_tensor_release(y), ct_tensor_release(ly), ct_tensor_release(t);
+    ct_tensor_release(w);
+}
+
 static void test_cross_entropy_all_ignored(void **state) {
     (void)state;
     ct_tensor *z = tu_rand(2, (const int64_t[]){3, 4}, CT_F32, -1, 1, NULL);
@@ -1114,6 +1165,7 @@ int main(void) {
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_rms_norm_large_deterministic),
         cmocka_unit_test(test_rms_norm_streaming),
+        cmocka_unit_test(test_softmax_xent_streaming),
         cmocka_unit_test(test_layer_norm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_softmax_stability),

@@ -34,11 +34,6 @@
 #include <string.h>
 #include <strings.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#define CTI_X86 1
-#endif
-
 #include <cblas.h>
 
 #include "cpu_impl.h"
@@ -82,39 +77,16 @@ static int core_rank(const char *name) {
     return RANK_UNKNOWN;
 }
 
-#ifdef CTI_X86
-static unsigned long long read_xcr0(void) {
-    unsigned int lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((unsigned long long)hi << 32) | lo;
-}
-#endif
-
-/* The best rank this CPU and OS can run: the instructions must be there and
- * the OS must save their register state (XCR0), as OpenBLAS itself checks. */
+/* The best rank this CPU and OS run, as the kernel level was chosen
+ * (isa.c: the instructions present and their register state saved by the
+ * OS, as OpenBLAS itself checks), and never above that level, so that
+ * CT_CPU_ISA keeps cten from switching OpenBLAS to wider kernels. */
 static int cpu_rank(void) {
-#ifdef CTI_X86
-    unsigned int a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return RANK_LEGACY;
-    bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28);
-    if (!osxsave || !avx) return RANK_LEGACY;
-    unsigned long long xcr0 = read_xcr0();
-    if ((xcr0 & 0x6) != 0x6) return RANK_LEGACY; /* XMM and YMM state */
-    if (__get_cpuid_max(0, NULL) < 7) return RANK_LEGACY;
-    __cpuid_count(7, 0, a, b, c, d);
-    unsigned int max_sub = a;
-    bool avx2 = b & (1u << 5);
-    bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
-    bool bf16 = false;
-    if (max_sub >= 1) {
-        __cpuid_count(7, 1, a, b, c, d);
-        bf16 = a & (1u << 5);
+    switch (cti_cpu_isa()) {
+    case CTI_ISA_AVX512: return cti_cpu_has_avx512_bf16() ? RANK_AVX512_BF16 : RANK_AVX512;
+    case CTI_ISA_AVX2: return RANK_AVX2;
+    default: return RANK_LEGACY;
     }
-    bool zmm_os = (xcr0 & 0xE6) == 0xE6; /* opmask, ZMM_Hi256, Hi16_ZMM */
-    if (avx512 && zmm_os) return bf16 ? RANK_AVX512_BF16 : RANK_AVX512;
-    if (avx2 && fma) return RANK_AVX2;
-#endif
-    return RANK_LEGACY;
 }
 
 typedef char *(*str_fn)(void);

@@ -36,7 +36,7 @@
 #define DW_OCS 2
 #define DIRECT_CHUNK_FLOATS ((int64_t)1 << 22)
 
-bool cti_direct_supported(void) { return __builtin_cpu_supports("avx512f"); }
+bool cti_direct_supported(void) { return cti_cpu_isa() >= CTI_ISA_AVX512; }
 
 /* ---- the padded input ------------------------------------------------------------ */
 

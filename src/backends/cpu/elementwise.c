@@ -6,7 +6,9 @@
  * (stride 0) operand, and a strided branch. float16/bfloat16 loops convert
  * blocks of elements to float32, apply the float32 expression and convert
  * back, so the arithmetic vectorizes too. Integer arithmetic wraps (computed
- * in the unsigned type) as PyTorch's does.
+ * in the unsigned type) as PyTorch's does. The transcendental functions of
+ * float32 (and so of the halves) are vmath.h's, which vectorize, where libm
+ * would be called once per element; float64 keeps libm.
  *
  * The ops with parameters (cti_pointwise_params), per element:
  *   add, sub: out = a + alpha * b (sub's front end passes -alpha)
@@ -23,6 +25,7 @@
 #endif
 
 #include "cpu_impl.h"
+#include "vmath.h"
 
 /* What an inner loop sees: the call's parameters (cti_pointwise_params:
  * add/sub's alpha, clamp's bounds, softplus's beta and threshold) and the
@@ -98,6 +101,9 @@ static void store_bf16(char *dst, int64_t stride, const float *restrict src, int
 }
 static void load_f32(float *restrict dst, const char *src, int64_t stride, int64_t m) {
     for (int64_t i = 0; i < m; i++) dst[i] = *(const float *)(src + i * stride);
+}
+static void store_f32(char *dst, int64_t stride, const float *restrict src, int64_t m) {
+    for (int64_t i = 0; i < m; i++) *(float *)(dst + i * stride) = src[i];
 }
 /* Inputs of a reduced-precision kernel are float16, bfloat16, or a float32
  * 0-d operand that keeps a scalar's precision (as PyTorch's opmath). */
@@ -222,6 +228,28 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
         }                                                                              \
     }
 
+/* sin and cos of float32, float16 and bfloat16 (in and out of one dtype) in
+ * blocks: VF (vmath.h) for every element, then libm's float64 DF for the
+ * rare one beyond VM_TRIG_MAX, where VF's reduction would lose digits. */
+#define TRIG_LOOP(name, VF, DF)                                                        \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_ctx *P = ctx;                                                         \
+        float in[BLK], out[BLK];                                                       \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(in, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
+            int big = 0;                                                               \
+            for (int64_t i = 0; i < m; i++) {                                          \
+                out[i] = VF(in[i]);                                                    \
+                big |= !(fabsf(in[i]) <= VM_TRIG_MAX);                                 \
+            }                                                                          \
+            for (int64_t i = 0; big && i < m; i++)                                     \
+                if (!(fabsf(in[i]) <= VM_TRIG_MAX)) out[i] = (float)DF((double)in[i]);  \
+            if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], out, m);        \
+            else store_lp(p[0] + off * s[0], s[0], out, m, P->dt[0]);                  \
+        }                                                                              \
+    }
+
 /* ---- kernels: the call's operands and parameters into the iterator --------------- */
 #define KERNEL(kname, loop, nin)                                                       \
     static ct_status kname(ct_call *c) {                                               \
@@ -268,6 +296,14 @@ typedef struct ew_reg {
     U_NATIVE(op, f64, double, uint64_t, uint8_t, FPARAMS, EXPR)                        \
     U_LP(op, f16, CT_BOOL, EXPR)                                                       \
     U_LP(op, bf16, CT_BOOL, EXPR)
+/* sin, cos: float64 through libm, the rest through TRIG_LOOP; EXPR names the
+ * function (vm_##EXPR in vmath.h). */
+#define U_TRIG(op, EXPR)                                                               \
+    U_NATIVE(op, f64, double, uint64_t, double, FPARAMS, EXPR(x))                      \
+    TRIG_LOOP(loop_##op##_f32, vm_##EXPR, EXPR)                                        \
+    KERNEL(k_##op##_f32, loop_##op##_f32, 1)                                           \
+    KERNEL(k_##op##_f16, loop_##op##_f32, 1)                                           \
+    KERNEL(k_##op##_bf16, loop_##op##_f32, 1)
 #define U_INT(op, EXPR)                                                                \
     U_NATIVE(op, i32, int32_t, uint32_t, int32_t, IPARAMS, EXPR)                       \
     U_NATIVE(op, i64, int64_t, uint64_t, int64_t, IPARAMS, EXPR)
@@ -304,6 +340,7 @@ typedef struct ew_reg {
 
 /* A kernel family's registration rows, by the name of its definer. */
 #define REG_U_FLOAT R_FLOAT
+#define REG_U_TRIG R_FLOAT
 #define REG_U_FLOAT_TO_BOOL R_FLOAT
 #define REG_U_INT R_INT
 #define REG_U_INT_TO_BOOL R_INT
@@ -313,6 +350,11 @@ typedef struct ew_reg {
 #define REG_B_INT R_INT
 #define REG_B_INT_TO_BOOL(OP, op) R_INT(OP, op) R_BOOL(OP, op)
 #define REG_B_BOOL R_BOOL
+
+/* VEC for float32 (and the halves, computed in float32), REF for float64:
+ * the vectorizable functions of vmath.h where libm would be called per
+ * element, libm for the reference dtype. */
+#define F32_OR_F64(VEC, REF) _Generic((cT)0, float: (VEC), default: (REF))
 
 #define SQRT1_2 0.70710678118654752440
 #define SQRT_2_OVER_PI 0.79788456080286535588
@@ -356,24 +398,28 @@ IPOW_FN(ipow_i64, int64_t, uint64_t)
     X(NEG, neg, U_INT, (cT)(0 - (uT)x))                                                \
     X(ABS, abs, U_FLOAT, fabs(x))                                                      \
     X(ABS, abs, U_INT, x < 0 ? (cT)(0 - (uT)x) : x)                                    \
-    X(EXP, exp, U_FLOAT, exp(x))                                                       \
-    X(LOG, log, U_FLOAT, log(x))                                                       \
+    X(EXP, exp, U_FLOAT, F32_OR_F64(vm_exp(x), exp(x)))                                \
+    X(LOG, log, U_FLOAT, F32_OR_F64(vm_log(x), log(x)))                                \
     X(SQRT, sqrt, U_FLOAT, sqrt(x))                                                    \
     X(RSQRT, rsqrt, U_FLOAT, (cT)1 / sqrt(x))                                          \
-    X(SIN, sin, U_FLOAT, sin(x))                                                       \
-    X(COS, cos, U_FLOAT, cos(x))                                                       \
-    X(TANH, tanh, U_FLOAT, tanh(x))                                                    \
-    X(SIGMOID, sigmoid, U_FLOAT, (cT)1 / ((cT)1 + exp(-x)))                            \
+    X(SIN, sin, U_TRIG, sin)                                                           \
+    X(COS, cos, U_TRIG, cos)                                                           \
+    X(TANH, tanh, U_FLOAT, F32_OR_F64(vm_tanh(x), tanh(x)))                            \
+    X(SIGMOID, sigmoid, U_FLOAT, F32_OR_F64(vm_sigmoid(x), (cT)1 / ((cT)1 + exp(-x)))) \
     /* NaN passes through, as PyTorch's relu (clamp_min) does. */                      \
     X(RELU, relu, U_FLOAT, (x > 0 || x != x) ? x : (cT)0)                              \
     X(RELU, relu, U_INT, x > 0 ? x : (cT)0)                                            \
-    X(GELU, gelu, U_FLOAT, (cT)0.5 * x * ((cT)1 + erf(x * (cT)SQRT1_2)))               \
+    X(GELU, gelu, U_FLOAT,                                                             \
+      F32_OR_F64(vm_gelu(x), (cT)0.5 * x * ((cT)1 + erf(x * (cT)SQRT1_2))))            \
     X(GELU_TANH, gelu_tanh, U_FLOAT,                                                   \
-      (cT)0.5 * x * ((cT)1 + tanh((cT)SQRT_2_OVER_PI * (x + (cT)0.044715 * x * x * x)))) \
-    X(SILU, silu, U_FLOAT, x / ((cT)1 + exp(-x)))                                      \
+      F32_OR_F64(vm_gelu_tanh(x), (cT)0.5 * x *                                        \
+                 ((cT)1 + tanh((cT)SQRT_2_OVER_PI * (x + (cT)0.044715 * x * x * x)))))   \
+    X(SILU, silu, U_FLOAT, F32_OR_F64(vm_silu(x), x / ((cT)1 + exp(-x))))              \
     /* log1p keeps exp(beta x) when it is tiny: no underflow to 0 early */             \
     X(SOFTPLUS, softplus, U_FLOAT,                                                     \
-      x * p_beta > p_threshold ? x : log1p(exp(x * p_beta)) / p_beta)                  \
+      x * p_beta > p_threshold                                                         \
+          ? x                                                                          \
+          : F32_OR_F64(vm_softplus(x * p_beta), log1p(exp(x * p_beta))) / p_beta)      \
     X(RECIPROCAL, reciprocal, U_FLOAT, (cT)1 / x)                                      \
     X(SQUARE, square, U_FLOAT, x * x)                                                  \
     X(SQUARE, square, U_INT, (cT)((uT)x * (uT)x))                                      \

@@ -17,7 +17,8 @@
  *   averaged; backward: da = 2 * (a - b) * g (g / n for mean).
  *
  * Sums over positions add per-chunk partials (double, at most one chunk per
- * thread) in chunk order. The typed row functions of cross_entropy are
+ * thread) in chunk order. A f32 gradient of NN_STREAM_BYTES or more is
+ * written with non-temporal stores. The typed row functions of cross_entropy are
  * compiled per row type (this file includes itself through nn_types.h). */
 #ifndef NN_T
 #pragma GCC optimize("O3")
@@ -89,6 +90,7 @@ typedef struct ce_ctx {
     int reduction;
     double ls, wsum;
     double *part; /* per-chunk loss sums */
+    bool stream;  /* f32 gradient rows larger than the caches: non-temporal stores */
     atomic_bool oom;
 } ce_ctx;
 
@@ -123,6 +125,7 @@ static void ce_chunks(int64_t c0, int64_t c1, void *p) {
         float *w = k->w64 ? (float *)buf + 3 * nc : NULL;
         for (int64_t i = 0; w && i < nc; i++) w[i] = (float)k->w64[i];
         for (int64_t ch = c0; ch < c1; ch++) ce_task_f(k, ch, (float *)buf, w);
+        if (k->stream) stream_fence();
     }
     free(buf);
 }
@@ -144,6 +147,8 @@ static ct_status k_ce_any(ct_call *c, bool bwd) {
         free(w64);
         return s;
     }
+    k.stream = bwd && k.logits->dtype == CT_F32 && k.inner == 1 &&
+               (uint64_t)(k.npos * k.nc) * sizeof(float) >= NN_STREAM_BYTES;
     k.nchunk = num_chunks(k.npos, row_grain(k.nc));
     k.part = scratch(sizeof(double) * (size_t)k.nchunk);
     if (!k.part) {
@@ -368,12 +373,23 @@ void cti_cpu_register_loss(void) {
 #else /* NN_T: the row math and the per-chunk task, once per row type */
 
 /* log(sum(exp(z))) of a contiguous row; tmp gets exp(z - max(z)) (d elements) and
- * *inv 1 / sum(tmp), so that softmax(z) = tmp * inv without another exp. */
-static NN_T NN_F(logsumexp)(const NN_T *restrict z, NN_T *restrict tmp, int64_t d, NN_T *inv) {
+ * *sum their sum, so that softmax(z) = tmp / sum without another exp. next:
+ * the row the caller takes next, or NULL. */
+static NN_T NN_F(logsumexp)(const NN_T *restrict z, NN_T *restrict tmp, int64_t d, NN_T *sum,
+                            const NN_T *next) {
     NN_T m = NN_F(max)(z, d);
-    for (int64_t i = 0; i < d; i++) tmp[i] = NN_EXP(z[i] - m);
+    int64_t i = 0;
+    if (next) {
+        /* the exps run from L1; meanwhile the next row comes from memory */
+        enum { LINE = 64 / sizeof(NN_T) };
+        for (; i + LINE <= d; i += LINE) {
+            __builtin_prefetch(next + i, 0, 3);
+            for (int j = 0; j < LINE; j++) tmp[i + j] = NN_EXP(z[i + j] - m);
+        }
+    }
+    for (; i < d; i++) tmp[i] = NN_EXP(z[i] - m);
     NN_T s = NN_F(sum)(tmp, d);
-    *inv = (NN_T)1 / s;
+    *sum = s;
     return m + NN_LOG(s);
 }
 
@@ -438,18 +454,36 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
         } else {
             load_f32(src, dt, nc, inner, (float *)z);
         }
-        NN_T inv;
-        NN_T lse = NN_F(logsumexp)(zr, tmp, nc, &inv);
+        NN_T sum;
+        /* contiguous rows: the next row, to prefetch */
+        const NN_T *next = zr == (const NN_T *)src && p + 1 < p1 ? zr + nc : NULL;
+        NN_T lse = NN_F(logsumexp)(zr, tmp, nc, &sum, next);
         if (!k->grad) {
             NN_T loss = NN_F(ce_loss_row)(zr, w, tg[p], lse, nc, (NN_T)k->ls);
             if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, loss);
             else acc += loss;
             continue;
         }
-        NN_F(ce_grad_row)(tmp, inv, w, tg[p], sumw, nc, (NN_T)k->ls, (NN_T)grad_scale(k, p), dz);
+        NN_T inv = (NN_T)1 / sum, g = (NN_T)grad_scale(k, p);
         char *dst = cti_data(k->out) + base * (int64_t)es;
+        if (!w && k->ls == 0) {
+            /* dz = g (p - onehot(t)) = (tmp - sum onehot(t)) g / sum: the
+             * row is tmp, scaled on its way out */
+            tmp[tg[p]] -= sum;
+#if NN_IS_FLOAT
+            if (dt == CT_F32 && inner == 1) {
+                store_affine((float *)dst, tmp, g * inv, 0.0f, nc, k->stream);
+                continue;
+            }
+#endif
+            for (int64_t i = 0; i < nc; i++) dz[i] = tmp[i] * (g * inv);
+        } else {
+            NN_F(ce_grad_row)(tmp, inv, w, tg[p], sumw, nc, (NN_T)k->ls, g, dz);
+        }
         if (dt == CT_F64)
             for (int64_t i = 0; i < nc; i++) ((double *)dst)[i * inner] = (double)dz[i];
+        else if (k->stream)
+            store_affine((float *)dst, (const float *)dz, 1.0f, 0.0f, nc, true);
         else
             store_f32((const float *)dz, dt, nc, inner, dst);
     }

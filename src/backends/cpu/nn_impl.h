@@ -27,6 +27,7 @@
 
 #include "cpu_impl.h"
 #include "tensor/ops.h"
+#include "vmath.h"
 
 #define NACC 64
 
@@ -35,38 +36,6 @@
  * would pull every use of them into its caller); unused, as no file uses
  * them all. */
 #define NN_HELPER static __attribute__((unused))
-
-/* ---- a vectorizable expf -------------------------------------------------------------
- * exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2, with Cephes'
- * degree-6 polynomial for exp(r) (about 1 ulp). Results below FLT_MIN flush to
- * 0; x > 88 gives inf (softmax only passes x <= 0). Written branch-free on
- * scalars so GCC vectorizes the loops that call it, which it cannot do with
- * libm's expf. */
-static inline float fexp(float x) {
-    float xc = x < -87.33654f ? -87.33654f : (x > 88.0f ? 88.0f : x);
-    float t = xc * 1.44269504088896341f + 12582912.0f; /* rounds to an integer */
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    /* The exponent in unsigned arithmetic: for NaN (whose result is not
-     * used) the signed form would overflow, which is undefined. */
-    uint32_t ti;
-    memcpy(&ti, &t, sizeof ti);
-    uint32_t bits = (ti - 0x4B400000u + 127u) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float res = p * scale;
-    res = x < -87.33654f ? 0.0f : res;
-    res = x > 88.0f ? INFINITY : res;
-    return x != x ? x : res;
-}
 
 /* ---- dtype conversion of rows (f16/bf16 <-> f32); stride in elements ------------------ */
 NN_HELPER void load_f32(const void *src, ct_dtype dt, int64_t n, int64_t stride,
@@ -98,6 +67,62 @@ NN_HELPER void store_f32(const float *restrict src, ct_dtype dt, int64_t n, int6
 }
 
 NN_HELPER bool is_half(ct_dtype dt) { return dt == CT_F16 || dt == CT_BF16; }
+
+/* ---- non-temporal stores -----------------------------------------------------------------
+ * An output this large (f32) does not stay in the caches for whoever reads it
+ * next; written with ordinary stores, each of its lines is first read from
+ * memory (read-for-ownership), a third more traffic than a copy of the same
+ * bytes, which memcpy avoids the same way. */
+#define NN_STREAM_BYTES ((uint64_t)16 << 20)
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* Lanes of one non-temporal store at the kernel set's width. */
+#if defined(__AVX512F__)
+#define NN_SW 16
+#define NN_VEC __m512
+#define NN_SET1 _mm512_set1_ps
+#define NN_AFFINE(q, va, vb) _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(q), va), vb)
+#define NN_STREAM _mm512_stream_ps
+#elif defined(__AVX__)
+#define NN_SW 8
+#define NN_VEC __m256
+#define NN_SET1 _mm256_set1_ps
+#define NN_AFFINE(q, va, vb) _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(q), va), vb)
+#define NN_STREAM _mm256_stream_ps
+#else
+#define NN_SW 4
+#define NN_VEC __m128
+#define NN_SET1 _mm_set1_ps
+#define NN_AFFINE(q, va, vb) _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(q), va), vb)
+#define NN_STREAM _mm_stream_ps
+#endif
+#endif
+
+/* y[i] = x[i] * a + b; with stream, the vector-aligned middle of y through
+ * non-temporal stores (the same arithmetic), after which the task calls
+ * stream_fence() before it returns, so that its stores are visible to the
+ * thread that waits for it. */
+NN_HELPER void store_affine(float *restrict y, const float *restrict x, float a, float b,
+                            int64_t n, bool stream) {
+    int64_t i = 0;
+#if defined(__x86_64__)
+    if (stream) {
+        const NN_VEC va = NN_SET1(a), vb = NN_SET1(b);
+        for (; i < n && ((uintptr_t)(y + i) & (NN_SW * sizeof(float) - 1)); i++)
+            y[i] = x[i] * a + b;
+        for (; i + NN_SW <= n; i += NN_SW) NN_STREAM(y + i, NN_AFFINE(x + i, va, vb));
+    }
+#endif
+    (void)stream;
+    for (; i < n; i++) y[i] = x[i] * a + b;
+}
+
+NN_HELPER void stream_fence(void) {
+#if defined(__x86_64__)
+    _mm_sfence();
+#endif
+}
 
 /* Scratch for a task; never NULL for n == 0 so that NULL always means OOM. */
 NN_HELPER void *scratch(size_t n) { return malloc(n ? n : 1); }

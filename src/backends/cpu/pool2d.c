@@ -335,7 +335,7 @@ static int32_t *max2x2_table(const pgeo *g) {
 #ifdef POOL_HAVE_AVX512
     if (g->kh != 2 || g->kw != 2 || g->sh != 2 || g->sw != 2 || g->ph != 0 || g->pw != 0 ||
         2 * g->OH > g->H || 2 * g->OW > g->W || g->H * g->W >= INT32_MAX ||
-        g->OH * g->OW < 16 || !__builtin_cpu_supports("avx512f"))
+        g->OH * g->OW < 16 || cti_cpu_isa() < CTI_ISA_AVX512)
         return NULL;
     int32_t *base = malloc((size_t)(g->OH * g->OW) * sizeof(int32_t));
     if (!base) return NULL; /* the scalar path needs no table */

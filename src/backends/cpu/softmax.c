@@ -8,7 +8,8 @@
  *     softmax:     dx = y * (g - sum(g * y))
  *     log_softmax: dx = g - exp(y) * sum(g)
  *
- * With inner == 1 a task takes whole rows. Otherwise the d elements of one
+ * A f32 forward output of NN_STREAM_BYTES or more is written with
+ * non-temporal stores. With inner == 1 a task takes whole rows. Otherwise the d elements of one
  * softmax lie inner apart, and a task takes COL_BLOCK adjacent columns at
  * once so that the inner loops run over contiguous memory and vectorize.
  * The typed row functions are compiled per row type (this file includes
@@ -28,6 +29,7 @@ typedef struct sm_ctx {
     ct_call *c;
     int64_t outer, d, inner, nblk;
     bool lg, bwd;
+    bool stream; /* f32 forward output larger than the caches: non-temporal stores */
     atomic_bool oom;
 } sm_ctx;
 
@@ -37,27 +39,31 @@ static void sm_rows_task(int64_t r0, int64_t r1, void *p) {
     ct_tensor *a = c->in[0], *b = k->bwd ? c->in[1] : NULL, *o = c->out[0];
     int64_t d = k->d;
     ct_dtype dt = a->dtype;
+    /* a row of exp(x - max) for the forward; halves also get a, b, y rows */
+    size_t acc = dt == CT_F64 ? sizeof(double) : sizeof(float);
+    char *buf = scratch(acc * (size_t)((is_half(dt) ? 4 : 1) * d));
+    if (!buf) {
+        atomic_store(&k->oom, true);
+        return;
+    }
     if (dt == CT_F64) {
         const double *A = (const double *)cti_data(a), *B = b ? (const double *)cti_data(b) : NULL;
         double *O = (double *)cti_data(o);
         for (int64_t r = r0; r < r1; r++) {
             if (k->bwd) softmax_bwd_row_d(A + r * d, B + r * d, O + r * d, d, k->lg);
-            else softmax_row_d(A + r * d, O + r * d, d, k->lg);
+            else softmax_row_d(A + r * d, O + r * d, d, k->lg, (double *)buf, false, NULL);
         }
     } else if (dt == CT_F32) {
         const float *A = (const float *)cti_data(a), *B = b ? (const float *)cti_data(b) : NULL;
         float *O = (float *)cti_data(o);
         for (int64_t r = r0; r < r1; r++) {
             if (k->bwd) softmax_bwd_row_f(A + r * d, B + r * d, O + r * d, d, k->lg);
-            else softmax_row_f(A + r * d, O + r * d, d, k->lg);
+            else softmax_row_f(A + r * d, O + r * d, d, k->lg, (float *)buf, k->stream,
+                               k->stream && r + 1 < r1 ? A + (r + 1) * d : NULL);
         }
+        if (k->stream) stream_fence();
     } else {
-        float *buf = scratch(sizeof(float) * (size_t)(3 * d));
-        if (!buf) {
-            atomic_store(&k->oom, true);
-            return;
-        }
-        float *ar = buf, *br = buf + d, *orow = buf + 2 * d;
+        float *tmp = (float *)buf, *ar = tmp + d, *br = ar + d, *orow = br + d;
         size_t es = ct_dtype_size(dt);
         for (int64_t r = r0; r < r1; r++) {
             load_f32(cti_data(a) + r * d * es, dt, d, 1, ar);
@@ -65,12 +71,12 @@ static void sm_rows_task(int64_t r0, int64_t r1, void *p) {
                 load_f32(cti_data(b) + r * d * es, dt, d, 1, br);
                 softmax_bwd_row_f(ar, br, orow, d, k->lg);
             } else {
-                softmax_row_f(ar, orow, d, k->lg);
+                softmax_row_f(ar, orow, d, k->lg, tmp, false, NULL);
             }
             store_f32(orow, dt, d, 1, cti_data(o) + r * d * es);
         }
-        free(buf);
     }
+    free(buf);
 }
 
 /* Work item = (outer index, block of COL_BLOCK inner columns). */
@@ -126,6 +132,8 @@ static void sm_cols_task(int64_t i0, int64_t i1, void *p) {
 static ct_status k_softmax_any(ct_call *c, bool bwd) {
     const cti_softmax_params *p = CTI_PARAMS(c, cti_softmax_params);
     sm_ctx k = {.c = c, .outer = p->outer, .d = p->d, .inner = p->inner, .lg = p->log, .bwd = bwd};
+    k.stream = !bwd && c->in[0]->dtype == CT_F32 &&
+               (uint64_t)(k.outer * k.d * k.inner) * sizeof(float) >= NN_STREAM_BYTES;
     atomic_init(&k.oom, false);
     /* An empty result: nothing to compute, and its sizes may multiply past
      * int64 (a zero next to huge sizes). */
@@ -157,18 +165,37 @@ void cti_cpu_register_softmax(void) {
 
 #else /* NN_T: the row math, once per row type */
 
-/* Softmax over a contiguous row; y must not alias x. */
-static void NN_F(softmax_row)(const NN_T *restrict x, NN_T *restrict y, int64_t d, bool lg) {
+/* y = x a + b over n elements, through store_affine for float (non-temporal
+ * stores when stream). */
+static void NN_F(affine)(NN_T *restrict y, const NN_T *restrict x, NN_T a, NN_T b, int64_t n,
+                         bool stream) {
+#if NN_IS_FLOAT
+    store_affine(y, x, a, b, n, stream);
+#else
+    (void)stream;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * a + b;
+#endif
+}
+
+/* Softmax over a contiguous row; y must not alias x. e: d elements of
+ * scratch, so that y is written once, at the end (with stream, past the
+ * caches). */
+static void NN_F(softmax_row)(const NN_T *restrict x, NN_T *restrict y, int64_t d, bool lg,
+                              NN_T *restrict e, bool stream, const NN_T *next) {
     NN_T m = NN_F(max)(x, d);
-    for (int64_t i = 0; i < d; i++) y[i] = NN_EXP(x[i] - m);
-    NN_T s = NN_F(sum)(y, d);
-    if (lg) {
-        NN_T ls = NN_LOG(s);
-        for (int64_t i = 0; i < d; i++) y[i] = (x[i] - m) - ls;
-    } else {
-        NN_T inv = (NN_T)1 / s;
-        for (int64_t i = 0; i < d; i++) y[i] *= inv;
+    int64_t i = 0;
+    if (next) {
+        /* the exps run from L1; meanwhile the next row comes from memory */
+        enum { LINE = 64 / sizeof(NN_T) };
+        for (; i + LINE <= d; i += LINE) {
+            __builtin_prefetch(next + i, 0, 3);
+            for (int j = 0; j < LINE; j++) e[i + j] = NN_EXP(x[i + j] - m);
+        }
     }
+    for (; i < d; i++) e[i] = NN_EXP(x[i] - m);
+    NN_T s = NN_F(sum)(e, d);
+    if (lg) NN_F(affine)(y, x, (NN_T)1, -(m + NN_LOG(s)), d, stream);
+    else NN_F(affine)(y, e, (NN_T)1 / s, (NN_T)0, d, stream);
 }
 
 /* softmax: dx = y * (g - sum(g*y)); log_softmax: dx = g - exp(y) * sum(g) */

@@ -40,7 +40,7 @@
 #define WT __attribute__((target("avx512f,fma")))
 #define WTI __attribute__((target("avx512f,fma"), always_inline)) inline
 
-bool cti_wino_supported(void) { return __builtin_cpu_supports("avx512f"); }
+bool cti_wino_supported(void) { return cti_cpu_isa() >= CTI_ISA_AVX512; }
 
 /* ---- plan ------------------------------------------------------------------------ */
 

@@ -1,0 +1,306 @@
+/* Private to the CPU kernels: float32 transcendental functions that GCC
+ * vectorizes.
+ *
+ * GCC cannot vectorize a loop that calls libm (a call per element: glibc's
+ * tanhf costs about 14 ns), so these are written branch-free on scalars:
+ * both sides of every case are computed and one is selected, integers stand
+ * in for frexp/ldexp, and the loops that call them vectorize at whatever
+ * width the kernel set is compiled for (cpu_impl.h). Each is meant for
+ * float32 data, including float16/bfloat16 widened to float32; float64 keeps
+ * libm, as the reference dtype.
+ *
+ * Accuracy: the largest error in ulps of the exact value (a correctly
+ * rounded result is within 0.5), over every float32 input (exhaustive
+ * sweeps, docs/BENCHMARKS.md; tests/test_elementwise.c checks these bounds
+ * on a dense sweep at every ISA level), for results of at least FLT_MIN
+ * (smaller ones are within FLT_MIN):
+ *   vm_sin, vm_cos        1   reduction and polynomials in float64
+ *                               (|x| <= VM_TRIG_MAX), measured 0.5
+ *   vm_log                1   Cephes' float32 polynomial
+ *   vm_exp, vm_tanh       1.5 Cephes' float32 polynomials
+ *   vm_sigmoid, vm_softplus 3 from vm_exp and vm_log
+ *   vm_silu, vm_gelu_tanh 4   x times an exp-based factor
+ *   vm_gelu               7   through erfc (fitted here)
+ * That is within a few roundings of glibc (1 to 2 ulp) and of the fast exp
+ * the softmax kernels always used (1 ulp), far inside the 1e-5 relative
+ * (84 ulp) that float32 results are tested to elsewhere.
+ * vm_sin and vm_cos hold for |x| <= VM_TRIG_MAX; callers take libm's
+ * float64 sin/cos for the rare larger argument (elementwise.c).
+ *
+ * Where the kernel set has FMA, polynomials use it (the library is built in
+ * ISO C mode, so the compiler never contracts a * b + c by itself); results
+ * of the levels may then differ in the last bit, all within the bounds. */
+#ifndef CTEN_CPU_VMATH_H
+#define CTEN_CPU_VMATH_H
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define VM_INLINE static inline __attribute__((always_inline, unused))
+
+#ifdef __FMA__
+#define VM_FMA(a, b, c) __builtin_fmaf(a, b, c)
+#define VM_FMAD(a, b, c) __builtin_fma(a, b, c)
+#else
+#define VM_FMA(a, b, c) ((a) * (b) + (c))
+#define VM_FMAD(a, b, c) ((a) * (b) + (c))
+#endif
+
+VM_INLINE uint32_t vm_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+VM_INLINE float vm_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+VM_INLINE uint64_t vm_bits_d(double x) {
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+VM_INLINE double vm_from_bits_d(uint64_t u) {
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* ---- exp ------------------------------------------------------------------------------
+ * exp(x) = 2^n exp(r), n = round(x / ln 2) (the 1.5 * 2^23 addend rounds),
+ * r = x - n ln 2 in two parts (Cody-Waite), Cephes' degree-6 polynomial for
+ * exp(r), 2^n put into the exponent. The exps inside the other functions
+ * (and softmax's) flush results below FLT_MIN to 0 and scale once; the exp
+ * op scales in two factors, so that its subnormal results come out right. */
+VM_INLINE float vm_exp_poly(float r) {
+    float p = 1.9875691500e-4f;
+    p = VM_FMA(p, r, 1.3981999507e-3f);
+    p = VM_FMA(p, r, 8.3334519073e-3f);
+    p = VM_FMA(p, r, 4.1665795894e-2f);
+    p = VM_FMA(p, r, 1.6666665459e-1f);
+    p = VM_FMA(p, r, 5.0000001201e-1f);
+    return VM_FMA(p * r, r, r) + 1.0f;
+}
+#define VM_EXP_REDUCE(x, t, n, r)                                                    \
+    float t = VM_FMA(x, 1.44269504088896341f, 12582912.0f);                          \
+    float n = t - 12582912.0f;                                                       \
+    float r = VM_FMA(-n, 0.693359375f, x); /* n * 0.693359375 is exact */            \
+    r = VM_FMA(n, 2.12194440e-4f, r)
+
+/* exp(hi + lo) 2^k, rounded once, 0 where that is below FLT_MIN, for
+ * hi + lo <= 88 - k ln 2 (more gives inf or garbage) and |lo| at most an ulp
+ * of hi: lo carries the digits of an argument that float32 cannot hold
+ * (gelu's -x^2 / 2), k (0 <= k <= 64) lifts results that would be subnormal
+ * so that a product with them keeps its digits. NaN in, NaN out; -inf gives
+ * 0, so that x e^x is NaN for x = -inf, as the plain formulas give. */
+VM_INLINE float vm_exp_ftz(float hi, float lo, int32_t k) {
+    const float lowest = -87.33654f - (float)k * 0.693147181f; /* result FLT_MIN */
+    float xc = hi > 88.8f ? 88.8f : hi;
+    VM_EXP_REDUCE(xc, t, n, r);
+    r = r + lo;
+    float p = vm_exp_poly(r);
+    /* 2^(n + k) from t's low bits, in unsigned arithmetic: NaN's bits or a
+     * flushed argument's give garbage, never overflow */
+    float res = p * vm_from_bits((vm_bits(t) - (0x4B400000u - 127u - (uint32_t)k)) << 23);
+    return hi < lowest ? 0.0f : res;
+}
+
+/* exp(x) over the whole float32 range, subnormal results included: 2^n in
+ * two factors (n runs from -150 to 128). */
+VM_INLINE float vm_exp(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    VM_EXP_REDUCE(xc, t, n, r);
+    float p = vm_exp_poly(r);
+    int32_t ni = (int32_t)(vm_bits(t) - 0x4B400000u);
+    int32_t n1 = ni >> 1;
+    float s1 = vm_from_bits((uint32_t)(n1 + 127) << 23);
+    float s2 = vm_from_bits((uint32_t)(ni - n1 + 127) << 23);
+    return p * s1 * s2; /* NaN stays NaN through p */
+}
+
+/* ---- log ------------------------------------------------------------------------------
+ * x = 2^e m with m in [sqrt(1/2), sqrt(2)), log x = e ln 2 + log m, Cephes'
+ * polynomial for log(1 + f), f = m - 1. Subnormal x is scaled by 2^23 first. */
+VM_INLINE float vm_log(float x) {
+    int sub = x < FLT_MIN;
+    float xs = sub ? x * 8388608.0f : x;
+    uint32_t u = vm_bits(xs);
+    int32_t e = (int32_t)((u >> 23) & 0xffu) - 126 - (sub ? 23 : 0);
+    float m = vm_from_bits((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    int lo = m < 0.707106781186547524f;
+    float f = lo ? m + m - 1.0f : m - 1.0f; /* exact */
+    float fe = (float)(lo ? e - 1 : e);
+    float z = f * f;
+    float y = 7.0376836292E-2f;
+    y = VM_FMA(y, f, -1.1514610310E-1f);
+    y = VM_FMA(y, f, 1.1676998740E-1f);
+    y = VM_FMA(y, f, -1.2420140846E-1f);
+    y = VM_FMA(y, f, 1.4249322787E-1f);
+    y = VM_FMA(y, f, -1.6668057665E-1f);
+    y = VM_FMA(y, f, 2.0000714765E-1f);
+    y = VM_FMA(y, f, -2.4999993993E-1f);
+    y = VM_FMA(y, f, 3.3333331174E-1f);
+    y = y * f * z;
+    y = VM_FMA(fe, -2.12194440e-4f, y);
+    y = VM_FMA(z, -0.5f, y);
+    float res = VM_FMA(fe, 0.693359375f, f + y);
+    res = x == INFINITY ? x : res;
+    res = x == 0.0f ? -INFINITY : res;
+    return x >= 0.0f ? res : NAN; /* also for NaN */
+}
+
+/* log(1 + u) for u >= 0 (and -1 < u), the rounding of 1 + u undone:
+ * log(w) * u / (w - 1) with w = 1 + u, u itself where w rounds to 1. */
+VM_INLINE float vm_log1p(float u) {
+    float w = 1.0f + u;
+    float d = w - 1.0f;
+    float r = vm_log(w) * (u / (d == 0.0f ? 1.0f : d));
+    r = d == 0.0f ? u : r;
+    return u == INFINITY ? u : r;
+}
+
+/* ---- built from exp and log -------------------------------------------------------- */
+/* 1 / (1 + e^-x), as e / (1 + e) with e = e^x for x < 0: never e^|x| large. */
+VM_INLINE float vm_sigmoid(float x) {
+    float e = vm_exp_ftz(-fabsf(x), 0.0f, 0);
+    float d = 1.0f + e;
+    return (x >= 0.0f ? 1.0f : e) / d; /* NaN: e is NaN */
+}
+
+/* x sigmoid(x), with e = e^-|x| taken as e 2^64: for x < -87, e is
+ * subnormal but x e is not, and keeps its digits that way. */
+VM_INLINE float vm_silu(float x) {
+    float e64 = vm_exp_ftz(-fabsf(x), 0.0f, 64);
+    float d = 1.0f + e64 * 0x1p-64f;
+    return x >= 0.0f ? x / d : ((x * e64) / d) * 0x1p-64f;
+}
+
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): the exp never overflows. */
+VM_INLINE float vm_softplus(float x) {
+    float l = vm_log1p(vm_exp_ftz(-fabsf(x), 0.0f, 0));
+    return (x > 0.0f ? x : 0.0f) + l;
+}
+
+/* Cephes' tanhf: an odd polynomial below |x| = 0.625, where 1 - 2 / (e^2|x| + 1)
+ * would cancel; that form above (1 at overflow). */
+VM_INLINE float vm_tanh(float x) {
+    float a = fabsf(x);
+    float s = x * x;
+    float p = -5.70498872745E-3f;
+    p = VM_FMA(p, s, 2.06390887954E-2f);
+    p = VM_FMA(p, s, -5.37397155531E-2f);
+    p = VM_FMA(p, s, 1.33314422036E-1f);
+    p = VM_FMA(p, s, -3.33332819422E-1f);
+    float small = VM_FMA(p * s, x, x);
+    float big = 1.0f - 2.0f / (vm_exp_ftz(a + a, 0.0f, 0) + 1.0f);
+    big = copysignf(big, x);
+    return a < 0.625f ? small : big; /* NaN: big is NaN */
+}
+
+/* ---- sin, cos ---------------------------------------------------------------------------
+ * In float64: j = round(x 2 / pi), r = x - j pi/2 with pi/2 in four parts of
+ * 29 bits (each j * part exact for |j| < 2^24), Taylor polynomials of sin
+ * and cos on |r| <= pi/4 (to r^13 and r^14: below 1e-14), chosen and signed
+ * by j mod 4. */
+#define VM_TRIG_MAX 16777216.0f /* 2^24: from there on, floats are even integers */
+
+VM_INLINE double vm_sin_poly(double r, double r2) {
+    double p = 1.0 / 6227020800.0;
+    p = VM_FMAD(p, r2, -1.0 / 39916800.0);
+    p = VM_FMAD(p, r2, 1.0 / 362880.0);
+    p = VM_FMAD(p, r2, -1.0 / 5040.0);
+    p = VM_FMAD(p, r2, 1.0 / 120.0);
+    p = VM_FMAD(p, r2, -1.0 / 6.0);
+    return VM_FMAD(p * r2, r, r);
+}
+VM_INLINE double vm_cos_poly(double r2) {
+    double p = -1.0 / 87178291200.0;
+    p = VM_FMAD(p, r2, 1.0 / 479001600.0);
+    p = VM_FMAD(p, r2, -1.0 / 3628800.0);
+    p = VM_FMAD(p, r2, 1.0 / 40320.0);
+    p = VM_FMAD(p, r2, -1.0 / 720.0);
+    p = VM_FMAD(p, r2, 1.0 / 24.0);
+    p = VM_FMAD(p, r2, -0.5);
+    return VM_FMAD(p, r2, 1.0);
+}
+/* quadrant offset q0: 0 for sin, 1 for cos (cos x = sin(x + pi/2)) */
+VM_INLINE float vm_sincos(float xf, unsigned q0) {
+    double x = xf;
+    double t = x * 0.6366197723675814 + 6755399441055744.0;
+    double j = t - 6755399441055744.0;
+    double r = x - j * 1.570796325802803;
+    r = r - j * 9.920935774287987e-10;
+    r = r - j * 2.2517417706346578e-18;
+    r = r - j * 3.521559857935336e-27;
+    unsigned q = ((unsigned)vm_bits_d(t) + q0) & 3u;
+    double r2 = r * r;
+    double s = vm_sin_poly(r, r2), c = vm_cos_poly(r2);
+    double v = (q & 1u) ? c : s;
+    return (float)((q & 2u) ? -v : v);
+}
+VM_INLINE float vm_sin(float x) { return vm_sincos(x, 0); }
+VM_INLINE float vm_cos(float x) { return vm_sincos(x, 1); }
+
+/* ---- GELU ------------------------------------------------------------------------------
+ * x Phi(x), Phi the normal CDF; with z = |x| / sqrt 2:
+ *   z < 0.5:  Phi = (1 +- erf z) / 2, erf's Taylor series to z^13 (below 1e-9)
+ *   z >= 0.5: Phi = 1 - erfc(z) / 2 for x > 0 and erfc(z) / 2 for x < 0, with
+ *             erfc z = exp(-z^2) t S(t), t = 1 / (1 + z / 2), S a degree-9
+ *             polynomial fitted to erfc(z) exp(z^2) / t on z in [0.5, 10.5]
+ *             (least squares on Chebyshev nodes reweighted towards minimax,
+ *             relative error 3e-9); beyond 10.5, exp(-z^2) makes the result
+ *             0 or x whatever S does.
+ * The left tail is erfc itself, not 1 + erf(z) cancelling, so gelu keeps its
+ * relative accuracy where it is tiny (x = -10: 7.6e-23). -z^2 = -x^2 / 2 is
+ * exact in float64 and goes to exp as two float32 parts. */
+VM_INLINE float vm_gelu(float x) {
+    float z = fabsf(x) * 0.70710678118654752440f;
+    float z2 = z * z;
+    float e = 1.0f / 9360.0f; /* erf(z) / (z 2 / sqrt(pi)) */
+    e = VM_FMA(e, z2, -1.0f / 1320.0f);
+    e = VM_FMA(e, z2, 1.0f / 216.0f);
+    e = VM_FMA(e, z2, -1.0f / 42.0f);
+    e = VM_FMA(e, z2, 1.0f / 10.0f);
+    e = VM_FMA(e, z2, -1.0f / 3.0f);
+    e = VM_FMA(e, z2, 1.0f);
+    float half_erf = (0.56418958354775628695f * z) * e;
+    float small = x * (x >= 0.0f ? 0.5f + half_erf : 0.5f - half_erf);
+
+    double h = -0.5 * (double)x * (double)x;
+    float hi = (float)h, lo = (float)(h - (double)hi);
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float sp = -0.0319926118f;
+    sp = VM_FMA(sp, t, 0.0741026024f);
+    sp = VM_FMA(sp, t, 0.0490151608f);
+    sp = VM_FMA(sp, t, -0.256582401f);
+    sp = VM_FMA(sp, t, 0.141728171f);
+    sp = VM_FMA(sp, t, 0.0231444587f);
+    sp = VM_FMA(sp, t, 0.191711547f);
+    sp = VM_FMA(sp, t, 0.244457408f);
+    sp = VM_FMA(sp, t, 0.28229879f);
+    sp = VM_FMA(sp, t, 0.28208732f);
+    float c64 = vm_exp_ftz(hi, lo, 64) * (t * sp); /* erfc(z) 2^64 */
+    float pos = x * (1.0f - 0.5f * (c64 * 0x1p-64f));
+    float neg = (x * 0.5f * c64) * 0x1p-64f;
+    float large = x >= 0.0f ? pos : neg;
+    return z < 0.5f ? small : large; /* NaN: large is NaN */
+}
+
+/* x (1 + tanh u) / 2 = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
+ * no cancellation of 1 + tanh(u) where u < 0. 2u is formed in float64 and
+ * goes to exp as two float32 parts, since a rounded -2|u| of 80 would cost
+ * the result 80 times its relative error. */
+VM_INLINE float vm_gelu_tanh(float x) {
+    double xd = x;
+    double u2 = 2.0 * 0.79788456080286535588 * xd * (1.0 + 0.044715 * xd * xd);
+    double a = -fabs(u2);
+    float hi = (float)a, lo = (float)(a - (double)hi);
+    float e64 = vm_exp_ftz(hi, lo, 64); /* e^-|2u| 2^64 */
+    float s = 1.0f / (1.0f + e64 * 0x1p-64f);
+    return u2 >= 0.0 ? x * s : (x * e64 * s) * 0x1p-64f; /* NaN: the right side is NaN */
+}
+
+#endif
