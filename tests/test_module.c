@@ -195,6 +195,9 @@ static void test_module(void **state) {
         check_absent((const char *const[]){"libcuda.so", "is not a cten backend module",
                                            "cti_module_abi", NULL});
     } else if (!strcmp(scenario, "stub_driver")) {
+        /* On a machine with a GPU the CUDA runtime can reach the real driver
+         * past the stub; the case is about machines without one. */
+        if (ct_cuda_available()) skip();
         check_loaded_without_device();
     } else {
         fprintf(stderr, "unknown case %s\n", scenario);

@@ -645,6 +645,37 @@ static int64_t bcast_index(int64_t lin, int nb, const int64_t *bs, int nd, const
     return idx;
 }
 
+/* log_softmax of rows whose max is far from 0 keeps float32's precision
+ * near 0: (x - max) - log(sum), never x - (max + log(sum)), which rounds at
+ * the max's magnitude. Short and long rows (the streamed path). */
+static void test_log_softmax_large_max(void **state) {
+    (void)state;
+    static const int64_t lens[] = {4, 5000};
+    for (int li = 0; li < 2; li++) {
+        int64_t d = lens[li];
+        double *v = malloc(sizeof(double) * (size_t)d), *ref = malloc(sizeof(double) * (size_t)d);
+        for (int64_t k = 0; k < d; k++) v[k] = 990 + (double)(k % 13) * 0.75;
+        v[0] = 1000;
+        v[1] = 999.5;
+        ct_tensor *x = tu_from_f64(v, 1, &d, CT_F32);
+        double *xv = tu_values(x), m = -INFINITY, s = 0;
+        for (int64_t k = 0; k < d; k++) m = fmax(m, xv[k]);
+        for (int64_t k = 0; k < d; k++) s += exp(xv[k] - m);
+        for (int64_t k = 0; k < d; k++) ref[k] = (xv[k] - m) - log(s);
+        ct_tensor *y = ct_log_softmax(x, 0);
+        assert_non_null(y);
+        double *yv = tu_values(y);
+        for (int64_t k = 0; k < d; k++) {
+            if (fabs(yv[k] - ref[k]) > 4e-6 * fmax(1, fabs(ref[k])))
+                fprintf(stderr, "d %lld: y[%lld] = %.9g, float64 %.9g\n", (long long)d, (long long)k, yv[k], ref[k]);
+            assert_true(fabs(yv[k] - ref[k]) <= 4e-6 * fmax(1, fabs(ref[k])));
+        }
+        free(yv), free(xv), free(v), free(ref);
+        ct_tensor_release(y);
+        ct_tensor_release(x);
+    }
+}
+
 static void test_mse_loss(void **state) {
     (void)state;
     for (int it = 0; it < 36; it++) {
@@ -1173,6 +1204,7 @@ int main(void) {
         cmocka_unit_test(test_nll_loss),
         cmocka_unit_test(test_cross_entropy_all_ignored),
         cmocka_unit_test(test_mse_loss),
+        cmocka_unit_test(test_log_softmax_large_max),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_embedding_int_weight),
         cmocka_unit_test(test_dropout_values),

@@ -1,6 +1,7 @@
 /* Faults the kernels find in their inputs (see cuda_impl.h): one record per
  * device, allocated on first use and kept for the life of the process. */
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "cuda_impl.h"
 
@@ -32,11 +33,30 @@ static ct_status create(const char *op, int device, fault_state *f) {
     return CT_OK;
 }
 
+/* The records go back at exit, so a leak check of the process sees none. */
+static void free_faults(void) {
+    pthread_mutex_lock(&fault_lock);
+    for (int d = 0; d < CTI_CUDA_MAX_DEVICES; d++) {
+        fault_state *f = &faults[d];
+        if (!f->record) continue;
+        cudaFree(f->record);
+        cudaFreeHost((void *)f->host_flag);
+        f->record = NULL;
+        f->host_flag = f->dev_flag = NULL;
+    }
+    cudaGetLastError();
+    pthread_mutex_unlock(&fault_lock);
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static void register_exit(void) { atexit(free_faults); }
+
 ct_status cti_cuda_fault_slot_get(const char *op, int device, cti_cuda_fault_slot *slot) {
     if ((unsigned)device >= CTI_CUDA_MAX_DEVICES)
         return cti_error(CT_ERR_DEVICE, "%s: invalid CUDA device index %d", op, device);
     fault_state *f = &faults[device];
     ct_status s = CT_OK;
+    pthread_once(&exit_once, register_exit);
     pthread_mutex_lock(&fault_lock);
     if (!f->record) s = create(op, device, f);
     slot->record = f->record;
