@@ -208,6 +208,36 @@ typedef struct cti_optim_params {
     cti_adamw_hparams adamw; /* ADAMW_STEP */
 } cti_optim_params;
 
+/* SDPA, SDPA_BACKWARD: scaled dot-product attention, as PyTorch's
+ * scaled_dot_product_attention. q [B, Hq, T, D], k [B, Hkv, S, D],
+ * v [B, Hkv, S, Dv], out [B, Hq, T, Dv]; Hq is a multiple of Hkv and query
+ * head h reads key/value head h / (Hq / Hkv) (grouped-query attention). The
+ * tensors' last dims are contiguous; the other dims may have any strides
+ * (the kernels read ct_tensor strides). Per (b, h, i):
+ *   s_j = scale * q_i . k_j + mask_ij   (j < S; mask: 0 or -inf for a bool
+ *         mask, the value for an additive one; causal: -inf where j > i)
+ *   p_j = exp(s_j - lse_i), lse_i = log sum_j exp(s_j)  (the per-row log-sum-exp,
+ *         f32 for f16/bf16/f32, f64 for f64, the only thing the backward keeps)
+ *   out_i = sum_j drop_ij p_j v_j, drop_ij = keep_ij / (1 - dropout_p)
+ * A row whose every s_j is -inf gives out_i = 0 and lse_i = -inf, and no
+ * gradient (PyTorch's safe softmax). keep_ij: the f32 uniform (top 24 bits)
+ * of Philox-4x32-10 draw offset + ((b * Hq + h) * T + i) * S + j under key
+ * seed is >= dropout_p, so every backend drops the same elements and the
+ * backward regenerates them. mask_kind: CTI_ATTN_MASK_NONE, _BOOL (bool
+ * tensor, true = take part) or _ADD (of q's dtype), always expanded to
+ * [B, Hq, T, S] (stride 0 where it broadcasts).
+ * SDPA: in q, k, v, mask|NULL; out out, lse [B, Hq, T].
+ * SDPA_BACKWARD: in grad_out, q, k, v, out, lse, mask|NULL; out dq, dk, dv. */
+enum { CTI_ATTN_MASK_NONE = 0, CTI_ATTN_MASK_BOOL = 1, CTI_ATTN_MASK_ADD = 2 };
+typedef struct cti_attention_params {
+    int64_t B, Hq, Hkv, T, S, D, Dv;
+    double scale;
+    double dropout_p;
+    bool is_causal;
+    int mask_kind;
+    uint64_t seed, offset;
+} cti_attention_params;
+
 /* ---- the kernels' contract ------------------------------------------------------
  * in[] holds the first parameter's tensors for the trace only.
  * Per element, in double for float64 and float otherwise:
