@@ -256,6 +256,8 @@ static const clsg cls_geoms[] = {
      * is no multiple of a chunk and 9000 float64 does not fit, so both take
      * the warp-per-row kernels) */
     {2, {40, 9000}, false}, {2, {50, 2001}, true}, {2, {17, 4096}, true},
+    /* more rows than the forward's grid: each block loops over rows */
+    {2, {1500, 1104}, false},
 };
 
 typedef struct clsopt {

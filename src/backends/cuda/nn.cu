@@ -513,22 +513,29 @@ constexpr int64_t kRedBlocksCap = 1024;
 __device__ __forceinline__ bool bad_target(int64_t t, int64_t c) { return t < 0 || t >= c; }
 
 // The first bad target of any kernel claims the record; the flag tells the
-// host to read it after its next wait.
-__device__ __noinline__ void report_bad_target(const Cls &a, int64_t p, int64_t t) {
-    cti_cuda_fault *f = a.fault;
+// host to read it after its next wait. It takes the record's fields by value:
+// a reference to the kernel's Cls would make every thread copy the whole
+// parameter block to local memory at the kernel's start, to take its address
+// (112 bytes a thread, more than a row's worth of traffic for a block per row).
+__device__ __noinline__ void report_bad_target_(cti_cuda_fault *f, volatile unsigned int *flag,
+                                                int op, int64_t c, int64_t ignore, int64_t p,
+                                                int64_t t) {
     if (!f || atomicCAS(&f->claimed, 0u, 1u) != 0u) return;
-    f->op = a.op;
+    f->op = op;
     f->value = (long long)t;
-    f->limit = (long long)a.c;
-    f->ignore = (long long)a.ignore;
+    f->limit = (long long)c;
+    f->ignore = (long long)ignore;
     f->position = (long long)p;
     __threadfence_system();
-    *a.flag = 1u;
+    *flag = 1u;
+}
+__device__ __forceinline__ void report_bad_target(const Cls &a, int64_t p, int64_t t) {
+    report_bad_target_(a.fault, a.flag, a.op, a.c, a.ignore, p, t);
 }
 
 // Sum over counted positions of their class weights (1 without weights); an
 // out-of-range target makes it NaN. Every thread of the block calls it.
-template <int DT> __device__ double block_wsum(const Cls &a, double *sh) {
+template <int DT> __device__ __forceinline__ double block_wsum(const Cls &a, double *sh) {
     typedef typename dtype<DT>::T T;
     const T *w = (const T *)a.weight;
     double s = 0;
@@ -949,6 +956,148 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, con
 #undef BWD_ROW_
 }
 
+// Long rows without class weights or label smoothing, the common case.
+//
+// Forward: a read-only pass, so what decides its rate is the bytes a
+// multiprocessor has asked for and not yet received. Nothing of the row is
+// kept: each thread folds its chunks into an online (max, sum of exp) as
+// they arrive, kStreamChunks 16-byte chunks in flight at a time, and the
+// block merges the pairs in one fold. Blocks of kStreamThreads within 40
+// registers a thread, 6 a multiprocessor, so 96 KiB are in flight on each;
+// a block per row held in registers (512 threads, 32 bytes each, 64 KiB)
+// read at about half the copy rate. Rows of any length (a multiple of the chunk) take this kernel.
+// The target's logit comes from the thread that meets it, through shared
+// memory (one slot per row parity: the next row's write may come before
+// thread 0 has read this row's).
+constexpr int kStreamThreads = 256;
+constexpr int kStreamChunks = 4;
+
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kStreamThreads, 6) ce_fwd_stream(const Cls a, double *part) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    typedef RowChunk<DT, VEC> K;
+    __shared__ A shm[33], shs[33];
+    __shared__ A shz[2];
+    const T *x = (const T *)a.input;
+    const int64_t C = a.c, nvec = C / VEC;
+    double lsum = 0, wsum = 0;
+    int par = 0;
+    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x, par ^= 1) {
+        const T *row = x + p * C;
+        const int64_t t = a.target[p];
+        A m = ninf<A>(), s = 0;
+        for (int64_t q0 = threadIdx.x; q0 < nvec; q0 += kStreamThreads * kStreamChunks) {
+            typename K::R r[kStreamChunks];
+#pragma unroll
+            for (int k = 0; k < kStreamChunks; k++) {
+                const int64_t q = q0 + k * kStreamThreads;
+                if (q < nvec) r[k] = K::load(row + q * VEC);
+            }
+#pragma unroll
+            for (int k = 0; k < kStreamChunks; k++) {
+                const int64_t q = q0 + k * kStreamThreads;
+                if (q >= nvec) continue;
+                A v[VEC];
+                K::decode(r[k], v);
+                A cm = v[0];
+#pragma unroll
+                for (int i = 1; i < VEC; i++) cm = v[i] > cm ? v[i] : cm;
+                if (cm > m) {
+                    s *= ex(m - cm);
+                    m = cm;
+                }
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    s += ex(v[i] - m);
+                    if (q * VEC + i == t) shz[par] = v[i];
+                }
+            }
+        }
+        block_ol(m, s, shm, shs);
+        if (threadIdx.x == 0) {
+            A loss = 0, wt = 0;
+            if (t != a.ignore) {
+                if (bad_target(t, C)) {
+                    loss = wt = qnan<A>();
+                    report_bad_target(a, p, t);
+                } else {
+                    loss = m + ln(s) - shz[par];
+                    wt = 1;
+                }
+            }
+            if (a.reduction == RED_NONE) {
+                ((T *)a.out)[p] = dtype<DT>::enc(loss);
+            } else {
+                lsum += (double)loss;
+                wsum += (double)wt;
+            }
+        }
+    }
+    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+}
+
+// Backward: a block per row held in registers (as sm_rows, which moves a
+// softmax at the copy rate), the row's chunks and its target issued
+// together; 32 registers a thread for rows of up to 2 chunks a thread, so
+// four blocks of 512 fit a multiprocessor.
+template <int NV> constexpr int ce_plain_min_blocks() { return NV <= 2 ? 4 : NV == 4 ? 2 : 1; }
+
+template <int DT, int VEC, int NV>
+__global__ void __launch_bounds__(kBlockRowThreads, ce_plain_min_blocks<NV>())
+ce_bwd_plain(const Cls a, const double *wsum_dev) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    typedef RowChunk<DT, VEC> K;
+    __shared__ A sh[33];
+    __shared__ double shd[33];
+    const T *x = (const T *)a.input, *g = (const T *)a.grad;
+    const int64_t C = a.c;
+    // The reduced loss's gradient, once a block, after the first row's loads
+    // are on their way.
+    typename RowChunk<DT, VEC>::R r[NV];
+    if (blockIdx.x < a.npos) ce_row_issue<DT, VEC, NV>(x + blockIdx.x * C, C, r);
+    A gs = 0;
+    if (a.reduction != RED_NONE) {
+        double d = (double)dtype<DT>::dec(g[0]);
+        if (a.reduction == RED_MEAN) d /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, shd);
+        gs = (A)d;
+    }
+    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
+        if (p != blockIdx.x) ce_row_issue<DT, VEC, NV>(x + p * C, C, r);
+        const int64_t t = a.target[p];
+        T *orow = (T *)a.out + p * C;
+        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+        if (ign || bad) {
+            if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
+            A z[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) z[i] = bad ? qnan<A>() : (A)0;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+                if (e < C) K::store(orow + e, z);
+            }
+            continue;
+        }
+        const A gp = a.reduction == RED_NONE ? (A)dtype<DT>::dec(g[p]) : gs;
+        const int tc = (int)t; // in range: C fits an int here
+        A v[NV][VEC];
+        ce_row_decode<DT, VEC, NV>(r, C, v);
+        A m;
+        const A k = gp / ce_row_exp<VEC, NV>(v, C, sh, &m);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * kBlockRowThreads + (int)threadIdx.x) * VEC;
+            if (e >= C) continue;
+            A o[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] = e + i == tc ? v[j][i] * k - gp : v[j][i] * k;
+            K::store(orow + e, o);
+        }
+    }
+}
+
 // The chunks a thread holds for rows of C elements in 16-byte chunks, or 0
 // when the rows do not fit the register kernels (or are short enough for
 // the warp-per-row ones).
@@ -988,6 +1137,22 @@ unsigned ce_rows_blocks(int nv, int sms) {
     case 2: return ce_rows_resident<DT, BWD, 2>(sms);
     case 4: return ce_rows_resident<DT, BWD, 4>(sms);
     default: return ce_rows_resident<DT, BWD, kRowsMaxNV>(sms);
+    }
+}
+
+template <int DT, bool BWD>
+void ce_plain_launch(const Cls &a, int nv, unsigned blocks, double *part, const double *wsum,
+                     cudaStream_t st) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
+    if (!BWD) {
+        ce_fwd_stream<DT, VEC><<<blocks, kStreamThreads, 0, st>>>(a, part);
+        return;
+    }
+    switch (nv) {
+    case 1: ce_bwd_plain<DT, VEC, 1><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
+    case 2: ce_bwd_plain<DT, VEC, 2><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
+    case 4: ce_bwd_plain<DT, VEC, 4><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
+    default: ce_bwd_plain<DT, VEC, kRowsMaxNV><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
     }
 }
 
@@ -1070,6 +1235,7 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
 struct ClsPlan {
     bool rows;        // cross-entropy with inner == 1: a warp per position
     int rows_nv;      // cross-entropy with long rows: a block per row, NV chunks a thread (0: no)
+    bool plain;       // long rows, no class weights or smoothing: ce_fwd_stream / ce_bwd_plain
     unsigned blocks;  // of the main kernel
     bool split;       // forward: partials, then reduce_final
     unsigned wblocks; // backward mean over many positions: blocks of wsum_part (0: none)
@@ -1083,6 +1249,23 @@ int ce_rows_nv_dt(const cti_nn_cls *r) {
     case CT_F16: return ce_rows_nv<CT_F16>(r);
     case CT_BF16: return ce_rows_nv<CT_BF16>(r);
     default: return 0;
+    }
+}
+
+// Rows the streaming forward reads in 16-byte chunks: long (shorter ones go
+// a warp a row), a whole number of chunks, aligned.
+template <int DT> bool ce_stream_ok(const cti_nn_cls *r) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
+    return r->inner == 1 && r->c > 1024 && r->c % VEC == 0 && ((uintptr_t)r->input & 15) == 0;
+}
+
+bool ce_stream_ok_dt(const cti_nn_cls *r) {
+    switch (r->dt) {
+    case CT_F32: return ce_stream_ok<CT_F32>(r);
+    case CT_F64: return ce_stream_ok<CT_F64>(r);
+    case CT_F16: return ce_stream_ok<CT_F16>(r);
+    case CT_BF16: return ce_stream_ok<CT_BF16>(r);
+    default: return false;
     }
 }
 
@@ -1102,6 +1285,13 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     const bool bwd = r->kind == CTI_NN_CE_BWD || r->kind == CTI_NN_NLL_BWD;
     pl.rows = ce && r->inner == 1;
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
+    pl.plain = ce && !r->weight && r->ls == 0 && (bwd ? pl.rows_nv > 0 : ce_stream_ok_dt(r));
+    if (pl.plain && !bwd) {
+        pl.blocks = blocks_for(npos, 1, kRedBlocksCap);
+        pl.split = r->reduction != RED_NONE && pl.blocks > 1;
+        if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
+        return pl;
+    }
     const int64_t per = pl.rows_nv ? 1 : pl.rows ? kThreads256 / 32 : kThreads256;
     if (!bwd && pl.rows_nv) {
         int64_t b = (int64_t)ce_rows_blocks_dt(r, pl.rows_nv, false);
@@ -1125,6 +1315,7 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
         return pl;
     }
     if (r->kind == CTI_NN_NLL_BWD) pl.blocks = blocks_for(npos * r->c, kThreads256, 8192);
+    else if (pl.plain) pl.blocks = blocks_for(npos, 1, kGridCap);
     else if (pl.rows_nv)
         pl.blocks = blocks_for(npos, 1, ce_rows_blocks_dt(r, pl.rows_nv, true));
     else pl.blocks = blocks_for(npos, per, 8192);
@@ -1160,6 +1351,10 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
         if (r->kind == CTI_NN_NLL) {
             nll_fwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, part);
             *routine = pl.split ? "cten_nll_loss_fwd+final" : "cten_nll_loss_fwd";
+        } else if (pl.plain) {
+            ce_plain_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
+            *routine = pl.split ? "cten_cross_entropy_fwd_stream+final"
+                                : "cten_cross_entropy_fwd_stream";
         } else if (pl.rows_nv) {
             ce_rows_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
             *routine = pl.split ? "cten_cross_entropy_fwd_row_in_registers+final"
@@ -1187,6 +1382,10 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
     if (r->kind == CTI_NN_NLL_BWD) {
         nll_bwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, wsum);
         *routine = wsum ? "cten_weight_sum+cten_nll_loss_bwd" : "cten_nll_loss_bwd";
+    } else if (pl.plain) {
+        ce_plain_launch<DT, true>(a, pl.rows_nv, pl.blocks, nullptr, wsum, st);
+        *routine = wsum ? "cten_weight_sum+cten_cross_entropy_bwd_block_per_row"
+                        : "cten_cross_entropy_bwd_block_per_row";
     } else if (pl.rows_nv) {
         ce_rows_launch<DT, true>(a, pl.rows_nv, pl.blocks, nullptr, wsum, st);
         *routine = wsum ? "cten_weight_sum+cten_cross_entropy_bwd_row_in_registers"
