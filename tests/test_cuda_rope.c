@@ -51,7 +51,7 @@ static double tol_of(ct_dtype dt) {
     }
 }
 
-static void expect_same(ct_tensor *got, ct_tensor *ref) {
+static void expect_close(ct_tensor *got, ct_tensor *ref, double scale) {
     assert_non_null(got);
     assert_non_null(ref);
     assert_int_equal(ct_tensor_device(got).type, CT_DEVICE_CUDA);
@@ -61,11 +61,13 @@ static void expect_same(ct_tensor *got, ct_tensor *ref) {
         assert_int_equal(ct_tensor_shape(got)[i], ct_tensor_shape(ref)[i]);
     int64_t n = ct_tensor_numel(ref);
     double *g = tu_values(got), *r = tu_values(ref);
-    double t = tol_of(ct_tensor_dtype(ref));
+    double t = scale * tol_of(ct_tensor_dtype(ref));
     tu_assert_close(g, r, n, t, t);
     free(g);
     free(r);
 }
+
+static void expect_same(ct_tensor *got, ct_tensor *ref) { expect_close(got, ref, 1); }
 
 /* cos and sin of random angles, rounded to dt, of shape ts (CPU). */
 static void rand_tables(int tnd, const int64_t *ts, ct_dtype dt, ct_tensor **c, ct_tensor **s) {
@@ -300,8 +302,11 @@ static void test_autograd(void **state) {
                 grads[d][0] = checked(ct_grad(xl));
                 grads[d][1] = checked(ct_grad(ul));
             }
-            expect_same(grads[1][0], grads[0][0]);
-            expect_same(grads[1][1], grads[0][1]);
+            /* rope's f16/bf16 result may round one ulp apart on the two devices
+             * and swiglu's backward (derivative about 1) carries that on. */
+            double scale = dt == CT_F16 || dt == CT_BF16 ? 4 : 1;
+            expect_close(grads[1][0], grads[0][0], scale);
+            expect_close(grads[1][1], grads[0][1], scale);
             ct_scope_end(sc);
         }
 }
