@@ -122,15 +122,23 @@ static void swiglu_f32(float *restrict y, const float *restrict g, const float *
     for (int64_t i = 0; i < n; i++) y[i] = vm_silu(g[i]) * u[i];
 }
 
+/* Both gradients in one pass over the inputs when both are wanted. */
 static void swiglu_bwd_f32(float *restrict dg, float *restrict du, const float *restrict go,
                            const float *restrict g, const float *restrict u, int64_t n) {
-    if (dg)
+    if (dg && du) {
+        for (int64_t i = 0; i < n; i++) {
+            float s = vm_sigmoid(g[i]);
+            dg[i] = go[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+            du[i] = go[i] * g[i] * s;
+        }
+    } else if (dg) {
         for (int64_t i = 0; i < n; i++) {
             float s = vm_sigmoid(g[i]);
             dg[i] = go[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
         }
-    if (du)
+    } else {
         for (int64_t i = 0; i < n; i++) du[i] = go[i] * vm_silu(g[i]);
+    }
 }
 
 static double sigmoid_f64(double x) {
