@@ -126,8 +126,15 @@ cudaError_t rope_dt(const cti_cuda_rope_args *a, int sms, cudaStream_t st, const
 }
 
 // ---- swiglu ---------------------------------------------------------------------------------
-__device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+// sigmoid in the compute type. f16/bf16 take the fast exp and division (a
+// few ulps of f32 where |x| <= 8, far below their own rounding of 2^-11 and
+// 2^-8), which keeps the bf16 kernels at the memory's pace; f32 and f64 take
+// the accurate ones. Large |x| gives exactly 0 or 1 either way.
+template <int DT> __device__ __forceinline__ typename Acc<DT>::A sigm(typename Acc<DT>::A x) {
+    if constexpr (DT == CT_F64) return 1.0 / (1.0 + exp(-x));
+    else if constexpr (DT == CT_F32) return 1.0f / (1.0f + expf(-x));
+    else return __fdividef(1.0f, 1.0f + __expf(-x));
+}
 
 // Units of V elements (one 16-byte vector of each operand when VEC); the
 // last unit may be partial and goes element by element.
@@ -144,7 +151,7 @@ swiglu_k(int64_t n, const typename dtype<DT>::T *__restrict__ gate,
         const int64_t i0 = u * V;
         if (i0 + V > n) { // the partial tail
             for (int64_t i = i0; i < n; i++) {
-                A x = dtype<DT>::dec(gate[i]), y = dtype<DT>::dec(up[i]), s = sigm(x);
+                A x = dtype<DT>::dec(gate[i]), y = dtype<DT>::dec(up[i]), s = sigm<DT>(x);
                 if constexpr (!BWD) {
                     o0[i] = dtype<DT>::enc(x * s * y);
                 } else {
@@ -162,7 +169,7 @@ swiglu_k(int64_t n, const typename dtype<DT>::T *__restrict__ gate,
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 A x = dtype<DT>::dec(gv[j]);
-                r0[j] = dtype<DT>::enc(x * sigm(x) * dtype<DT>::dec(uv[j]));
+                r0[j] = dtype<DT>::enc(x * sigm<DT>(x) * dtype<DT>::dec(uv[j]));
             }
             store<VEC>(o0 + i0, r0);
         } else {
@@ -170,7 +177,7 @@ swiglu_k(int64_t n, const typename dtype<DT>::T *__restrict__ gate,
             load<VEC>(g + i0, ov);
 #pragma unroll
             for (int j = 0; j < V; j++) {
-                A x = dtype<DT>::dec(gv[j]), y = dtype<DT>::dec(uv[j]), s = sigm(x);
+                A x = dtype<DT>::dec(gv[j]), y = dtype<DT>::dec(uv[j]), s = sigm<DT>(x);
                 A go = dtype<DT>::dec(ov[j]);
                 r0[j] = dtype<DT>::enc(go * y * s * ((A)1 + x * ((A)1 - s)));
                 r1[j] = dtype<DT>::enc(go * x * s);
