@@ -257,6 +257,37 @@ ct_tensor *ct_embedding_backward(ct_tensor *grad_out, ct_tensor *indices, int64_
 ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_tensor **mask);
 ct_tensor *ct_dropout_backward(ct_tensor *grad_y, ct_tensor *mask, double p);
 
+/* ---- rotary position embedding and SwiGLU ------------------------------------------------- */
+/* Which elements of a row of D form the pairs rope turns: (k, k + D/2), as
+ * LLaMA's and GPT-NeoX's rotate_half, or (2k, 2k + 1), as GPT-J's. */
+typedef enum ct_rope_layout { CT_ROPE_HALF = 0, CT_ROPE_INTERLEAVED = 1 } ct_rope_layout;
+/* New tensor of x's shape and dtype: x [..., D] (D even, floating) with pair k
+ * of each row (a, b) turned by angle k: (a cos - b sin, b cos + a sin). cos and
+ * sin: x's dtype and device, equal shapes [..., D/2] that broadcast to x's
+ * leading dims (x [B, T, H, D] with [T, 1, D/2]; x [B, H, T, D] with [T, D/2]).
+ * f16/bf16 compute in f32. Differentiable in x only: cos and sin are tables
+ * and get no gradient. */
+ct_tensor *ct_rope(ct_tensor *x, ct_tensor *cos, ct_tensor *sin, ct_rope_layout layout);
+/* New tensor: ct_rope's gradient w.r.t. x from grad_out (x's shape), the
+ * inverse rotation (angle -k); cos, sin and layout as the forward's. */
+ct_tensor *ct_rope_backward(ct_tensor *grad_out, ct_tensor *cos, ct_tensor *sin,
+                            ct_rope_layout layout);
+/* Fills *cos and *sin (new tensors the caller owns) with [seq_len, dim/2]
+ * tables of angle t * base^(-2k/dim), computed in f64 and converted to dtype
+ * (floating) on device, as LLaMA's precompute_freqs_cis (base 10000). dim even
+ * and > 0, seq_len >= 0, base > 0. On failure both stay untouched. */
+ct_status ct_rope_tables(int64_t seq_len, int64_t dim, double base, ct_dtype dtype,
+                         ct_device device, ct_tensor **cos, ct_tensor **sin);
+/* New tensor: silu(gate) * up, fused (one read of each, one write); gate and
+ * up of one shape, floating dtype and device; f16/bf16 compute in f32. */
+ct_tensor *ct_swiglu(ct_tensor *gate, ct_tensor *up);
+/* The gradients of ct_swiglu from grad_out (gate's shape) in one pass: *dgate
+ * and *dup receive new tensors; either pointer may be NULL (not wanted), not
+ * both. With s = sigmoid(gate): dgate = g up s (1 + gate (1 - s)),
+ * dup = g silu(gate). */
+ct_status ct_swiglu_backward(ct_tensor *grad_out, ct_tensor *gate, ct_tensor *up,
+                             ct_tensor **dgate, ct_tensor **dup);
+
 #ifdef __cplusplus
 }
 #endif

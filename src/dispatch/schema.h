@@ -238,6 +238,33 @@ typedef struct cti_attention_params {
     uint64_t seed, offset;
 } cti_attention_params;
 
+/* rope, swiglu
+ * ROPE, ROPE_BACKWARD: rotary position embedding of x [..., d] (d even) in
+ * rows of d elements, each row's pairs (a, b) turned by its angles:
+ *   out_a = a cos - b sin, out_b = b cos + a sin
+ * pair k is (k, k + d/2) for CTI_ROPE_HALF (GPT-NeoX, LLaMA) and (2k, 2k + 1)
+ * for CTI_ROPE_INTERLEAVED (GPT-J), and its angle is entry k of the row's
+ * d/2 table entries. in: x (ROPE) or grad_out (ROPE_BACKWARD), cos, sin;
+ * out: the contiguous result of x's shape. x's last dim is contiguous, its
+ * other dims may have any strides; cos and sin are x's dtype, expanded to
+ * [..., d/2] with x's leading dims (stride 0 where they broadcast), their
+ * last dim contiguous, and with equal strides. ROPE_BACKWARD turns by the
+ * opposite angles (the transposed rotation). The kernels read the strides
+ * from the tensors.
+ * SWIGLU: out = silu(gate) up over n contiguous elements. SWIGLU_BACKWARD:
+ * in grad_out, gate, up; out dgate|NULL, dup|NULL (s = sigmoid(gate)):
+ *   dgate = g up s (1 + gate (1 - s)), dup = g gate s
+ * Both in f32 for f16/bf16/f32, f64 for f64. */
+enum { CTI_ROPE_HALF = 0, CTI_ROPE_INTERLEAVED = 1 };
+typedef struct cti_rope_params {
+    int64_t rows, d;
+    int layout;
+} cti_rope_params;
+
+typedef struct cti_swiglu_params {
+    int64_t n;
+} cti_swiglu_params;
+
 /* ---- the kernels' contract ------------------------------------------------------
  * in[] holds the first parameter's tensors for the trace only.
  * Per element, in double for float64 and float otherwise:
@@ -351,7 +378,12 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
     X(DROPOUT, "dropout", cti_dropout_params, CTI_F(cti_bw_dropout), DROPOUT_BACKWARD)       \
     X(DROPOUT_BACKWARD, "dropout_backward", cti_dropout_params, CTI_NOFORMULA, NONE)         \
     X(SGD_STEP, "sgd_step", cti_optim_params, CTI_NODIFF, NONE)                              \
-    X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)
+    X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)                          \
+    /* rope, swiglu */                                                                       \
+    X(ROPE, "rope", cti_rope_params, CTI_F(cti_bw_rope), ROPE_BACKWARD)                      \
+    X(ROPE_BACKWARD, "rope_backward", cti_rope_params, CTI_NOFORMULA, NONE)                  \
+    X(SWIGLU, "swiglu", cti_swiglu_params, CTI_F(cti_bw_swiglu), SWIGLU_BACKWARD)            \
+    X(SWIGLU_BACKWARD, "swiglu_backward", cti_swiglu_params, CTI_NOFORMULA, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

@@ -218,6 +218,41 @@ cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_
                            uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first, double p,
                            cudaStream_t st);
 
+/* ---- rope, swiglu (rope.cu) ------------------------------------------------------------------ */
+/* One launch of ROPE or ROPE_BACKWARD (schema.h), over units of p pairs: it
+ * holds three operands, the contiguous out (0), x (1) and the tables (2; cos
+ * and sin share its strides), each seen as [x's leading dims..., d/2 / p]
+ * with the element offset of a unit's first pair; the kernel adds d/2 for the
+ * second elements of the half layout. vec: p pairs are one 16-byte vector of
+ * x (interleaved: of 2p elements) and every unit offset is aligned for it;
+ * otherwise p is 1 and the kernel reads elements. */
+typedef struct cti_cuda_rope_args {
+    ct_dtype dt;
+    bool interleaved, vec, backward;
+    int64_t half; /* d / 2 */
+    void *out;
+    const void *x, *cos, *sin;
+    cti_cuda_iter it;
+} cti_cuda_rope_args;
+
+/* Pairs per 16-byte unit for dt and the layout (2 or more; 1 for f64 interleaved). */
+int cti_cuda_rope_vec_pairs(ct_dtype dt, bool interleaved);
+cudaError_t cti_cuda_rope(const cti_cuda_rope_args *a, int sm_count, cudaStream_t stream,
+                          const char **routine);
+
+/* SWIGLU (out = y) and SWIGLU_BACKWARD (out = dgate|NULL, dup|NULL) over n
+ * contiguous elements; 16-byte vectors where every pointer is aligned. */
+typedef struct cti_cuda_swiglu_args {
+    ct_dtype dt;
+    bool backward;
+    int64_t n;
+    const void *gate, *up, *grad;
+    void *y, *dgate, *dup;
+} cti_cuda_swiglu_args;
+
+cudaError_t cti_cuda_swiglu(const cti_cuda_swiglu_args *a, int sm_count, cudaStream_t stream,
+                            const char **routine);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,247 @@
+// CUDA kernels of ROPE, ROPE_BACKWARD, SWIGLU and SWIGLU_BACKWARD (the
+// contract is schema.h's; the launch records ops_impl.h's).
+//
+// Both ops are memory bound: each thread of a grid-stride loop moves one
+// 16-byte vector of every operand per step where the layout allows it, and
+// element by element otherwise. rope's unit is the pairs of one such vector:
+// its offsets in out, x and the tables come from the launch's cti_cuda_iter
+// (multiply-shift division over the leading dims), so tables broadcast over
+// heads or batches are read where they are (they stay in L2) and x's leading
+// dims may have any strides. The backward is the forward with sin negated.
+// f16/bf16 compute in f32, f32 in f32, f64 in f64.
+#include "kernels.cuh"
+#include "ops_impl.h"
+
+namespace cti {
+namespace {
+
+template <int DT> struct Acc { typedef float A; };
+template <> struct Acc<CT_F64> { typedef double A; };
+
+template <class T, int N> struct alignas(sizeof(T) * N) Vec {
+    T v[N];
+};
+
+// N elements at p: one vector access when VEC (p aligned to the vector),
+// else N element accesses.
+template <bool VEC, class T, int N>
+__device__ __forceinline__ void load(const T *__restrict__ p, T (&r)[N]) {
+    if constexpr (VEC) {
+        Vec<T, N> v = *reinterpret_cast<const Vec<T, N> *>(p);
+#pragma unroll
+        for (int j = 0; j < N; j++) r[j] = v.v[j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; j++) r[j] = p[j];
+    }
+}
+
+template <bool VEC, class T, int N>
+__device__ __forceinline__ void store(T *__restrict__ p, const T (&r)[N]) {
+    if constexpr (VEC) {
+        Vec<T, N> v;
+#pragma unroll
+        for (int j = 0; j < N; j++) v.v[j] = r[j];
+        *reinterpret_cast<Vec<T, N> *>(p) = v;
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; j++) p[j] = r[j];
+    }
+}
+
+// ---- rope -----------------------------------------------------------------------------------
+// Pairs in one 16-byte vector of x: the half layout's two halves are a vector
+// each; the interleaved layout holds 2 elements per pair.
+template <int DT, bool IL> constexpr int vec_pairs() {
+    return (IL ? 8 : 16) / (int)sizeof(typename dtype<DT>::T);
+}
+
+template <int DT, int P, bool IL, bool VEC, class I>
+__global__ void __launch_bounds__(kThreads)
+rope_k(const cti_cuda_iter it, typename dtype<DT>::T *__restrict__ out,
+       const typename dtype<DT>::T *__restrict__ x, const typename dtype<DT>::T *__restrict__ cs,
+       const typename dtype<DT>::T *__restrict__ sn, int64_t half, typename Acc<DT>::A sign) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    const I n = (I)it.numel, step = (I)gridDim.x * blockDim.x;
+    for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += step) {
+        int64_t off[3];
+        offsets<3, I>(it, u, off);
+        T c[P], s[P];
+        load<VEC>(cs + off[2], c);
+        load<VEC>(sn + off[2], s);
+        if constexpr (IL) {
+            T v[2 * P], o[2 * P];
+            load<VEC>(x + off[1], v);
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                A a = dtype<DT>::dec(v[2 * j]), b = dtype<DT>::dec(v[2 * j + 1]);
+                A ck = dtype<DT>::dec(c[j]), sk = sign * dtype<DT>::dec(s[j]);
+                o[2 * j] = dtype<DT>::enc(a * ck - b * sk);
+                o[2 * j + 1] = dtype<DT>::enc(b * ck + a * sk);
+            }
+            store<VEC>(out + off[0], o);
+        } else {
+            T va[P], vb[P], oa[P], ob[P];
+            load<VEC>(x + off[1], va);
+            load<VEC>(x + off[1] + half, vb);
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                A a = dtype<DT>::dec(va[j]), b = dtype<DT>::dec(vb[j]);
+                A ck = dtype<DT>::dec(c[j]), sk = sign * dtype<DT>::dec(s[j]);
+                oa[j] = dtype<DT>::enc(a * ck - b * sk);
+                ob[j] = dtype<DT>::enc(b * ck + a * sk);
+            }
+            store<VEC>(out + off[0], oa);
+            store<VEC>(out + off[0] + half, ob);
+        }
+    }
+}
+
+template <int DT, int P, bool IL, bool VEC>
+cudaError_t rope_launch(const cti_cuda_rope_args *a, int sms, cudaStream_t st) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    const A sign = a->backward ? (A)-1 : (A)1;
+    const unsigned grid = grid_for(a->it.numel, sms);
+    if (a->it.use32)
+        rope_k<DT, P, IL, VEC, uint32_t><<<grid, kThreads, 0, st>>>(
+            a->it, (T *)a->out, (const T *)a->x, (const T *)a->cos, (const T *)a->sin, a->half, sign);
+    else
+        rope_k<DT, P, IL, VEC, int64_t><<<grid, kThreads, 0, st>>>(
+            a->it, (T *)a->out, (const T *)a->x, (const T *)a->cos, (const T *)a->sin, a->half, sign);
+    return cudaGetLastError();
+}
+
+template <int DT>
+cudaError_t rope_dt(const cti_cuda_rope_args *a, int sms, cudaStream_t st, const char **routine) {
+    if (a->interleaved) {
+        *routine = a->vec ? "cten_rope_interleaved_vec16" : "cten_rope_interleaved";
+        return a->vec ? rope_launch<DT, vec_pairs<DT, true>(), true, true>(a, sms, st)
+                      : rope_launch<DT, 1, true, false>(a, sms, st);
+    }
+    *routine = a->vec ? "cten_rope_half_vec16" : "cten_rope_half";
+    return a->vec ? rope_launch<DT, vec_pairs<DT, false>(), false, true>(a, sms, st)
+                  : rope_launch<DT, 1, false, false>(a, sms, st);
+}
+
+// ---- swiglu ---------------------------------------------------------------------------------
+// sigmoid in the compute type. f16/bf16 take the fast exp and division (a
+// few ulps of f32 where |x| <= 8, far below their own rounding of 2^-11 and
+// 2^-8), which keeps the bf16 kernels at the memory's pace; f32 and f64 take
+// the accurate ones. Large |x| gives exactly 0 or 1 either way.
+template <int DT> __device__ __forceinline__ typename Acc<DT>::A sigm(typename Acc<DT>::A x) {
+    if constexpr (DT == CT_F64) return 1.0 / (1.0 + exp(-x));
+    else if constexpr (DT == CT_F32) return 1.0f / (1.0f + expf(-x));
+    else return __fdividef(1.0f, 1.0f + __expf(-x));
+}
+
+// Units of V elements (one 16-byte vector of each operand when VEC); the
+// last unit may be partial and goes element by element.
+template <int DT, bool VEC, bool BWD>
+__global__ void __launch_bounds__(kThreads)
+swiglu_k(int64_t n, const typename dtype<DT>::T *__restrict__ gate,
+         const typename dtype<DT>::T *__restrict__ up, const typename dtype<DT>::T *__restrict__ g,
+         typename dtype<DT>::T *__restrict__ o0, typename dtype<DT>::T *__restrict__ o1) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    constexpr int V = VEC ? 16 / (int)sizeof(T) : 1;
+    const int64_t units = (n + V - 1) / V, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += step) {
+        const int64_t i0 = u * V;
+        if (i0 + V > n) { // the partial tail
+            for (int64_t i = i0; i < n; i++) {
+                A x = dtype<DT>::dec(gate[i]), y = dtype<DT>::dec(up[i]), s = sigm<DT>(x);
+                if constexpr (!BWD) {
+                    o0[i] = dtype<DT>::enc(x * s * y);
+                } else {
+                    A go = dtype<DT>::dec(g[i]);
+                    if (o0) o0[i] = dtype<DT>::enc(go * y * s * ((A)1 + x * ((A)1 - s)));
+                    if (o1) o1[i] = dtype<DT>::enc(go * x * s);
+                }
+            }
+            continue;
+        }
+        T gv[V], uv[V], r0[V], r1[V];
+        load<VEC>(gate + i0, gv);
+        load<VEC>(up + i0, uv);
+        if constexpr (!BWD) {
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                A x = dtype<DT>::dec(gv[j]);
+                r0[j] = dtype<DT>::enc(x * sigm<DT>(x) * dtype<DT>::dec(uv[j]));
+            }
+            store<VEC>(o0 + i0, r0);
+        } else {
+            T ov[V];
+            load<VEC>(g + i0, ov);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                A x = dtype<DT>::dec(gv[j]), y = dtype<DT>::dec(uv[j]), s = sigm<DT>(x);
+                A go = dtype<DT>::dec(ov[j]);
+                r0[j] = dtype<DT>::enc(go * y * s * ((A)1 + x * ((A)1 - s)));
+                r1[j] = dtype<DT>::enc(go * x * s);
+            }
+            if (o0) store<VEC>(o0 + i0, r0);
+            if (o1) store<VEC>(o1 + i0, r1);
+        }
+    }
+}
+
+template <int DT, bool VEC>
+cudaError_t swiglu_launch(const cti_cuda_swiglu_args *a, int sms, cudaStream_t st) {
+    typedef typename dtype<DT>::T T;
+    constexpr int V = VEC ? 16 / (int)sizeof(T) : 1;
+    const unsigned grid = grid_for((a->n + V - 1) / V, sms);
+    if (a->backward)
+        swiglu_k<DT, VEC, true><<<grid, kThreads, 0, st>>>(a->n, (const T *)a->gate, (const T *)a->up,
+                                                           (const T *)a->grad, (T *)a->dgate,
+                                                           (T *)a->dup);
+    else
+        swiglu_k<DT, VEC, false><<<grid, kThreads, 0, st>>>(a->n, (const T *)a->gate,
+                                                            (const T *)a->up, nullptr, (T *)a->y,
+                                                            nullptr);
+    return cudaGetLastError();
+}
+
+bool aligned16(const void *p) { return p == nullptr || ((uintptr_t)p & 15u) == 0; }
+
+template <int DT>
+cudaError_t swiglu_dt(const cti_cuda_swiglu_args *a, int sms, cudaStream_t st, const char **routine) {
+    bool vec = aligned16(a->gate) && aligned16(a->up) && aligned16(a->grad) && aligned16(a->y) &&
+               aligned16(a->dgate) && aligned16(a->dup);
+    if (a->backward) *routine = vec ? "cten_swiglu_bwd_vec16" : "cten_swiglu_bwd";
+    else *routine = vec ? "cten_swiglu_fwd_vec16" : "cten_swiglu_fwd";
+    return vec ? swiglu_launch<DT, true>(a, sms, st) : swiglu_launch<DT, false>(a, sms, st);
+}
+
+} // namespace
+} // namespace cti
+
+#define CTI_ROPE_FLOAT_SWITCH(dt, CALL)                                                \
+    switch (dt) {                                                                      \
+    case CT_F32: { constexpr int DTV = CT_F32; return CALL; }                          \
+    case CT_F64: { constexpr int DTV = CT_F64; return CALL; }                          \
+    case CT_F16: { constexpr int DTV = CT_F16; return CALL; }                          \
+    case CT_BF16: { constexpr int DTV = CT_BF16; return CALL; }                        \
+    default: return cudaErrorInvalidValue;                                             \
+    }
+
+extern "C" {
+
+int cti_cuda_rope_vec_pairs(ct_dtype dt, bool interleaved) {
+    int es = dt == CT_F64 ? 8 : dt == CT_F32 ? 4 : 2;
+    return (interleaved ? 8 : 16) / es;
+}
+
+cudaError_t cti_cuda_rope(const cti_cuda_rope_args *a, int sm_count, cudaStream_t stream,
+                          const char **routine) {
+    CTI_ROPE_FLOAT_SWITCH(a->dt, cti::rope_dt<DTV>(a, sm_count, stream, routine))
+}
+
+cudaError_t cti_cuda_swiglu(const cti_cuda_swiglu_args *a, int sm_count, cudaStream_t stream,
+                            const char **routine) {
+    CTI_ROPE_FLOAT_SWITCH(a->dt, cti::swiglu_dt<DTV>(a, sm_count, stream, routine))
+}
+
+} // extern "C"
