@@ -119,12 +119,12 @@ static void cum_slice(const cum_ctx *k, int64_t o) {
     float acc[256];
     for (int64_t r0 = 0; r0 < in; r0 += 256) {
         int64_t m = in - r0 < 256 ? in - r0 : 256;
-        for (int64_t r = 0; r < m; r++) acc[r] = 0.0f;
         for (int64_t t = 0; t < n; t++) {
             int64_t i = k->reverse ? n - 1 - t : t;
             int64_t b = (o * n + i) * in + r0;
             for (int64_t r = 0; r < m; r++) {
-                acc[r] += read_half(k->x, k->dt, b + r);
+                float v = read_half(k->x, k->dt, b + r);
+                acc[r] = t ? acc[r] + v : v; /* the first term as it is: -0 stays -0 */
                 write_half(k->y, k->dt, b + r, acc[r]);
             }
         }
@@ -300,13 +300,16 @@ static double read_f(const char *x, ct_dtype dt, int64_t i) {
     }
 }
 
-/* The uniform of sample t (a draw pair) of the call: words offset + 2t, + 1. */
+/* The uniform of sample t (a draw pair) of the call: words offset + 2t, + 1
+ * (in one Philox block unless the offset was set to an odd number). */
 static double draw_uniform(uint64_t seed, uint64_t offset, uint64_t t) {
     uint64_t w = offset + 2 * t;
     uint32_t b[4];
     cti_philox_block(seed, w >> 2, b);
-    unsigned s = (unsigned)(w & 3); /* offset is a multiple of 4, so s is 0 or 2 */
-    return cti_multinomial_uniform(b[s], b[s + 1]);
+    unsigned s = (unsigned)(w & 3);
+    uint32_t a0 = b[s];
+    if (s == 3) cti_philox_block(seed, (w >> 2) + 1, b);
+    return cti_multinomial_uniform(a0, b[(s + 1) & 3]);
 }
 
 typedef struct mn_ctx {

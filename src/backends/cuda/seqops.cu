@@ -448,13 +448,19 @@ __device__ __forceinline__ void philox(uint64_t seed, uint64_t block, uint32_t o
     out[3] = c3;
 }
 
-// The uniform of draw pair t: words offset + 2t and the next (offset is a
-// multiple of 4, so both lie in one block), as cti_multinomial_uniform.
+// The uniform of draw pair t: words offset + 2t and the next (in one block
+// unless the offset was set to an odd number), as cti_multinomial_uniform.
 __device__ __forceinline__ double draw_uniform(uint64_t seed, uint64_t offset, uint64_t t) {
     uint64_t w = offset + 2 * t;
     uint32_t b[4];
     philox(seed, w >> 2, b);
-    uint32_t a0 = (w & 3) ? b[2] : b[0], a1 = (w & 3) ? b[3] : b[1];
+    unsigned s = (unsigned)(w & 3);
+    uint32_t a0 = s == 0 ? b[0] : s == 1 ? b[1] : s == 2 ? b[2] : b[3];
+    uint32_t a1 = s == 0 ? b[1] : s == 1 ? b[2] : s == 2 ? b[3] : 0;
+    if (s == 3) {
+        philox(seed, (w >> 2) + 1, b);
+        a1 = b[0];
+    }
     return __dmul_rn(__dadd_rn(__dmul_rn((double)(a0 >> 5), 67108864.0), (double)(a1 >> 6)),
                      0x1p-53);
 }
