@@ -205,6 +205,17 @@ static void test_cumsum_values(void **state) {
     expect_values(y, (const double[]){1, 1, 2, 3, 3}, 5, 0, 0);
     ct_tensor_release(x);
     ct_tensor_release(y);
+    /* a leading -0 stays -0 in every floating dtype (the CUDA kernels agree bit for bit) */
+    for (size_t di = 0; di < 4; di++) {
+        ct_tensor *z = chk(tu_from_f64((const double[]){-0.0, 1}, 1, (const int64_t[]){2},
+                                       tu_float_dtypes[di]));
+        ct_tensor *zy = chk(ct_cumsum(z, 0));
+        double *zv = tu_values(zy);
+        assert_true(zv[0] == 0 && signbit(zv[0]) && zv[1] == 1);
+        free(zv);
+        ct_tensor_release(z);
+        ct_tensor_release(zy);
+    }
     /* f16 accumulates in f32: 4096 ones reach 4096, where an f16 sum stops at 2048 */
     ct_tensor *o = chk(ct_tensor_ones(1, (const int64_t[]){4096}, CT_F16, CT_CPU));
     y = chk(ct_cumsum(o, 0));
