@@ -85,8 +85,29 @@ static void write_half(char *y, ct_dtype dt, int64_t i, float v) {
 /* One outer slice: the running sums along n, for every inner position. The
  * step's row adds to the previous output row, except for the halves, whose
  * sums stay in f32 (a block of 256 inner positions at a time). */
+/* One line (inner == 1) of f32 or f64: a running scalar, same additions. */
+static bool cum_line(const cum_ctx *k, int64_t o) {
+    int64_t n = k->n, st = k->reverse ? -1 : 1, i0 = o * n + (k->reverse ? n - 1 : 0);
+    if (k->dt == CT_F32) {
+        const float *X = (const float *)k->x + i0;
+        float *Y = (float *)k->y + i0, acc = X[0];
+        Y[0] = acc;
+        for (int64_t t = 1; t < n; t++) Y[t * st] = acc = acc + X[t * st];
+        return true;
+    }
+    if (k->dt == CT_F64) {
+        const double *X = (const double *)k->x + i0;
+        double *Y = (double *)k->y + i0, acc = X[0];
+        Y[0] = acc;
+        for (int64_t t = 1; t < n; t++) Y[t * st] = acc = acc + X[t * st];
+        return true;
+    }
+    return false;
+}
+
 static void cum_slice(const cum_ctx *k, int64_t o) {
     int64_t n = k->n, in = k->inner;
+    if (in == 1 && cum_line(k, o)) return;
     for (int64_t t = 0; t < n; t++) {
         int64_t i = k->reverse ? n - 1 - t : t, prev = k->reverse ? i + 1 : i - 1;
         int64_t b = (o * n + i) * in, pb = (o * n + prev) * in;
@@ -300,16 +321,28 @@ static double read_f(const char *x, ct_dtype dt, int64_t i) {
     }
 }
 
+/* The last Philox block computed, so that consecutive pairs share it. */
+typedef struct philox_cache {
+    uint64_t block;
+    uint32_t b[4];
+    bool valid;
+} philox_cache;
+
+static uint32_t word(uint64_t seed, uint64_t w, philox_cache *pc) {
+    if (!pc->valid || pc->block != w >> 2) {
+        pc->block = w >> 2;
+        cti_philox_block(seed, pc->block, pc->b);
+        pc->valid = true;
+    }
+    return pc->b[w & 3];
+}
+
 /* The uniform of sample t (a draw pair) of the call: words offset + 2t, + 1
  * (in one Philox block unless the offset was set to an odd number). */
-static double draw_uniform(uint64_t seed, uint64_t offset, uint64_t t) {
+static double draw_uniform(uint64_t seed, uint64_t offset, uint64_t t, philox_cache *pc) {
     uint64_t w = offset + 2 * t;
-    uint32_t b[4];
-    cti_philox_block(seed, w >> 2, b);
-    unsigned s = (unsigned)(w & 3);
-    uint32_t a0 = b[s];
-    if (s == 3) cti_philox_block(seed, (w >> 2) + 1, b);
-    return cti_multinomial_uniform(a0, b[(s + 1) & 3]);
+    uint32_t a0 = word(seed, w, pc);
+    return cti_multinomial_uniform(a0, word(seed, w + 1, pc));
 }
 
 typedef struct mn_ctx {
@@ -359,6 +392,7 @@ static void mn_task(int64_t r0, int64_t r1, void *pv) {
     const cti_seq_params *p = m->p;
     int64_t n = p->n;
     double *w = malloc((size_t)n * sizeof *w), P[CTI_MULTINOMIAL_CHUNKS + 1];
+    philox_cache pc = {.valid = false};
     if (!w) {
         atomic_store(&m->oom, true);
         return;
@@ -370,7 +404,7 @@ static void mn_task(int64_t r0, int64_t r1, void *pv) {
             double total = P[CTI_MULTINOMIAL_CHUNKS];
             int64_t *out = (int64_t *)m->out + r * p->k;
             for (int64_t s = 0; s < p->k; s++) {
-                double u = draw_uniform(p->seed, p->offset, (uint64_t)(r * p->k + s));
+                double u = draw_uniform(p->seed, p->offset, (uint64_t)(r * p->k + s), &pc);
                 out[s] = inverse_cdf(w, n, P, u * total);
             }
         } else {
@@ -380,7 +414,7 @@ static void mn_task(int64_t r0, int64_t r1, void *pv) {
                     keys[j] = -1.0;
                     continue;
                 }
-                double u = draw_uniform(p->seed, p->offset, (uint64_t)(r * n + j));
+                double u = draw_uniform(p->seed, p->offset, (uint64_t)(r * n + j), &pc);
                 double e = 0.0 - log(1.0 - u); /* +0 for u == 0: an infinite key */
                 keys[j] = w[j] / e;
             }
