@@ -288,6 +288,36 @@ ct_tensor *ct_swiglu(ct_tensor *gate, ct_tensor *up);
 ct_status ct_swiglu_backward(ct_tensor *grad_out, ct_tensor *gate, ct_tensor *up,
                              ct_tensor **dgate, ct_tensor **dup);
 
+/* ---- triangles, cumulative sums, top-k, sampling ---------------------------------------- */
+/* New tensor: x (at least 2-d, any dtype) with the elements above the diagonal-th diagonal
+ * of its last two dims zeroed (tril: kept where col - row <= diagonal; 0 is the main one). */
+ct_tensor *ct_tril(ct_tensor *x, int64_t diagonal);
+/* New tensor: x with the elements below the diagonal-th diagonal zeroed (col - row >= diagonal). */
+ct_tensor *ct_triu(ct_tensor *x, int64_t diagonal);
+/* New tensor: running sums of x along dim (negative counts from the end; a 0-d x takes 0 or
+ * -1); int64 for bool and integer x, x's dtype otherwise (f16/bf16 accumulate in f32). */
+ct_tensor *ct_cumsum(ct_tensor *x, int dim);
+/* New tensor: sums from the end along dim (y_i = sum over j >= i of grad_y_j), the gradient
+ * of ct_cumsum; floating grad_y. */
+ct_tensor *ct_cumsum_backward(ct_tensor *grad_y, int dim);
+/* New tensor: the k largest (largest) or smallest elements of x along dim, best first (sorted
+ * is accepted; the result is always sorted, ties by lower index); NaN counts as larger than
+ * every number. *indices (when not NULL) receives their int64 positions. 0 <= k <= size of
+ * dim; bool x is refused, as PyTorch does. */
+ct_tensor *ct_topk(ct_tensor *x, int64_t k, int dim, bool largest, bool sorted,
+                   ct_tensor **indices);
+/* New tensor: the gradient of ct_topk: zeros shaped as grad_values with dim of size `size`,
+ * holding grad_values at indices (int64, distinct along dim, in 0..size-1). */
+ct_tensor *ct_topk_backward(ct_tensor *grad_values, ct_tensor *indices, int dim, int64_t size);
+/* New int64 tensor: num_samples category indices per row of probs (1-d [n] -> [num_samples],
+ * 2-d [rows, n] -> [rows, num_samples]), drawn with probability proportional to the
+ * floating, finite, non-negative weights (each row with a positive sum); without
+ * replacement num_samples must not exceed a row's non-zero weights. Philox draws from gen
+ * (NULL: the default generator), so a generator state gives the same samples on every
+ * device. */
+ct_tensor *ct_multinomial(ct_tensor *probs, int64_t num_samples, bool replacement,
+                          ct_generator *gen);
+
 #ifdef __cplusplus
 }
 #endif

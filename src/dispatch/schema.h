@@ -265,6 +265,55 @@ typedef struct cti_swiglu_params {
     int64_t n;
 } cti_swiglu_params;
 
+/* tril, cumsum, topk, multinomial ------------------------------------------------------
+ * TRIL, TRIU: in x, out y, both contiguous [outer, n, inner] = [batch, rows,
+ *   cols]; y(i, j) = x(i, j) where j - i <= diagonal (tril) or
+ *   j - i >= diagonal (triu), zero bits elsewhere; every dtype.
+ * CUMSUM: in x, out y, contiguous [outer, n, inner], the sum along n:
+ *   y(o, i, r) = sum over j <= i (reverse: j >= i) of x(o, j, r), added in
+ *   index order (reverse: from the end) so every backend rounds alike. y is
+ *   int64 for bool and integer x (accumulated in int64), x's dtype otherwise
+ *   (f16/bf16/f32 accumulate in f32, f64 in f64); dispatched on x's dtype.
+ *   dim: the user's dim, wrapped (the node's backward runs reverse on it).
+ * TOPK: in x [outer, n] contiguous (the front end moves dim last); out
+ *   values [outer, k] (x's dtype) and indices [outer, k] int64: the k
+ *   elements of each row with the largest (largest) or smallest keys, best
+ *   first, ties by lower index. The key orders values as < does, with NaN
+ *   above everything (either way, so smallest takes NaN last) and -0 == +0.
+ * TOPK_BACKWARD: in grad [outer, k], indices [outer, k] int64 (distinct
+ *   per row); out [outer, n] zero but grad at the indices; dim for messages.
+ * MULTINOMIAL: in probs [outer, n] contiguous floating, weights >= 0 and
+ *   finite with a positive sum per row (a kernel finding otherwise fails
+ *   with a message; CUDA records a fault). Uniform number s of row r, U(r, s),
+ *   is cti_multinomial_uniform of Philox draws offset + 2 * (r * m + s) and
+ *   the one after (m: k with replacement, n without), under key seed.
+ *   With replacement: out samples [outer, k] int64. Row r's cumulative
+ *   weights are cut into CTI_MULTINOMIAL_CHUNKS chunks of ceil(n / chunks)
+ *   elements; P(c) = P(c-1) + (the chunk's sum, added in order from 0),
+ *   P(0) = 0; cdf(j) = P(c) + (j's running sum in its chunk), all in f64.
+ *   Sample s is the first j with cdf(j) > U(r, s) * P(chunks) (the last
+ *   j of positive weight when none). Without replacement: out keys
+ *   [outer, n] f64, w / -log(1 - U(r, j)) for w > 0 and -1 for w == 0
+ *   (exponential race: the k largest keys are a draw without replacement,
+ *   in draw order); a row with fewer than k positive weights fails. */
+typedef struct cti_seq_params {
+    int64_t outer, n, inner;
+    int64_t diagonal; /* tril, triu */
+    int64_t k;        /* topk's k, multinomial's num_samples */
+    int dim;          /* cumsum, topk: the user's dim, wrapped */
+    bool reverse;     /* cumsum */
+    bool largest;     /* topk */
+    bool replacement; /* multinomial */
+    uint64_t seed, offset;
+} cti_seq_params;
+
+#define CTI_MULTINOMIAL_CHUNKS 256
+
+/* A uniform in [0, 1) of 53 bits from two 32-bit Philox words. */
+static inline double cti_multinomial_uniform(uint32_t a, uint32_t b) {
+    return ((double)(a >> 5) * 67108864.0 + (double)(b >> 6)) * 0x1p-53;
+}
+
 /* ---- the kernels' contract ------------------------------------------------------
  * in[] holds the first parameter's tensors for the trace only.
  * Per element, in double for float64 and float otherwise:
@@ -383,7 +432,14 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
     X(ROPE, "rope", cti_rope_params, CTI_F(cti_bw_rope), ROPE_BACKWARD)                      \
     X(ROPE_BACKWARD, "rope_backward", cti_rope_params, CTI_NOFORMULA, NONE)                  \
     X(SWIGLU, "swiglu", cti_swiglu_params, CTI_F(cti_bw_swiglu), SWIGLU_BACKWARD)            \
-    X(SWIGLU_BACKWARD, "swiglu_backward", cti_swiglu_params, CTI_NOFORMULA, NONE)
+    X(SWIGLU_BACKWARD, "swiglu_backward", cti_swiglu_params, CTI_NOFORMULA, NONE)            \
+    /* tril, cumsum, topk, multinomial */                                                    \
+    X(TRIL, "tril", cti_seq_params, CTI_F(cti_bw_tril), NONE)                                \
+    X(TRIU, "triu", cti_seq_params, CTI_F(cti_bw_triu), NONE)                                \
+    X(CUMSUM, "cumsum", cti_seq_params, CTI_F(cti_bw_cumsum), NONE)                          \
+    X(TOPK, "topk", cti_seq_params, CTI_F(cti_bw_topk), TOPK_BACKWARD)                       \
+    X(TOPK_BACKWARD, "topk_backward", cti_seq_params, CTI_NOFORMULA, NONE)                   \
+    X(MULTINOMIAL, "multinomial", cti_seq_params, CTI_NODIFF, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

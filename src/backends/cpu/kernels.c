@@ -16,4 +16,5 @@ void cti_cpu_register_kernels(void) {
     cti_cpu_register_dropout();
     cti_cpu_register_optim();
     cti_cpu_register_rope();
+    cti_cpu_register_seqops();
 }

@@ -152,6 +152,11 @@ void cti_cuda_register_norm(void);        /* rms_norm, layer_norm and backward *
 void cti_cuda_register_nn(void);          /* softmax, losses, embedding, dropout */
 void cti_cuda_register_optim(void);       /* fused optimizer updates */
 void cti_cuda_register_rope(void);        /* rope, swiglu and their backward ops */
+void cti_cuda_register_seqops(void);      /* tril, triu, cumsum, topk, multinomial */
+/* The error of a fault that seqops' kernels recorded (r->op MULTINOMIAL or
+ * TOPK_BACKWARD), for cti_cuda_take_fault; op is r->op's label. */
+ct_status cti_cuda_seq_fault(const cti_cuda_fault *r, const char *op, const char *waiter,
+                             int device);
 
 #endif /* !__cplusplus */
 #endif

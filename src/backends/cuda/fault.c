@@ -81,6 +81,8 @@ ct_status cti_cuda_take_fault(const char *waiter, int device) {
     if (!r.claimed) return CT_OK;
     char label[48];
     const char *op = cti_cuda_op_label((ct_op)r.op, label, sizeof label);
+    if (r.op == CT_OP_MULTINOMIAL || r.op == CT_OP_TOPK_BACKWARD)
+        return cti_cuda_seq_fault(&r, op, waiter, device);
     return cti_error(CT_ERR_INDEX,
                      "%s: target %lld is out of bounds for %lld classes (expected 0..%lld or "
                      "ignore_index %lld); found at position %lld by the kernel on cuda:%d and "
