@@ -14,6 +14,8 @@
 #include "autograd_util.h"
 #include "test_util.h"
 
+#include "test_fixture.h"
+
 /* Private test hook (src/ops/linear_ce.c): chunks of rows rows, 0 for automatic. */
 void cti_linear_ce_set_chunk_rows(int64_t rows);
 
@@ -61,7 +63,8 @@ static void ref_lce(const lce_case *k, const double *x, const double *w, const d
                         : k->red == CT_REDUCTION_MEAN ? g[0] / (double)count
                                                       : g[0];
             for (int64_t j = 0; j < v; j++) {
-                double dz = gi * (exp(z[j] - lse) - (j == t[i] ? 1 - k->ls : 0) - k->ls / (double)v);
+                double onehot = j == t[i] ? 1 - k->ls : 0;
+                double dz = gi * (exp(z[j] - lse) - onehot - k->ls / (double)v);
                 db[j] += dz;
                 for (int64_t q = 0; q < d; q++) {
                     dx[i * d + q] += dz * w[j * d + q];
@@ -85,7 +88,8 @@ static void close_scaled(const char *what, const double *got, const double *ref,
     for (int64_t i = 0; i < n; i++)
         if (isfinite(ref[i])) mx = fmax(mx, fabs(ref[i]));
     for (int64_t i = 0; i < n; i++) {
-        bool ok = isnan(ref[i]) ? isnan(got[i]) : fabs(got[i] - ref[i]) <= rtol * fabs(ref[i]) + atol * mx;
+        bool ok = isnan(ref[i]) ? isnan(got[i])
+                                : fabs(got[i] - ref[i]) <= rtol * fabs(ref[i]) + atol * mx;
         if (!ok) {
             fprintf(stderr, "%s: element %lld: got %.17g, expected %.17g (rtol %g, atol %g * %g)\n",
                     what, (long long)i, got[i], ref[i], rtol, atol, mx);
@@ -103,7 +107,7 @@ static void tol_of(ct_dtype dt, double *rtol, double *atol) {
     }
 }
 
-/* ---- one case --------------------------------------------------------------------------------- */
+/* ---- one case ------------------------------------------------------------------------------ */
 
 typedef struct lce_inputs {
     double *x, *w, *b;
@@ -387,6 +391,40 @@ static void test_grad_modes(void **state) {
     free_inputs(&in);
 }
 
+/* A 1-d x [d] with a 0-d target: one row, the loss 0-d for every reduction. */
+static void test_single_row(void **state) {
+    (void)state;
+    int64_t d = 4, v = 6, ws[2] = {6, 4}, tv = 3;
+    double *xv, *wv, *bv;
+    ct_tensor *x = tu_rand(1, &d, CT_F64, -1, 1, &xv), *w = tu_rand(2, ws, CT_F64, -1, 1, &wv);
+    ct_tensor *b = tu_rand(1, &v, CT_F64, -1, 1, &bv);
+    ct_tensor *t = ct_tensor_from_data(&tv, CT_I64, 0, NULL);
+    ct_requires_grad_(x, true);
+    for (int r = 0; r < 3; r++) {
+        lce_case k = {.n = 1, .d = 4, .v = 6, .batch = 1, .bias = true, .red = (ct_reduction)r,
+                      .ignore = IGN, .ls = 0.25, .dt = CT_F64};
+        ct_tensor *loss = ct_linear_cross_entropy(x, w, b, t, IGN, 0.25, k.red);
+        assert_non_null(loss);
+        assert_int_equal(ct_tensor_ndim(loss), 0);
+        double g = 1, rl, dx[4], dw[24], db[6], *lv = tu_values(loss);
+        ref_lce(&k, xv, wv, bv, &tv, &g, &rl, dx, dw, db);
+        close_scaled("1-d loss", lv, &rl, 1, 1e-10, 1e-12);
+        assert_int_equal(ct_backward(loss, NULL, false), CT_OK);
+        assert_int_equal(ct_tensor_ndim(ct_grad(x)), 1);
+        check_grad("1-d dx", x, dx, 4, 1e-10, 1e-12);
+        ct_zero_grad(x);
+        free(lv);
+        ct_tensor_release(loss);
+    }
+    free(xv);
+    free(wv);
+    free(bv);
+    ct_tensor_release(x);
+    ct_tensor_release(w);
+    ct_tensor_release(b);
+    ct_tensor_release(t);
+}
+
 /* The explicit backward, for each reduction, against the reference. */
 static void test_backward_function(void **state) {
     (void)state;
@@ -556,16 +594,12 @@ static void test_errors(void **state) {
 }
 
 int main(void) {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values_and_grads),
-        cmocka_unit_test(test_chunk_boundaries),
-        cmocka_unit_test(test_wide_rows),
-        cmocka_unit_test(test_matches_unfused),
-        cmocka_unit_test(test_all_ignored_and_empty),
-        cmocka_unit_test(test_grad_modes),
-        cmocka_unit_test(test_backward_function),
-        cmocka_unit_test(test_gradcheck),
-        cmocka_unit_test(test_errors),
+        T(test_values_and_grads), T(test_chunk_boundaries), T(test_wide_rows),
+        T(test_matches_unfused), T(test_all_ignored_and_empty), T(test_grad_modes),
+        T(test_single_row), T(test_backward_function), T(test_gradcheck), T(test_errors),
     };
+#undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

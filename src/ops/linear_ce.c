@@ -103,8 +103,8 @@ static ct_status check_args(const char *op, lce_in *a) {
         if (t->shape[i] != x->shape[i]) goto bad_target;
     if (a->reduction != CT_REDUCTION_NONE && a->reduction != CT_REDUCTION_MEAN &&
         a->reduction != CT_REDUCTION_SUM)
-        return cti_error(CT_ERR_INVALID_ARG, "%s: unknown reduction %d (expected none, mean or sum)",
-                         op, a->reduction);
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: unknown reduction %d (expected none, mean or sum)", op, a->reduction);
     if (!(a->ls >= 0 && a->ls <= 1))
         return cti_error(CT_ERR_INVALID_ARG, "%s: label_smoothing must be in [0, 1], got %g", op,
                          a->ls);
@@ -174,11 +174,12 @@ static void chunk_release(lce_chunk *k) {
     memset(k, 0, sizeof *k);
 }
 
-/* Rows [s, s + r) of one pass; x2 [N, d], t1 [N] contiguous, scale1 [N] or NULL, wt = weight^T,
- * bias_e = bias expanded to [c, V] (NULL without bias). */
-static ct_status one_chunk(const lce_in *a, ct_tensor *x2, ct_tensor *t1, ct_tensor *scale1,
-                           ct_tensor *ws, ct_tensor *wt, ct_tensor *bias_e, int64_t s, int64_t r,
-                           bool want_grad, lce_out *o) {
+/* Rows [s, s + r) of one pass: w the weight (wt its transpose), x2 [N, d], t1 [N]
+ * contiguous, scale1 [N] or NULL, ws the [c, V] workspace, bias_e the bias expanded to
+ * [c, V] (NULL without bias). */
+static ct_status one_chunk(const lce_in *a, ct_tensor *w, ct_tensor *x2, ct_tensor *t1,
+                           ct_tensor *scale1, ct_tensor *ws, ct_tensor *wt, ct_tensor *bias_e,
+                           int64_t s, int64_t r, bool want_grad, lce_out *o) {
     lce_chunk k = {0};
     ct_status st = CT_ERR_OOM;
     bool first = s == 0;
@@ -196,7 +197,7 @@ static ct_status one_chunk(const lce_in *a, ct_tensor *x2, ct_tensor *t1, ct_ten
     st = CT_ERR_OOM;
     if (o->dx) {
         if (!(k.dxc = ct_narrow(o->dx, 0, s, r))) goto done;
-        if ((st = gemm_into(k.dxc, NULL, k.logits, a->weight, 0)) != CT_OK) goto done;
+        if ((st = gemm_into(k.dxc, NULL, k.logits, w, 0)) != CT_OK) goto done;
     }
     if (o->dw) {
         if (!(k.lt = ct_t(k.logits))) goto done;
@@ -217,8 +218,8 @@ done:
     return st;
 }
 
-/* Allocates o's wanted slots (the caller sets them to non-NULL markers by
- * the flags) and runs every chunk. x2 [N, d] and t1 [N] as one_chunk. */
+/* Allocates o's slots (the per-row losses, and each gradient its flag asks
+ * for) and runs every chunk; x2 [N, d] and t1 [N] as one_chunk. */
 static ct_status run_chunks(const char *op, const lce_in *a, ct_tensor *x2, ct_tensor *t1,
                             ct_tensor *scale1, bool want_dx, bool want_dw, bool want_db,
                             lce_out *o) {
@@ -227,7 +228,7 @@ static ct_status run_chunks(const char *op, const lce_in *a, ct_tensor *x2, ct_t
     bool want_grad = want_dx || want_dw || want_db;
     int64_t c = chunk_rows(a->n, a->v, dt);
     int64_t nshape[1] = {a->n}, dxs[2] = {a->n, a->d}, wss[2] = {c, a->v};
-    ct_tensor *ws = NULL, *wt = NULL, *bias_e = NULL;
+    ct_tensor *ws = NULL, *wt = NULL, *wc = NULL, *bias_e = NULL;
     ct_status st = CT_ERR_OOM;
     memset(o, 0, sizeof *o);
     if (!(o->loss = cti_tensor_new(op, 1, nshape, acc_dtype(dt), dv))) goto fail;
@@ -236,19 +237,23 @@ static ct_status run_chunks(const char *op, const lce_in *a, ct_tensor *x2, ct_t
     if (want_db && !(o->db = cti_tensor_new(op, 1, &a->v, dt, dv))) goto fail;
     if (want_dw && a->n == 0 && ct_zero_(o->dw) != CT_OK) goto fail;
     if (want_db && a->n == 0 && ct_zero_(o->db) != CT_OK) goto fail;
-    if (!(ws = cti_tensor_new(op, 2, wss, dt, dv)) || !(wt = ct_t(a->weight))) goto fail;
+    /* a weight BLAS cannot read in place would be packed by every GEMM of every chunk */
+    if (!(wc = ct_contiguous(a->weight))) goto fail;
+    if (!(ws = cti_tensor_new(op, 2, wss, dt, dv)) || !(wt = ct_t(wc))) goto fail;
     if (a->bias && !(bias_e = ct_expand(a->bias, 2, wss))) goto fail;
     for (int64_t s = 0; s < a->n; s += c) {
         int64_t r = a->n - s < c ? a->n - s : c;
-        if ((st = one_chunk(a, x2, t1, scale1, ws, wt, bias_e, s, r, want_grad, o)) != CT_OK)
+        if ((st = one_chunk(a, wc, x2, t1, scale1, ws, wt, bias_e, s, r, want_grad, o)) != CT_OK)
             goto fail;
     }
+    ct_tensor_release(wc);
     ct_tensor_release(ws);
     ct_tensor_release(wt);
     ct_tensor_release(bias_e);
     return CT_OK;
 fail:
     if (ct_last_status() != CT_OK) st = ct_last_status();
+    ct_tensor_release(wc);
     ct_tensor_release(ws);
     ct_tensor_release(wt);
     ct_tensor_release(bias_e);
