@@ -317,6 +317,24 @@ ct_tensor *ct_topk_backward(ct_tensor *grad_values, ct_tensor *indices, int dim,
  * device. */
 ct_tensor *ct_multinomial(ct_tensor *probs, int64_t num_samples, bool replacement,
                           ct_generator *gen);
+/* ---- fused linear + cross-entropy ---------------------------------------------------------- */
+/* ct_cross_entropy(ct_linear(x, weight, bias), target, NULL, reduction,
+ * ignore_index, label_smoothing) without the [N, V] logits (as Liger Kernel's
+ * fused linear cross-entropy): x [..., d], weight [V, d], bias [V] or NULL,
+ * all of one floating dtype; target int64 of x's leading dims (N in all).
+ * New tensor: the loss, target's shape for none, 0-d otherwise. Extra memory
+ * O(chunk * V) for a chunk of rows; gradients of x, weight and bias. */
+ct_tensor *ct_linear_cross_entropy(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
+                                   ct_tensor *target, int64_t ignore_index,
+                                   double label_smoothing, ct_reduction reduction);
+/* Its gradients for grad_loss (the loss's shape and x's dtype), recomputed
+ * chunk by chunk: new tensors into each of *dx, *dweight, *dbias that is not
+ * NULL (dbias needs a bias); asking for none is an error. */
+ct_status ct_linear_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *x, ct_tensor *weight,
+                                           ct_tensor *bias, ct_tensor *target,
+                                           int64_t ignore_index, double label_smoothing,
+                                           ct_reduction reduction, ct_tensor **dx,
+                                           ct_tensor **dweight, ct_tensor **dbias);
 
 #ifdef __cplusplus
 }

@@ -79,4 +79,21 @@ CTI_BW(cti_bw_linear);
 /* formulas_nn.c
  * Inputs, saved tensors and params of each are listed in that file. */
 
+/* formulas_linear_ce.c: ct_linear_cross_entropy. Inputs (x, weight,
+ * bias|NULL); params a cti_lce_params. eager: saved the gradients the
+ * forward computed with a sum's scale (dx in x's shape, dweight, dbias, each
+ * NULL when its input needs none) and the count of counted targets (mean;
+ * else NULL); otherwise (reduction none) saved x, weight, bias, target. */
+typedef struct cti_lce_params {
+    int reduction;
+    int64_t ignore_index;
+    double label_smoothing;
+    bool eager;
+} cti_lce_params;
+CTI_BW(cti_bw_linear_cross_entropy);
+/* grad_loss (0-d) / max(count, 1) for mean, grad_loss for sum: the factor
+ * of a sum-scaled gradient, 0-d in f32 (f64 for f64) so that it is not
+ * rounded to a half; with no counted target every gradient is 0. */
+ct_tensor *cti_linear_ce_factor(ct_tensor *grad_loss, ct_tensor *count, int reduction);
+
 #endif

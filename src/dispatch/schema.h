@@ -332,6 +332,22 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
 }
 
 
+/* CROSS_ENTROPY_FUSED (the row kernel of ct_linear_cross_entropy): in[0]
+ * logits [rows, c] contiguous, in[1] int64 targets [rows], in[2] NULL or a
+ * [rows] tensor of the logits' dtype scaling each row's gradient; out[0]
+ * each row's loss, lse - (1 - ls) z_t - ls / c * sum(z), in f32 (f64 for
+ * f64 logits), 0 where the target is ignore_index. With grad, the logits
+ * are overwritten IN PLACE with the gradient
+ *   scale * in[2][row] * (softmax(z) - (1 - ls) [j == t] - ls / c)
+ * (0 on ignored rows). A target outside [0, c) is an error (CPU) or a
+ * recorded fault (CUDA). */
+typedef struct cti_ce_fused_params {
+    int64_t rows, c;
+    int64_t ignore_index;
+    double label_smoothing, scale;
+    bool grad;
+} cti_ce_fused_params;
+
 /* ---- the rows ------------------------------------------------------------------------ */
 #define CTI_OP_SCHEMA(X)                                                                     \
     X(COPY, "copy", cti_no_params, CTI_NODIFF, NONE)                                         \
@@ -439,7 +455,8 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
     X(CUMSUM, "cumsum", cti_seq_params, CTI_F(cti_bw_cumsum), NONE)                          \
     X(TOPK, "topk", cti_seq_params, CTI_F(cti_bw_topk), TOPK_BACKWARD)                       \
     X(TOPK_BACKWARD, "topk_backward", cti_seq_params, CTI_NOFORMULA, NONE)                   \
-    X(MULTINOMIAL, "multinomial", cti_seq_params, CTI_NODIFF, NONE)
+    X(MULTINOMIAL, "multinomial", cti_seq_params, CTI_NODIFF, NONE)                          \
+    X(CROSS_ENTROPY_FUSED, "cross_entropy_fused", cti_ce_fused_params, CTI_NODIFF, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

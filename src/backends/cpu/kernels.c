@@ -17,4 +17,5 @@ void cti_cpu_register_kernels(void) {
     cti_cpu_register_optim();
     cti_cpu_register_rope();
     cti_cpu_register_seqops();
+    cti_cpu_register_linear_ce();
 }

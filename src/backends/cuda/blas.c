@@ -239,6 +239,15 @@ static ct_status run_gemm(const gemm *g, cublasHandle_t h, bool tf32, const char
     return CT_OK;
 }
 
+/* Whether a and b are the same elements in the same layout. */
+static bool same_view(const ct_tensor *a, const ct_tensor *b) {
+    if (cti_data(a) != cti_data(b) || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || (a->shape[d] > 1 && a->stride[d] != b->stride[d]))
+            return false;
+    return true;
+}
+
 /* out <- beta * input, for a product with k = 0 (or beta's share of addmm). */
 static ct_status scaled_input(const char *op, ct_tensor *out, ct_tensor *input, double beta) {
     ct_status st = device_copy(out, input);
@@ -322,7 +331,8 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
     g.c = mat_of(o, g.nb);
     g.ldc = g.n <= 1 ? g.m : g.c.rs;
     merge_batch(&g);
-    if (st == CT_OK && with_input) st = device_copy(o, input);
+    /* an input that is the output itself (an accumulation in place) needs no copy */
+    if (st == CT_OK && with_input && !same_view(input, o)) st = device_copy(o, input);
     int64_t wb = WORKSPACE_BYTES;
     if (st == CT_OK && !(work = cti_tensor_new(op, 1, &wb, CT_BOOL, o->storage->device)))
         st = ct_last_status();

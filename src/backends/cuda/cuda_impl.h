@@ -157,6 +157,7 @@ void cti_cuda_register_seqops(void);      /* tril, triu, cumsum, topk, multinomi
  * TOPK_BACKWARD), for cti_cuda_take_fault; op is r->op's label. */
 ct_status cti_cuda_seq_fault(const cti_cuda_fault *r, const char *op, const char *waiter,
                              int device);
+void cti_cuda_register_linear_ce(void);   /* cross_entropy_fused (ct_linear_cross_entropy) */
 
 #endif /* !__cplusplus */
 #endif
