@@ -1,0 +1,510 @@
+// Scaled dot-product attention, forward and backward, as flash-attention
+// tiles: the [T, S] score matrix is never stored. The math is schema.h's
+// (cti_attention_params); it runs in float for f16/bf16/f32 and in double for
+// f64, and every element is read through the tensors' strides.
+//
+// Tiles are 32 query rows by 32 keys, blocks of 128 threads, 4 threads a row:
+// thread (r, c4) of a query tile owns score columns c4 + 4k (k < 8) and
+// output columns c4 + 4k (k < 32, head dims up to 128), so a row's softmax
+// statistics are reduced by two xor shuffles among its 4 threads, which all
+// end with the same bits. Tiles of q, k, v and grad_out sit in shared memory
+// decoded to the accumulation type, with an odd row pitch (no bank
+// conflicts between rows); rows past T or S read as zeros and their scores
+// as -inf.
+//
+//  forward:  one block per (b, h, query tile); K/V tiles stream through
+//            shared memory with the online softmax (running max m, sum l,
+//            rescaled accumulator); with is_causal the tiles wholly above
+//            the diagonal (j0 > i for every row) are never visited.
+//  backward: FlashAttention-2's, without atomics so the gradients repeat
+//            bit for bit: a pre-pass gives Delta_i = rowsum(dO_i * O_i);
+//            a block per (b, kv head, key tile) recomputes P = exp(s - lse)
+//            for every query tile of every query head of its group and sums
+//            dV += P^T dO, dK += dS^T Q (dS = P (dP - Delta), dP = dO V^T);
+//            a block per (b, h, query tile) recomputes the same and sums
+//            dQ += dS K. The extra recomputation is the price of no atomics.
+//
+// Dropout multiplies p_ij by keep_ij / (1 - p) after the softmax, keep_ij
+// from the Philox draw schema.h names (the same words as the CPU's
+// cti_philox_block), regenerated in the backward. A row with no finite
+// score has l = 0: out 0, lse -inf, and p = 0 in the backward.
+#include <math.h>
+
+#include "attention_impl.h"
+#include "kernels.cuh"
+
+namespace cti {
+namespace {
+
+constexpr int kTile = 32;                          // query rows and keys a tile
+constexpr int kThr = 128;                          // threads a block, 4 a row
+constexpr int kCols = CTI_CUDA_ATTN_MAX_HEAD / 4;  // head columns a thread
+constexpr int kPitchP = kTile + 1;                 // row pitch of P and dS tiles
+
+template <int DT> struct Acc { typedef float A; };
+template <> struct Acc<CT_F64> { typedef double A; };
+
+__device__ __forceinline__ float ex(float x) { return expf(x); }
+__device__ __forceinline__ double ex(double x) { return exp(x); }
+__device__ __forceinline__ float ln(float x) { return logf(x); }
+__device__ __forceinline__ double ln(double x) { return log(x); }
+__device__ __forceinline__ float mx(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double mx(double a, double b) { return fmax(a, b); }
+
+template <class A> __device__ __forceinline__ A ninf() { return (A)(-INFINITY); }
+
+// Odd row pitch of a tile of width w (w == 0 still gives a valid pitch).
+__host__ __device__ __forceinline__ int pitch(int64_t w) { return (int)(w | 1); }
+
+// Philox-4x32-10, word for word src/core/rng.c's cti_philox_block.
+__device__ __forceinline__ void philox(uint64_t seed, uint64_t block, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+// The dropout factor of (b, h, i, j): keep / (1 - p), keep_ij the f32
+// uniform of draw offset + ((b * Hq + h) * T + i) * S + j being >= p. rp is
+// 1 / (1 - p) (0 for p == 1). 1 without dropout.
+template <class A>
+__device__ __forceinline__ A drop_factor(const cti_cuda_attn &a, int64_t b, int64_t h, int64_t i,
+                                         int64_t j, A rp) {
+    if (!(a.p.dropout_p > 0)) return (A)1;
+    uint64_t draw = a.p.offset +
+                    (uint64_t)(((b * a.p.Hq + h) * a.p.T + i) * a.p.S + j);
+    uint32_t w[4];
+    philox(a.p.seed, draw >> 2, w);
+    unsigned q = (unsigned)(draw & 3);
+    uint32_t word = q == 0 ? w[0] : q == 1 ? w[1] : q == 2 ? w[2] : w[3];
+    return (double)(word >> 8) * 0x1p-24 >= a.p.dropout_p ? rp : (A)0;
+}
+
+// The score of query row i and key j from dot = q_i . k_j: scale * dot plus
+// the mask, -inf where masked (bool false, causal j > i) or out of range.
+template <int DT, class A>
+__device__ __forceinline__ A score(const cti_cuda_attn &a, A dot, int64_t b, int64_t h, int64_t i,
+                                   int64_t j) {
+    if (i >= a.p.T || j >= a.p.S || (a.p.is_causal && j > i)) return ninf<A>();
+    A s = (A)a.p.scale * dot;
+    if (a.p.mask_kind != CTI_ATTN_MASK_NONE) {
+        int64_t off = b * a.smask[0] + h * a.smask[1] + i * a.smask[2] + j * a.smask[3];
+        if (a.p.mask_kind == CTI_ATTN_MASK_BOOL) {
+            if (!((const uint8_t *)a.mask)[off]) return ninf<A>();
+        } else {
+            s += (A)dtype<DT>::dec(((const typename dtype<DT>::T *)a.mask)[off]);
+        }
+    }
+    return s;
+}
+
+// p_ij = exp(s - lse), 0 where s or lse is -inf (masked, or a row with no
+// finite score).
+template <class A> __device__ __forceinline__ A prob(A s, A lse) {
+    return (s == ninf<A>() || lse == ninf<A>()) ? (A)0 : ex(s - lse);
+}
+
+// dst[r * ld + d] = row r0 + r of base (rows of width w, strides srow, scol)
+// for r < kTile, zeros past nrows. Every thread of the block takes part.
+template <int DT, class A>
+__device__ __forceinline__ void load_tile(A *dst, int ld, const typename dtype<DT>::T *base,
+                                          int64_t srow, int64_t scol, int64_t r0, int64_t nrows,
+                                          int w) {
+    for (int e = threadIdx.x; e < kTile * w; e += kThr) {
+        int r = e / w, d = e - r * w;
+        int64_t row = r0 + r;
+        dst[r * ld + d] = row < nrows ? (A)dtype<DT>::dec(base[row * srow + d * scol]) : (A)0;
+    }
+}
+
+// Sum of v over the 4 threads of a row (lanes 4n .. 4n + 3); every one of
+// them gets the same bits.
+template <class A> __device__ __forceinline__ A row_sum(A v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+template <class A> __device__ __forceinline__ A row_max(A v) {
+    v = mx(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = mx(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return v;
+}
+
+// ---- forward ----------------------------------------------------------------------------
+template <class A> size_t fwd_smem(const cti_cuda_attn &a) {
+    return sizeof(A) * ((size_t)kTile * (2 * pitch(a.p.D) + pitch(a.p.Dv)) + kTile * kPitchP);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThr) attn_fwd(const cti_cuda_attn a, int64_t tiles) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int D = (int)a.p.D, Dv = (int)a.p.Dv, ldk = pitch(D), ldv = pitch(Dv);
+    A *sQ = (A *)smem, *sK = sQ + kTile * ldk, *sV = sK + kTile * ldk, *sP = sV + kTile * ldv;
+
+    const int64_t tile = (int64_t)blockIdx.x % tiles, bh = (int64_t)blockIdx.x / tiles;
+    const int64_t b = bh / a.p.Hq, h = bh % a.p.Hq, hk = h / (a.p.Hq / a.p.Hkv);
+    const int64_t i0 = tile * kTile;
+    const T *q = (const T *)a.q + b * a.sq[0] + h * a.sq[1];
+    const T *k = (const T *)a.k + b * a.sk[0] + hk * a.sk[1];
+    const T *v = (const T *)a.v + b * a.sv[0] + hk * a.sv[1];
+    load_tile<DT, A>(sQ, ldk, q, a.sq[2], a.sq[3], i0, a.p.T, D);
+
+    const int r = threadIdx.x >> 2, c4 = threadIdx.x & 3;
+    const int64_t i = i0 + r;
+    const A rp = (A)(a.p.dropout_p < 1 ? 1.0 / (1.0 - a.p.dropout_p) : 0.0);
+    A acc[kCols];
+#pragma unroll
+    for (int n = 0; n < kCols; n++) acc[n] = 0;
+    A m = ninf<A>(), l = 0;
+
+    const int64_t jend = a.p.is_causal ? min(a.p.S, i0 + kTile) : a.p.S;
+    for (int64_t j0 = 0; j0 < jend; j0 += kTile) {
+        __syncthreads(); // the previous tile's readers are done
+        load_tile<DT, A>(sK, ldk, k, a.sk[2], a.sk[3], j0, a.p.S, D);
+        load_tile<DT, A>(sV, ldv, v, a.sv[2], a.sv[3], j0, a.p.S, Dv);
+        __syncthreads();
+
+        A s[8];
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[n] = 0;
+        for (int d = 0; d < D; d++) {
+            A qd = sQ[r * ldk + d];
+#pragma unroll
+            for (int n = 0; n < 8; n++) s[n] += qd * sK[(c4 + 4 * n) * ldk + d];
+        }
+        A tmax = ninf<A>();
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n] = score<DT, A>(a, s[n], b, h, i, j0 + c4 + 4 * n);
+            tmax = mx(tmax, s[n]);
+        }
+        const A mnew = mx(m, row_max(tmax));
+        // m == -inf: nothing accumulated yet (acc and l are 0)
+        const A alpha = m == ninf<A>() ? (A)0 : ex(m - mnew);
+        A psum = 0;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            A pe = s[n] == ninf<A>() ? (A)0 : ex(s[n] - mnew);
+            psum += pe;
+            A f = pe != 0 ? drop_factor(a, b, h, i, j0 + c4 + 4 * n, rp) : (A)1;
+            sP[r * kPitchP + c4 + 4 * n] = pe * f;
+        }
+        l = l * alpha + row_sum(psum);
+        m = mnew;
+#pragma unroll
+        for (int n = 0; n < kCols; n++) acc[n] *= alpha;
+        __syncthreads(); // sP complete
+
+        for (int c = 0; c < kTile; c++) {
+            A pc = sP[r * kPitchP + c];
+#pragma unroll
+            for (int n = 0; n < kCols; n++) {
+                int d = c4 + 4 * n;
+                if (d < Dv) acc[n] += pc * sV[c * ldv + d];
+            }
+        }
+    }
+
+    if (i < a.p.T) {
+        T *out = (T *)a.out + b * a.sout[0] + h * a.sout[1] + i * a.sout[2];
+#pragma unroll
+        for (int n = 0; n < kCols; n++) {
+            int d = c4 + 4 * n;
+            if (d < Dv) out[d * a.sout[3]] = dtype<DT>::enc(l > 0 ? acc[n] / l : (A)0);
+        }
+        if (c4 == 0) {
+            A *lse = (A *)a.lse_out;
+            lse[b * a.slse_out[0] + h * a.slse_out[1] + i * a.slse_out[2]] =
+                l > 0 ? m + ln(l) : ninf<A>();
+        }
+    }
+}
+
+// ---- backward: Delta_i = sum_d dO_id * O_id, one warp a row ---------------------------------
+template <int DT>
+__global__ void __launch_bounds__(kThr) attn_delta(const cti_cuda_attn a, int64_t rows) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    const int64_t row = (int64_t)blockIdx.x * (kThr / 32) + (threadIdx.x >> 5);
+    if (row >= rows) return; // whole warps leave together
+    const int lane = threadIdx.x & 31;
+    const int64_t i = row % a.p.T, bh = row / a.p.T, b = bh / a.p.Hq, h = bh % a.p.Hq;
+    const T *go = (const T *)a.go + b * a.sgo[0] + h * a.sgo[1] + i * a.sgo[2];
+    const T *o = (const T *)a.o + b * a.so[0] + h * a.so[1] + i * a.so[2];
+    A sum = 0;
+    for (int64_t d = lane; d < a.p.Dv; d += 32)
+        sum += (A)dtype<DT>::dec(go[d * a.sgo[3]]) * (A)dtype<DT>::dec(o[d * a.so[3]]);
+#pragma unroll
+    for (int w = 16; w > 0; w >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, w);
+    if (lane == 0) ((A *)a.delta)[row] = sum;
+}
+
+// ---- backward: dK and dV, a block per (b, kv head, key tile) --------------------------------
+template <class A> size_t kv_smem(const cti_cuda_attn &a) {
+    return sizeof(A) * ((size_t)kTile * (2 * pitch(a.p.D) + 2 * pitch(a.p.Dv)) +
+                        2 * kTile * kPitchP + 2 * kTile);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThr) attn_bwd_kv(const cti_cuda_attn a, int64_t tiles) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int D = (int)a.p.D, Dv = (int)a.p.Dv, ldk = pitch(D), ldv = pitch(Dv);
+    A *sK = (A *)smem, *sQ = sK + kTile * ldk, *sV = sQ + kTile * ldk, *sO = sV + kTile * ldv;
+    A *sP = sO + kTile * ldv, *sS = sP + kTile * kPitchP, *sL = sS + kTile * kPitchP;
+    A *sD = sL + kTile;
+
+    const int64_t tile = (int64_t)blockIdx.x % tiles, bh = (int64_t)blockIdx.x / tiles;
+    const int64_t G = a.p.Hq / a.p.Hkv, b = bh / a.p.Hkv, hk = bh % a.p.Hkv;
+    const int64_t j0 = tile * kTile;
+    load_tile<DT, A>(sK, ldk, (const T *)a.k + b * a.sk[0] + hk * a.sk[1], a.sk[2], a.sk[3], j0,
+                     a.p.S, D);
+    load_tile<DT, A>(sV, ldv, (const T *)a.v + b * a.sv[0] + hk * a.sv[1], a.sv[2], a.sv[3], j0,
+                     a.p.S, Dv);
+
+    const int c = threadIdx.x >> 2, q4 = threadIdx.x & 3;
+    const int64_t j = j0 + c;
+    const A rp = (A)(a.p.dropout_p < 1 ? 1.0 / (1.0 - a.p.dropout_p) : 0.0);
+    A dk[kCols], dv[kCols];
+#pragma unroll
+    for (int n = 0; n < kCols; n++) dk[n] = dv[n] = 0;
+
+    // with is_causal, rows i < j0 see none of the tile's keys
+    const int64_t ibeg = a.p.is_causal ? j0 : 0;
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t h = hk * G + g;
+        const T *q = (const T *)a.q + b * a.sq[0] + h * a.sq[1];
+        const T *go = (const T *)a.go + b * a.sgo[0] + h * a.sgo[1];
+        const A *lse = (const A *)a.lse + b * a.slse[0] + h * a.slse[1];
+        const A *delta = (const A *)a.delta + (b * a.p.Hq + h) * a.p.T;
+        for (int64_t i0 = ibeg; i0 < a.p.T; i0 += kTile) {
+            __syncthreads(); // the previous tile's readers are done
+            load_tile<DT, A>(sQ, ldk, q, a.sq[2], a.sq[3], i0, a.p.T, D);
+            load_tile<DT, A>(sO, ldv, go, a.sgo[2], a.sgo[3], i0, a.p.T, Dv);
+            for (int e = threadIdx.x; e < kTile; e += kThr) {
+                bool in = i0 + e < a.p.T;
+                sL[e] = in ? lse[(i0 + e) * a.slse[2]] : ninf<A>();
+                sD[e] = in ? delta[i0 + e] : (A)0;
+            }
+            __syncthreads();
+
+            A s[8], dp[8];
+#pragma unroll
+            for (int n = 0; n < 8; n++) s[n] = dp[n] = 0;
+            for (int d = 0; d < D; d++) {
+                A kd = sK[c * ldk + d];
+#pragma unroll
+                for (int n = 0; n < 8; n++) s[n] += sQ[(q4 + 4 * n) * ldk + d] * kd;
+            }
+            for (int d = 0; d < Dv; d++) {
+                A vd = sV[c * ldv + d];
+#pragma unroll
+                for (int n = 0; n < 8; n++) dp[n] += sO[(q4 + 4 * n) * ldv + d] * vd;
+            }
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const int r = q4 + 4 * n;
+                const int64_t i = i0 + r;
+                A p = prob(score<DT, A>(a, s[n], b, h, i, j), sL[r]);
+                A f = p != 0 ? drop_factor(a, b, h, i, j, rp) : (A)1;
+                sP[c * kPitchP + r] = p * f;
+                sS[c * kPitchP + r] = p * (dp[n] * f - sD[r]);
+            }
+            __syncthreads(); // sP, sS complete
+
+            for (int rr = 0; rr < kTile; rr++) {
+                A pc = sP[c * kPitchP + rr], dsc = sS[c * kPitchP + rr];
+#pragma unroll
+                for (int n = 0; n < kCols; n++) {
+                    int d = q4 + 4 * n;
+                    if (d < Dv) dv[n] += pc * sO[rr * ldv + d];
+                    if (d < D) dk[n] += dsc * sQ[rr * ldk + d];
+                }
+            }
+        }
+    }
+
+    if (j < a.p.S) { // a NULL output is a grad the caller did not ask for
+        const A sc = (A)a.p.scale;
+        T *dkp = (T *)a.dk + b * a.sdk[0] + hk * a.sdk[1] + j * a.sdk[2];
+        T *dvp = (T *)a.dv + b * a.sdv[0] + hk * a.sdv[1] + j * a.sdv[2];
+#pragma unroll
+        for (int n = 0; n < kCols; n++) {
+            int d = q4 + 4 * n;
+            if (d < D && a.dk) dkp[d * a.sdk[3]] = dtype<DT>::enc(dk[n] * sc);
+            if (d < Dv && a.dv) dvp[d * a.sdv[3]] = dtype<DT>::enc(dv[n]);
+        }
+    }
+}
+
+// ---- backward: dQ, a block per (b, h, query tile) ------------------------------------------
+template <class A> size_t q_smem(const cti_cuda_attn &a) {
+    return sizeof(A) * ((size_t)kTile * (2 * pitch(a.p.D) + 2 * pitch(a.p.Dv)) +
+                        kTile * kPitchP);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThr) attn_bwd_q(const cti_cuda_attn a, int64_t tiles) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int D = (int)a.p.D, Dv = (int)a.p.Dv, ldk = pitch(D), ldv = pitch(Dv);
+    A *sQ = (A *)smem, *sK = sQ + kTile * ldk, *sO = sK + kTile * ldk, *sV = sO + kTile * ldv;
+    A *sS = sV + kTile * ldv;
+
+    const int64_t tile = (int64_t)blockIdx.x % tiles, bh = (int64_t)blockIdx.x / tiles;
+    const int64_t b = bh / a.p.Hq, h = bh % a.p.Hq, hk = h / (a.p.Hq / a.p.Hkv);
+    const int64_t i0 = tile * kTile;
+    load_tile<DT, A>(sQ, ldk, (const T *)a.q + b * a.sq[0] + h * a.sq[1], a.sq[2], a.sq[3], i0,
+                     a.p.T, D);
+    load_tile<DT, A>(sO, ldv, (const T *)a.go + b * a.sgo[0] + h * a.sgo[1], a.sgo[2], a.sgo[3],
+                     i0, a.p.T, Dv);
+    const T *k = (const T *)a.k + b * a.sk[0] + hk * a.sk[1];
+    const T *v = (const T *)a.v + b * a.sv[0] + hk * a.sv[1];
+
+    const int r = threadIdx.x >> 2, c4 = threadIdx.x & 3;
+    const int64_t i = i0 + r;
+    const bool in = i < a.p.T;
+    const A L = in ? ((const A *)a.lse)[b * a.slse[0] + h * a.slse[1] + i * a.slse[2]]
+                   : ninf<A>();
+    const A Dl = in ? ((const A *)a.delta)[(b * a.p.Hq + h) * a.p.T + i] : (A)0;
+    const A rp = (A)(a.p.dropout_p < 1 ? 1.0 / (1.0 - a.p.dropout_p) : 0.0);
+    A dq[kCols];
+#pragma unroll
+    for (int n = 0; n < kCols; n++) dq[n] = 0;
+
+    const int64_t jend = a.p.is_causal ? min(a.p.S, i0 + kTile) : a.p.S;
+    for (int64_t j0 = 0; j0 < jend; j0 += kTile) {
+        __syncthreads(); // the previous tile's readers are done
+        load_tile<DT, A>(sK, ldk, k, a.sk[2], a.sk[3], j0, a.p.S, D);
+        load_tile<DT, A>(sV, ldv, v, a.sv[2], a.sv[3], j0, a.p.S, Dv);
+        __syncthreads();
+
+        A s[8], dp[8];
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[n] = dp[n] = 0;
+        for (int d = 0; d < D; d++) {
+            A qd = sQ[r * ldk + d];
+#pragma unroll
+            for (int n = 0; n < 8; n++) s[n] += qd * sK[(c4 + 4 * n) * ldk + d];
+        }
+        for (int d = 0; d < Dv; d++) {
+            A od = sO[r * ldv + d];
+#pragma unroll
+            for (int n = 0; n < 8; n++) dp[n] += od * sV[(c4 + 4 * n) * ldv + d];
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int64_t j = j0 + c4 + 4 * n;
+            A p = prob(score<DT, A>(a, s[n], b, h, i, j), L);
+            A f = p != 0 ? drop_factor(a, b, h, i, j, rp) : (A)1;
+            sS[r * kPitchP + c4 + 4 * n] = p * (dp[n] * f - Dl);
+        }
+        __syncthreads(); // sS complete
+
+        for (int c = 0; c < kTile; c++) {
+            A ds = sS[r * kPitchP + c];
+#pragma unroll
+            for (int n = 0; n < kCols; n++) {
+                int d = c4 + 4 * n;
+                if (d < D) dq[n] += ds * sK[c * ldk + d];
+            }
+        }
+    }
+
+    if (in) {
+        const A sc = (A)a.p.scale;
+        T *dqp = (T *)a.dq + b * a.sdq[0] + h * a.sdq[1] + i * a.sdq[2];
+#pragma unroll
+        for (int n = 0; n < kCols; n++) {
+            int d = c4 + 4 * n;
+            if (d < D) dqp[d * a.sdq[3]] = dtype<DT>::enc(dq[n] * sc);
+        }
+    }
+}
+
+// ---- launchers ------------------------------------------------------------------------------
+int64_t ceil_tiles(int64_t n) { return (n + kTile - 1) / kTile; }
+
+// Launches kern over blocks (none when 0) with smem bytes of dynamic shared
+// memory, raising the kernel's limit past the default 48 KiB when needed.
+template <class K>
+cudaError_t launch(K kern, int64_t blocks, size_t smem, cudaStream_t st, const cti_cuda_attn &a,
+                   int64_t arg) {
+    if (blocks <= 0) return cudaSuccess;
+    if (smem > 48 * 1024) {
+        cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    kern<<<(unsigned)blocks, kThr, smem, st>>>(a, arg);
+    return cudaGetLastError();
+}
+
+template <int DT> cudaError_t forward(const cti_cuda_attn &a, cudaStream_t st) {
+    typedef typename Acc<DT>::A A;
+    int64_t tiles = ceil_tiles(a.p.T);
+    return launch(attn_fwd<DT>, a.p.B * a.p.Hq * tiles, fwd_smem<A>(a), st, a, tiles);
+}
+
+template <int DT> cudaError_t backward(const cti_cuda_attn &a, cudaStream_t st) {
+    typedef typename Acc<DT>::A A;
+    int64_t rows = a.p.B * a.p.Hq * a.p.T;
+    cudaError_t e = launch(attn_delta<DT>, (rows + kThr / 32 - 1) / (kThr / 32), 0, st, a, rows);
+    if (e != cudaSuccess) return e;
+    int64_t ktiles = ceil_tiles(a.p.S), qtiles = ceil_tiles(a.p.T);
+    if (a.dk || a.dv) {
+        e = launch(attn_bwd_kv<DT>, a.p.B * a.p.Hkv * ktiles, kv_smem<A>(a), st, a, ktiles);
+        if (e != cudaSuccess) return e;
+    }
+    if (!a.dq) return cudaSuccess;
+    return launch(attn_bwd_q<DT>, a.p.B * a.p.Hq * qtiles, q_smem<A>(a), st, a, qtiles);
+}
+
+} // namespace
+} // namespace cti
+
+extern "C" size_t cti_cuda_attn_work(const cti_cuda_attn *a) {
+    size_t es = a->dt == CT_F64 ? sizeof(double) : sizeof(float);
+    return (size_t)(a->p.B * a->p.Hq * a->p.T) * es;
+}
+
+extern "C" cudaError_t cti_cuda_attn_forward(const cti_cuda_attn *a, cudaStream_t stream,
+                                             const char **routine) {
+    *routine = "flash_fwd_tile32";
+    switch (a->dt) {
+    case CT_F16: return cti::forward<CT_F16>(*a, stream);
+    case CT_BF16: return cti::forward<CT_BF16>(*a, stream);
+    case CT_F32: return cti::forward<CT_F32>(*a, stream);
+    case CT_F64: return cti::forward<CT_F64>(*a, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t cti_cuda_attn_backward(const cti_cuda_attn *a, cudaStream_t stream,
+                                              const char **routine) {
+    *routine = "flash_bwd_delta+dkdv+dq_tile32";
+    switch (a->dt) {
+    case CT_F16: return cti::backward<CT_F16>(*a, stream);
+    case CT_BF16: return cti::backward<CT_BF16>(*a, stream);
+    case CT_F32: return cti::backward<CT_F32>(*a, stream);
+    case CT_F64: return cti::backward<CT_F64>(*a, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
