@@ -351,7 +351,11 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int6
     X(DROPOUT, "dropout", cti_dropout_params, CTI_F(cti_bw_dropout), DROPOUT_BACKWARD)       \
     X(DROPOUT_BACKWARD, "dropout_backward", cti_dropout_params, CTI_NOFORMULA, NONE)         \
     X(SGD_STEP, "sgd_step", cti_optim_params, CTI_NODIFF, NONE)                              \
-    X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)
+    X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)                          \
+    X(SDPA, "scaled_dot_product_attention", cti_attention_params, CTI_F(cti_bw_sdpa),         \
+      SDPA_BACKWARD)                                                                         \
+    X(SDPA_BACKWARD, "scaled_dot_product_attention_backward", cti_attention_params,           \
+      CTI_NOFORMULA, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA
