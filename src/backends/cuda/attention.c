@@ -28,17 +28,20 @@ static ct_tensor *in_at(const ct_call *c, int k) { return k < c->nin ? c->in[k] 
 static ct_tensor *out_at(const ct_call *c, int k) { return k < c->nout ? c->out[k] : NULL; }
 
 /* The limits of the kernels: head dims up to CTI_CUDA_ATTN_MAX_HEAD, and
- * block counts (one per 32 rows of each (b, h)) that fit a grid. */
+ * block counts (one per 32 rows, or per 4 rows in the backward's first pass,
+ * of each (b, h)) that fit a grid. */
 static ct_status check(const char *op, const cti_attention_params *p) {
     if (p->D > CTI_CUDA_ATTN_MAX_HEAD || p->Dv > CTI_CUDA_ATTN_MAX_HEAD)
         return cti_error(CT_ERR_UNSUPPORTED,
                          "%s: head dims of at most %d are supported on CUDA (got q/k %lld, "
                          "v %lld)",
                          op, CTI_CUDA_ATTN_MAX_HEAD, (long long)p->D, (long long)p->Dv);
-    int64_t rows = (p->T > p->S ? p->T : p->S) + 31;
-    if (p->B > 0 && p->Hq > 0 && rows / 32 > (int64_t)INT32_MAX / p->B / p->Hq)
+    int64_t tiles = ((p->T > p->S ? p->T : p->S) + 31) / 32, quads = (p->T + 3) / 4;
+    int64_t most = tiles > quads ? tiles : quads; /* the delta pass: a block per 4 rows */
+    if (p->B > 0 && p->Hq > 0 && most > (int64_t)INT32_MAX / p->B / p->Hq)
         return cti_error(CT_ERR_UNSUPPORTED,
-                         "%s: B * H * ceil(max(T, S) / 32) must fit in 31 bits on CUDA (B %lld, "
+                         "%s: B * H * ceil(max(T, S) / 32) and B * H * ceil(T / 4) must fit in 31 bits "
+                         "on CUDA (B %lld, "
                          "H %lld, T %lld, S %lld)",
                          op, (long long)p->B, (long long)p->Hq, (long long)p->T,
                          (long long)p->S);

@@ -342,13 +342,21 @@ __global__ void __launch_bounds__(kThr) attn_bwd_kv(const cti_cuda_attn a, int64
 
     if (j < a.p.S) { // a NULL output is a grad the caller did not ask for
         const A sc = (A)a.p.scale;
-        T *dkp = (T *)a.dk + b * a.sdk[0] + hk * a.sdk[1] + j * a.sdk[2];
-        T *dvp = (T *)a.dv + b * a.sdv[0] + hk * a.sdv[1] + j * a.sdv[2];
+        if (a.dk) {
+            T *dkp = (T *)a.dk + b * a.sdk[0] + hk * a.sdk[1] + j * a.sdk[2];
 #pragma unroll
-        for (int n = 0; n < kCols; n++) {
-            int d = q4 + 4 * n;
-            if (d < D && a.dk) dkp[d * a.sdk[3]] = dtype<DT>::enc(dk[n] * sc);
-            if (d < Dv && a.dv) dvp[d * a.sdv[3]] = dtype<DT>::enc(dv[n]);
+            for (int n = 0; n < kCols; n++) {
+                int d = q4 + 4 * n;
+                if (d < D) dkp[d * a.sdk[3]] = dtype<DT>::enc(dk[n] * sc);
+            }
+        }
+        if (a.dv) {
+            T *dvp = (T *)a.dv + b * a.sdv[0] + hk * a.sdv[1] + j * a.sdv[2];
+#pragma unroll
+            for (int n = 0; n < kCols; n++) {
+                int d = q4 + 4 * n;
+                if (d < Dv) dvp[d * a.sdv[3]] = dtype<DT>::enc(dv[n]);
+            }
         }
     }
 }
