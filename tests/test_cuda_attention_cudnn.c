@@ -2,8 +2,10 @@
  * attention takes (T and S multiples of 64 and 128, D a multiple of 8):
  * forward and autograd backward against float64 references computed here
  * from the same rounded inputs, once through cuDNN (the default) and once
- * through the flash kernels (CT_CUDA_SDPA_CUDNN=0), causal and not, with a
- * non-contiguous (transposed-heads) q; and, from the trace's routine names,
+ * through the flash kernels (CT_CUDA_SDPA_CUDNN=0) with the tensor-core and
+ * the scalar forward (CT_CUDA_SDPA_MMA=0), causal and not, with a
+ * non-contiguous (transposed-heads) q, and the flash kernels on odd shapes
+ * too; and, from the trace's routine names,
  * that the default path is cuDNN's there and the flash kernels' where cuDNN
  * does not apply (an odd T). Output memory is poisoned with NaN before each
  * op writes it. Skips without a GPU. */
@@ -188,8 +190,11 @@ static void release_case(fb_case *c) {
     c->out = c->dq = c->dk = c->dv = NULL;
 }
 
-static void check_shape(const shape *s, ct_dtype dt, bool causal, bool transposed_q,
-                        bool cudnn) {
+/* Which path a case forces: cuDNN (the default where it applies), the
+ * flash kernels with the tensor-core forward, or with the scalar forward. */
+enum { P_CUDNN, P_MMA, P_SCALAR };
+
+static void check_shape(const shape *s, ct_dtype dt, bool causal, bool transposed_q, int path) {
     int64_t nq = s->B * s->H * s->T * s->D, nk = s->B * s->H * s->S * s->D;
     fb_case c = {.s = s, .dt = dt, .causal = causal, .transposed_q = transposed_q};
     c.q = tu_rand_vals(nq, dt, -1, 1);
@@ -202,10 +207,13 @@ static void check_shape(const shape *s, ct_dtype dt, bool causal, bool transpose
     for (int64_t i = 0; i < nq; i++) c.q[i] = tu_round(c.q[i] * 4, dt);
     reference(s, causal, 1 / sqrt((double)s->D), c.q, c.k, c.v, c.g, out, dq, dk, dv);
 
-    setenv("CT_CUDA_SDPA_CUDNN", cudnn ? "1" : "0", 1);
-    bool traced = cudnn ? trace_says(run_case, &c, "cudnn_sdpa (", "cudnn_sdpa_backward")
-                        : trace_says(run_case, &c, "flash_fwd", "flash_bwd");
+    setenv("CT_CUDA_SDPA_CUDNN", path == P_CUDNN ? "1" : "0", 1);
+    setenv("CT_CUDA_SDPA_MMA", path == P_SCALAR ? "0" : "1", 1);
+    bool traced = path == P_CUDNN ? trace_says(run_case, &c, "cudnn_sdpa (", "cudnn_sdpa_backward")
+                  : path == P_MMA ? trace_says(run_case, &c, "flash_fwd_mma", "flash_bwd")
+                                  : trace_says(run_case, &c, "flash_fwd_tile32", "flash_bwd");
     unsetenv("CT_CUDA_SDPA_CUDNN");
+    unsetenv("CT_CUDA_SDPA_MMA");
     double tol = dt == CT_BF16 ? 2.5e-2 : 4e-3;
     expect_near(c.out, out, nq, tol);
     expect_near(c.dq, dq, nq, 2 * tol);
@@ -222,7 +230,8 @@ static void check_shape(const shape *s, ct_dtype dt, bool causal, bool transpose
     free(dv);
     if (!traced)
         fail_msg("the %s path did not run for B %lld H %lld T %lld S %lld D %lld %s%s",
-                 cudnn ? "cuDNN" : "flash-kernel", (long long)s->B, (long long)s->H,
+                 path == P_CUDNN ? "cuDNN" : path == P_MMA ? "tensor-core flash" : "scalar flash",
+                 (long long)s->B, (long long)s->H,
                  (long long)s->T, (long long)s->S, (long long)s->D, ct_dtype_name(dt),
                  causal ? " causal" : "");
 }
@@ -240,7 +249,7 @@ static void test_cudnn_path(void **state) {
     for (size_t i = 0; i < sizeof cudnn_shapes / sizeof cudnn_shapes[0]; i++)
         for (int d = 0; d < 2; d++)
             for (int causal = 0; causal < 2; causal++)
-                check_shape(&cudnn_shapes[i], dts[d], causal, i == 0, true);
+                check_shape(&cudnn_shapes[i], dts[d], causal, i == 0, P_CUDNN);
 }
 
 static void test_flash_path_same_shapes(void **state) {
@@ -250,7 +259,25 @@ static void test_flash_path_same_shapes(void **state) {
     for (size_t i = 0; i < sizeof cudnn_shapes / sizeof cudnn_shapes[0]; i++)
         for (int d = 0; d < 2; d++)
             for (int causal = 0; causal < 2; causal++)
-                check_shape(&cudnn_shapes[i], dts[d], causal, i == 0, false);
+                for (int path = P_MMA; path <= P_SCALAR; path++)
+                    check_shape(&cudnn_shapes[i], dts[d], causal, i == 0, path);
+}
+
+/* The flash kernels on shapes cuDNN never takes: odd T and S, head dims
+ * that are not multiples of 16 (the tensor-core forward pads them), one row,
+ * one key. */
+static void test_flash_path_odd_shapes(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const shape odd[] = {
+        {1, 2, 67, 45, 40}, {2, 1, 1, 1, 8}, {1, 3, 130, 7, 1}, {1, 1, 33, 100, 128},
+    };
+    static const ct_dtype dts[] = {CT_BF16, CT_F16};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+        for (int d = 0; d < 2; d++)
+            for (int causal = 0; causal < 2; causal++)
+                for (int path = P_MMA; path <= P_SCALAR; path++)
+                    check_shape(&odd[i], dts[d], causal, i == 0, path);
 }
 
 /* Where cuDNN does not apply (T not a multiple of 64), the flash kernels
@@ -286,6 +313,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_cudnn_path),
         T(test_flash_path_same_shapes),
+        T(test_flash_path_odd_shapes),
         T(test_fallback),
     };
 #undef T

@@ -8,6 +8,7 @@
  * inputs contiguous, as schema.h says). The backward's per-row Delta goes
  * through a scratch buffer from the caching allocator, released as soon as
  * the kernels are queued (its reuse is ordered after them on the stream). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_impl.h"
@@ -48,11 +49,19 @@ static ct_status check(const char *op, const cti_attention_params *p) {
     return CT_OK;
 }
 
+/* CT_CUDA_SDPA_MMA=0 in the environment runs the f16/bf16 forward on the
+ * scalar kernel instead of the tensor-core one (the tests compare the two). */
+static bool tensor_cores(void) {
+    const char *e = getenv("CT_CUDA_SDPA_MMA");
+    return !(e && strcmp(e, "0") == 0);
+}
+
 static ct_status run(ct_call *c, cti_cuda_attn *a, bool bwd) {
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
     if (check(op, &a->p) != CT_OK) return ct_last_status();
     const ct_tensor *q = c->in[bwd ? 1 : 0];
+    a->tensor_cores = tensor_cores();
     int dev = q->storage->device.index;
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();

@@ -235,6 +235,198 @@ __global__ void __launch_bounds__(kThr) attn_fwd(const cti_cuda_attn a, int64_t 
     }
 }
 
+// ---- forward on tensor cores (f16, bf16) ---------------------------------------------------
+// The same online softmax with both products on mma.sync.m16n8k16 (f32
+// accumulation): blocks of 4 warps own 64 query rows, 16 a warp, and stream
+// tiles of 64 keys. Tiles sit in shared memory as the io dtype, head dims
+// zero-padded to a multiple of 16, with a row pitch 8 elements longer (rows
+// land 4 banks apart, so the fragment loads below are conflict-free). A
+// thread of a warp holds, per the PTX fragment layouts (g = lane / 4,
+// t = lane % 4): score and output columns 2t, 2t + 1 of each 8-wide tile for
+// rows g and g + 8 of its warp's 16. P is rounded to the io dtype for the
+// second product (as FlashAttention does); the row sums l use it unrounded.
+// Masks, causal, dropout and bounds go through score() and drop_factor()
+// element by element, as in attn_fwd.
+constexpr int kMmaRows = 64, kMmaKeys = 64, kMmaThr = 128;
+static_assert(kMmaThr == kThr, "launch() starts every kernel with kThr threads");
+
+__host__ __device__ __forceinline__ int pad16(int64_t w) { return (int)((w + 15) / 16 * 16); }
+
+template <class A> size_t fwd_mma_smem(const cti_cuda_attn &a) {
+    return sizeof(uint16_t) * (size_t)((kMmaRows + kMmaKeys) * (pad16(a.p.D) + 8) +
+                                       kMmaKeys * (pad16(a.p.Dv) + 8));
+}
+
+template <int DT>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+    if constexpr (DT == CT_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two values as one register of the io dtype, the first in the low half.
+template <int DT> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    return (uint32_t)dtype<DT>::enc(lo) | ((uint32_t)dtype<DT>::enc(hi) << 16);
+}
+
+// Elements (r, c) and (r, c + 1) of a tile of pitch ld (c even).
+__device__ __forceinline__ uint32_t ld2(const uint16_t *s, int ld, int r, int c) {
+    return *reinterpret_cast<const uint32_t *>(s + r * ld + c);
+}
+
+// dst[r * ld + d] = element (r0 + r, d) of base, raw, for r < rows and
+// d < wp; zeros past nrows and past width w.
+__device__ __forceinline__ void load_raw_tile(uint16_t *dst, int ld, const uint16_t *base,
+                                              int64_t srow, int64_t scol, int64_t r0,
+                                              int64_t nrows, int w, int wp, int rows) {
+    for (int e = threadIdx.x; e < rows * wp; e += kMmaThr) {
+        int r = e / wp, d = e - r * wp;
+        int64_t row = r0 + r;
+        dst[r * ld + d] = row < nrows && d < w ? base[row * srow + d * scol] : (uint16_t)0;
+    }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, int64_t tiles) {
+    static_assert(DT == CT_F16 || DT == CT_BF16, "tensor-core path: f16 and bf16");
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int D = (int)a.p.D, Dv = (int)a.p.Dv, Dp = pad16(D), Dvp = pad16(Dv);
+    const int ldk = Dp + 8, ldv = Dvp + 8;
+    uint16_t *sQ = (uint16_t *)smem, *sK = sQ + kMmaRows * ldk, *sV = sK + kMmaKeys * ldk;
+
+    const int64_t tile = (int64_t)blockIdx.x % tiles, bh = (int64_t)blockIdx.x / tiles;
+    const int64_t b = bh / a.p.Hq, h = bh % a.p.Hq, hk = h / (a.p.Hq / a.p.Hkv);
+    const int64_t i0 = tile * kMmaRows;
+    const uint16_t *q = (const uint16_t *)a.q + b * a.sq[0] + h * a.sq[1];
+    const uint16_t *k = (const uint16_t *)a.k + b * a.sk[0] + hk * a.sk[1];
+    const uint16_t *v = (const uint16_t *)a.v + b * a.sv[0] + hk * a.sv[1];
+    load_raw_tile(sQ, ldk, q, a.sq[2], a.sq[3], i0, a.p.T, D, Dp, kMmaRows);
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = warp * 16;
+    const int64_t ia = i0 + r0 + g, ib = ia + 8; // the thread's two rows
+    const int nk = Dp / 16, nv = Dvp / 8;
+    uint32_t qa[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        if (kk < nk) {
+            qa[kk][0] = ld2(sQ, ldk, r0 + g, kk * 16 + 2 * t);
+            qa[kk][1] = ld2(sQ, ldk, r0 + g + 8, kk * 16 + 2 * t);
+            qa[kk][2] = ld2(sQ, ldk, r0 + g, kk * 16 + 2 * t + 8);
+            qa[kk][3] = ld2(sQ, ldk, r0 + g + 8, kk * 16 + 2 * t + 8);
+        }
+    float o[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float ma = ninf<float>(), mb = ninf<float>(), la = 0.f, lb = 0.f;
+    const float rp = (float)(a.p.dropout_p < 1 ? 1.0 / (1.0 - a.p.dropout_p) : 0.0);
+
+    const int64_t jend = a.p.is_causal ? min(a.p.S, i0 + kMmaRows) : a.p.S;
+    for (int64_t j0 = 0; j0 < jend; j0 += kMmaKeys) {
+        __syncthreads(); // the previous tile's readers are done
+        load_raw_tile(sK, ldk, k, a.sk[2], a.sk[3], j0, a.p.S, D, Dp, kMmaKeys);
+        load_raw_tile(sV, ldv, v, a.sv[2], a.sv[3], j0, a.p.S, Dv, Dvp, kMmaKeys);
+        __syncthreads();
+
+        float s[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+                if (kk < nk)
+                    mma16816<DT>(s[n], qa[kk], ld2(sK, ldk, n * 8 + g, kk * 16 + 2 * t),
+                                 ld2(sK, ldk, n * 8 + g, kk * 16 + 2 * t + 8));
+        }
+        float xa = ninf<float>(), xb = ninf<float>();
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int64_t j = j0 + n * 8 + 2 * t;
+            s[n][0] = score<DT, float>(a, s[n][0], b, h, ia, j);
+            s[n][1] = score<DT, float>(a, s[n][1], b, h, ia, j + 1);
+            s[n][2] = score<DT, float>(a, s[n][2], b, h, ib, j);
+            s[n][3] = score<DT, float>(a, s[n][3], b, h, ib, j + 1);
+            xa = fmaxf(xa, fmaxf(s[n][0], s[n][1]));
+            xb = fmaxf(xb, fmaxf(s[n][2], s[n][3]));
+        }
+        const float na = fmaxf(ma, row_max(xa)), nb = fmaxf(mb, row_max(xb));
+        const float aa = ma == ninf<float>() ? 0.f : expf(ma - na);
+        const float ab = mb == ninf<float>() ? 0.f : expf(mb - nb);
+        float pa = 0.f, pb = 0.f;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int64_t j = j0 + n * 8 + 2 * t;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const bool top = e < 2;
+                const float m = top ? na : nb;
+                float p = s[n][e] == ninf<float>() ? 0.f : expf(s[n][e] - m);
+                if (top) pa += p;
+                else pb += p;
+                if (p != 0.f) p *= drop_factor(a, b, h, top ? ia : ib, j + (e & 1), rp);
+                s[n][e] = p;
+            }
+        }
+        la = la * aa + row_sum(pa);
+        lb = lb * ab + row_sum(pb);
+        ma = na;
+        mb = nb;
+#pragma unroll
+        for (int n = 0; n < 16; n++) {
+            o[n][0] *= aa;
+            o[n][1] *= aa;
+            o[n][2] *= ab;
+            o[n][3] *= ab;
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const uint32_t pf[4] = {pack2<DT>(s[2 * ks][0], s[2 * ks][1]),
+                                    pack2<DT>(s[2 * ks][2], s[2 * ks][3]),
+                                    pack2<DT>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                    pack2<DT>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+            const int kr = ks * 16 + 2 * t;
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+                if (n < nv) {
+                    const int c = n * 8 + g;
+                    uint32_t b0 = (uint32_t)sV[kr * ldv + c] | ((uint32_t)sV[(kr + 1) * ldv + c] << 16);
+                    uint32_t b1 = (uint32_t)sV[(kr + 8) * ldv + c] |
+                                  ((uint32_t)sV[(kr + 9) * ldv + c] << 16);
+                    mma16816<DT>(o[n], pf, b0, b1);
+                }
+        }
+    }
+
+    typedef typename dtype<DT>::T T;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int64_t i = half ? ib : ia;
+        const float l = half ? lb : la, m = half ? mb : ma;
+        if (i >= a.p.T) continue;
+        T *out = (T *)a.out + b * a.sout[0] + h * a.sout[1] + i * a.sout[2];
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = n * 8 + 2 * t + e;
+                if (n < nv && d < Dv)
+                    out[d * a.sout[3]] = dtype<DT>::enc(l > 0 ? o[n][2 * half + e] / l : 0.f);
+            }
+        if (t == 0)
+            ((float *)a.lse_out)[b * a.slse_out[0] + h * a.slse_out[1] + i * a.slse_out[2]] =
+                l > 0 ? m + logf(l) : ninf<float>();
+    }
+}
+
 // ---- backward: Delta_i = sum_d dO_id * O_id, one warp a row ---------------------------------
 template <int DT>
 __global__ void __launch_bounds__(kThr) attn_delta(const cti_cuda_attn a, int64_t rows) {
@@ -467,6 +659,13 @@ cudaError_t launch(K kern, int64_t blocks, size_t smem, cudaStream_t st, const c
 
 template <int DT> cudaError_t forward(const cti_cuda_attn &a, cudaStream_t st) {
     typedef typename Acc<DT>::A A;
+    if constexpr (DT == CT_F16 || DT == CT_BF16) {
+        if (a.tensor_cores) {
+            int64_t tiles = (a.p.T + kMmaRows - 1) / kMmaRows;
+            return launch(attn_fwd_mma<DT>, a.p.B * a.p.Hq * tiles, fwd_mma_smem<A>(a), st, a,
+                          tiles);
+        }
+    }
     int64_t tiles = ceil_tiles(a.p.T);
     return launch(attn_fwd<DT>, a.p.B * a.p.Hq * tiles, fwd_smem<A>(a), st, a, tiles);
 }
@@ -495,7 +694,8 @@ extern "C" size_t cti_cuda_attn_work(const cti_cuda_attn *a) {
 
 extern "C" cudaError_t cti_cuda_attn_forward(const cti_cuda_attn *a, cudaStream_t stream,
                                              const char **routine) {
-    *routine = "flash_fwd_tile32";
+    *routine = a->tensor_cores && (a->dt == CT_F16 || a->dt == CT_BF16) ? "flash_fwd_mma_tile64"
+                                                                         : "flash_fwd_tile32";
     switch (a->dt) {
     case CT_F16: return cti::forward<CT_F16>(*a, stream);
     case CT_BF16: return cti::forward<CT_BF16>(*a, stream);
