@@ -5,14 +5,18 @@
  *     (b, h), halved for causal);
  *   - forward + backward through autograd: q, k, v require grad,
  *     ct_backward with a given grad;
- * in bfloat16 and float32, and once with CT_TRACE-style routine names
- * (ct_set_trace on one forward + backward) so the log says which kernels
- * ran (cuDNN's fused attention or the flash kernels of attention.cu).
+ * in bfloat16 through the default dispatch (cuDNN's fused attention where it
+ * takes the call) and through the flash kernels of attention.cu
+ * (CT_CUDA_SDPA_CUDNN=0), and in float32 (flash kernels only), each once
+ * with the trace on (one forward + backward, routine names on stderr) so the
+ * log says which kernels ran.
  * bench/torch_cuda_attention.py prints the same cases for PyTorch's SDPA
  * backends. Skips (exit 0, a line saying why) without a GPU. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
@@ -83,7 +87,10 @@ static ct_tensor *leaf(ct_tensor *t) {
     return l;
 }
 
-static int bench_one(ct_dtype dt) {
+/* path: "cudnn" (the default dispatch) or "flash" (CT_CUDA_SDPA_CUDNN=0). */
+static int bench_one(ct_dtype dt, const char *path) {
+    if (strcmp(path, "flash") == 0) setenv("CT_CUDA_SDPA_CUDNN", "0", 1);
+    else unsetenv("CT_CUDA_SDPA_CUDNN");
     bench_in in = {0};
     in.q = ct_tensor_randn(NULL, CT_SHAPE(B, H, T, D), dt, CT_CUDA(0));
     in.k = ct_tensor_randn(NULL, CT_SHAPE(B, H, T, D), dt, CT_CUDA(0));
@@ -106,10 +113,10 @@ static int bench_one(ct_dtype dt) {
     if (time_kinds(&in, 2, kinds, ms)) return 1;
     double flops = 4.0 * B * H * (double)T * T * D / 2; /* causal: half the scores */
     const char *dn = ct_dtype_name(dt);
-    printf("sdpa causal %-8s forward             %8.3f ms %7.1f TFLOP/s\n", dn, ms[0],
-           flops / (ms[0] * 1e-3) / 1e12);
-    printf("sdpa causal %-8s fwd+bwd (autograd)  %8.3f ms %7.1f TFLOP/s\n", dn, ms[1],
-           3.5 * flops / (ms[1] * 1e-3) / 1e12);
+    printf("sdpa causal %-8s %-6s forward             %8.3f ms %7.1f TFLOP/s\n", dn, path,
+           ms[0], flops / (ms[0] * 1e-3) / 1e12);
+    printf("sdpa causal %-8s %-6s fwd+bwd (autograd)  %8.3f ms %7.1f TFLOP/s\n", dn, path,
+           ms[1], 3.5 * flops / (ms[1] * 1e-3) / 1e12);
 
     ct_tensor *all[] = {in.q, in.k, in.v, in.g, in.qa, in.ka, in.va};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_release(all[i]);
@@ -130,9 +137,9 @@ int main(void) {
         return die("stream", ct_last_error());
     CUDA_OK(cudaEventCreate(&ev_start));
     CUDA_OK(cudaEventCreate(&ev_stop));
-    static const ct_dtype dts[] = {CT_BF16, CT_F32};
-    for (int i = 0; i < 2; i++)
-        if (bench_one(dts[i])) return 1;
+    if (bench_one(CT_BF16, "cudnn") || bench_one(CT_BF16, "flash") || bench_one(CT_F32, "flash"))
+        return 1;
+    unsetenv("CT_CUDA_SDPA_CUDNN");
     printf("\ntargets (bfloat16, H200): forward <= 0.087 ms (PyTorch's cuDNN backend), "
            "fwd+bwd <= 0.424 ms; fwd+bwd flops counted as 3.5x the forward's\n");
     cudaEventDestroy(ev_start);

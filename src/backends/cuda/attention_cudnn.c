@@ -374,8 +374,10 @@ static void build_backward(gb *g, const sdpa_key *k, cudnnDataType_t io) {
     cudnnBackendDescriptor_t one = scalar(g, U_ONE);
     cudnnBackendDescriptor_t neginf = k->causal ? scalar(g, U_NEGINF) : NULL;
 
-    /* Delta = rowsum(dO * O) */
-    cudnnBackendDescriptor_t dOO = vtensor(g, CUDNN_DATA_FLOAT, B, H, T, D);
+    /* Delta = rowsum(dO * O); the product's strides as cuDNN's own frontend
+     * describes this virtual tensor */
+    int64_t dood[4] = {B, H, T, D}, doos[4] = {H * T * D, T * D, H * D, 1};
+    cudnnBackendDescriptor_t dOO = tensor(g, 0, CUDNN_DATA_FLOAT, dood, doos, true, false);
     pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, -1, dO, o, NULL, dOO);
     cudnnBackendDescriptor_t rsum = vtensor(g, CUDNN_DATA_FLOAT, B, H, T, 1);
     reduction(g, CUDNN_REDUCE_TENSOR_ADD, dOO, rsum);
