@@ -650,6 +650,28 @@ static void test_public_backward(void **state) {
     ref_free(&r);
 }
 
+/* The backward op has no formula of its own: gradients it computes from
+ * tensors that need grad refuse a second backward with a message. */
+static void test_double_backward_refused(void **state) {
+    (void)state;
+    int64_t s[4] = {1, 2, 3, 4}, ls[3] = {1, 2, 3};
+    double *x = tu_rand_vals(24, CT_F64, -1, 1);
+    ct_tensor *q = leaf_of(x, 4, s, CT_F64);
+    ct_tensor *o = ct_scaled_dot_product_attention(q, q, q, NULL, 0, false, 0, NULL);
+    ct_tensor *lse = ct_tensor_zeros(3, ls, CT_F64, CT_CPU);
+    ct_tensor *dq = NULL;
+    assert_int_equal(ct_scaled_dot_product_attention_backward(q, q, q, q, o, lse, NULL, 0, false,
+                                                              0, 0, 0, &dq, NULL, NULL),
+                     CT_OK);
+    assert_string_equal(ct_grad_fn_name(dq), "scaled_dot_product_attention_backward");
+    ct_tensor *g = ct_tensor_ones_like(dq);
+    tu_assert_error(ct_backward(dq, g, false), CT_ERR_AUTOGRAD,
+                    "ct_scaled_dot_product_attention_backward has no backward formula");
+    ct_tensor *rel[] = {q, o, lse, dq, g};
+    release_all(5, rel);
+    free(x);
+}
+
 /* Without grad mode (or inputs that need none) the op records nothing. */
 static void test_no_grad(void **state) {
     (void)state;
@@ -678,6 +700,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_public_backward, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_grad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_double_backward_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
