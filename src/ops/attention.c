@@ -225,6 +225,29 @@ done:
     return res;
 }
 
+/* The backward op is differentiable in PyTorch (double backward); cten has
+ * no formula for it. The kernel gets views without history, so cti_run
+ * cannot see that the caller's tensors need grad: gradients that do get a
+ * node that refuses backward, as cti_run gives the other backward ops. */
+static ct_status refuse_double_backward(cti_node *n, ct_tensor *const *go, ct_tensor **gi) {
+    (void)n, (void)go, (void)gi;
+    return cti_error(CT_ERR_AUTOGRAD,
+                     "ct_backward: ct_scaled_dot_product_attention_backward has no backward "
+                     "formula (double backward is not supported); compute its input without "
+                     "requires_grad or detach it");
+}
+
+static ct_status mark_no_double_backward(ct_tensor *const *in, ct_tensor **g) {
+    if (!cti_ag_needed(5, in)) return CT_OK;
+    cti_ag_rec r = {.name = "scaled_dot_product_attention_backward",
+                    .backward = refuse_double_backward,
+                    .nin = 5};
+    for (int i = 0; i < 5; i++) r.in[i] = in[i];
+    for (int i = 0; i < 3; i++)
+        if (g[i]) r.out[r.nout++] = g[i];
+    return cti_ag_record(&r);
+}
+
 /* t has exactly shape (n, s) and dtype dt. */
 static ct_status check_tensor(const char *op, const ct_tensor *t, const char *name, int n,
                               const int64_t *s, ct_dtype dt) {
@@ -289,6 +312,7 @@ ct_status ct_scaled_dot_product_attention_backward(ct_tensor *grad_out, ct_tenso
     c.nout = 3;
     cti_call_params(&c, &p);
     st = cti_run(&c, dev(q), q->dtype);
+    if (st == CT_OK) st = mark_no_double_backward(req, g);
     goto done;
 fail:
     if (ct_last_status() != CT_OK) st = ct_last_status();
