@@ -2,8 +2,8 @@
  * attention takes (T and S multiples of 64 and 128, D a multiple of 8):
  * forward and autograd backward against float64 references computed here
  * from the same rounded inputs, once through cuDNN (the default) and once
- * through the flash kernels (CT_CUDA_SDPA_CUDNN=0) with the tensor-core and
- * the scalar forward (CT_CUDA_SDPA_MMA=0), causal and not, with a
+ * through the flash kernels (CT_CUDA_SDPA_CUDNN=0) on tensor cores and on
+ * the scalar tiles (CT_CUDA_SDPA_MMA=0), causal and not, with a
  * non-contiguous (transposed-heads) q, and the flash kernels on odd shapes
  * too; and, from the trace's routine names,
  * that the default path is cuDNN's there and the flash kernels' where cuDNN
@@ -191,7 +191,7 @@ static void release_case(fb_case *c) {
 }
 
 /* Which path a case forces: cuDNN (the default where it applies), the
- * flash kernels with the tensor-core forward, or with the scalar forward. */
+ * flash kernels on tensor cores, or their scalar versions. */
 enum { P_CUDNN, P_MMA, P_SCALAR };
 
 static void check_shape(const shape *s, ct_dtype dt, bool causal, bool transposed_q, int path) {
@@ -210,8 +210,8 @@ static void check_shape(const shape *s, ct_dtype dt, bool causal, bool transpose
     setenv("CT_CUDA_SDPA_CUDNN", path == P_CUDNN ? "1" : "0", 1);
     setenv("CT_CUDA_SDPA_MMA", path == P_SCALAR ? "0" : "1", 1);
     bool traced = path == P_CUDNN ? trace_says(run_case, &c, "cudnn_sdpa (", "cudnn_sdpa_backward")
-                  : path == P_MMA ? trace_says(run_case, &c, "flash_fwd_mma", "flash_bwd")
-                                  : trace_says(run_case, &c, "flash_fwd_tile32", "flash_bwd");
+                  : path == P_MMA ? trace_says(run_case, &c, "flash_fwd_mma", "flash_bwd_mma")
+                                  : trace_says(run_case, &c, "flash_fwd_tile32", "flash_bwd_delta");
     unsetenv("CT_CUDA_SDPA_CUDNN");
     unsetenv("CT_CUDA_SDPA_MMA");
     double tol = dt == CT_BF16 ? 2.5e-2 : 4e-3;
@@ -264,13 +264,14 @@ static void test_flash_path_same_shapes(void **state) {
 }
 
 /* The flash kernels on shapes cuDNN never takes: odd T and S, head dims
- * that are not multiples of 16 (the tensor-core forward pads them), one row,
- * one key. */
+ * that are not multiples of 16 (the tensor-core kernels pad them) and above
+ * 64 (their wide instances), one row, one key. */
 static void test_flash_path_odd_shapes(void **state) {
     (void)state;
     NEED_GPU();
     static const shape odd[] = {
         {1, 2, 67, 45, 40}, {2, 1, 1, 1, 8}, {1, 3, 130, 7, 1}, {1, 1, 33, 100, 128},
+        {1, 2, 70, 129, 72},
     };
     static const ct_dtype dts[] = {CT_BF16, CT_F16};
     for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)

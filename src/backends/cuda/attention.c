@@ -49,8 +49,8 @@ static ct_status check(const char *op, const cti_attention_params *p) {
     return CT_OK;
 }
 
-/* CT_CUDA_SDPA_MMA=0 in the environment runs the f16/bf16 forward on the
- * scalar kernel instead of the tensor-core one (the tests compare the two). */
+/* CT_CUDA_SDPA_MMA=0 in the environment runs the f16/bf16 flash kernels on
+ * their scalar versions instead of tensor cores (the tests compare the two). */
 static bool tensor_cores(void) {
     const char *e = getenv("CT_CUDA_SDPA_MMA");
     return !(e && strcmp(e, "0") == 0);

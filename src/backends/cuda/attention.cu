@@ -24,6 +24,10 @@
 //            a block per (b, h, query tile) recomputes the same and sums
 //            dQ += dS K. The extra recomputation is the price of no atomics.
 //
+// For f16 and bf16 the same three kernels also exist on tensor cores
+// (mma.sync m16n8k16 with f32 accumulation, 64-row tiles; below), the
+// default; CT_CUDA_SDPA_MMA=0 runs the scalar ones (attention.c).
+//
 // Dropout multiplies p_ij by keep_ij / (1 - p) after the softmax, keep_ij
 // from the Philox draw schema.h names (the same words as the CPU's
 // cti_philox_block), regenerated in the backward. A row with no finite
@@ -294,9 +298,10 @@ __device__ __forceinline__ void load_raw_tile(uint16_t *dst, int ld, const uint1
     }
 }
 
-template <int DT>
+template <int DT, int NT>
 __global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, int64_t tiles) {
     static_assert(DT == CT_F16 || DT == CT_BF16, "tensor-core path: f16 and bf16");
+    static_assert(NT == 8 || NT == 16, "head dims up to 8 NT");
     extern __shared__ __align__(16) unsigned char smem[];
     const int D = (int)a.p.D, Dv = (int)a.p.Dv, Dp = pad16(D), Dvp = pad16(Dv);
     const int ldk = Dp + 8, ldv = Dvp + 8;
@@ -315,18 +320,18 @@ __global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, i
     const int r0 = warp * 16;
     const int64_t ia = i0 + r0 + g, ib = ia + 8; // the thread's two rows
     const int nk = Dp / 16, nv = Dvp / 8;
-    uint32_t qa[8][4];
+    uint32_t qa[NT / 2][4];
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++)
+    for (int kk = 0; kk < NT / 2; kk++)
         if (kk < nk) {
             qa[kk][0] = ld2(sQ, ldk, r0 + g, kk * 16 + 2 * t);
             qa[kk][1] = ld2(sQ, ldk, r0 + g + 8, kk * 16 + 2 * t);
             qa[kk][2] = ld2(sQ, ldk, r0 + g, kk * 16 + 2 * t + 8);
             qa[kk][3] = ld2(sQ, ldk, r0 + g + 8, kk * 16 + 2 * t + 8);
         }
-    float o[16][4];
+    float o[NT][4];
 #pragma unroll
-    for (int n = 0; n < 16; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float ma = ninf<float>(), mb = ninf<float>(), la = 0.f, lb = 0.f;
     const float rp = (float)(a.p.dropout_p < 1 ? 1.0 / (1.0 - a.p.dropout_p) : 0.0);
 
@@ -342,7 +347,7 @@ __global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, i
         for (int n = 0; n < 8; n++) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < 8; kk++)
+            for (int kk = 0; kk < NT / 2; kk++)
                 if (kk < nk)
                     mma16816<DT>(s[n], qa[kk], ld2(sK, ldk, n * 8 + g, kk * 16 + 2 * t),
                                  ld2(sK, ldk, n * 8 + g, kk * 16 + 2 * t + 8));
@@ -381,7 +386,7 @@ __global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, i
         ma = na;
         mb = nb;
 #pragma unroll
-        for (int n = 0; n < 16; n++) {
+        for (int n = 0; n < NT; n++) {
             o[n][0] *= aa;
             o[n][1] *= aa;
             o[n][2] *= ab;
@@ -395,7 +400,7 @@ __global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, i
                                     pack2<DT>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
             const int kr = ks * 16 + 2 * t;
 #pragma unroll
-            for (int n = 0; n < 16; n++)
+            for (int n = 0; n < NT; n++)
                 if (n < nv) {
                     const int c = n * 8 + g;
                     uint32_t b0 = (uint32_t)sV[kr * ldv + c] | ((uint32_t)sV[(kr + 1) * ldv + c] << 16);
@@ -414,7 +419,7 @@ __global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, i
         if (i >= a.p.T) continue;
         T *out = (T *)a.out + b * a.sout[0] + h * a.sout[1] + i * a.sout[2];
 #pragma unroll
-        for (int n = 0; n < 16; n++)
+        for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int d = n * 8 + 2 * t + e;
@@ -424,6 +429,277 @@ __global__ void __launch_bounds__(kMmaThr) attn_fwd_mma(const cti_cuda_attn a, i
         if (t == 0)
             ((float *)a.lse_out)[b * a.slse_out[0] + h * a.slse_out[1] + i * a.slse_out[2]] =
                 l > 0 ? m + logf(l) : ninf<float>();
+    }
+}
+
+// ---- backward on tensor cores (f16, bf16) ---------------------------------------------------
+// attn_bwd_kv and attn_bwd_q with every product on mma.sync.m16n8k16, in the
+// forward's tile layout (64-row tiles, 4 warps of 16 rows, pitch + 8). P and
+// dS are rounded to the io dtype before the products they feed (as
+// FlashAttention does). In the key-tile kernel a warp owns 16 keys and forms
+// S^T = K Q^T and dP^T = V dO^T, so its score fragments are already the A
+// operands of dV += P^T dO and dK += dS^T Q; in the query-tile kernel a warp
+// owns 16 query rows as in the forward.
+template <class A> size_t kv_mma_smem(const cti_cuda_attn &a) {
+    return sizeof(uint16_t) * (size_t)(2 * 64 * (pad16(a.p.D) + 8) + 2 * 64 * (pad16(a.p.Dv) + 8)) +
+           2 * 64 * sizeof(float);
+}
+
+template <class A> size_t q_mma_smem(const cti_cuda_attn &a) {
+    return sizeof(uint16_t) * (size_t)(2 * 64 * (pad16(a.p.D) + 8) + 2 * 64 * (pad16(a.p.Dv) + 8));
+}
+
+// The A fragment of rows r0 .. r0 + 15, columns c0 .. c0 + 15 of a tile.
+__device__ __forceinline__ void ld_afrag(uint32_t (&f)[4], const uint16_t *s, int ld, int r0,
+                                         int c0, int g, int t) {
+    f[0] = ld2(s, ld, r0 + g, c0 + 2 * t);
+    f[1] = ld2(s, ld, r0 + g + 8, c0 + 2 * t);
+    f[2] = ld2(s, ld, r0 + g, c0 + 2 * t + 8);
+    f[3] = ld2(s, ld, r0 + g + 8, c0 + 2 * t + 8);
+}
+
+// The B fragment of rows k0 .. k0 + 15 (the reduced dim) and column c of a
+// row-major tile: two elements of consecutive rows a register.
+__device__ __forceinline__ void ld_bcol(uint32_t &b0, uint32_t &b1, const uint16_t *s, int ld,
+                                        int k0, int c, int t) {
+    const int k = k0 + 2 * t;
+    b0 = (uint32_t)s[k * ld + c] | ((uint32_t)s[(k + 1) * ld + c] << 16);
+    b1 = (uint32_t)s[(k + 8) * ld + c] | ((uint32_t)s[(k + 9) * ld + c] << 16);
+}
+
+// The A fragment of columns 16 ks .. 16 ks + 15 of an [16 x 64] score tile
+// held as C fragments (x[n]: columns 8n .. 8n + 7), rounded to the io dtype.
+template <int DT>
+__device__ __forceinline__ void pack_afrag(uint32_t (&f)[4], const float (&x)[8][4], int ks) {
+    f[0] = pack2<DT>(x[2 * ks][0], x[2 * ks][1]);
+    f[1] = pack2<DT>(x[2 * ks][2], x[2 * ks][3]);
+    f[2] = pack2<DT>(x[2 * ks + 1][0], x[2 * ks + 1][1]);
+    f[3] = pack2<DT>(x[2 * ks + 1][2], x[2 * ks + 1][3]);
+}
+
+template <int DT, int NT>
+__global__ void __launch_bounds__(kMmaThr) attn_bwd_kv_mma(const cti_cuda_attn a, int64_t tiles) {
+    typedef typename dtype<DT>::T T;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int D = (int)a.p.D, Dv = (int)a.p.Dv, Dp = pad16(D), Dvp = pad16(Dv);
+    const int ldk = Dp + 8, ldv = Dvp + 8;
+    uint16_t *sK = (uint16_t *)smem, *sQ = sK + 64 * ldk, *sV = sQ + 64 * ldk, *sO = sV + 64 * ldv;
+    float *sL = (float *)(sO + 64 * ldv), *sD = sL + 64;
+
+    const int64_t tile = (int64_t)blockIdx.x % tiles, bh = (int64_t)blockIdx.x / tiles;
+    const int64_t G = a.p.Hq / a.p.Hkv, b = bh / a.p.Hkv, hk = bh % a.p.Hkv;
+    const int64_t j0 = tile * 64;
+    load_raw_tile(sK, ldk, (const uint16_t *)a.k + b * a.sk[0] + hk * a.sk[1], a.sk[2], a.sk[3],
+                  j0, a.p.S, D, Dp, 64);
+    load_raw_tile(sV, ldv, (const uint16_t *)a.v + b * a.sv[0] + hk * a.sv[1], a.sv[2], a.sv[3],
+                  j0, a.p.S, Dv, Dvp, 64);
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int kw = warp * 16; // the warp's keys in the tile
+    const int nk = Dp / 16, nkv = Dvp / 16, ndk = Dp / 8, ndv = Dvp / 8;
+    const float rp = (float)(a.p.dropout_p < 1 ? 1.0 / (1.0 - a.p.dropout_p) : 0.0);
+    float dk[NT][4], dv[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
+
+    const int64_t ibeg = a.p.is_causal ? j0 : 0; // rows i < j0 see none of the tile's keys
+    for (int64_t gi = 0; gi < G; gi++) {
+        const int64_t h = hk * G + gi;
+        const uint16_t *q = (const uint16_t *)a.q + b * a.sq[0] + h * a.sq[1];
+        const uint16_t *go = (const uint16_t *)a.go + b * a.sgo[0] + h * a.sgo[1];
+        const float *lse = (const float *)a.lse + b * a.slse[0] + h * a.slse[1];
+        const float *delta = (const float *)a.delta + (b * a.p.Hq + h) * a.p.T;
+        for (int64_t i0 = ibeg; i0 < a.p.T; i0 += 64) {
+            __syncthreads(); // the previous tile's readers are done
+            load_raw_tile(sQ, ldk, q, a.sq[2], a.sq[3], i0, a.p.T, D, Dp, 64);
+            load_raw_tile(sO, ldv, go, a.sgo[2], a.sgo[3], i0, a.p.T, Dv, Dvp, 64);
+            for (int e = threadIdx.x; e < 64; e += kMmaThr) {
+                const bool in = i0 + e < a.p.T;
+                sL[e] = in ? lse[(i0 + e) * a.slse[2]] : ninf<float>();
+                sD[e] = in ? delta[i0 + e] : 0.f;
+            }
+            __syncthreads();
+
+            float st[8][4], dpt[8][4]; // [key][query] tiles: rows kw + g (+8), query columns
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < NT / 2; kk++)
+                if (kk < nk) {
+                    uint32_t af[4];
+                    ld_afrag(af, sK, ldk, kw, kk * 16, g, t);
+#pragma unroll
+                    for (int n = 0; n < 8; n++)
+                        mma16816<DT>(st[n], af, ld2(sQ, ldk, n * 8 + g, kk * 16 + 2 * t),
+                                     ld2(sQ, ldk, n * 8 + g, kk * 16 + 2 * t + 8));
+                }
+#pragma unroll
+            for (int kk = 0; kk < NT / 2; kk++)
+                if (kk < nkv) {
+                    uint32_t af[4];
+                    ld_afrag(af, sV, ldv, kw, kk * 16, g, t);
+#pragma unroll
+                    for (int n = 0; n < 8; n++)
+                        mma16816<DT>(dpt[n], af, ld2(sO, ldv, n * 8 + g, kk * 16 + 2 * t),
+                                     ld2(sO, ldv, n * 8 + g, kk * 16 + 2 * t + 8));
+                }
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qc = n * 8 + 2 * t + (e & 1);
+                    const int64_t i = i0 + qc, j = j0 + kw + g + (e >= 2 ? 8 : 0);
+                    const float p = prob(score<DT, float>(a, st[n][e], b, h, i, j), sL[qc]);
+                    const float f = p != 0.f ? drop_factor(a, b, h, i, j, rp) : 1.f;
+                    st[n][e] = p * f;
+                    dpt[n][e] = p * (dpt[n][e] * f - sD[qc]);
+                }
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                uint32_t pf[4], sf[4];
+                pack_afrag<DT>(pf, st, ks);
+                pack_afrag<DT>(sf, dpt, ks);
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    uint32_t b0, b1;
+                    if (n < ndv) {
+                        ld_bcol(b0, b1, sO, ldv, ks * 16, n * 8 + g, t);
+                        mma16816<DT>(dv[n], pf, b0, b1);
+                    }
+                    if (n < ndk) {
+                        ld_bcol(b0, b1, sQ, ldk, ks * 16, n * 8 + g, t);
+                        mma16816<DT>(dk[n], sf, b0, b1);
+                    }
+                }
+            }
+        }
+    }
+
+    const float sc = (float)a.p.scale;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int64_t j = j0 + kw + g + 8 * half;
+        if (j >= a.p.S) continue;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = n * 8 + 2 * t + e;
+                if (a.dk && n < ndk && d < D)
+                    ((T *)a.dk)[b * a.sdk[0] + hk * a.sdk[1] + j * a.sdk[2] + d * a.sdk[3]] =
+                        dtype<DT>::enc(dk[n][2 * half + e] * sc);
+                if (a.dv && n < ndv && d < Dv)
+                    ((T *)a.dv)[b * a.sdv[0] + hk * a.sdv[1] + j * a.sdv[2] + d * a.sdv[3]] =
+                        dtype<DT>::enc(dv[n][2 * half + e]);
+            }
+    }
+}
+
+template <int DT, int NT>
+__global__ void __launch_bounds__(kMmaThr) attn_bwd_q_mma(const cti_cuda_attn a, int64_t tiles) {
+    typedef typename dtype<DT>::T T;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int D = (int)a.p.D, Dv = (int)a.p.Dv, Dp = pad16(D), Dvp = pad16(Dv);
+    const int ldk = Dp + 8, ldv = Dvp + 8;
+    uint16_t *sQ = (uint16_t *)smem, *sK = sQ + 64 * ldk, *sO = sK + 64 * ldk, *sV = sO + 64 * ldv;
+
+    const int64_t tile = (int64_t)blockIdx.x % tiles, bh = (int64_t)blockIdx.x / tiles;
+    const int64_t b = bh / a.p.Hq, h = bh % a.p.Hq, hk = h / (a.p.Hq / a.p.Hkv);
+    const int64_t i0 = tile * 64;
+    load_raw_tile(sQ, ldk, (const uint16_t *)a.q + b * a.sq[0] + h * a.sq[1], a.sq[2], a.sq[3],
+                  i0, a.p.T, D, Dp, 64);
+    load_raw_tile(sO, ldv, (const uint16_t *)a.go + b * a.sgo[0] + h * a.sgo[1], a.sgo[2],
+                  a.sgo[3], i0, a.p.T, Dv, Dvp, 64);
+    const uint16_t *k = (const uint16_t *)a.k + b * a.sk[0] + hk * a.sk[1];
+    const uint16_t *v = (const uint16_t *)a.v + b * a.sv[0] + hk * a.sv[1];
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = warp * 16;
+    const int64_t ia = i0 + r0 + g, ib = ia + 8;
+    const int nk = Dp / 16, nkv = Dvp / 16, ndk = Dp / 8;
+    const float *lse = (const float *)a.lse + b * a.slse[0] + h * a.slse[1];
+    const float *delta = (const float *)a.delta + (b * a.p.Hq + h) * a.p.T;
+    const float La = ia < a.p.T ? lse[ia * a.slse[2]] : ninf<float>();
+    const float Lb = ib < a.p.T ? lse[ib * a.slse[2]] : ninf<float>();
+    const float Da = ia < a.p.T ? delta[ia] : 0.f, Db = ib < a.p.T ? delta[ib] : 0.f;
+    const float rp = (float)(a.p.dropout_p < 1 ? 1.0 / (1.0 - a.p.dropout_p) : 0.0);
+    float dq[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+
+    const int64_t jend = a.p.is_causal ? min(a.p.S, i0 + 64) : a.p.S;
+    for (int64_t j0 = 0; j0 < jend; j0 += 64) {
+        __syncthreads(); // the previous tile's readers are done (and sQ, sO written)
+        load_raw_tile(sK, ldk, k, a.sk[2], a.sk[3], j0, a.p.S, D, Dp, 64);
+        load_raw_tile(sV, ldv, v, a.sv[2], a.sv[3], j0, a.p.S, Dv, Dvp, 64);
+        __syncthreads();
+
+        float s[8][4], dp[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++)
+            if (kk < nk) {
+                uint32_t af[4];
+                ld_afrag(af, sQ, ldk, r0, kk * 16, g, t);
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+                    mma16816<DT>(s[n], af, ld2(sK, ldk, n * 8 + g, kk * 16 + 2 * t),
+                                 ld2(sK, ldk, n * 8 + g, kk * 16 + 2 * t + 8));
+            }
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++)
+            if (kk < nkv) {
+                uint32_t af[4];
+                ld_afrag(af, sO, ldv, r0, kk * 16, g, t);
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+                    mma16816<DT>(dp[n], af, ld2(sV, ldv, n * 8 + g, kk * 16 + 2 * t),
+                                 ld2(sV, ldv, n * 8 + g, kk * 16 + 2 * t + 8));
+            }
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const bool top = e < 2;
+                const int64_t i = top ? ia : ib, j = j0 + n * 8 + 2 * t + (e & 1);
+                const float p = prob(score<DT, float>(a, s[n][e], b, h, i, j), top ? La : Lb);
+                const float f = p != 0.f ? drop_factor(a, b, h, i, j, rp) : 1.f;
+                s[n][e] = p * (dp[n][e] * f - (top ? Da : Db));
+            }
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            uint32_t sf[4];
+            pack_afrag<DT>(sf, s, ks);
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                if (n < ndk) {
+                    uint32_t b0, b1;
+                    ld_bcol(b0, b1, sK, ldk, ks * 16, n * 8 + g, t);
+                    mma16816<DT>(dq[n], sf, b0, b1);
+                }
+        }
+    }
+
+    const float sc = (float)a.p.scale;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int64_t i = half ? ib : ia;
+        if (i >= a.p.T) continue;
+        T *dqp = (T *)a.dq + b * a.sdq[0] + h * a.sdq[1] + i * a.sdq[2];
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = n * 8 + 2 * t + e;
+                if (n < ndk && d < D) dqp[d * a.sdq[3]] = dtype<DT>::enc(dq[n][2 * half + e] * sc);
+            }
     }
 }
 
@@ -642,6 +918,10 @@ __global__ void __launch_bounds__(kThr) attn_bwd_q(const cti_cuda_attn a, int64_
 // ---- launchers ------------------------------------------------------------------------------
 int64_t ceil_tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
+// The tensor-core kernels' register tiles: head dims up to 64 take the
+// narrow instance (8 column tiles of 8), up to 128 the wide one.
+bool mma_narrow(const cti_cuda_attn &a) { return pad16(a.p.D) <= 64 && pad16(a.p.Dv) <= 64; }
+
 // Launches kern over blocks (none when 0) with smem bytes of dynamic shared
 // memory, raising the kernel's limit past the default 48 KiB when needed.
 template <class K>
@@ -662,8 +942,8 @@ template <int DT> cudaError_t forward(const cti_cuda_attn &a, cudaStream_t st) {
     if constexpr (DT == CT_F16 || DT == CT_BF16) {
         if (a.tensor_cores) {
             int64_t tiles = (a.p.T + kMmaRows - 1) / kMmaRows;
-            return launch(attn_fwd_mma<DT>, a.p.B * a.p.Hq * tiles, fwd_mma_smem<A>(a), st, a,
-                          tiles);
+            return launch(mma_narrow(a) ? attn_fwd_mma<DT, 8> : attn_fwd_mma<DT, 16>,
+                          a.p.B * a.p.Hq * tiles, fwd_mma_smem<A>(a), st, a, tiles);
         }
     }
     int64_t tiles = ceil_tiles(a.p.T);
@@ -675,6 +955,19 @@ template <int DT> cudaError_t backward(const cti_cuda_attn &a, cudaStream_t st) 
     int64_t rows = a.p.B * a.p.Hq * a.p.T;
     cudaError_t e = launch(attn_delta<DT>, (rows + kThr / 32 - 1) / (kThr / 32), 0, st, a, rows);
     if (e != cudaSuccess) return e;
+    if constexpr (DT == CT_F16 || DT == CT_BF16) {
+        if (a.tensor_cores) {
+            int64_t kt = (a.p.S + 63) / 64, qt = (a.p.T + 63) / 64;
+            if (a.dk || a.dv) {
+                e = launch(mma_narrow(a) ? attn_bwd_kv_mma<DT, 8> : attn_bwd_kv_mma<DT, 16>,
+                           a.p.B * a.p.Hkv * kt, kv_mma_smem<A>(a), st, a, kt);
+                if (e != cudaSuccess) return e;
+            }
+            if (!a.dq) return cudaSuccess;
+            return launch(mma_narrow(a) ? attn_bwd_q_mma<DT, 8> : attn_bwd_q_mma<DT, 16>,
+                          a.p.B * a.p.Hq * qt, q_mma_smem<A>(a), st, a, qt);
+        }
+    }
     int64_t ktiles = ceil_tiles(a.p.S), qtiles = ceil_tiles(a.p.T);
     if (a.dk || a.dv) {
         e = launch(attn_bwd_kv<DT>, a.p.B * a.p.Hkv * ktiles, kv_smem<A>(a), st, a, ktiles);
@@ -707,7 +1000,9 @@ extern "C" cudaError_t cti_cuda_attn_forward(const cti_cuda_attn *a, cudaStream_
 
 extern "C" cudaError_t cti_cuda_attn_backward(const cti_cuda_attn *a, cudaStream_t stream,
                                               const char **routine) {
-    *routine = "flash_bwd_delta+dkdv+dq_tile32";
+    *routine = a->tensor_cores && (a->dt == CT_F16 || a->dt == CT_BF16)
+                   ? "flash_bwd_mma_delta+dkdv+dq_tile64"
+                   : "flash_bwd_delta+dkdv+dq_tile32";
     switch (a->dt) {
     case CT_F16: return cti::backward<CT_F16>(*a, stream);
     case CT_BF16: return cti::backward<CT_BF16>(*a, stream);

@@ -21,7 +21,7 @@ extern "C" {
  * inputs in the forward, ...). */
 typedef struct cti_cuda_attn {
     ct_dtype dt;
-    bool tensor_cores; /* f16/bf16 forward: the mma.sync kernel (else the scalar one) */
+    bool tensor_cores; /* f16/bf16: the mma.sync kernels (else the scalar ones) */
     cti_attention_params p;
     const void *q, *k, *v, *mask; /* mask: uint8 for CTI_ATTN_MASK_BOOL, else dt */
     const void *go, *o, *lse;     /* backward: grad_out, out, lse */
