@@ -372,7 +372,7 @@ static void test_random_cases(void **state) {
 static void test_named_cases(void **state) {
     (void)state;
     const acase base = {.nd = 4, .B = 2, .Hq = 4, .Hkv = 2, .T = 37, .S = 53, .D = 24, .Dv = 24};
-    acase cs[16];
+    acase cs[24];
     int n = 0;
     cs[n++] = base;                                                   /* GQA 2, T != S */
     cs[n] = base, cs[n].T = 1, n++;                                   /* one query */
@@ -388,6 +388,9 @@ static void test_named_cases(void **state) {
     cs[n] = base, cs[n].nd = 3, cs[n].B = 1, cs[n].mask_kind = MASK_BOOL, cs[n].masked_row = true, n++;
     cs[n] = base, cs[n].scale = 0.7, cs[n].T = 130, cs[n].S = 257, n++; /* several tiles */
     cs[n] = base, cs[n].T = 200, cs[n].S = 200, cs[n].causal = true, cs[n].dropout_p = 0.1, n++;
+    cs[n] = base, cs[n].S = 0, n++;                       /* no keys: every row masked */
+    cs[n] = base, cs[n].T = 0, cs[n].causal = true, n++;  /* no queries */
+    cs[n] = base, cs[n].B = 1, cs[n].Hkv = 1, cs[n].Hq = 1, cs[n].T = 130, n++; /* one (b, kv head) */
     for (size_t d = 0; d < 4; d++)
         for (int i = 0; i < n; i++) {
             cs[i].dt = tu_float_dtypes[d];
