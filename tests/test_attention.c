@@ -43,6 +43,7 @@ typedef struct acase {
     int nd; /* 4, or 3 (B = 1) */
     int64_t B, Hq, Hkv, T, S, D, Dv;
     bool transposed; /* q, k, v are [B, T, H, D] leaves transposed to [B, H, T, D] */
+    bool strided;    /* q, k, v and the mask strided in every dim (tu_noncontig) */
     int mask_kind, mask_form;
     bool masked_row; /* force query row 0 to have every key masked */
     bool causal;
@@ -172,6 +173,12 @@ static ct_tensor *make_input(const acase *c, const double *vals, int64_t H, int6
         int64_t s4[4] = {B, H, L, E};
         lf = tu_from_f64(vals, c->nd, s4 + 4 - c->nd, c->dt);
         assert_non_null(lf);
+        if (c->strided) {
+            ct_tensor *nc = tu_noncontig(lf);
+            ct_tensor_release(lf);
+            lf = nc;
+            assert_non_null(lf);
+        }
         if (grad) assert_int_equal(ct_requires_grad_(lf, true), CT_OK);
         x = ct_tensor_retain(lf);
     } else {
@@ -240,6 +247,11 @@ static ct_tensor *make_mask(const acase *c, ref *r) {
     ct_tensor *m = tu_from_f64(r->mask, r->mnd, r->mshape,
                                c->mask_kind == MASK_BOOL ? CT_BOOL : c->dt);
     assert_non_null(m);
+    if (c->strided) {
+        ct_tensor *nc = tu_noncontig(m);
+        ct_tensor_release(m);
+        m = nc;
+    }
     return m;
 }
 
@@ -256,11 +268,11 @@ static const char *dname(ct_dtype dt) { return ct_dtype_name(dt); }
 
 static void describe(const acase *c, char *buf, size_t n) {
     snprintf(buf, n,
-             "%s %dd B%lld Hq%lld Hkv%lld T%lld S%lld D%lld Dv%lld%s mask %d form %d%s%s p %g "
+             "%s %dd B%lld Hq%lld Hkv%lld T%lld S%lld D%lld Dv%lld%s%s mask %d form %d%s%s p %g "
              "scale %g",
              dname(c->dt), c->nd, (long long)c->B, (long long)c->Hq, (long long)c->Hkv,
              (long long)c->T, (long long)c->S, (long long)c->D, (long long)c->Dv,
-             c->transposed ? " transposed" : "", c->mask_kind, c->mask_form,
+             c->transposed ? " transposed" : "", c->strided ? " strided" : "", c->mask_kind, c->mask_form,
              c->masked_row ? " masked-row" : "", c->causal ? " causal" : "", c->dropout_p,
              c->scale);
 }
@@ -349,6 +361,7 @@ static acase random_case(ct_dtype dt) {
     c.D = pick(dims, 8);
     c.Dv = tu_randint(0, 2) ? c.D : pick(dims, 8);
     c.transposed = tu_randint(0, 2);
+    c.strided = !c.transposed && tu_randint(0, 4) == 0;
     int kind = (int)tu_randint(0, 4); /* none, bool, additive, causal */
     c.mask_kind = kind < 3 ? kind : MASK_NONE;
     c.causal = kind == 3;
@@ -372,7 +385,7 @@ static void test_random_cases(void **state) {
 static void test_named_cases(void **state) {
     (void)state;
     const acase base = {.nd = 4, .B = 2, .Hq = 4, .Hkv = 2, .T = 37, .S = 53, .D = 24, .Dv = 24};
-    acase cs[16];
+    acase cs[24];
     int n = 0;
     cs[n++] = base;                                                   /* GQA 2, T != S */
     cs[n] = base, cs[n].T = 1, n++;                                   /* one query */
@@ -388,6 +401,11 @@ static void test_named_cases(void **state) {
     cs[n] = base, cs[n].nd = 3, cs[n].B = 1, cs[n].mask_kind = MASK_BOOL, cs[n].masked_row = true, n++;
     cs[n] = base, cs[n].scale = 0.7, cs[n].T = 130, cs[n].S = 257, n++; /* several tiles */
     cs[n] = base, cs[n].T = 200, cs[n].S = 200, cs[n].causal = true, cs[n].dropout_p = 0.1, n++;
+    cs[n] = base, cs[n].strided = true, cs[n].mask_kind = MASK_ADD, cs[n].masked_row = true, n++;
+    cs[n] = base, cs[n].strided = true, cs[n].Hkv = 4, cs[n].mask_kind = MASK_BOOL, n++;
+    cs[n] = base, cs[n].S = 0, n++;                       /* no keys: every row masked */
+    cs[n] = base, cs[n].T = 0, cs[n].causal = true, n++;  /* no queries */
+    cs[n] = base, cs[n].B = 1, cs[n].Hkv = 1, cs[n].Hq = 1, cs[n].T = 130, n++; /* one (b, kv head) */
     for (size_t d = 0; d < 4; d++)
         for (int i = 0; i < n; i++) {
             cs[i].dt = tu_float_dtypes[d];

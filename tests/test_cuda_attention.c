@@ -222,7 +222,7 @@ static int run_case(const gcase *c, ct_dtype dt) {
     int bad = 0;
     for (int i = 0; i < 4 && !bad; i++) {
         assert_int_equal(got.n[i], ref.n[i]);
-        double t = i == 0 ? tol : 4 * tol;
+        double t = i == 0 ? tol : 3 * tol; /* gradients sum more rounded terms */
         for (int64_t e = 0; e < ref.n[i]; e++) {
             double g = got.v[i][e], r = ref.v[i][e];
             if (!(fabs(g - r) <= t + t * fabs(r))) {

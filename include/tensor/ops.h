@@ -265,8 +265,8 @@ ct_tensor *ct_dropout_backward(ct_tensor *grad_y, ct_tensor *mask, double p);
  * [B, Hq, T, Dv] (or [Hq, T, Dv]) tensor:
  *   softmax(q k^T * scale + mask) v, dropout applied to the softmax.
  * attn_mask (NULL: none): bool (true = take part) or additive of q's dtype,
- * broadcastable to [B, Hq, T, S]; it gets no gradient (one that requires grad
- * is refused). is_causal: top-left causal (key j > query i masked); an error
+ * broadcastable to [B, Hq, T, S] ([Hq, T, S] for 3-d inputs); it gets no
+ * gradient (one that requires grad is refused). is_causal: top-left causal (key j > query i masked); an error
  * together with attn_mask. dropout_p in [0, 1): elements of the softmax are
  * dropped with Philox draws from gen (NULL: the default generator; only drawn
  * from when dropout_p > 0), the kept ones scaled by 1 / (1 - dropout_p).

@@ -13,9 +13,11 @@
 #define OP_FWD "ct_scaled_dot_product_attention"
 #define OP_BWD "ct_scaled_dot_product_attention_backward"
 
-/* Handles a front end creates (views, contiguous copies), released together. */
+/* Handles a front end creates (views, contiguous copies), released together:
+ * at most a copy and a view of each of 7 inputs and a view of each of 3
+ * outputs. */
 typedef struct temps {
-    ct_tensor *t[12];
+    ct_tensor *t[24];
     int n;
 } temps;
 
@@ -25,6 +27,7 @@ static void temps_release(temps *tp) {
 }
 
 static ct_tensor *keep(temps *tp, ct_tensor *t) {
+    assert(tp->n < (int)(sizeof tp->t / sizeof tp->t[0]));
     if (t) tp->t[tp->n++] = t;
     return t;
 }

@@ -9,8 +9,10 @@
  *   lse = m + log l; a row with every key masked (l = 0) gives out = 0 and
  *   lse = -inf.
  * Backward, from lse (P = exp(S - lse) recomputed per tile) and
- * D_i = rowsum(dO_i * O_i), in two passes so that each output tile has one
- * owner and no thread writes another's:
+ * D_i = rowsum(dO_i * O_i). For f32 and f64 with at least as many (b, kv
+ * head) pairs as threads, one pass per pair (it owns dk, dv and its query
+ * heads' dq rows; dq += scale dS k in place). Otherwise two passes, so that
+ * each output tile has one owner and no thread writes another's:
  *   keys:    per (b, kv head, key block), over the group's query heads and
  *            the query blocks: dV += drop(P)^T dO, dS = P * (drop(dO v^T) - D),
  *            dK += scale dS^T q
@@ -111,6 +113,12 @@ static void sdpa_bwd_queries_task(int64_t w0, int64_t w1, void *pv) {
     else sdpa_bwd_queries_f(k, w0, w1);
 }
 
+static void sdpa_bwd_fused_task(int64_t w0, int64_t w1, void *pv) {
+    at_ctx *k = pv;
+    if (k->c->in[1]->dtype == CT_F64) sdpa_bwd_fused_d(k, w0, w1);
+    else sdpa_bwd_fused_f(k, w0, w1);
+}
+
 static void ctx_init(at_ctx *k, ct_call *c) {
     const cti_attention_params *p = CTI_PARAMS(c, cti_attention_params);
     k->c = c;
@@ -137,8 +145,15 @@ static ct_status k_sdpa_backward(ct_call *c) {
     at_ctx k;
     ctx_init(&k, c);
     const cti_attention_params *p = k.p;
-    cti_parallel_for(p->B * p->Hkv * k.nkb, 1, sdpa_bwd_keys_task, &k);
-    cti_parallel_for(p->B * p->Hq * k.nqb, 1, sdpa_bwd_queries_task, &k);
+    ct_dtype dt = c->in[1]->dtype;
+    /* One pass where dq can accumulate in place and the (b, kv head) pairs
+     * keep every thread busy; two otherwise. */
+    if ((dt == CT_F32 || dt == CT_F64) && p->B * p->Hkv >= cti_cpu_threads()) {
+        cti_parallel_for(p->B * p->Hkv, 1, sdpa_bwd_fused_task, &k);
+    } else {
+        cti_parallel_for(p->B * p->Hkv * k.nkb, 1, sdpa_bwd_keys_task, &k);
+        cti_parallel_for(p->B * p->Hq * k.nqb, 1, sdpa_bwd_queries_task, &k);
+    }
     c->routine = c->in[1]->dtype == CT_F64 ? "flash cblas_dgemm" : "flash cblas_sgemm";
     if (atomic_load(&k.oom))
         return cti_error(CT_ERR_OOM, "cpu_sdpa_backward: out of memory for tiles");
@@ -497,6 +512,65 @@ static void NN_F(sdpa_bwd_queries)(at_ctx *k, int64_t w0, int64_t w1) {
                         (NN_T)p->scale, w.dP, (int)bk, K, (int)ldk, (NN_T)1, dQ, (int)D);
         }
         NN_F(tile_out)(c->out[0], b, h, i0, nq, D, dQ);
+    }
+    free(w.mem);
+}
+
+/* Both passes in one, for f32 and f64 (dq accumulates in the output, in
+ * place): per (b, kv head), which owns dk, dv and the dq rows of its query
+ * heads, so no two tasks write one element and the sums keep a fixed order.
+ * Saves the queries pass's recomputation of S and dO v^T. */
+static void NN_F(sdpa_bwd_fused)(at_ctx *k, int64_t w0, int64_t w1) {
+    const cti_attention_params *p = k->p;
+    ct_call *c = k->c;
+    NN_F(bw_buf) w;
+    if (!NN_F(bw_alloc)(k, &w)) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    int64_t bq = k->bq, bk = k->bk, D = p->D, Dv = p->Dv;
+    bool drop = p->dropout_p > 0;
+    const ct_tensor *dqt = c->out[0];
+    NN_T *dK = w.acc, *dV = w.acc2;
+    for (int64_t it = w0; it < w1; it++) {
+        int64_t hk = it % p->Hkv, b = it / p->Hkv;
+        for (int64_t h = hk * k->group; h < (hk + 1) * k->group; h++)
+            for (int64_t i = 0; i < p->T; i++)
+                memset((NN_T *)cti_data(dqt) + b * dqt->stride[0] + h * dqt->stride[1] +
+                           i * dqt->stride[2],
+                       0, (size_t)D * sizeof(NN_T));
+        for (int64_t kblk = 0; kblk < k->nkb; kblk++) {
+            int64_t j0 = kblk * bk, nk = min64(bk, p->S - j0), ldk, ldv;
+            const NN_T *K = NN_F(tile_in)(c->in[2], b, hk, j0, nk, D, w.kb, &ldk);
+            const NN_T *V = NN_F(tile_in)(c->in[3], b, hk, j0, nk, Dv, w.vb, &ldv);
+            for (int64_t e = 0; e < nk * D; e++) dK[e] = 0;
+            for (int64_t e = 0; e < nk * Dv; e++) dV[e] = 0;
+            int64_t qb0 = p->is_causal ? j0 / bq : 0;
+            for (int64_t h = hk * k->group; h < (hk + 1) * k->group; h++) {
+                for (int64_t qblk = qb0; qblk < k->nqb; qblk++) {
+                    int64_t i0 = qblk * bq, nq = min64(bq, p->T - i0);
+                    NN_F(qside) qs;
+                    NN_F(load_qside)(k, &w, b, h, i0, nq, &qs);
+                    NN_F(tile_grads)(k, &w, &qs, b, h, i0, nq, j0, nk, K, ldk, V, ldv);
+                    if (Dv > 0)
+                        AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Dv,
+                                (int)nq, (NN_T)1, drop ? w.Z : w.S, (int)bk, qs.G, (int)qs.ldg,
+                                (NN_T)1, dV, (int)Dv);
+                    if (D > 0) {
+                        AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D,
+                                (int)nq, (NN_T)p->scale, w.dP, (int)bk, qs.Q, (int)qs.ldq,
+                                (NN_T)1, dK, (int)D);
+                        NN_T *dq = (NN_T *)cti_data(dqt) + b * dqt->stride[0] +
+                                   h * dqt->stride[1] + i0 * dqt->stride[2];
+                        AT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)D,
+                                (int)nk, (NN_T)p->scale, w.dP, (int)bk, K, (int)ldk, (NN_T)1, dq,
+                                (int)dqt->stride[2]);
+                    }
+                }
+            }
+            NN_F(tile_out)(c->out[1], b, hk, j0, nk, D, dK);
+            NN_F(tile_out)(c->out[2], b, hk, j0, nk, Dv, dV);
+        }
     }
     free(w.mem);
 }
