@@ -335,6 +335,37 @@ ct_status ct_linear_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *x, c
                                            int64_t ignore_index, double label_smoothing,
                                            ct_reduction reduction, ct_tensor **dx,
                                            ct_tensor **dweight, ct_tensor **dbias);
+/* ---- attention ------------------------------------------------------------------------------
+ * As torch.nn.functional.scaled_dot_product_attention (PyTorch 2.5, with
+ * enable_gqa): q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] (or all
+ * 3-d [H, T, D], one batch), one floating dtype and device; Hq a multiple of
+ * Hkv (query head h reads key/value head h / (Hq / Hkv)). Returns a new
+ * [B, Hq, T, Dv] (or [Hq, T, Dv]) tensor:
+ *   softmax(q k^T * scale + mask) v, dropout applied to the softmax.
+ * attn_mask (NULL: none): bool (true = take part) or additive of q's dtype,
+ * broadcastable to [B, Hq, T, S] ([Hq, T, S] for 3-d inputs); it gets no
+ * gradient (one that requires grad is refused). is_causal: top-left causal (key j > query i masked); an error
+ * together with attn_mask. dropout_p in [0, 1): elements of the softmax are
+ * dropped with Philox draws from gen (NULL: the default generator; only drawn
+ * from when dropout_p > 0), the kept ones scaled by 1 / (1 - dropout_p).
+ * scale 0 or NaN means 1 / sqrt(D). A row with every key masked gives 0 (and
+ * no gradient), as PyTorch's safe softmax. The autograd node keeps q, k, v,
+ * the output and the per-row log-sum-exp, never a T x S matrix. */
+ct_tensor *ct_scaled_dot_product_attention(ct_tensor *q, ct_tensor *k, ct_tensor *v,
+                                           ct_tensor *attn_mask, double dropout_p,
+                                           bool is_causal, double scale, ct_generator *gen);
+/* The gradients of the above from the forward's output out and its per-row
+ * log-sum-exp lse ([B, Hq, T], float32, float64 for float64; -inf for a row
+ * with every key masked), dropout's seed and offset (the Philox draws the
+ * forward used) and its other arguments as it received them (scale already
+ * resolved or 0). Sets each of *dq, *dk, *dv that is not NULL to a new tensor
+ * of q's, k's and v's shape; asking for none is an error. */
+ct_status ct_scaled_dot_product_attention_backward(ct_tensor *grad_out, ct_tensor *q,
+                                                   ct_tensor *k, ct_tensor *v, ct_tensor *out,
+                                                   ct_tensor *lse, ct_tensor *attn_mask,
+                                                   double dropout_p, bool is_causal, double scale,
+                                                   uint64_t seed, uint64_t offset, ct_tensor **dq,
+                                                   ct_tensor **dk, ct_tensor **dv);
 
 #ifdef __cplusplus
 }

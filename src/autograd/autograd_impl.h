@@ -11,7 +11,7 @@
 #include "tensor/autograd.h"
 #include "tensor/ops.h"
 
-#define CTI_AG_MAX_IN 6
+#define CTI_AG_MAX_IN 8 /* at least CTI_CALL_MAX_IN: cti_run records a call's inputs */
 #define CTI_AG_MAX_OUT 4
 #define CTI_AG_MAX_SAVED 6
 

@@ -19,7 +19,7 @@
 #include "schema.h"
 #include "tensor/dispatch.h"
 
-#define CTI_CALL_MAX_IN 6
+#define CTI_CALL_MAX_IN 8 /* SDPA_BACKWARD takes 7 */
 #define CTI_CALL_MAX_OUT 4
 
 typedef struct ct_call {

@@ -456,7 +456,11 @@ typedef struct cti_ce_fused_params {
     X(TOPK, "topk", cti_seq_params, CTI_F(cti_bw_topk), TOPK_BACKWARD)                       \
     X(TOPK_BACKWARD, "topk_backward", cti_seq_params, CTI_NOFORMULA, NONE)                   \
     X(MULTINOMIAL, "multinomial", cti_seq_params, CTI_NODIFF, NONE)                          \
-    X(CROSS_ENTROPY_FUSED, "cross_entropy_fused", cti_ce_fused_params, CTI_NODIFF, NONE)
+    X(CROSS_ENTROPY_FUSED, "cross_entropy_fused", cti_ce_fused_params, CTI_NODIFF, NONE)  \
+    X(SDPA, "scaled_dot_product_attention", cti_attention_params, CTI_F(cti_bw_sdpa),         \
+      SDPA_BACKWARD)                                                                         \
+    X(SDPA_BACKWARD, "scaled_dot_product_attention_backward", cti_attention_params,           \
+      CTI_NOFORMULA, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

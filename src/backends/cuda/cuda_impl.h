@@ -158,6 +158,7 @@ void cti_cuda_register_seqops(void);      /* tril, triu, cumsum, topk, multinomi
 ct_status cti_cuda_seq_fault(const cti_cuda_fault *r, const char *op, const char *waiter,
                              int device);
 void cti_cuda_register_linear_ce(void);   /* cross_entropy_fused (ct_linear_cross_entropy) */
+void cti_cuda_register_attention(void);   /* scaled dot-product attention and backward */
 
 #endif /* !__cplusplus */
 #endif
