@@ -61,6 +61,7 @@ void cti_cpu_isa_describe(char *buf, size_t n);
 #define cti_cpu_register_embedding CTI_ISA_CAT(cti_cpu_register_embedding, CTI_ISA_SFX)
 #define cti_cpu_register_dropout CTI_ISA_CAT(cti_cpu_register_dropout, CTI_ISA_SFX)
 #define cti_cpu_register_optim CTI_ISA_CAT(cti_cpu_register_optim, CTI_ISA_SFX)
+#define cti_cpu_register_indexing CTI_ISA_CAT(cti_cpu_register_indexing, CTI_ISA_SFX)
 #endif
 
 /* ---- threads ------------------------------------------------------------------- */
@@ -118,5 +119,6 @@ void cti_cpu_register_loss(void);        /* cross_entropy, nll_loss, mse_loss */
 void cti_cpu_register_embedding(void);
 void cti_cpu_register_dropout(void);
 void cti_cpu_register_optim(void);       /* fused optimizer updates */
+void cti_cpu_register_indexing(void);    /* gather, index_select, scatter_add */
 
 #endif

@@ -15,4 +15,5 @@ void cti_cpu_register_kernels(void) {
     cti_cpu_register_embedding();
     cti_cpu_register_dropout();
     cti_cpu_register_optim();
+    cti_cpu_register_indexing();
 }
