@@ -447,12 +447,14 @@ static int fill_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tenso
 #include "parity_norm.inc"
 #include "parity_nn.inc"
 #include "parity_optim.inc"
+#include "parity_indexing.inc"
 
 static const pcase cases[] = {
     PARITY_CONV_CASES
     PARITY_NORM_CASES
     PARITY_NN_CASES
     PARITY_OPTIM_CASES
+    PARITY_INDEXING_CASES
     CT_UNARY_OPS(UNARY_ROW_)
     UNARY(LOGICAL_NOT, ct_logical_not, -1, 1),
     {CT_OP_CLAMP, 2, unary_inputs, clamp_run, NULL, NULL, NULL, -3, 3, -9, 10, 1},

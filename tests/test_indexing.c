@@ -627,6 +627,20 @@ static void test_gradcheck(void **state) {
         ct_tensor_release(in[0]);
         ct_tensor_release(idx);
     }
+    /* 0-d x: one element along dim 0 */
+    {
+        ct_tensor *x0 = leaf64(0, NULL, false);
+        int64_t three = 3, one = 1, zeros[3] = {0, 0, 0};
+        ct_tensor *i3 = ints(zeros, 1, &three, CT_I64), *i1 = ints(zeros, 1, &one, CT_I32);
+        gctx g0 = {.dim = 0};
+        ct_tensor *a[2] = {x0, i3}, *b[2] = {x0, i1};
+        gradcheck_ok("gather 0-d x", gc_gather, &g0, 2, a);
+        gradcheck_ok("index_select 0-d x", gc_index_select, &g0, 2, b);
+        g0.r = 2;
+        gradcheck_ok("repeat_interleave 0-d x", gc_repeat, &g0, 1, a);
+        ct_tensor *all[3] = {x0, i3, i1};
+        release_all(3, all);
+    }
     /* x broadcast by masked_fill: its gradient is summed back */
     int64_t xs[2] = {1, 4}, ms[2] = {3, 4};
     ct_tensor *x = leaf64(2, xs, false);

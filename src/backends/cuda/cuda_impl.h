@@ -151,6 +151,7 @@ void cti_cuda_register_pool(void);        /* max/avg/adaptive pooling and backwa
 void cti_cuda_register_norm(void);        /* rms_norm, layer_norm and backward */
 void cti_cuda_register_nn(void);          /* softmax, losses, embedding, dropout */
 void cti_cuda_register_optim(void);       /* fused optimizer updates */
+void cti_cuda_register_indexing(void);    /* gather, index_select, scatter_add */
 
 #endif /* !__cplusplus */
 #endif

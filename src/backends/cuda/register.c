@@ -21,6 +21,7 @@ static void cuda_register(void) {
     cti_cuda_register_norm();
     cti_cuda_register_nn();
     cti_cuda_register_optim();
+    cti_cuda_register_indexing();
 }
 
 /* "13.0" from 13000 (driver, runtime); "9.13.0" from 91300 (cuBLAS, cuDNN). */
