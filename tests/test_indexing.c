@@ -709,7 +709,8 @@ static void test_bad_inputs(void **state) {
     tu_assert_null_error(ct_gather(x, 1, i32), CT_ERR_DTYPE, "ct_gather", "int64", "int32");
     tu_assert_null_error(ct_gather(x, 1, f), CT_ERR_DTYPE, "ct_gather", "float32");
     tu_assert_null_error(ct_gather(x, 2, ok), CT_ERR_INDEX, "ct_gather", "dim 2");
-    tu_assert_null_error(ct_gather(x, 1, tall), CT_ERR_SHAPE, "ct_gather", "[4, 2]", "dim 0");
+    tu_assert_null_error(ct_gather(x, 1, tall), CT_ERR_SHAPE, "ct_gather", "[4, 2]", "dim 0",
+                         "for every dim d but 1");
     tu_assert_null_error(ct_gather(x, 1, one), CT_ERR_SHAPE, "ct_gather", "as many dims");
 
     /* scatter_add */

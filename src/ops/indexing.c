@@ -61,11 +61,12 @@ static ct_status check_fits(const char *op, const ct_tensor *index, const ct_ten
                             const char *name, int skip) {
     for (int k = 0; k < index->ndim && k < t->ndim; k++) {
         if (k == skip || index->shape[k] <= t->shape[k]) continue;
+        char but[32] = "";
+        if (skip >= 0) snprintf(but, sizeof but, " but %d", skip);
         return cti_error(CT_ERR_SHAPE,
-                         "%s: index %s is larger than %s %s in dim %d (expected index.size(%d) <= "
-                         "%s.size(%d)%s)",
-                         op, cti_desc(index), name, cti_desc(t), k, k, name, k,
-                         skip >= 0 ? " except in dim" : "");
+                         "%s: index %s is larger than %s %s in dim %d (expected index.size(d) <= "
+                         "%s.size(d) for every dim d%s)",
+                         op, cti_desc(index), name, cti_desc(t), k, name, but);
     }
     return CT_OK;
 }
