@@ -8,10 +8,11 @@
  *
  * Every index is checked against [0, size) before anything is written, so
  * the first bad one in row-major order is the one reported. scatter_add's
- * tasks own lines along dim: the positions of one line write only output
- * elements of that line, so no two tasks write one element and each element
- * sums in index order whatever the thread count (the CUDA kernel sums in the
- * same order, one thread per line). */
+ * tasks own whole lines along dim (a block of neighbouring lines, walked
+ * position by position along dim): the positions of one line write only
+ * output elements of that line, so no two tasks write one element and each
+ * element sums in index order whatever the thread count (the CUDA kernel
+ * sums in the same order, one thread per line). */
 #include "cpu_impl.h"
 
 static const char *op_label(ct_op op) {
@@ -85,35 +86,81 @@ static ct_status check_range(const char *op, const ct_tensor *idx, int dim, int6
     return CT_OK;
 }
 
+/* ---- blocks ------------------------------------------------------------------------------
+ * Both kernels walk index's shape in blocks: a row (every dim but the last
+ * fixed, and for scatter_add along another dim, dim too) and a chunk of at
+ * most CHUNK elements of the last dim, so the inner loops step through
+ * memory by fixed strides and the tasks split long rows. */
+#define CHUNK 256
+
+typedef struct blocks {
+    int nd;
+    int64_t rshape[CT_MAX_DIMS]; /* index's shape with 1 at the fixed dims of a block's walk */
+    int64_t nchunk;              /* chunks per row */
+    int64_t last;                /* the last dim's size */
+} blocks;
+
+static void blocks_init(blocks *b, const ct_tensor *idx, int also_one) {
+    b->nd = idx->ndim;
+    memcpy(b->rshape, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
+    b->last = idx->shape[idx->ndim - 1];
+    b->rshape[idx->ndim - 1] = 1;
+    if (also_one >= 0) b->rshape[also_one] = 1;
+    b->nchunk = (b->last + CHUNK - 1) / CHUNK;
+}
+
+static int64_t blocks_count(const blocks *b) {
+    return cti_numel(b->nd, b->rshape) * b->nchunk;
+}
+
+/* Block t: its row's element offsets along up to three stride sets, its row
+ * number, and its range [k0, k1) of the last dim. */
+static void block_at(const blocks *b, int64_t t, int nt, const int64_t *const *strides,
+                     int64_t *off, int64_t *row, int64_t *k0, int64_t *k1) {
+    int64_t r = t / b->nchunk, c = t % b->nchunk;
+    *row = r;
+    *k0 = c * CHUNK;
+    *k1 = *k0 + CHUNK < b->last ? *k0 + CHUNK : b->last;
+    for (int j = 0; j < nt; j++) off[j] = 0;
+    for (int k = b->nd - 1; k >= 0; k--) {
+        int64_t n = b->rshape[k], q = r % n;
+        r /= n;
+        for (int j = 0; j < nt; j++) off[j] += q * strides[j][k];
+    }
+}
+
 /* ---- gather ---------------------------------------------------------------------------- */
 
 typedef struct gather_ctx {
     ct_call *c;
     int dim;
+    blocks b;
     int64_t xstride[CT_MAX_DIMS]; /* x's, 0 along dim (the index gives that coordinate) */
 } gather_ctx;
 
 #define GATHER_LOOP(T)                                                                       \
-    for (int64_t p = p0; p < p1; p++, walk_next(&w)) {                                       \
-        int64_t i = idx_at(ib, i32, w.off[1]);                                               \
-        ((T *)ob)[p] = ((const T *)xb)[w.off[0] + i * xd];                                   \
-    }
+    for (int64_t k = k0; k < k1; k++)                                                        \
+        ((T *)ob)[row * len + k] = ((const T *)xb)[off[0] + k * xl + idx_at(ib, i32, off[1] + k * il) * xd];
 
-static void gather_task(int64_t p0, int64_t p1, void *ctx) {
-    gather_ctx *k = ctx;
-    ct_tensor *x = k->c->in[0], *idx = k->c->in[1], *out = k->c->out[0];
-    walk w;
-    const int64_t *st[2] = {k->xstride, idx->stride};
-    walk_init(&w, idx->ndim, idx->shape, 2, st, p0);
+static void gather_task(int64_t t0, int64_t t1, void *ctx) {
+    gather_ctx *g = ctx;
+    ct_tensor *x = g->c->in[0], *idx = g->c->in[1], *out = g->c->out[0];
+    const int64_t *st[2] = {g->xstride, idx->stride};
     const char *xb = cti_data(x), *ib = cti_data(idx);
     char *ob = cti_data(out);
     bool i32 = idx->dtype == CT_I32;
-    int64_t xd = x->stride[k->dim];
-    switch (ct_dtype_size(x->dtype)) {
-    case 1: GATHER_LOOP(uint8_t) break;
-    case 2: GATHER_LOOP(uint16_t) break;
-    case 4: GATHER_LOOP(uint32_t) break;
-    default: GATHER_LOOP(uint64_t) break;
+    int l = idx->ndim - 1;
+    int64_t xd = x->stride[g->dim], xl = g->xstride[l], il = idx->stride[l], len = g->b.last;
+    size_t es = ct_dtype_size(x->dtype);
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t off[2], row, k0, k1;
+        block_at(&g->b, t, 2, st, off, &row, &k0, &k1);
+        switch (es) {
+        case 1: GATHER_LOOP(uint8_t) break;
+        case 2: GATHER_LOOP(uint16_t) break;
+        case 4: GATHER_LOOP(uint32_t) break;
+        default: GATHER_LOOP(uint64_t) break;
+        }
     }
 }
 
@@ -122,11 +169,12 @@ static ct_status k_gather(ct_call *c) {
     ct_tensor *x = c->in[0], *idx = c->in[1];
     ct_status s = check_range(op_label(c->op), idx, p->dim, p->size);
     if (s != CT_OK) return s;
-    gather_ctx k = {.c = c, .dim = p->dim};
-    memcpy(k.xstride, x->stride, sizeof(int64_t) * (size_t)x->ndim);
-    k.xstride[p->dim] = 0;
-    int64_t n = cti_numel(idx->ndim, idx->shape);
-    if (n > 0) cti_parallel_for(n, CTI_GRAIN / 4, gather_task, &k);
+    if (cti_numel(idx->ndim, idx->shape) == 0) return CT_OK;
+    gather_ctx g = {.c = c, .dim = p->dim};
+    memcpy(g.xstride, x->stride, sizeof(int64_t) * (size_t)x->ndim);
+    g.xstride[p->dim] = 0;
+    blocks_init(&g.b, idx, -1);
+    cti_parallel_for(blocks_count(&g.b), CTI_GRAIN / 4 / CHUNK, gather_task, &g);
     return CT_OK;
 }
 
@@ -135,16 +183,21 @@ static ct_status k_gather(ct_call *c) {
 typedef struct scatter_ctx {
     ct_call *c;
     int dim;
-    int64_t lshape[CT_MAX_DIMS]; /* index's shape with 1 along dim: one position per line */
+    blocks b;
+    int64_t ostride[CT_MAX_DIMS]; /* out's, 0 along dim */
 } scatter_ctx;
 
-/* One line: out[o + index[j] * od] += src[s + j * sd] for j along dim. */
-#define SCATTER_LINE(T, ADD)                                                                 \
-    for (int64_t j = 0; j < len; j++) {                                                      \
-        T *dst = (T *)ob + w.off[0] + idx_at(ib, i32, w.off[1] + j * idd) * od;              \
-        T v = ((const T *)sb)[w.off[2] + j * sd];                                            \
-        *dst = ADD(*dst, v);                                                                 \
-    }
+/* A block: for j along dim, for k of the chunk (distinct output elements
+ * for distinct k), out[o + index * od + k * ol] += src[s + j * sd + k * sl]:
+ * each element sums in increasing j. With dim the last dim, the block is
+ * one line and k is j. */
+#define SCATTER_BLOCK(T, ADD)                                                                \
+    for (int64_t j = 0; j < len; j++)                                                        \
+        for (int64_t k = k0; k < k1; k++) {                                                  \
+            int64_t v = idx_at(ib, i32, off[1] + j * idd + k * il);                          \
+            T *dst = (T *)ob + off[0] + v * od + k * ol;                                     \
+            *dst = ADD(*dst, ((const T *)sb)[off[2] + j * sd + k * sl]);                     \
+        }
 
 #define ADD_PLAIN(a, b) ((a) + (b))
 #define ADD_BOOL(a, b) ((uint8_t)((a) | (b)))
@@ -153,44 +206,56 @@ typedef struct scatter_ctx {
 #define ADD_F16(a, b) ct_f32_to_f16(ct_f16_to_f32(a) + ct_f16_to_f32(b))
 #define ADD_BF16(a, b) cti_f32_to_bf16(cti_bf16_to_f32(a) + cti_bf16_to_f32(b))
 
-static void scatter_task(int64_t l0, int64_t l1, void *ctx) {
-    scatter_ctx *k = ctx;
-    ct_tensor *idx = k->c->in[1], *src = k->c->in[2], *out = k->c->out[0];
-    int d = k->dim;
-    walk w;
-    const int64_t *st[3] = {out->stride, idx->stride, src->stride};
-    walk_init(&w, idx->ndim, k->lshape, 3, st, l0);
+static void scatter_task(int64_t t0, int64_t t1, void *ctx) {
+    scatter_ctx *g = ctx;
+    ct_tensor *idx = g->c->in[1], *src = g->c->in[2], *out = g->c->out[0];
+    int d = g->dim, l = idx->ndim - 1;
+    const int64_t *st[3] = {g->ostride, idx->stride, src->stride};
     const char *ib = cti_data(idx), *sb = cti_data(src);
     char *ob = cti_data(out);
     bool i32 = idx->dtype == CT_I32;
-    int64_t len = idx->shape[d], od = out->stride[d], idd = idx->stride[d], sd = src->stride[d];
-    for (int64_t l = l0; l < l1; l++, walk_next(&w)) {
+    /* along dim the last dim: one line per row, walked by k alone */
+    bool line = d == l;
+    int64_t len = line ? 1 : idx->shape[d], od = out->stride[d];
+    int64_t idd = line ? 0 : idx->stride[d], sd = line ? 0 : src->stride[d];
+    int64_t ol = line ? 0 : out->stride[l], il = idx->stride[l], sl = src->stride[l];
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t off[3], row, k0, k1;
+        if (line) {
+            /* a whole line in one block, so its adds stay in order */
+            block_at(&g->b, t * g->b.nchunk, 3, st, off, &row, &k0, &k1);
+            k1 = g->b.last;
+        } else {
+            block_at(&g->b, t, 3, st, off, &row, &k0, &k1);
+        }
         switch (out->dtype) {
-        case CT_F32: SCATTER_LINE(float, ADD_PLAIN) break;
-        case CT_F64: SCATTER_LINE(double, ADD_PLAIN) break;
-        case CT_F16: SCATTER_LINE(uint16_t, ADD_F16) break;
-        case CT_BF16: SCATTER_LINE(uint16_t, ADD_BF16) break;
-        case CT_I32: SCATTER_LINE(int32_t, ADD_I32) break;
-        case CT_I64: SCATTER_LINE(int64_t, ADD_I64) break;
-        default: SCATTER_LINE(uint8_t, ADD_BOOL) break;
+        case CT_F32: SCATTER_BLOCK(float, ADD_PLAIN) break;
+        case CT_F64: SCATTER_BLOCK(double, ADD_PLAIN) break;
+        case CT_F16: SCATTER_BLOCK(uint16_t, ADD_F16) break;
+        case CT_BF16: SCATTER_BLOCK(uint16_t, ADD_BF16) break;
+        case CT_I32: SCATTER_BLOCK(int32_t, ADD_I32) break;
+        case CT_I64: SCATTER_BLOCK(int64_t, ADD_I64) break;
+        default: SCATTER_BLOCK(uint8_t, ADD_BOOL) break;
         }
     }
 }
 
 static ct_status k_scatter_add(ct_call *c) {
     const cti_index_params *p = CTI_PARAMS(c, cti_index_params);
-    ct_tensor *idx = c->in[1];
+    ct_tensor *idx = c->in[1], *out = c->out[0];
     ct_status s = check_range(op_label(c->op), idx, p->dim, p->size);
     if (s != CT_OK) return s;
-    scatter_ctx k = {.c = c, .dim = p->dim};
-    memcpy(k.lshape, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
-    int64_t len = idx->shape[p->dim];
-    k.lshape[p->dim] = 1;
-    int64_t lines = cti_numel(idx->ndim, k.lshape);
-    if (len > 0 && lines > 0) {
-        int64_t grain = CTI_GRAIN / 4 / len;
-        cti_parallel_for(lines, grain > 0 ? grain : 1, scatter_task, &k);
-    }
+    if (cti_numel(idx->ndim, idx->shape) == 0) return CT_OK;
+    scatter_ctx g = {.c = c, .dim = p->dim};
+    memcpy(g.ostride, out->stride, sizeof(int64_t) * (size_t)out->ndim);
+    g.ostride[p->dim] = 0;
+    blocks_init(&g.b, idx, p->dim);
+    bool line = p->dim == idx->ndim - 1;
+    /* lines along the last dim are not split: one task adds a line in order */
+    int64_t n = line ? cti_numel(idx->ndim, g.b.rshape) : blocks_count(&g.b);
+    int64_t per = line ? g.b.last : CHUNK * idx->shape[p->dim];
+    int64_t grain = CTI_GRAIN / 4 / (per > 0 ? per : 1);
+    cti_parallel_for(n, grain > 0 ? grain : 1, scatter_task, &g);
     return CT_OK;
 }
 
