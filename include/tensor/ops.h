@@ -366,6 +366,50 @@ ct_status ct_scaled_dot_product_attention_backward(ct_tensor *grad_out, ct_tenso
                                                    double dropout_p, bool is_causal, double scale,
                                                    uint64_t seed, uint64_t offset, ct_tensor **dq,
                                                    ct_tensor **dk, ct_tensor **dv);
+/* ---- indexing ------------------------------------------------------------------------------
+ * As PyTorch's. dim < 0 counts from the end; a 0-d tensor takes dim 0 or -1.
+ * Indices must lie in [0, x.size(dim)) (negative ones are refused, as
+ * PyTorch's gather and index_select do): one outside gives CT_ERR_INDEX, on
+ * the GPU too. Every dtype works for x and src; gradients flow to the
+ * floating ones. */
+/* New tensor of index's shape and x's dtype: out[i][j] = x[i][index[i][j]] for
+ * dim 1 (torch.gather). index int64, x's ndim, index.size(d) <= x.size(d) for
+ * d != dim. */
+ct_tensor *ct_gather(ct_tensor *x, int dim, ct_tensor *index);
+/* New tensor: a copy of x with src[p] added at x[p with dim replaced by
+ * index[p]] for every position p of index (out-of-place
+ * torch.scatter_add). index int64; x, index, src of one ndim;
+ * index.size(d) <= src.size(d) for every d and <= x.size(d) for d != dim;
+ * src has x's dtype (bool adds as logical or, integers wrap). */
+ct_tensor *ct_scatter_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src);
+/* New tensor: the entries index[k] of x along dim (torch.index_select);
+ * index 0-d or 1-d, int64 or int32. */
+ct_tensor *ct_index_select(ct_tensor *x, int dim, ct_tensor *index);
+/* New tensor of x's dtype and the broadcast shape of x and mask: value where
+ * mask (bool, broadcast) is true, x elsewhere (torch.masked_fill). value must
+ * fit an integer x's dtype. */
+ct_tensor *ct_masked_fill(ct_tensor *x, ct_tensor *mask, double value);
+/* New tensor: each slice of x along dim repeated repeats (>= 0) times in a
+ * row, [B, H, T, D] -> [B, H * r, T, D] for dim 1
+ * (torch.repeat_interleave with an int repeats). */
+ct_tensor *ct_repeat_interleave(ct_tensor *x, int64_t repeats, int dim);
+/* Views of x (torch.split): pieces of split_size along dim, the last one
+ * smaller when split_size does not divide the size (split_size 0 only for
+ * an empty dim: one empty piece). Writes *n_out pieces to out[0..], each a
+ * new handle the caller owns; out NULL only counts them (*n_out). Fails
+ * (CT_ERR_INVALID_ARG, nothing written) when more than max_out pieces. */
+ct_status ct_split(ct_tensor *x, int64_t split_size, int dim, int max_out, ct_tensor **out,
+                   int *n_out);
+/* Views of x of the n sizes (>= 0, summing to x.size(dim)) along dim
+ * (torch.split with a list); out as ct_split, which it fills n of. */
+ct_status ct_split_with_sizes(ct_tensor *x, int n, const int64_t *sizes, int dim,
+                              ct_tensor **out);
+/* Views of x (torch.chunk): split with split_size ceil(size / chunks), so
+ * fewer than chunks pieces when the sizes allow no more (6 in 4 chunks gives
+ * 3 of 2); chunks empty pieces of an empty dim. chunks >= 1; out, max_out,
+ * n_out as ct_split. */
+ct_status ct_chunk(ct_tensor *x, int64_t chunks, int dim, int max_out, ct_tensor **out,
+                   int *n_out);
 
 #ifdef __cplusplus
 }

@@ -313,6 +313,24 @@ typedef struct cti_seq_params {
 static inline double cti_multinomial_uniform(uint32_t a, uint32_t b) {
     return ((double)(a >> 5) * 67108864.0 + (double)(b >> 6)) * 0x1p-53;
 }
+/* indexing */
+/* GATHER, INDEX_SELECT: in x, index; out out (index's shape, x's dtype,
+ * contiguous). out[p] = x[p with coordinate dim replaced by index[p]].
+ * SCATTER_ADD: in x, index, src; out out (x's shape, contiguous), which
+ * holds a copy of x already (the front end's): out[p with coordinate dim
+ * replaced by index[p]] += src[p] for every p of index's shape, in
+ * increasing order along dim, each add rounded to the dtype (so every
+ * backend sums in the same order; bool adds as or, integers wrap). index is int64 or int32; every tensor
+ * has at least one dim (front ends view 0-d ones as [1]) and the same
+ * ndim, and the kernels read their shapes and strides (index may have
+ * stride 0: index_select expands a 1-d index). dim is non-negative;
+ * indices must lie in [0, size), size = x.size(dim): a kernel finding one
+ * outside fails with CT_ERR_INDEX naming the op, the first such index in
+ * row-major order and the range, and touches no memory out of bounds. */
+typedef struct cti_index_params {
+    int dim;
+    int64_t size;
+} cti_index_params;
 
 /* ---- the kernels' contract ------------------------------------------------------
  * in[] holds the first parameter's tensors for the trace only.
@@ -460,7 +478,11 @@ typedef struct cti_ce_fused_params {
     X(SDPA, "scaled_dot_product_attention", cti_attention_params, CTI_F(cti_bw_sdpa),         \
       SDPA_BACKWARD)                                                                         \
     X(SDPA_BACKWARD, "scaled_dot_product_attention_backward", cti_attention_params,           \
-      CTI_NOFORMULA, NONE)
+      CTI_NOFORMULA, NONE)                                                                   \
+    /* indexing */                                                                           \
+    X(GATHER, "gather", cti_index_params, CTI_F(cti_bw_gather), NONE)                        \
+    X(INDEX_SELECT, "index_select", cti_index_params, CTI_F(cti_bw_index_select), NONE)      \
+    X(SCATTER_ADD, "scatter_add", cti_index_params, CTI_F(cti_bw_scatter_add), NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

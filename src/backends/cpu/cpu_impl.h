@@ -65,6 +65,7 @@ void cti_cpu_isa_describe(char *buf, size_t n);
 #define cti_cpu_register_seqops CTI_ISA_CAT(cti_cpu_register_seqops, CTI_ISA_SFX)
 #define cti_cpu_register_linear_ce CTI_ISA_CAT(cti_cpu_register_linear_ce, CTI_ISA_SFX)
 #define cti_cpu_register_attention CTI_ISA_CAT(cti_cpu_register_attention, CTI_ISA_SFX)
+#define cti_cpu_register_indexing CTI_ISA_CAT(cti_cpu_register_indexing, CTI_ISA_SFX)
 #endif
 
 /* ---- threads ------------------------------------------------------------------- */
@@ -126,5 +127,6 @@ void cti_cpu_register_rope(void);        /* rope, swiglu and their backward ops 
 void cti_cpu_register_seqops(void);      /* tril, triu, cumsum, topk, multinomial */
 void cti_cpu_register_linear_ce(void);   /* cross_entropy_fused (ct_linear_cross_entropy) */
 void cti_cpu_register_attention(void);   /* scaled dot-product attention */
+void cti_cpu_register_indexing(void);    /* gather, index_select, scatter_add */
 
 #endif

@@ -252,6 +252,34 @@ typedef struct cti_cuda_swiglu_args {
 
 cudaError_t cti_cuda_swiglu(const cti_cuda_swiglu_args *a, int sm_count, cudaStream_t stream,
                             const char **routine);
+/* ---- indexing (indexing.cu) ------------------------------------------------------------------ */
+/* GATHER / INDEX_SELECT and SCATTER_ADD (cti_index_params; schema.h's
+ * contract). The kernels walk shape (nd dims): gather index's shape, one
+ * thread per element; scatter_add index's shape with 1 along dim, one
+ * thread per line of len positions. Strides in elements: ts the indexed
+ * tensor's (gather: x, read; scatter_add: out, written) with 0 along dim and
+ * tdim its stride along dim, is index's, ss src's (scatter_add), cs the
+ * row-major strides of index's shape (positions for *bad). The kernels
+ * record the smallest row-major position of index holding a value outside
+ * [0, size) in *bad (all ones: none) and never address memory with it. */
+typedef struct cti_cuda_index {
+    int dt;      /* ct_dtype of x, src and out */
+    int idx_i32; /* index int32 (else int64) */
+    int nd, dim;
+    int64_t size, tdim, len;
+    int64_t shape[CT_MAX_DIMS], ts[CT_MAX_DIMS], is[CT_MAX_DIMS], ss[CT_MAX_DIMS],
+        cs[CT_MAX_DIMS];
+    const void *x, *idx, *src;
+    void *out; /* gather: contiguous, index's shape */
+    unsigned long long *bad;
+} cti_cuda_index;
+
+/* n threads (output elements); *routine receives the kernel's name. */
+cudaError_t cti_cuda_gather(const cti_cuda_index *a, int64_t n, int sm_count, cudaStream_t st,
+                            const char **routine);
+/* n threads (lines along dim), adding in index order (the CPU's). */
+cudaError_t cti_cuda_scatter_add(const cti_cuda_index *a, int64_t n, int sm_count,
+                                 cudaStream_t st, const char **routine);
 
 #ifdef __cplusplus
 }
