@@ -20,7 +20,9 @@
 # meson's), else to the build directory's gpu-logs/.
 #
 # Environment: CT_GPU_BUILD (build directory, default build-gpu),
-# CT_GPU_SKIP_SANITIZER=1 to leave out step 4, CT_GPU_SKIP_BENCH=1 step 5,
+# CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
+# (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only),
+# CT_GPU_SKIP_BENCH=1 step 5 (CT_GPU_BENCH_ONLY="name ..." keeps those),
 # CT_GPU_BENCH=quick|full|0 for step 6, CT_GPU_FASHION_EPOCHS=N (0: none) for
 # step 7. Steps 4-7 can run in separate calls on the same build directory.
 set -euo pipefail
@@ -96,8 +98,10 @@ summary() {
 }
 trap summary EXIT
 
-# The CUDA test executables, each also run under compute-sanitizer.
-cuda_tests="test_cuda test_cuda_parity test_cuda_conv test_cuda_norm test_cuda_nn test_cuda_train"
+# The CUDA test executables, each also run under compute-sanitizer: every
+# tests/test_cuda* program the build made (found after the build), or the
+# names in CT_GPU_SANITIZER_TESTS.
+cuda_tests=${CT_GPU_SANITIZER_TESTS:-}
 
 
 # ---- 1. the machine and cmocka ----------------------------------------------------------
@@ -148,9 +152,14 @@ if [ "$failed" -ne 0 ]; then
     exit 1
 fi
 step cten-info "$build/examples/cten-info"
+if [ -z "$cuda_tests" ]; then
+    for t in "$build"/tests/test_cuda*; do
+        [ -f "$t" ] && [ -x "$t" ] && cuda_tests="$cuda_tests $(basename "$t")"
+    done
+fi
 
 # ---- 3. the test suite --------------------------------------------------------------------
-step tests meson test -C "$build" --print-errorlogs --no-rebuild
+[ "${CT_GPU_SKIP_TESTS:-0}" = 1 ] || step tests meson test -C "$build" --print-errorlogs --no-rebuild
 
 # ---- 4. compute-sanitizer -------------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || true)
@@ -173,13 +182,24 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
 fi
 
 # ---- 5. benchmarks ------------------------------------------------------------------------------
+# CT_GPU_BENCH_ONLY="rmsnorm attention" keeps the benchmarks (and twins) of
+# those names.
+bench_wanted() {
+    [ -z "${CT_GPU_BENCH_ONLY:-}" ] && return 0
+    local w
+    for w in $CT_GPU_BENCH_ONLY; do [ "$1" = "$w" ] && return 0; done
+    return 1
+}
 [ "${CT_GPU_SKIP_BENCH:-0}" = 1 ] || for b in "$build"/bench/bench_cuda_*; do
     [ -x "$b" ] && [ -f "$b" ] || continue
+    bench_wanted "${b##*/bench_cuda_}" || continue
     step "$(basename "$b")" "$b"
 done
 # PyTorch on the same GPU, in the same call, for the ratios.
 [ "${CT_GPU_SKIP_BENCH:-0}" = 1 ] || for p in bench/torch_cuda_*.py; do
     [ -f "$p" ] || continue
+    n=${p##*/torch_cuda_}
+    bench_wanted "${n%.py}" || continue
     step "$(basename "$p" .py)" python3 "$p"
 done
 
