@@ -450,6 +450,7 @@ static int fill_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tenso
 #include "parity_rope.inc"
 #include "parity_linear_ce.inc"
 #include "parity_attention.inc"
+#include "parity_seqops.inc"
 #include "parity_indexing.inc"
 
 static const pcase cases[] = {
@@ -460,6 +461,7 @@ static const pcase cases[] = {
     PARITY_ROPE_CASES
     PARITY_LINEAR_CE_CASES
     PARITY_ATTENTION_CASES
+    PARITY_SEQOPS_CASES
     PARITY_INDEXING_CASES
     CT_UNARY_OPS(UNARY_ROW_)
     UNARY(LOGICAL_NOT, ct_logical_not, -1, 1),
