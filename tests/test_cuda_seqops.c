@@ -35,6 +35,13 @@ static ct_tensor *chk(ct_tensor *t) {
 
 static ct_tensor *gpu(ct_tensor *t) { return chk(ct_to_device(t, CT_CUDA(0))); }
 
+/* The GPU copy of a CPU tensor made for it, which is released. */
+static ct_tensor *gpu_take(ct_tensor *t) {
+    ct_tensor *g = gpu(t);
+    ct_tensor_release(t);
+    return g;
+}
+
 /* t on the CPU or the GPU, non-contiguous when nc (same values). */
 static ct_tensor *place(ct_tensor *t, bool on_gpu, bool nc) {
     ct_tensor *a = on_gpu ? gpu(t) : ct_tensor_retain(t);
@@ -247,7 +254,7 @@ static void test_topk_grad_parity(void **state) {
 static void test_topk_backward_bad_index(void **state) {
     (void)state;
     NEED_GPU();
-    ct_tensor *g = gpu(chk(ct_tensor_ones(2, (const int64_t[]){2, 2}, CT_F32, CT_CPU)));
+    ct_tensor *g = gpu_take(chk(ct_tensor_ones(2, (const int64_t[]){2, 2}, CT_F32, CT_CPU)));
     int64_t bad[4] = {0, 1, 9, 2};
     ct_tensor *ic = chk(ct_tensor_from_data(bad, CT_I64, 2, (const int64_t[]){2, 2}));
     ct_tensor *ig = gpu(ic);
@@ -329,22 +336,22 @@ static void test_multinomial_bad_weights(void **state) {
     for (int k = 0; k < 3; k++) {
         double w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
         w[6] = bad[k];
-        ct_tensor *p = gpu(chk(tu_from_f64(w, 2, (const int64_t[]){2, 4}, CT_F32)));
+        ct_tensor *p = gpu_take(chk(tu_from_f64(w, 2, (const int64_t[]){2, 4}, CT_F32)));
         expect_multinomial_fault(p, 2, k != 0, "finite and non-negative", "row 1, element 2");
         ct_tensor_release(p);
     }
     double z[6] = {1, 2, 3, 0, 0, 0};
-    ct_tensor *p = gpu(chk(tu_from_f64(z, 2, (const int64_t[]){2, 3}, CT_F64)));
+    ct_tensor *p = gpu_take(chk(tu_from_f64(z, 2, (const int64_t[]){2, 3}, CT_F64)));
     expect_multinomial_fault(p, 1, true, "row 1 of the probabilities sums to 0", "positive");
     ct_tensor_release(p);
     double f[6] = {1, 0, 3, 0, 0, 2};
-    p = gpu(chk(tu_from_f64(f, 2, (const int64_t[]){2, 3}, CT_BF16)));
+    p = gpu_take(chk(tu_from_f64(f, 2, (const int64_t[]){2, 3}, CT_BF16)));
     expect_multinomial_fault(p, 2, false, "cannot draw 2 samples without replacement from row 1",
                              "which has 1 non-zero");
     ct_tensor_release(p);
     /* good weights after a fault: no error left behind */
     double ok[3] = {1, 1, 1};
-    p = gpu(chk(tu_from_f64(ok, 1, (const int64_t[]){3}, CT_F32)));
+    p = gpu_take(chk(tu_from_f64(ok, 1, (const int64_t[]){3}, CT_F32)));
     ct_tensor *s = chk(ct_multinomial(p, 4, true, NULL));
     assert_int_equal(ct_cuda_synchronize(0), CT_OK);
     ct_tensor_release(s);

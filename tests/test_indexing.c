@@ -790,6 +790,31 @@ static void test_bad_inputs(void **state) {
     release_all(17, all);
 }
 
+/* Every op's results belong to the scope open around it: ending the scope
+ * leaves nothing alive (the fixture counts), whatever the op made inside. */
+static void test_results_in_scope(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *x = tu_rand(CT_SHAPE(5, 6), CT_F32, -2, 2, NULL);
+    ct_tensor *x0 = tu_rand(0, NULL, CT_F32, -2, 2, NULL);
+    ct_tensor *idx = tu_rand(CT_SHAPE(3, 6), CT_I64, 0, 5, NULL);
+    ct_tensor *src = tu_rand(CT_SHAPE(3, 6), CT_F32, -2, 2, NULL);
+    ct_tensor *sel = tu_rand(CT_SHAPE(4), CT_I64, 0, 5, NULL);
+    ct_tensor *mask = tu_rand(CT_SHAPE(6), CT_BOOL, 0, 1, NULL);
+    ct_tensor *pieces[8];
+    int n = 0;
+    assert_non_null(ct_gather(x, 0, idx));
+    assert_non_null(ct_scatter_add(x, 0, idx, src));
+    assert_non_null(ct_index_select(x, 1, sel));
+    assert_non_null(ct_masked_fill(x, mask, 3));
+    assert_non_null(ct_repeat_interleave(x, 2, 0));
+    assert_non_null(ct_repeat_interleave(x, 1, 1));
+    assert_non_null(ct_repeat_interleave(x0, 3, 0));
+    assert_int_equal(ct_chunk(x, 3, 1, 8, pieces, &n), CT_OK);
+    assert_int_equal(ct_split(x, 2, 0, 8, pieces, &n), CT_OK);
+    ct_scope_end(sc);
+}
+
 int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -806,6 +831,7 @@ int main(void) {
         T(test_gradcheck),
         T(test_grad_values),
         T(test_bad_inputs),
+        T(test_results_in_scope),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

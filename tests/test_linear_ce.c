@@ -593,12 +593,34 @@ static void test_errors(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_release(all[i]);
 }
 
+/* The explicit backward's gradients belong to the scope open around it:
+ * ending the scope leaves nothing alive (the fixture counts). */
+static void test_results_in_scope(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *x = tu_rand(CT_SHAPE(8, 4), CT_F32, -1, 1, NULL);
+    ct_tensor *w = tu_rand(CT_SHAPE(6, 4), CT_F32, -1, 1, NULL);
+    ct_tensor *b = tu_rand(CT_SHAPE(6), CT_F32, -1, 1, NULL);
+    ct_tensor *t = tu_rand(CT_SHAPE(8), CT_I64, 0, 6, NULL);
+    ct_tensor *g = ct_tensor_scalar(1.0, CT_F32, CT_CPU);
+    ct_tensor *dx = NULL, *dw = NULL, *db = NULL;
+    assert_int_equal(ct_linear_cross_entropy_backward(g, x, w, b, t, -100, 0.2,
+                                                      CT_REDUCTION_MEAN, &dx, &dw, &db),
+                     CT_OK);
+    assert_non_null(dx);
+    assert_non_null(dw);
+    assert_non_null(db);
+    assert_non_null(ct_linear_cross_entropy(x, w, b, t, -100, 0, CT_REDUCTION_SUM));
+    ct_scope_end(sc);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_values_and_grads), T(test_chunk_boundaries), T(test_wide_rows),
         T(test_matches_unfused), T(test_all_ignored_and_empty), T(test_grad_modes),
         T(test_single_row), T(test_backward_function), T(test_gradcheck), T(test_errors),
+        T(test_results_in_scope),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -285,7 +285,9 @@ ct_tensor *ct_repeat_interleave(ct_tensor *x, int64_t repeats, int dim) {
     /* x viewed [.., s, 1, ..], expanded to [.., s, r, ..] and reshaped to
      * [.., s * r, ..]: the reshape copies, and expand's gradient sums each
      * group of r back. */
-    ct_tensor *x1 = x->ndim ? ct_tensor_retain(x) : ct_reshape(x, 1, shape);
+    /* x itself, not a retain of it: releasing a retain of a handle the
+     * caller's scope owns would take it out of the scope */
+    ct_tensor *x1 = x->ndim ? x : ct_reshape(x, 1, shape);
     if (!x1) return NULL;
     ct_tensor *u = ct_unsqueeze(x1, d + 1);
     int64_t eshape[CT_MAX_DIMS + 1];
@@ -304,7 +306,7 @@ ct_tensor *ct_repeat_interleave(ct_tensor *x, int64_t repeats, int dim) {
     }
     ct_tensor_release(e);
     ct_tensor_release(u);
-    ct_tensor_release(x1);
+    if (x1 != x) ct_tensor_release(x1);
     return out;
 }
 

@@ -428,8 +428,16 @@ ct_status ct_linear_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *x, c
     }
     if (dx && !(gf = ct_view(o.dx, x->ndim, x->shape))) goto fail;
     if (dx) *dx = gf;
-    if (dweight) *dweight = ct_tensor_retain(o.dw);
-    if (dbias) *dbias = ct_tensor_retain(o.db);
+    /* handed over, not retained: a retain released below would take the
+     * handle out of the caller's scope (ct_tensor_release's contract) */
+    if (dweight) {
+        *dweight = o.dw;
+        o.dw = NULL;
+    }
+    if (dbias) {
+        *dbias = o.db;
+        o.db = NULL;
+    }
     goto done;
 fail:
     st = ct_last_status() != CT_OK ? ct_last_status() : CT_ERR_OOM;
