@@ -963,7 +963,8 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, con
 // kept: each thread folds its chunks into an online (max, sum of exp) as
 // they arrive, kStreamChunks 16-byte chunks in flight at a time, and the
 // block merges the pairs in one fold. Blocks of kStreamThreads within 40
-// registers a thread, 6 a multiprocessor, so 96 KiB are in flight on each;
+// registers a thread, 6 a multiprocessor, so 96 KiB are in flight on each,
+// and a grid of the blocks the device holds at once;
 // a block per row held in registers (512 threads, 32 bytes each, 64 KiB)
 // read at about half the copy rate. Rows of any length (a multiple of the chunk) take this kernel.
 // The target's logit comes from the thread that meets it, through shared
@@ -1252,6 +1253,32 @@ int ce_rows_nv_dt(const cti_nn_cls *r) {
     }
 }
 
+// Blocks of the streaming forward the device holds at once (at most the
+// forward's partials cap).
+template <int DT> unsigned ce_stream_resident(int sms) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
+    static std::atomic<int> per_sm{0}; // the same answer on every thread: a race is harmless
+    int k = per_sm.load(std::memory_order_relaxed);
+    if (k == 0) {
+        int n = 0;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ce_fwd_stream<DT, VEC>, kStreamThreads, 0);
+        cudaGetLastError();
+        k = n > 0 ? n : 1;
+        per_sm.store(k, std::memory_order_relaxed);
+    }
+    int64_t b = (int64_t)k * (sms > 0 ? sms : 1);
+    return (unsigned)(b < kRedBlocksCap ? b : kRedBlocksCap);
+}
+
+unsigned ce_stream_resident_dt(const cti_nn_cls *r) {
+    switch (r->dt) {
+    case CT_F32: return ce_stream_resident<CT_F32>(r->sms);
+    case CT_F64: return ce_stream_resident<CT_F64>(r->sms);
+    case CT_F16: return ce_stream_resident<CT_F16>(r->sms);
+    default: return ce_stream_resident<CT_BF16>(r->sms);
+    }
+}
+
 // Rows the streaming forward reads in 16-byte chunks: long (shorter ones go
 // a warp a row), a whole number of chunks, aligned.
 template <int DT> bool ce_stream_ok(const cti_nn_cls *r) {
@@ -1287,7 +1314,10 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
     pl.plain = ce && !r->weight && r->ls == 0 && (bwd ? pl.rows_nv > 0 : ce_stream_ok_dt(r));
     if (pl.plain && !bwd) {
-        pl.blocks = blocks_for(npos, 1, kRedBlocksCap);
+        // Every block resident at once, each taking an equal share of the
+        // rows: with a grid past one wave, the last wave's few blocks each
+        // walk their whole share of rows at a fraction of the occupancy.
+        pl.blocks = blocks_for(npos, 1, ce_stream_resident_dt(r));
         pl.split = r->reduction != RED_NONE && pl.blocks > 1;
         if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
         return pl;
