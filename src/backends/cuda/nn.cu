@@ -956,66 +956,60 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, con
 #undef BWD_ROW_
 }
 
-// Long rows without class weights or label smoothing, the common case.
+// Long rows without class weights or label smoothing, the common case,
+// shaped as sm_rows (which moves a softmax at the copy rate): a block per
+// row held in registers, the row's chunks and its target issued together,
+// no second buffer, within 32 registers a thread for rows of up to 2 chunks
+// a thread, so four blocks of 512 fit a multiprocessor (the double-buffered
+// kernels above need 64 and fit two). The forward's target logit comes from
+// the thread that holds it, through shared memory, so no load waits for
+// the target.
 //
-// Forward: a read-only pass, so what decides its rate is the bytes a
-// multiprocessor has asked for and not yet received. Nothing of the row is
-// kept: each thread folds its chunks into an online (max, sum of exp) as
-// they arrive, kStreamChunks 16-byte chunks in flight at a time, and the
-// block merges the pairs in one fold. Blocks of kStreamThreads within 40
-// registers a thread, 6 a multiprocessor, so 96 KiB are in flight on each,
-// and a grid of the blocks the device holds at once;
-// a block per row held in registers (512 threads, 32 bytes each, 64 KiB)
-// read at about half the copy rate. Rows of any length (a multiple of the chunk) take this kernel.
-// The target's logit comes from the thread that meets it, through shared
-// memory (one slot per row parity: the next row's write may come before
-// thread 0 has read this row's).
-constexpr int kStreamThreads = 256;
-constexpr int kStreamChunks = 4;
+// Measured on the H200 (16384 x 4096 f32, forward + backward, 2026-12-02):
+// these kernels 261 us, the double-buffered ones 318 us; a forward that
+// streamed each row through an online (max, sum) with 4 chunks in flight
+// a thread, in blocks of 256, took 279 us with every block resident and
+// 282 us with a grid of 1024.
+template <int NV> constexpr int ce_plain_min_blocks() { return NV <= 2 ? 4 : NV == 4 ? 2 : 1; }
 
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kStreamThreads, 6) ce_fwd_stream(const Cls a, double *part) {
+template <int DT, int VEC, int NV>
+__global__ void __launch_bounds__(kBlockRowThreads, ce_plain_min_blocks<NV>())
+ce_fwd_plain(const Cls a, double *part) {
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
-    typedef RowChunk<DT, VEC> K;
-    __shared__ A shm[33], shs[33];
-    __shared__ A shz[2];
+    __shared__ A sh[33];
+    __shared__ A shz;
     const T *x = (const T *)a.input;
-    const int64_t C = a.c, nvec = C / VEC;
+    const int64_t C = a.c;
     double lsum = 0, wsum = 0;
-    int par = 0;
-    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x, par ^= 1) {
-        const T *row = x + p * C;
+    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
+        typename RowChunk<DT, VEC>::R r[NV];
+        ce_row_issue<DT, VEC, NV>(x + p * C, C, r);
         const int64_t t = a.target[p];
-        A m = ninf<A>(), s = 0;
-        for (int64_t q0 = threadIdx.x; q0 < nvec; q0 += kStreamThreads * kStreamChunks) {
-            typename K::R r[kStreamChunks];
+        A v[NV][VEC];
+        ce_row_decode<DT, VEC, NV>(r, C, v);
+        A m = ninf<A>();
 #pragma unroll
-            for (int k = 0; k < kStreamChunks; k++) {
-                const int64_t q = q0 + k * kStreamThreads;
-                if (q < nvec) r[k] = K::load(row + q * VEC);
-            }
-#pragma unroll
-            for (int k = 0; k < kStreamChunks; k++) {
-                const int64_t q = q0 + k * kStreamThreads;
-                if (q >= nvec) continue;
-                A v[VEC];
-                K::decode(r[k], v);
-                A cm = v[0];
-#pragma unroll
-                for (int i = 1; i < VEC; i++) cm = v[i] > cm ? v[i] : cm;
-                if (cm > m) {
-                    s *= ex(m - cm);
-                    m = cm;
-                }
+        for (int j = 0; j < NV; j++) {
+            const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
+            if (e < C)
 #pragma unroll
                 for (int i = 0; i < VEC; i++) {
-                    s += ex(v[i] - m);
-                    if (q * VEC + i == t) shz[par] = v[i];
+                    m = v[j][i] > m ? v[j][i] : m;
+                    if (e + i == t) shz = v[j][i];
                 }
-            }
         }
-        block_ol(m, s, shm, shs);
+        m = block_max(m, sh);
+        // Read before block_sum's barriers: past them another thread may
+        // write the next row's logit.
+        const A zt = shz;
+        A s = 0;
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < C)
+#pragma unroll
+                for (int i = 0; i < VEC; i++) s += ex(v[j][i] - m);
+        s = block_sum(s, sh);
         if (threadIdx.x == 0) {
             A loss = 0, wt = 0;
             if (t != a.ignore) {
@@ -1023,7 +1017,7 @@ __global__ void __launch_bounds__(kStreamThreads, 6) ce_fwd_stream(const Cls a, 
                     loss = wt = qnan<A>();
                     report_bad_target(a, p, t);
                 } else {
-                    loss = m + ln(s) - shz[par];
+                    loss = m + ln(s) - zt;
                     wt = 1;
                 }
             }
@@ -1037,12 +1031,6 @@ __global__ void __launch_bounds__(kStreamThreads, 6) ce_fwd_stream(const Cls a, 
     }
     if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
 }
-
-// Backward: a block per row held in registers (as sm_rows, which moves a
-// softmax at the copy rate), the row's chunks and its target issued
-// together; 32 registers a thread for rows of up to 2 chunks a thread, so
-// four blocks of 512 fit a multiprocessor.
-template <int NV> constexpr int ce_plain_min_blocks() { return NV <= 2 ? 4 : NV == 4 ? 2 : 1; }
 
 template <int DT, int VEC, int NV>
 __global__ void __launch_bounds__(kBlockRowThreads, ce_plain_min_blocks<NV>())
@@ -1145,16 +1133,16 @@ template <int DT, bool BWD>
 void ce_plain_launch(const Cls &a, int nv, unsigned blocks, double *part, const double *wsum,
                      cudaStream_t st) {
     constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
-    if (!BWD) {
-        ce_fwd_stream<DT, VEC><<<blocks, kStreamThreads, 0, st>>>(a, part);
-        return;
-    }
+#define CE_PLAIN_(NV)                                                                             \
+    if (BWD) ce_bwd_plain<DT, VEC, NV><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum);             \
+    else ce_fwd_plain<DT, VEC, NV><<<blocks, kBlockRowThreads, 0, st>>>(a, part)
     switch (nv) {
-    case 1: ce_bwd_plain<DT, VEC, 1><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
-    case 2: ce_bwd_plain<DT, VEC, 2><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
-    case 4: ce_bwd_plain<DT, VEC, 4><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
-    default: ce_bwd_plain<DT, VEC, kRowsMaxNV><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
+    case 1: CE_PLAIN_(1); break;
+    case 2: CE_PLAIN_(2); break;
+    case 4: CE_PLAIN_(4); break;
+    default: CE_PLAIN_(kRowsMaxNV); break;
     }
+#undef CE_PLAIN_
 }
 
 template <int DT, bool BWD>
@@ -1236,7 +1224,7 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
 struct ClsPlan {
     bool rows;        // cross-entropy with inner == 1: a warp per position
     int rows_nv;      // cross-entropy with long rows: a block per row, NV chunks a thread (0: no)
-    bool plain;       // long rows, no class weights or smoothing: ce_fwd_stream / ce_bwd_plain
+    bool plain;       // ... and no class weights or smoothing: ce_fwd_plain / ce_bwd_plain
     unsigned blocks;  // of the main kernel
     bool split;       // forward: partials, then reduce_final
     unsigned wblocks; // backward mean over many positions: blocks of wsum_part (0: none)
@@ -1250,49 +1238,6 @@ int ce_rows_nv_dt(const cti_nn_cls *r) {
     case CT_F16: return ce_rows_nv<CT_F16>(r);
     case CT_BF16: return ce_rows_nv<CT_BF16>(r);
     default: return 0;
-    }
-}
-
-// Blocks of the streaming forward the device holds at once (at most the
-// forward's partials cap).
-template <int DT> unsigned ce_stream_resident(int sms) {
-    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
-    static std::atomic<int> per_sm{0}; // the same answer on every thread: a race is harmless
-    int k = per_sm.load(std::memory_order_relaxed);
-    if (k == 0) {
-        int n = 0;
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ce_fwd_stream<DT, VEC>, kStreamThreads, 0);
-        cudaGetLastError();
-        k = n > 0 ? n : 1;
-        per_sm.store(k, std::memory_order_relaxed);
-    }
-    int64_t b = (int64_t)k * (sms > 0 ? sms : 1);
-    return (unsigned)(b < kRedBlocksCap ? b : kRedBlocksCap);
-}
-
-unsigned ce_stream_resident_dt(const cti_nn_cls *r) {
-    switch (r->dt) {
-    case CT_F32: return ce_stream_resident<CT_F32>(r->sms);
-    case CT_F64: return ce_stream_resident<CT_F64>(r->sms);
-    case CT_F16: return ce_stream_resident<CT_F16>(r->sms);
-    default: return ce_stream_resident<CT_BF16>(r->sms);
-    }
-}
-
-// Rows the streaming forward reads in 16-byte chunks: long (shorter ones go
-// a warp a row), a whole number of chunks, aligned.
-template <int DT> bool ce_stream_ok(const cti_nn_cls *r) {
-    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
-    return r->inner == 1 && r->c > 1024 && r->c % VEC == 0 && ((uintptr_t)r->input & 15) == 0;
-}
-
-bool ce_stream_ok_dt(const cti_nn_cls *r) {
-    switch (r->dt) {
-    case CT_F32: return ce_stream_ok<CT_F32>(r);
-    case CT_F64: return ce_stream_ok<CT_F64>(r);
-    case CT_F16: return ce_stream_ok<CT_F16>(r);
-    case CT_BF16: return ce_stream_ok<CT_BF16>(r);
-    default: return false;
     }
 }
 
@@ -1312,12 +1257,9 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     const bool bwd = r->kind == CTI_NN_CE_BWD || r->kind == CTI_NN_NLL_BWD;
     pl.rows = ce && r->inner == 1;
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
-    pl.plain = ce && !r->weight && r->ls == 0 && (bwd ? pl.rows_nv > 0 : ce_stream_ok_dt(r));
+    pl.plain = pl.rows_nv && !r->weight && r->ls == 0;
     if (pl.plain && !bwd) {
-        // Every block resident at once, each taking an equal share of the
-        // rows: with a grid past one wave, the last wave's few blocks each
-        // walk their whole share of rows at a fraction of the occupancy.
-        pl.blocks = blocks_for(npos, 1, ce_stream_resident_dt(r));
+        pl.blocks = blocks_for(npos, 1, kRedBlocksCap);
         pl.split = r->reduction != RED_NONE && pl.blocks > 1;
         if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
         return pl;
@@ -1383,8 +1325,8 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
             *routine = pl.split ? "cten_nll_loss_fwd+final" : "cten_nll_loss_fwd";
         } else if (pl.plain) {
             ce_plain_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
-            *routine = pl.split ? "cten_cross_entropy_fwd_stream+final"
-                                : "cten_cross_entropy_fwd_stream";
+            *routine = pl.split ? "cten_cross_entropy_fwd_block_per_row+final"
+                                : "cten_cross_entropy_fwd_block_per_row";
         } else if (pl.rows_nv) {
             ce_rows_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
             *routine = pl.split ? "cten_cross_entropy_fwd_row_in_registers+final"
