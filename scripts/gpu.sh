@@ -21,7 +21,8 @@
 #
 # Environment: CT_GPU_BUILD (build directory, default build-gpu),
 # CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
-# (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only),
+# (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only,
+# CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run),
 # CT_GPU_SKIP_BENCH=1 step 5 (CT_GPU_BENCH_ONLY="name ..." keeps those),
 # CT_GPU_BENCH=quick|full|0 for step 6, CT_GPU_FASHION_EPOCHS=N (0: none) for
 # step 7. Steps 4-7 can run in separate calls on the same build directory.
@@ -172,11 +173,15 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
     else
         # API errors are not reported: the out-of-memory test provokes failing
         # cudaMalloc calls on purpose, and the tests check every call's status.
+        # CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run (a run cut short fails).
+        limit=()
+        [ -n "${CT_GPU_SANITIZER_TIMEOUT:-}" ] && limit=(timeout "$CT_GPU_SANITIZER_TIMEOUT")
         for t in $cuda_tests; do
-            step "sanitizer-memcheck-$t" env CT_CUDA_NO_CACHE=1 "$sanitizer" --tool memcheck \
-                --leak-check full --report-api-errors no --error-exitcode 99 "$build/tests/$t"
-            step "sanitizer-racecheck-$t" "$sanitizer" --tool racecheck --error-exitcode 99 \
+            step "sanitizer-memcheck-$t" "${limit[@]}" env CT_CUDA_NO_CACHE=1 "$sanitizer" \
+                --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
                 "$build/tests/$t"
+            step "sanitizer-racecheck-$t" "${limit[@]}" "$sanitizer" --tool racecheck \
+                --error-exitcode 99 "$build/tests/$t"
         done
     fi
 fi
