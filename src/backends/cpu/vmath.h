@@ -152,16 +152,6 @@ VM_INLINE float vm_log(float x) {
     return x >= 0.0f ? res : NAN; /* also for NaN */
 }
 
-/* log(1 + u) for u >= 0 (and -1 < u), the rounding of 1 + u undone:
- * log(w) * u / (w - 1) with w = 1 + u, u itself where w rounds to 1. */
-VM_INLINE float vm_log1p(float u) {
-    float w = 1.0f + u;
-    float d = w - 1.0f;
-    float r = vm_log(w) * (u / (d == 0.0f ? 1.0f : d));
-    r = d == 0.0f ? u : r;
-    return u == INFINITY ? u : r;
-}
-
 /* ---- built from exp and log -------------------------------------------------------- */
 /* 1 / (1 + e^-x), as e / (1 + e) with e = e^x for x < 0: never e^|x| large. */
 VM_INLINE float vm_sigmoid(float x) {
@@ -178,10 +168,45 @@ VM_INLINE float vm_silu(float x) {
     return x >= 0.0f ? x / d : ((x * e64) / d) * 0x1p-64f;
 }
 
-/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): the exp never overflows. */
+/* log(w) for w in [1, 2]: vm_log without its subnormal, zero, negative and
+ * infinite cases, which w never is. */
+VM_INLINE float vm_log_1_2(float w) {
+    uint32_t u = vm_bits(w);
+    int32_t e = (int32_t)((u >> 23) & 0xffu) - 126;
+    float m = vm_from_bits((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    int lo = m < 0.707106781186547524f;
+    float f = lo ? m + m - 1.0f : m - 1.0f; /* exact */
+    float fe = (float)(lo ? e - 1 : e);
+    float z = f * f;
+    float y = 7.0376836292E-2f;
+    y = VM_FMA(y, f, -1.1514610310E-1f);
+    y = VM_FMA(y, f, 1.1676998740E-1f);
+    y = VM_FMA(y, f, -1.2420140846E-1f);
+    y = VM_FMA(y, f, 1.4249322787E-1f);
+    y = VM_FMA(y, f, -1.6668057665E-1f);
+    y = VM_FMA(y, f, 2.0000714765E-1f);
+    y = VM_FMA(y, f, -2.4999993993E-1f);
+    y = VM_FMA(y, f, 3.3333331174E-1f);
+    y = y * f * z;
+    y = VM_FMA(fe, -2.12194440e-4f, y);
+    y = VM_FMA(z, -0.5f, y);
+    return VM_FMA(fe, 0.693359375f, f + y);
+}
+
+/* log(1 + e^x) = max(x, 0) + log1p(u), u = e^-|x| in (0, 1]: the exp never
+ * overflows. log1p(u) = log(w) + c / w to first order with w = 1 + u and c =
+ * u - (w - 1) the rounding of w (exact), and 1 / w = 1 - u + O(u^2) is close
+ * enough for c / w: c is at most half an ulp of w, so where u is not small
+ * the term is far below an ulp of the result, and where it is small 1 - u
+ * is 1 / w to u^2. No division, and a log with no special cases: a third of
+ * the time of log1p through vm_log and a quotient. */
 VM_INLINE float vm_softplus(float x) {
-    float l = vm_log1p(vm_exp_ftz(-fabsf(x), 0.0f, 0));
-    return (x > 0.0f ? x : 0.0f) + l;
+    float u = vm_exp_ftz(-fabsf(x), 0.0f, 0);
+    float w = 1.0f + u;
+    float c = u - (w - 1.0f);
+    float l = VM_FMA(c, 1.0f - u, vm_log_1_2(w));
+    float r = (x > 0.0f ? x : 0.0f) + l;
+    return x != x ? x : r;
 }
 
 /* Cephes' tanhf: an odd polynomial below |x| = 0.625, where 1 - 2 / (e^2|x| + 1)
