@@ -294,8 +294,15 @@ VM_INLINE float vm_gelu(float x) {
     float half_erf = (0.56418958354775628695f * z) * e;
     float small = x * (x >= 0.0f ? 0.5f + half_erf : 0.5f - half_erf);
 
+#ifdef __FMA__
+    /* -x^2 / 2 as hi + lo exactly: the product's rounding error from an FMA,
+     * both halved exactly (x^2 >= 1/2 wherever the result is used) */
+    float sq = x * x;
+    float hi = -0.5f * sq, lo = -0.5f * fmaf(x, x, -sq);
+#else
     double h = -0.5 * (double)x * (double)x;
     float hi = (float)h, lo = (float)(h - (double)hi);
+#endif
     float t = 1.0f / (1.0f + 0.5f * z);
     float sp = -0.0319926118f;
     sp = VM_FMA(sp, t, 0.0741026024f);
