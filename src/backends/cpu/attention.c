@@ -443,44 +443,61 @@ static void NN_F(tile_grads)(const at_ctx *k, NN_F(bw_buf) *w, const NN_F(qside)
     }
 }
 
-static void NN_F(sdpa_bwd_keys)(at_ctx *k, int64_t w0, int64_t w1) {
+/* One key block [j0, j0 + nk) of kv head hk in batch b: its dk and dv from
+ * every query head of the group and every query block that sees it, written
+ * out; with dqt, each tile's dq share is added into dqt in place as well
+ * (the fused pass). */
+static void NN_F(key_block)(at_ctx *k, NN_F(bw_buf) *w, int64_t b, int64_t hk, int64_t j0,
+                            int64_t nk, const ct_tensor *dqt) {
     const cti_attention_params *p = k->p;
     ct_call *c = k->c;
+    int64_t bq = k->bq, bk = k->bk, D = p->D, Dv = p->Dv, ldk, ldv;
+    bool drop = p->dropout_p > 0;
+    NN_T *dK = w->acc, *dV = w->acc2;
+    const NN_T *K = NN_F(tile_in)(c->in[2], b, hk, j0, nk, D, w->kb, &ldk);
+    const NN_T *V = NN_F(tile_in)(c->in[3], b, hk, j0, nk, Dv, w->vb, &ldv);
+    for (int64_t e = 0; e < nk * D; e++) dK[e] = 0;
+    for (int64_t e = 0; e < nk * Dv; e++) dV[e] = 0;
+    /* causal: query rows before j0 see none of these keys */
+    int64_t qb0 = p->is_causal ? j0 / bq : 0;
+    for (int64_t h = hk * k->group; h < (hk + 1) * k->group; h++) {
+        for (int64_t qblk = qb0; qblk < k->nqb; qblk++) {
+            int64_t i0 = qblk * bq, nq = min64(bq, p->T - i0);
+            NN_F(qside) qs;
+            NN_F(load_qside)(k, w, b, h, i0, nq, &qs);
+            NN_F(tile_grads)(k, w, &qs, b, h, i0, nq, j0, nk, K, ldk, V, ldv);
+            if (Dv > 0)
+                AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Dv, (int)nq,
+                        (NN_T)1, drop ? w->Z : w->S, (int)bk, qs.G, (int)qs.ldg, (NN_T)1, dV,
+                        (int)Dv);
+            if (D > 0) {
+                AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D, (int)nq,
+                        (NN_T)p->scale, w->dP, (int)bk, qs.Q, (int)qs.ldq, (NN_T)1, dK, (int)D);
+                if (dqt) {
+                    NN_T *dq = (NN_T *)cti_data(dqt) + b * dqt->stride[0] + h * dqt->stride[1] +
+                               i0 * dqt->stride[2];
+                    AT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)D, (int)nk,
+                            (NN_T)p->scale, w->dP, (int)bk, K, (int)ldk, (NN_T)1, dq,
+                            (int)dqt->stride[2]);
+                }
+            }
+        }
+    }
+    NN_F(tile_out)(c->out[1], b, hk, j0, nk, D, dK);
+    NN_F(tile_out)(c->out[2], b, hk, j0, nk, Dv, dV);
+}
+
+static void NN_F(sdpa_bwd_keys)(at_ctx *k, int64_t w0, int64_t w1) {
+    const cti_attention_params *p = k->p;
     NN_F(bw_buf) w;
     if (!NN_F(bw_alloc)(k, &w)) {
         atomic_store(&k->oom, true);
         return;
     }
-    int64_t bq = k->bq, bk = k->bk, D = p->D, Dv = p->Dv;
-    bool drop = p->dropout_p > 0;
-    NN_T *dK = w.acc, *dV = w.acc2;
     for (int64_t it = w0; it < w1; it++) {
         int64_t kblk = it % k->nkb, bh = it / k->nkb, hk = bh % p->Hkv, b = bh / p->Hkv;
-        int64_t j0 = kblk * bk, nk = min64(bk, p->S - j0), ldk, ldv;
-        const NN_T *K = NN_F(tile_in)(c->in[2], b, hk, j0, nk, D, w.kb, &ldk);
-        const NN_T *V = NN_F(tile_in)(c->in[3], b, hk, j0, nk, Dv, w.vb, &ldv);
-        for (int64_t e = 0; e < nk * D; e++) dK[e] = 0;
-        for (int64_t e = 0; e < nk * Dv; e++) dV[e] = 0;
-        /* causal: query rows before j0 see none of these keys */
-        int64_t qb0 = p->is_causal ? j0 / bq : 0;
-        for (int64_t h = hk * k->group; h < (hk + 1) * k->group; h++) {
-            for (int64_t qblk = qb0; qblk < k->nqb; qblk++) {
-                int64_t i0 = qblk * bq, nq = min64(bq, p->T - i0);
-                NN_F(qside) qs;
-                NN_F(load_qside)(k, &w, b, h, i0, nq, &qs);
-                NN_F(tile_grads)(k, &w, &qs, b, h, i0, nq, j0, nk, K, ldk, V, ldv);
-                if (Dv > 0)
-                    AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Dv, (int)nq,
-                            (NN_T)1, drop ? w.Z : w.S, (int)bk, qs.G, (int)qs.ldg, (NN_T)1, dV,
-                            (int)Dv);
-                if (D > 0)
-                    AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D, (int)nq,
-                            (NN_T)p->scale, w.dP, (int)bk, qs.Q, (int)qs.ldq, (NN_T)1, dK,
-                            (int)D);
-            }
-        }
-        NN_F(tile_out)(c->out[1], b, hk, j0, nk, D, dK);
-        NN_F(tile_out)(c->out[2], b, hk, j0, nk, Dv, dV);
+        int64_t j0 = kblk * k->bk;
+        NN_F(key_block)(k, &w, b, hk, j0, min64(k->bk, p->S - j0), NULL);
     }
     free(w.mem);
 }
@@ -528,48 +545,17 @@ static void NN_F(sdpa_bwd_fused)(at_ctx *k, int64_t w0, int64_t w1) {
         atomic_store(&k->oom, true);
         return;
     }
-    int64_t bq = k->bq, bk = k->bk, D = p->D, Dv = p->Dv;
-    bool drop = p->dropout_p > 0;
     const ct_tensor *dqt = c->out[0];
-    NN_T *dK = w.acc, *dV = w.acc2;
     for (int64_t it = w0; it < w1; it++) {
         int64_t hk = it % p->Hkv, b = it / p->Hkv;
         for (int64_t h = hk * k->group; h < (hk + 1) * k->group; h++)
             for (int64_t i = 0; i < p->T; i++)
                 memset((NN_T *)cti_data(dqt) + b * dqt->stride[0] + h * dqt->stride[1] +
                            i * dqt->stride[2],
-                       0, (size_t)D * sizeof(NN_T));
+                       0, (size_t)p->D * sizeof(NN_T));
         for (int64_t kblk = 0; kblk < k->nkb; kblk++) {
-            int64_t j0 = kblk * bk, nk = min64(bk, p->S - j0), ldk, ldv;
-            const NN_T *K = NN_F(tile_in)(c->in[2], b, hk, j0, nk, D, w.kb, &ldk);
-            const NN_T *V = NN_F(tile_in)(c->in[3], b, hk, j0, nk, Dv, w.vb, &ldv);
-            for (int64_t e = 0; e < nk * D; e++) dK[e] = 0;
-            for (int64_t e = 0; e < nk * Dv; e++) dV[e] = 0;
-            int64_t qb0 = p->is_causal ? j0 / bq : 0;
-            for (int64_t h = hk * k->group; h < (hk + 1) * k->group; h++) {
-                for (int64_t qblk = qb0; qblk < k->nqb; qblk++) {
-                    int64_t i0 = qblk * bq, nq = min64(bq, p->T - i0);
-                    NN_F(qside) qs;
-                    NN_F(load_qside)(k, &w, b, h, i0, nq, &qs);
-                    NN_F(tile_grads)(k, &w, &qs, b, h, i0, nq, j0, nk, K, ldk, V, ldv);
-                    if (Dv > 0)
-                        AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)Dv,
-                                (int)nq, (NN_T)1, drop ? w.Z : w.S, (int)bk, qs.G, (int)qs.ldg,
-                                (NN_T)1, dV, (int)Dv);
-                    if (D > 0) {
-                        AT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D,
-                                (int)nq, (NN_T)p->scale, w.dP, (int)bk, qs.Q, (int)qs.ldq,
-                                (NN_T)1, dK, (int)D);
-                        NN_T *dq = (NN_T *)cti_data(dqt) + b * dqt->stride[0] +
-                                   h * dqt->stride[1] + i0 * dqt->stride[2];
-                        AT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)D,
-                                (int)nk, (NN_T)p->scale, w.dP, (int)bk, K, (int)ldk, (NN_T)1, dq,
-                                (int)dqt->stride[2]);
-                    }
-                }
-            }
-            NN_F(tile_out)(c->out[1], b, hk, j0, nk, D, dK);
-            NN_F(tile_out)(c->out[2], b, hk, j0, nk, Dv, dV);
+            int64_t j0 = kblk * k->bk;
+            NN_F(key_block)(k, &w, b, hk, j0, min64(k->bk, p->S - j0), dqt);
         }
     }
     free(w.mem);
