@@ -577,6 +577,9 @@ static ct_status rowwise_setup(bcase *c) {
             return set_error(c, "targets");
     }
     if (!strcmp(c->family, "cross_entropy")) {
+        /* leaves for autograd, once every clone is made */
+        for (int s = 0; s < c->nsets; s++)
+            if (ct_requires_grad_(c->in[s][0], true) != CT_OK) return set_error(c, "inputs");
         c->aux[0] = ct_tensor_scalar(1.0, CT_F32, c->d->dev);
         if (!c->aux[0]) return set_error(c, "grad_loss");
     }
@@ -591,15 +594,17 @@ static ct_status softmax_run(bcase *c) {
     return CT_OK;
 }
 
+/* As a training step runs it: the loss through autograd, whose backward
+ * reads the forward's per-row log-sum-exp, and the gradient dropped again. */
 static ct_status xent_run(bcase *c) {
     int s = next_set(c);
     ct_tensor *x = c->in[s][0], *t = c->in[s][1];
     ct_tensor *loss = ct_cross_entropy(x, t, NULL, CT_REDUCTION_MEAN, -100, 0.0);
-    ct_tensor *dx =
-        loss ? ct_cross_entropy_backward(c->aux[0], x, t, NULL, CT_REDUCTION_MEAN, -100, 0.0)
-             : NULL;
-    ct_status st = dx ? CT_OK : ct_last_status();
-    ct_tensor_release(loss), ct_tensor_release(dx);
+    ct_status st = loss ? ct_backward(loss, c->aux[0], false) : CT_ERR_RUNTIME;
+    if (st != CT_OK) st = set_error(c, loss ? "backward" : "forward");
+    else if (!ct_grad(x)) st = set_error(c, "no gradient");
+    ct_zero_grad(x);
+    ct_tensor_release(loss);
     return st;
 }
 

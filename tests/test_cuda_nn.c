@@ -380,6 +380,16 @@ static void run_cls_reference(bool nll) {
                     assert_shape(d, g->nd, g->s);
                     cls_grad_ref(nll, xv, tv, w64, n, c, inner, o->ignore, ls, gp, dx);
                     check_ref(d, dx, (int64_t)nx, rt, rt);
+                    if (!nll) {
+                        /* through autograd: the backward reads the forward's row
+                         * statistics (the saved-statistics kernel where inner is 1) */
+                        ct_tensor *lx = chk(ct_detach(gx));
+                        assert_int_equal(ct_requires_grad_(lx, true), CT_OK);
+                        ct_tensor *ly = chk(ct_cross_entropy(lx, gt, wt_t, (ct_reduction)red,
+                                                             o->ignore, ls));
+                        assert_int_equal(ct_backward(ly, gg, false), CT_OK);
+                        check_ref(chk(ct_grad(lx)), dx, (int64_t)nx, rt, rt);
+                    }
                 }
             }
             free(loss), free(wt), free(gp), free(dx), free(tv), free(xv), free(wv), free(gv);

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "core/tensor_impl.h"
+#include "dispatch/dispatch_impl.h"
 #include "test_util.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -628,6 +629,51 @@ static void test_cross_entropy_all_ignored(void **state) {
     ct_tensor_release(z), ct_tensor_release(t), ct_tensor_release(m), ct_tensor_release(s);
 }
 
+/* CROSS_ENTROPY's second output, the row statistics that autograd's
+ * backward reads: each counted position's log-sum-exp and the weight sum
+ * last, against float64 loops, for f32 and f64 and [n, C, inner] logits. */
+static void test_cross_entropy_row_statistics(void **state) {
+    (void)state;
+    static const int64_t shapes[][3] = {{5, 7, 1}, {3, 4, 6}, {1, 2000, 1}};
+    for (int di = 0; di < 2; di++)
+        for (int si = 0; si < 3; si++) {
+            ct_dtype dt = di ? CT_F64 : CT_F32;
+            int64_t n = shapes[si][0], c = shapes[si][1], inner = shapes[si][2], npos = n * inner;
+            double *xv, *wv;
+            ct_tensor *x = tu_rand(3, shapes[si], dt, -5, 5, &xv);
+            ct_tensor *w = tu_rand(1, &c, dt, 0.25, 2, &wv);
+            int64_t *tv = malloc(sizeof(int64_t) * (size_t)npos);
+            for (int64_t p = 0; p < npos; p++) tv[p] = p % 3 == 1 ? -100 : tu_randint(0, c);
+            ct_tensor *t = i64_tensor(tv, 2, (const int64_t[]){n, inner});
+            int64_t ns = npos + 1;
+            ct_tensor *loss = ct_tensor_empty(0, NULL, dt, CT_CPU);
+            ct_tensor *st = ct_tensor_full(1, &ns, 12345.0, dt, CT_CPU); /* poisoned */
+            cti_loss_params lp = {.n = n, .c = c, .inner = inner, .reduction = CT_REDUCTION_MEAN,
+                                  .ignore_index = -100, .label_smoothing = 0.1};
+            ct_call call;
+            cti_call_init(&call, CT_OP_CROSS_ENTROPY);
+            cti_call_params(&call, &lp);
+            call.in[0] = x, call.in[1] = t, call.in[2] = w, call.nin = 3;
+            call.out[0] = loss, call.out[1] = st, call.nout = 2;
+            assert_int_equal(cti_dispatch(&call, CT_CPU, dt), CT_OK);
+            double *sv = tu_values(st), wsum = 0;
+            for (int64_t p = 0; p < npos; p++) {
+                if (tv[p] == -100) continue;
+                int64_t i = p / inner, j = p % inner;
+                double m = -INFINITY, e = 0;
+                for (int64_t k = 0; k < c; k++) m = fmax(m, xv[(i * c + k) * inner + j]);
+                for (int64_t k = 0; k < c; k++) e += exp(xv[(i * c + k) * inner + j] - m);
+                double lse = m + log(e);
+                assert_true(fabs(sv[p] - lse) <= (di ? 1e-12 : 2e-6) * (1 + fabs(lse)));
+                wsum += wv[tv[p]];
+            }
+            assert_true(fabs(sv[npos] - wsum) <= (di ? 1e-12 : 1e-6) * wsum);
+            free(sv), free(xv), free(wv), free(tv);
+            ct_tensor_release(x), ct_tensor_release(w), ct_tensor_release(t);
+            ct_tensor_release(loss), ct_tensor_release(st);
+        }
+}
+
 /* ---- mse ----------------------------------------------------------------------------------- */
 
 /* Linear index into a tensor of shape s (nd dims) broadcast into bs (nb dims). */
@@ -1203,6 +1249,7 @@ int main(void) {
         cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_nll_loss),
         cmocka_unit_test(test_cross_entropy_all_ignored),
+        cmocka_unit_test(test_cross_entropy_row_statistics),
         cmocka_unit_test(test_mse_loss),
         cmocka_unit_test(test_log_softmax_large_max),
         cmocka_unit_test(test_embedding),

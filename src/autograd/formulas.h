@@ -79,6 +79,14 @@ CTI_BW(cti_bw_linear);
 /* formulas_nn.c
  * Inputs, saved tensors and params of each are listed in that file. */
 
+/* formulas_nn.c: cross_entropy's node saves (logits, target, weight, stats),
+ * stats the forward's row statistics (schema.h's CROSS_ENTROPY); its
+ * formula runs the backward op with them (src/ops/nn.c; stats NULL: the
+ * backward recomputes them from the logits). */
+ct_tensor *cti_cross_entropy_backward_saved(ct_tensor *grad_loss, ct_tensor *logits,
+                                            ct_tensor *target, ct_tensor *weight,
+                                            ct_tensor *stats, const cti_loss_params *p);
+
 /* formulas_linear_ce.c: ct_linear_cross_entropy. Inputs (x, weight,
  * bias|NULL); params a cti_lce_params. eager: saved the gradients the
  * forward computed with a sum's scale (dx in x's shape, dweight, dbias, each

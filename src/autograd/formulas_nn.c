@@ -69,10 +69,9 @@ CTI_BW(cti_bw_cross_entropy) {
     SAVED(logits, 0);
     SAVED(target, 1);
     SAVED(w, 2);
+    SAVED(stats, 3);
     const cti_loss_params *p = CTI_NODE_PARAMS(n, cti_loss_params);
-    return put(&gi[0], ct_cross_entropy_backward(go[0], logits, target, w,
-                                                 (ct_reduction)p->reduction, p->ignore_index,
-                                                 p->label_smoothing));
+    return put(&gi[0], cti_cross_entropy_backward_saved(go[0], logits, target, w, stats, p));
 }
 
 CTI_BW(cti_bw_nll_loss) {

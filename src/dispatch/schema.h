@@ -150,7 +150,13 @@ typedef struct cti_softmax_params {
  * and inner = 1 for a 1-d input) against n * inner int64 targets; targets
  * equal to ignore_index count for nothing; label_smoothing is cross_entropy's
  * (nll: 0). MSE_LOSS and its backward: n elements, c, inner and the rest
- * unused. reduction is a ct_reduction. */
+ * unused. reduction is a ct_reduction.
+ * CROSS_ENTROPY may have a second output, the row statistics: n * inner + 1
+ * elements of f32 (f64 for f64 logits), position p's log-sum-exp at p (any
+ * value at an ignored position) and the sum of the counted positions' class
+ * weights last. CROSS_ENTROPY_BACKWARD may take them as in[4] (in[3], the
+ * weight, may then be NULL); a kernel may read them instead of folding each
+ * row again, or ignore them. */
 typedef struct cti_loss_params {
     int64_t n, c, inner;
     int reduction;

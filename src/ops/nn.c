@@ -477,10 +477,12 @@ static ct_status check_smoothing(const char *op, double ls) {
 }
 
 /* Shared body: forward (grad_loss NULL) or backward of cross_entropy / nll_loss. p holds
- * the reduction, ignore_index and label_smoothing; the geometry is filled in here. */
+ * the reduction, ignore_index and label_smoothing; the geometry is filled in here.
+ * stats (cross_entropy only; NULL: none): the forward allocates the row statistics
+ * (schema.h) into *stats, the backward reads *stats when it is not NULL. */
 static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_tensor *input,
                            const char *in_name, ct_tensor *target, ct_tensor *weight,
-                           cti_loss_params *p) {
+                           cti_loss_params *p, ct_tensor **stats) {
     bool bwd = grad_loss != NULL;
     ct_tensor *all[4] = {input, target, weight, grad_loss};
     int reduction = p->reduction;
@@ -499,13 +501,25 @@ static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_te
     if (!contig(&tp, input, &c.in[k++]) || !contig(&tp, target, &c.in[k++]) ||
         !contig(&tp, weight, &c.in[k++]))
         goto done;
+    if (bwd && stats && *stats) c.in[k++] = *stats;
     c.nin = k;
     if (bwd) c.out[0] = cti_tensor_new(op, input->ndim, input->shape, input->dtype, dev(input));
     else c.out[0] = cti_tensor_new(op, loss_ndim(target, reduction), target->shape, input->dtype, dev(input));
     c.nout = 1;
     if (!c.out[0]) goto done;
+    if (!bwd && stats) {
+        int64_t ns = p->n * p->inner + 1;
+        ct_dtype acc = input->dtype == CT_F64 ? CT_F64 : CT_F32;
+        if (!(c.out[c.nout++] = cti_tensor_new(op, 1, &ns, acc, dev(input)))) {
+            cti_call_release_outputs(&c);
+            goto done;
+        }
+    }
     cti_call_params(&c, p);
-    if (run(&c, input) == CT_OK) out = c.out[0];
+    if (run(&c, input) == CT_OK) {
+        out = c.out[0];
+        if (!bwd && stats) *stats = c.out[1];
+    }
 done:
     temps_release(&tp);
     return out;
@@ -533,13 +547,40 @@ static cti_loss_params cls_params(ct_reduction reduction, int64_t ignore_index, 
         .reduction = (int)reduction, .ignore_index = ignore_index, .label_smoothing = ls};
 }
 
+/* With autograd on, the forward also keeps each position's log-sum-exp and
+ * the mean's weight sum (the row statistics, schema.h; PyTorch keeps the
+ * whole log_softmax), so the backward is one pass over the logits with no
+ * reduction left in it. */
 ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                             ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
     cti_loss_params p = cls_params(reduction, ignore_index, label_smoothing);
+    ct_tensor *ins[1] = {logits}, *stats = NULL;
+    bool keep = logits && cti_ag_needed(1, ins);
     ct_tensor *out = cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits",
-                              target, weight, &p);
-    return cls_record("CrossEntropyBackward", cti_bw_cross_entropy, out, logits, target, weight,
-                      &p);
+                              target, weight, &p, keep ? &stats : NULL);
+    if (!out || !keep) return out;
+    out = record(&(cti_ag_rec){.name = "CrossEntropyBackward",
+                               .backward = cti_bw_cross_entropy,
+                               .nin = 1,
+                               .in = {logits},
+                               .nout = 1,
+                               .out = {out},
+                               .nsaved = 4,
+                               .saved = {logits, target, weight, stats},
+                               CTI_AG_PARAMS(&p)});
+    ct_tensor_release(stats);
+    return out;
+}
+
+ct_tensor *cti_cross_entropy_backward_saved(ct_tensor *grad_loss, ct_tensor *logits,
+                                            ct_tensor *target, ct_tensor *weight,
+                                            ct_tensor *stats, const cti_loss_params *lp) {
+    const char *op = "ct_cross_entropy_backward";
+    if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
+    cti_loss_params p = cls_params((ct_reduction)lp->reduction, lp->ignore_index,
+                                   lp->label_smoothing);
+    return cls_loss(op, CT_OP_CROSS_ENTROPY_BACKWARD, grad_loss, logits, "logits", target,
+                    weight, &p, &stats);
 }
 
 ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct_tensor *target,
@@ -549,14 +590,14 @@ ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct
     if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
     cti_loss_params p = cls_params(reduction, ignore_index, label_smoothing);
     return cls_loss(op, CT_OP_CROSS_ENTROPY_BACKWARD, grad_loss, logits, "logits", target,
-                    weight, &p);
+                    weight, &p, NULL);
 }
 
 ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weight,
                        ct_reduction reduction, int64_t ignore_index) {
     cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     ct_tensor *out = cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target,
-                              weight, &p);
+                              weight, &p, NULL);
     return cls_record("NllLossBackward", cti_bw_nll_loss, out, log_probs, target, weight, &p);
 }
 
@@ -566,7 +607,7 @@ ct_tensor *ct_nll_loss_backward(ct_tensor *grad_loss, ct_tensor *log_probs, ct_t
     if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
     cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     return cls_loss(op, CT_OP_NLL_LOSS_BACKWARD, grad_loss, log_probs, "log_probs", target, weight,
-                    &p);
+                    &p, NULL);
 }
 
 /* ---- mse -------------------------------------------------------------------------------------- */

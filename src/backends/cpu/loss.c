@@ -46,8 +46,10 @@ static void store_one(void *p, ct_dtype dt, int64_t i, double v) {
 
 /* ---- cross_entropy / nll_loss -------------------------------------------------------------
  * over logits [N, C, inner] (contiguous); targets int64 [N*inner].
- * forward:  in logits, target, weight|NULL;            out loss
- * backward: in grad_loss, logits, target, weight|NULL; out grad */
+ * forward:  in logits, target, weight|NULL;            out loss, row statistics|absent
+ * backward: in grad_loss, logits, target, weight|NULL; out grad
+ * The forward writes the row statistics when asked; the backward folds each
+ * row anyway (it needs its exponentials), so it leaves them unread. */
 
 /* Checks every target against [0, C) (ignore_index aside) before anything is
  * computed; *wsum gets the sum of the weights of the counted targets. */
@@ -90,6 +92,7 @@ typedef struct ce_ctx {
     int reduction;
     double ls, wsum;
     double *part; /* per-chunk loss sums */
+    void *stats;  /* forward: the row statistics (schema.h), in the row type, or NULL */
     bool stream;  /* f32 gradient rows larger than the caches: non-temporal stores */
     atomic_bool oom;
 } ce_ctx;
@@ -135,7 +138,7 @@ static ct_status k_ce_any(ct_call *c, bool bwd) {
     int off = bwd ? 1 : 0;
     const cti_loss_params *p = CTI_PARAMS(c, cti_loss_params);
     ce_ctx k = {.c = c, .logits = c->in[off], .target = c->in[off + 1], .grad = bwd ? c->in[0] : NULL,
-                .out = c->out[0], .nc = p->c, .inner = p->inner, .reduction = p->reduction,
+                .out = c->out[0], .stats = !bwd && c->nout > 1 ? cti_data(c->out[1]) : NULL, .nc = p->c, .inner = p->inner, .reduction = p->reduction,
                 .ignore = p->ignore_index, .ls = p->label_smoothing};
     k.npos = p->n * k.inner;
     ct_status s;
@@ -158,6 +161,7 @@ static ct_status k_ce_any(ct_call *c, bool bwd) {
     atomic_init(&k.oom, false);
     if (k.npos > 0) cti_parallel_for(k.nchunk, 1, ce_chunks, &k);
     else k.part[0] = 0;
+    if (k.stats) store_one(k.stats, c->out[1]->dtype, k.npos, k.wsum);
     if (!bwd && k.reduction != CT_REDUCTION_NONE && !atomic_load(&k.oom)) {
         double total = 0;
         for (int64_t ch = 0; ch < k.nchunk; ch++) total += k.part[ch];
@@ -440,6 +444,7 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
         bool ignored = tg[p] == k->ignore;
         if (ignored && !k->grad) {
             if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, 0);
+            if (k->stats) ((NN_T *)k->stats)[p] = 0;
             continue;
         }
         if (ignored) {
@@ -459,6 +464,7 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
         const NN_T *next = zr == (const NN_T *)src && p + 1 < p1 ? zr + nc : NULL;
         NN_T lse = NN_F(logsumexp)(zr, tmp, nc, &sum, next);
         if (!k->grad) {
+            if (k->stats) ((NN_T *)k->stats)[p] = lse;
             NN_T loss = NN_F(ce_loss_row)(zr, w, tg[p], lse, nc, (NN_T)k->ls);
             if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, loss);
             else acc += loss;

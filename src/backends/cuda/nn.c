@@ -70,6 +70,9 @@ static ct_status k_cls(ct_call *c) {
         .grad = bwd ? cti_data(c->in[0]) : NULL,
         .out = cti_data(out),
         .work = NULL,
+        .stats = !ce ? NULL
+                 : bwd ? (c->nin > 4 && c->in[4] ? cti_data(c->in[4]) : NULL)
+                       : (c->nout > 1 && c->out[1] ? cti_data(c->out[1]) : NULL),
         .n = p->n,
         .c = p->c,
         .inner = p->inner,

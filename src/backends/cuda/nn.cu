@@ -116,7 +116,11 @@ template <bool MAX, class A> __device__ A block_fold(A v, A *sh) {
 template <class A> __device__ A block_sum(A v, A *sh) { return block_fold<false>(v, sh); }
 template <class A> __device__ A block_max(A v, A *sh) { return block_fold<true>(v, sh); }
 
-template <class A> __device__ void block_ol(A &m, A &s, A *shm, A *shs) {
+// An online (max, sum) fold. peek (with out): a shared value every thread
+// reads into *out between the fold's first barrier and its last, so a value
+// one thread wrote before the call reaches all without a barrier of its own.
+template <class A>
+__device__ void block_ol(A &m, A &s, A *shm, A *shs, const A *peek = nullptr, A *out = nullptr) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     warp_ol(m, s);
     if (lane == 0) {
@@ -124,6 +128,7 @@ template <class A> __device__ void block_ol(A &m, A &s, A *shm, A *shs) {
         shs[w] = s;
     }
     __syncthreads();
+    if (peek) *out = *peek;
     if (w == 0) {
         m = lane < nw ? shm[lane] : ninf<A>();
         s = lane < nw ? shs[lane] : (A)0;
@@ -503,6 +508,9 @@ struct Cls {
     int op;
     cti_cuda_fault *fault;
     volatile unsigned int *flag;
+    // The row statistics (schema.h's CROSS_ENTROPY), Acc<DT>::A, or null: the
+    // forward writes them, the backward's ce_bwd_saved reads them.
+    void *stats;
 };
 
 // Positions below this count let every block of a backward kernel fold the
@@ -577,9 +585,11 @@ __global__ void __launch_bounds__(kThreads256) wsum_final(const double *part, in
 
 // The end of a reducing forward: every thread holds (loss sum, weight sum) of
 // its positions; the block folds them and writes the result (one block) or
-// its partials.
+// its partials. wout (Acc<DT>::A, or null) receives the weight sum with the
+// result.
 template <int DT>
-__device__ void reduce_epilogue(double l, double w, int reduction, double *part, void *out) {
+__device__ void reduce_epilogue(double l, double w, int reduction, double *part, void *out,
+                                void *wout = nullptr) {
     __shared__ double sh[2][33];
     l = block_sum(l, sh[0]);
     w = block_sum(w, sh[1]);
@@ -590,17 +600,30 @@ __device__ void reduce_epilogue(double l, double w, int reduction, double *part,
     } else {
         /* a mean over nothing counted is 0/0 = NaN, as on the CPU */
         ((typename dtype<DT>::T *)out)[0] = dtype<DT>::enc(reduction == RED_MEAN ? l / w : l);
+        if (wout) *(typename Acc<DT>::A *)wout = (typename Acc<DT>::A)w;
     }
 }
 
 template <int DT>
-__global__ void __launch_bounds__(kThreads256) reduce_final(const double *part, int nb, int reduction, void *out) {
+__global__ void __launch_bounds__(kThreads256) reduce_final(const double *part, int nb, int reduction, void *out,
+                                                            void *wout = nullptr) {
     double l = 0, w = 0;
     for (int i = threadIdx.x; i < nb; i += blockDim.x) {
         l += part[2 * i];
         w += part[2 * i + 1];
     }
-    reduce_epilogue<DT>(l, w, reduction, nullptr, out);
+    reduce_epilogue<DT>(l, w, reduction, nullptr, out, wout);
+}
+
+// The row statistics: position p's log-sum-exp, and where a mean's forward
+// puts its weight sum (null: none kept; the backward of a sum or none does
+// not read it).
+template <int DT> __device__ __forceinline__ void stats_lse(const Cls &a, int64_t p, typename Acc<DT>::A lse) {
+    if (a.stats) ((typename Acc<DT>::A *)a.stats)[p] = lse;
+}
+template <int DT> __device__ __forceinline__ void *stats_wsum(const Cls &a) {
+    if (!a.stats || a.reduction != RED_MEAN) return nullptr;
+    return (typename Acc<DT>::A *)a.stats + a.npos;
 }
 
 // Cross-entropy forward. ROWS (inner == 1): one warp per position, its lanes
@@ -648,6 +671,7 @@ __global__ void __launch_bounds__(kThreads256) ce_fwd(const Cls a, double *part)
             }
             if (leader) {
                 A lse = m + ln(s);
+                stats_lse<DT>(a, p, lse);
                 wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
                 loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(row[t * a.inner]));
                 if (ls > (A)0) loss += ls / (A)C * (w ? lse * sw - sz : lse * (A)C - sz);
@@ -662,7 +686,8 @@ __global__ void __launch_bounds__(kThreads256) ce_fwd(const Cls a, double *part)
             }
         }
     }
-    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+    if (a.reduction != RED_NONE)
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
 }
 
 // Cross-entropy backward, the same layouts:
@@ -830,6 +855,7 @@ __device__ __forceinline__ void ce_fwd_row(const Cls &a, int64_t p, int64_t t,
         A s = ce_row_exp<VEC, NV>(v, C, sh, &m);
         if (threadIdx.x == 0) {
             A lse = m + ln(s);
+            stats_lse<DT>(a, p, lse);
             wt = w ? (A)dtype<DT>::dec(wtr) : (A)1;
             loss = ((A)1 - ls) * wt * (lse - (A)dtype<DT>::dec(zt));
             if (ls > (A)0) loss += ls / (A)C * (lse * sw - sz);
@@ -937,7 +963,8 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_fwd_rows(const Cls a, dou
 #define FWD_ROW_(P, TT, R) ce_fwd_row<DT, VEC, NV>(a, P, TT, R, sh, &lsum, &wsum)
     CE_ROWS_LOOP(FWD_ROW_);
 #undef FWD_ROW_
-    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+    if (a.reduction != RED_NONE)
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
 }
 
 template <int DT, int VEC, int NV>
@@ -977,7 +1004,7 @@ __global__ void __launch_bounds__(kBlockRowThreads, ce_plain_min_blocks<NV>())
 ce_fwd_plain(const Cls a, double *part) {
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
-    __shared__ A sh[33];
+    __shared__ A shm[33], shs[33];
     __shared__ A shz;
     const T *x = (const T *)a.input;
     const int64_t C = a.c;
@@ -988,6 +1015,8 @@ ce_fwd_plain(const Cls a, double *part) {
         const int64_t t = a.target[p];
         A v[NV][VEC];
         ce_row_decode<DT, VEC, NV>(r, C, v);
+        // The thread's own (max, sum of exponentials), then one online fold
+        // over the block: half the barriers of a max fold and a sum fold.
         A m = ninf<A>();
 #pragma unroll
         for (int j = 0; j < NV; j++) {
@@ -999,25 +1028,28 @@ ce_fwd_plain(const Cls a, double *part) {
                     if (e + i == t) shz = v[j][i];
                 }
         }
-        m = block_max(m, sh);
-        // Read before block_sum's barriers: past them another thread may
-        // write the next row's logit.
-        const A zt = shz;
         A s = 0;
+        if (m != ninf<A>())
 #pragma unroll
-        for (int j = 0; j < NV; j++)
-            if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < C)
+            for (int j = 0; j < NV; j++)
+                if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < C)
 #pragma unroll
-                for (int i = 0; i < VEC; i++) s += ex(v[j][i] - m);
-        s = block_sum(s, sh);
+                    for (int i = 0; i < VEC; i++) s += ex(v[j][i] - m);
+        // zt is read between block_ol's barriers: after the first (every
+        // thread has written this row's logit) and before the last (no
+        // thread has gone on to the next row's).
+        A zt;
+        block_ol(m, s, shm, shs, &shz, &zt);
         if (threadIdx.x == 0) {
             A loss = 0, wt = 0;
+            const A lse = m + ln(s);
+            stats_lse<DT>(a, p, lse);
             if (t != a.ignore) {
                 if (bad_target(t, C)) {
                     loss = wt = qnan<A>();
                     report_bad_target(a, p, t);
                 } else {
-                    loss = m + ln(s) - zt;
+                    loss = lse - zt;
                     wt = 1;
                 }
             }
@@ -1029,7 +1061,8 @@ ce_fwd_plain(const Cls a, double *part) {
             }
         }
     }
-    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+    if (a.reduction != RED_NONE)
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
 }
 
 template <int DT, int VEC, int NV>
@@ -1085,6 +1118,91 @@ ce_bwd_plain(const Cls a, const double *wsum_dev) {
             K::store(orow + e, o);
         }
     }
+}
+
+// The backward from the forward's row statistics (inner == 1): with each
+// position's log-sum-exp at hand no fold is left, so it is a map over the
+// logits, read once and written once:
+//   dz_c = g_p ((1-ls) w_t (p_c - [c == t]) + ls/C (sum(w) p_c - w_c)),
+//   p_c = exp(z_c - lse_p),
+// g_p the loss's gradient (divided by the saved weight sum for mean). A
+// block takes a row at a time, each thread U chunks of VEC elements, all
+// loaded before any is stored. Ignored rows get zeros, out-of-range
+// targets NaN rows (and the fault record).
+constexpr int kSavedU = 4;
+
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kThreads256) ce_bwd_saved(const Cls a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    typedef RowChunk<DT, VEC> K;
+    __shared__ A sh[33];
+    const T *x = (const T *)a.input, *w = (const T *)a.weight, *g = (const T *)a.grad;
+    const A *st = (const A *)a.stats;
+    const int64_t C = a.c, nch = C / VEC;
+    const A ls = (A)a.ls;
+    A gs = 0;
+    if (a.reduction != RED_NONE) {
+        gs = (A)dtype<DT>::dec(g[0]);
+        if (a.reduction == RED_MEAN) gs /= st[a.npos];
+    }
+    A sw = (A)C;
+    if (w && ls > (A)0) {
+        A b = 0;
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) b += (A)dtype<DT>::dec(w[c]);
+        sw = block_sum(b, sh);
+    }
+    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
+        const T *row = x + p * C;
+        T *orow = (T *)a.out + p * C;
+        const int64_t t = a.target[p];
+        const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
+        if (ign || bad) {
+            if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
+            A z[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) z[i] = bad ? qnan<A>() : (A)0;
+            for (int64_t j = threadIdx.x; j < nch; j += blockDim.x) K::store(orow + j * VEC, z);
+            continue;
+        }
+        const A gp = a.reduction == RED_NONE ? (A)dtype<DT>::dec(g[p]) : gs;
+        const A lse = st[p];
+        const A wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
+        const A ca = gp * ((A)1 - ls) * wt, cb = gp * ls / (A)C;
+        for (int64_t j0 = threadIdx.x; j0 < nch; j0 += kSavedU * (int64_t)blockDim.x) {
+            typename K::R r[kSavedU];
+#pragma unroll
+            for (int u = 0; u < kSavedU; u++) {
+                const int64_t j = j0 + (int64_t)u * blockDim.x;
+                if (j < nch) r[u] = K::load(row + j * VEC);
+            }
+#pragma unroll
+            for (int u = 0; u < kSavedU; u++) {
+                const int64_t j = j0 + (int64_t)u * blockDim.x;
+                if (j >= nch) continue;
+                A v[VEC], o[VEC];
+                K::decode(r[u], v);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    const int64_t e = j * VEC + i;
+                    const A pr = ex(v[i] - lse);
+                    A dz = ca * pr;
+                    if (ls > (A)0) dz += cb * (sw * pr - (w ? (A)dtype<DT>::dec(w[e]) : (A)1));
+                    o[i] = e == t ? dz - ca : dz;
+                }
+                K::store(orow + j * VEC, o);
+            }
+        }
+    }
+}
+
+// Whether the backward can take the saved-statistics map, with 16-byte
+// chunks (*vec) where C and the pointers allow.
+template <int DT> bool ce_saved_ok(const cti_nn_cls *r, bool *vec) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
+    if (!r->stats || r->inner != 1) return false;
+    *vec = r->c % VEC == 0 && ((uintptr_t)r->input & 15) == 0 && ((uintptr_t)r->out & 15) == 0;
+    return true;
 }
 
 // The chunks a thread holds for rows of C elements in 16-byte chunks, or 0
@@ -1187,7 +1305,8 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_fwd(const C
             wsum += wt;
         }
     }
-    if (a.reduction != RED_NONE) reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out);
+    if (a.reduction != RED_NONE)
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
 }
 
 // nll_loss backward: one thread per gradient element; -w_t * g at each
@@ -1222,6 +1341,8 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
 }
 
 struct ClsPlan {
+    bool saved;       // cross-entropy backward from the forward's row statistics
+    bool saved_vec;   // ... in 16-byte chunks
     bool rows;        // cross-entropy with inner == 1: a warp per position
     int rows_nv;      // cross-entropy with long rows: a block per row, NV chunks a thread (0: no)
     bool plain;       // ... and no class weights or smoothing: ce_fwd_plain / ce_bwd_plain
@@ -1255,6 +1376,18 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     const int64_t npos = r->n * r->inner, c = r->c > 0 ? r->c : 1;
     const bool ce = r->kind == CTI_NN_CE || r->kind == CTI_NN_CE_BWD;
     const bool bwd = r->kind == CTI_NN_CE_BWD || r->kind == CTI_NN_NLL_BWD;
+    if (r->kind == CTI_NN_CE_BWD) {
+        switch (r->dt) {
+        case CT_F32: pl.saved = ce_saved_ok<CT_F32>(r, &pl.saved_vec); break;
+        case CT_F64: pl.saved = ce_saved_ok<CT_F64>(r, &pl.saved_vec); break;
+        case CT_F16: pl.saved = ce_saved_ok<CT_F16>(r, &pl.saved_vec); break;
+        default: pl.saved = ce_saved_ok<CT_BF16>(r, &pl.saved_vec); break;
+        }
+        if (pl.saved) {
+            pl.blocks = blocks_for(npos, 1, kGridCap);
+            return pl;
+        }
+    }
     pl.rows = ce && r->inner == 1;
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
     pl.plain = pl.rows_nv && !r->weight && r->ls == 0;
@@ -1317,6 +1450,7 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
     a.op = r->op;
     a.fault = r->fault.record;
     a.flag = r->fault.flag;
+    a.stats = r->stats;
     char *work = (char *)r->work;
     if (r->kind == CTI_NN_CE || r->kind == CTI_NN_NLL) {
         double *part = pl.split ? (double *)work : nullptr;
@@ -1340,8 +1474,19 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
             *routine = pl.split ? "cten_cross_entropy_fwd_strided+final"
                                 : "cten_cross_entropy_fwd_strided";
         }
-        if (pl.split)
-            reduce_final<DT><<<1, kThreads256, 0, st>>>(part, (int)pl.blocks, (int)a.reduction, a.out);
+        if (pl.split) {
+            void *wout = a.stats && a.reduction == RED_MEAN
+                             ? (void *)((typename Acc<DT>::A *)a.stats + a.npos)
+                             : nullptr;
+            reduce_final<DT><<<1, kThreads256, 0, st>>>(part, (int)pl.blocks, (int)a.reduction,
+                                                        a.out, wout);
+        }
+        return cudaGetLastError();
+    }
+    if (pl.saved) {
+        if (pl.saved_vec) ce_bwd_saved<DT, 16 / sizeof(typename dtype<DT>::T)><<<pl.blocks, kThreads256, 0, st>>>(a);
+        else ce_bwd_saved<DT, 1><<<pl.blocks, kThreads256, 0, st>>>(a);
+        *routine = "cten_cross_entropy_bwd_saved_stats";
         return cudaGetLastError();
     }
     const double *wsum = nullptr;

@@ -192,6 +192,8 @@ typedef struct cti_nn_cls {
     const void *grad;      /* backward: grad_loss, [n * inner] for none, else one element */
     void *out;
     void *work;            /* cti_nn_cls_work bytes (NULL when that is 0) */
+    void *stats;           /* cross-entropy's row statistics (schema.h) or NULL: forward
+                              out[1], backward in[4] */
     int64_t n, c, inner, reduction, ignore;
     double ls;
     int op;                    /* ct_op, for the fault record */
