@@ -9,10 +9,13 @@
  *     ct_cuda_memory_stats), the gradients included.
  * bench/torch_cuda_linear_ce.py prints the same cases for PyTorch (eager, and
  * Liger Kernel's chunked algorithm). TF32 stays off for float32. Skips (exit
- * 0, a line saying why) without a GPU. Optional arguments: N d V. */
+ * 0, a line saying why) without a GPU. Optional arguments: N d V; the
+ * environment variable CT_BENCH_LCE_CHUNK_ROWS forces the rows of a chunk,
+ * CT_BENCH_LCE_DTYPE=bfloat16|float32 runs that dtype alone. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cuda/cuda_impl.h"
 #include "tensor/tensor.h"
@@ -24,6 +27,10 @@
 #define WARMUP 3
 
 static int64_t N = 16384, D = 768, V = 50304;
+
+/* Private hook (src/ops/linear_ce.c): chunks of rows rows, 0 for automatic;
+ * CT_BENCH_LCE_CHUNK_ROWS sets it, to weigh chunk sizes. */
+void cti_linear_ce_set_chunk_rows(int64_t rows);
 
 #define CT_OK_(call)                                             \
     do {                                                         \
@@ -156,8 +163,15 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaEventCreate(&ev_start));
     CUDA_OK(cudaEventCreate(&ev_stop));
     ct_set_allow_tf32(false);
+    const char *rows = getenv("CT_BENCH_LCE_CHUNK_ROWS");
+    if (rows) {
+        cti_linear_ce_set_chunk_rows(atoll(rows));
+        printf("chunks of %lld rows\n", atoll(rows));
+    }
     ct_cuda_device_props p;
     if (ct_cuda_get_device_properties(0, &p) == CT_OK) printf("device: %s\n", p.name);
-    if (bench_one(CT_BF16) || bench_one(CT_F32)) return 1;
+    const char *only = getenv("CT_BENCH_LCE_DTYPE"); /* bfloat16 or float32: that one alone */
+    if ((!only || !strcmp(only, "bfloat16")) && bench_one(CT_BF16)) return 1;
+    if ((!only || !strcmp(only, "float32")) && bench_one(CT_F32)) return 1;
     return 0;
 }

@@ -12,7 +12,10 @@ mean reduction, x and weight requiring grad:
   - the peak memory of one forward + backward above what was allocated before it
     (torch.cuda.reset_peak_memory_stats / max_memory_allocated), the gradients included.
 Each timed with CUDA events: median ms. TF32 off. Prints a line saying why and exits 0
-without a GPU. Optional arguments: N d V."""
+without a GPU. Optional arguments: N d V.
+Liger Kernel is pure Python on Triton: where it is not installed, its source can be put
+on PYTHONPATH (scripts/gpu.sh takes .debs/liger/src, e.g. from
+`git archive v0.5.10 src/liger_kernel` of github.com/linkedin/Liger-Kernel)."""
 import statistics
 import sys
 
@@ -68,7 +71,9 @@ def liger_fn():
     try:
         from liger_kernel.ops.fused_linear_cross_entropy import (
             LigerFusedLinearCrossEntropyFunction)
-    except Exception:  # not installed: the plain PyTorch reimplementation
+    except Exception as e:  # not installed: the plain PyTorch reimplementation
+        print(f"liger_kernel does not import ({e}); its algorithm in PyTorch instead",
+              file=sys.stderr)
         return "chunked (Liger's algorithm in PyTorch)", ChunkedLinearCE.apply
 
     def run(x, w, t):

@@ -180,8 +180,11 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
             step "sanitizer-memcheck-$t" "${limit[@]}" env CT_CUDA_NO_CACHE=1 "$sanitizer" \
                 --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
                 "$build/tests/$t"
-            step "sanitizer-racecheck-$t" "${limit[@]}" "$sanitizer" --tool racecheck \
-                --error-exitcode 99 "$build/tests/$t"
+            # racecheck looks at cten's own kernels: cuDNN's fused attention
+            # (its warp-specialized kernels with asynchronous copies) is
+            # turned off, so the attention tests run the own flash kernels.
+            step "sanitizer-racecheck-$t" "${limit[@]}" env CT_CUDA_SDPA_CUDNN=0 "$sanitizer" \
+                --tool racecheck --error-exitcode 99 "$build/tests/$t"
         done
     fi
 fi
@@ -200,7 +203,12 @@ bench_wanted() {
     bench_wanted "${b##*/bench_cuda_}" || continue
     step "$(basename "$b")" "$b"
 done
-# PyTorch on the same GPU, in the same call, for the ratios.
+# PyTorch on the same GPU, in the same call, for the ratios. Liger Kernel (its
+# Triton kernels run on the PyTorch there) is used by the linear_ce twin when its
+# source is carried in .debs/liger/src (git-ignored; bench/torch_cuda_linear_ce.py
+# says how to get it).
+[ -d "$root/.debs/liger/src/liger_kernel" ] &&
+    export PYTHONPATH=$root/.debs/liger/src${PYTHONPATH:+:$PYTHONPATH}
 [ "${CT_GPU_SKIP_BENCH:-0}" = 1 ] || for p in bench/torch_cuda_*.py; do
     [ -f "$p" ] || continue
     n=${p##*/torch_cuda_}

@@ -132,10 +132,95 @@ template <int DT> __global__ void lce_rows_kernel(cti_lce_rows a) {
     }
 }
 
-template <int DT> cudaError_t lce_rows_dt(const cti_lce_rows *r, cudaStream_t st) {
+// lce_rows_kernel for rows of 16-byte vectors (C a multiple of VEC, the
+// logits 16-byte aligned): each thread keeps kLceU vectors in flight in
+// both passes, where element accesses kept one.
+constexpr int kLceU = 4;
+
+template <class T, int N> struct alignas(sizeof(T) * N) Pack {
+    T v[N];
+};
+
+template <int DT, int VEC> __global__ void lce_rows_vec(cti_lce_rows a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename LceAcc<DT>::A A;
+    typedef Pack<T, VEC> P;
+    const int64_t r = blockIdx.x, C = a.c, nch = C / VEC, step = (int64_t)blockDim.x;
+    T *row = (T *)a.logits + r * C;
+    P *prow = reinterpret_cast<P *>(row);
+    A *loss = (A *)a.loss;
+    const int64_t t = a.target[r];
+    if (t == a.ignore || t < 0 || t >= C) {
+        const bool bad = t != a.ignore;
+        if (threadIdx.x == 0) {
+            loss[r] = bad ? (A)NAN : (A)0;
+            if (bad) report_bad(a, r, t);
+        }
+        if (a.grad) {
+            P z;
+#pragma unroll
+            for (int i = 0; i < VEC; i++) z.v[i] = dtype<DT>::enc(bad ? (A)NAN : (A)0);
+            for (int64_t j = threadIdx.x; j < nch; j += step) prow[j] = z;
+        }
+        return;
+    }
+    const A zt = threadIdx.x == 0 ? (A)dtype<DT>::dec(row[t]) : (A)0;
+    A m = (A)-INFINITY, s = 0, sz = 0;
+    for (int64_t j0 = threadIdx.x; j0 < nch; j0 += kLceU * step) {
+        P pk[kLceU];
+#pragma unroll
+        for (int u = 0; u < kLceU; u++)
+            if (j0 + u * step < nch) pk[u] = prow[j0 + u * step];
+#pragma unroll
+        for (int u = 0; u < kLceU; u++) {
+            if (j0 + u * step >= nch) continue;
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                const A x = (A)dtype<DT>::dec(pk[u].v[i]);
+                ol_add(m, s, x);
+                sz += x;
+            }
+        }
+    }
+    block_fold(m, s, sz); // a barrier: every read of z_t and the row's first pass is done
+    const A lse = m + lce_log(s), ls = (A)a.ls, off = (A)(a.ls / (double)C);
+    if (threadIdx.x == 0) loss[r] = lse - (1 - ls) * zt - (a.ls > 0 ? off * sz : (A)0);
+    if (!a.grad) return;
+    A sc = (A)a.scale;
+    if (a.rscale) sc *= (A)dtype<DT>::dec(((const T *)a.rscale)[r]);
+    for (int64_t j0 = threadIdx.x; j0 < nch; j0 += kLceU * step) {
+        P pk[kLceU];
+#pragma unroll
+        for (int u = 0; u < kLceU; u++)
+            if (j0 + u * step < nch) pk[u] = prow[j0 + u * step];
+#pragma unroll
+        for (int u = 0; u < kLceU; u++) {
+            const int64_t j = j0 + u * step;
+            if (j >= nch) continue;
+            P o;
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                const A x = (A)dtype<DT>::dec(pk[u].v[i]);
+                A g = sc * (lce_exp(x - lse) - off);
+                if (j * VEC + i == t) g -= sc * (1 - ls);
+                o.v[i] = dtype<DT>::enc(g);
+            }
+            prow[j] = o;
+        }
+    }
+}
+
+template <int DT> cudaError_t lce_rows_dt(const cti_lce_rows *r, cudaStream_t st, const char **routine) {
+    constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
     const int64_t c = r->c;
     const int threads = c >= 4096 ? 512 : c >= 1024 ? 256 : c >= 128 ? 128 : 32;
-    lce_rows_kernel<DT><<<(unsigned)r->rows, threads, 0, st>>>(*r);
+    if (c % VEC == 0 && ((uintptr_t)r->logits & 15) == 0) {
+        *routine = "cten_cross_entropy_fused_block_per_row_vec16";
+        lce_rows_vec<DT, VEC><<<(unsigned)r->rows, threads, 0, st>>>(*r);
+    } else {
+        *routine = "cten_cross_entropy_fused_block_per_row";
+        lce_rows_kernel<DT><<<(unsigned)r->rows, threads, 0, st>>>(*r);
+    }
     return cudaGetLastError();
 }
 
@@ -146,12 +231,11 @@ extern "C" cudaError_t cti_lce_rows_launch(const cti_lce_rows *r, cudaStream_t s
                                            const char **routine) {
     if (r->rows <= 0) return cudaSuccess;
     if (r->rows > 2147483647) return cudaErrorInvalidConfiguration;
-    *routine = "cten_cross_entropy_fused_block_per_row";
     switch (r->dt) {
-    case CT_F32: return cti::lce_rows_dt<CT_F32>(r, st);
-    case CT_F64: return cti::lce_rows_dt<CT_F64>(r, st);
-    case CT_F16: return cti::lce_rows_dt<CT_F16>(r, st);
-    case CT_BF16: return cti::lce_rows_dt<CT_BF16>(r, st);
+    case CT_F32: return cti::lce_rows_dt<CT_F32>(r, st, routine);
+    case CT_F64: return cti::lce_rows_dt<CT_F64>(r, st, routine);
+    case CT_F16: return cti::lce_rows_dt<CT_F16>(r, st, routine);
+    case CT_BF16: return cti::lce_rows_dt<CT_BF16>(r, st, routine);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -21,6 +21,7 @@
 // No atomics, so the grads are the same from run to run on a device.
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -143,6 +144,49 @@ __device__ __forceinline__ void row_sum(A (&v)[N], A *red, bool reuse = true) {
             v[k] = s;
         }
         if (reuse) __syncthreads(); // red is reused by the next call
+    }
+}
+
+// The row's mean and sum of squared deviations (m2) from each thread's
+// over k values of its own, by Chan, Golub and LeVeque's pairwise update:
+// one fold for LayerNorm's two statistics. Within a warp the butterfly's
+// partners merge groups of equal counts with the same operations in
+// either order (d^2 is the same for d and -d), so every thread ends with
+// the same bits; past a warp each thread merges the warps' pairs in warp
+// order. red holds 2 * blockDim.x / 32 values; the closing barrier as
+// row_sum's.
+template <int TPR, class A>
+__device__ __forceinline__ void row_welford(A &mean, A &m2, A k, A *red, bool reuse = true) {
+    constexpr int W = TPR < 32 ? TPR : 32;
+    A n = k;
+#pragma unroll
+    for (int off = W / 2; off > 0; off >>= 1) {
+        const A mb = __shfl_xor_sync(0xffffffffu, mean, off);
+        const A qb = __shfl_xor_sync(0xffffffffu, m2, off);
+        const A d = mb - mean;
+        mean = (mean + mb) * (A)0.5;
+        m2 = (m2 + qb) + d * d * (n * (A)0.5);
+        n += n;
+    }
+    if constexpr (TPR > 32) {
+        constexpr int NW = TPR / 32;
+        const int slot = threadIdx.x / TPR, wr = (threadIdx.x % TPR) >> 5;
+        A *r = red + slot * 2 * NW;
+        if ((threadIdx.x & 31) == 0) {
+            r[wr] = mean;
+            r[NW + wr] = m2;
+        }
+        __syncthreads();
+        A mu = r[0], q = r[NW], cnt = n;
+        for (int w = 1; w < NW; w++) {
+            const A d = r[w] - mu, tot = cnt + n;
+            mu += d * (n / tot);
+            q += r[NW + w] + d * d * (cnt * n / tot);
+            cnt = tot;
+        }
+        mean = mu;
+        m2 = q;
+        if (reuse) __syncthreads();
     }
 }
 
@@ -293,6 +337,37 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a)
         row_sum<TPR>(q, red, false);
         inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
     } else {
+        inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
+    }
+    if (!live) return;
+    write_row<DT, LAYER, VEC, TPR, NV, false>(a, row, D, lane, v, mean, inv);
+}
+
+// fwd_full with LayerNorm's statistics in one fold (row_welford).
+template <int DT, bool LAYER, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(block_of(TPR)) fwd_full_w(const cti_cuda_norm a) {
+    typedef typename dtype<DT>::T T;
+    typedef typename acc_of<DT>::A A;
+    constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
+    __shared__ A red[2 * BLOCK / 32];
+    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    const int64_t row = (int64_t)blockIdx.x * RPB + slot;
+    const bool live = row < a.rows;
+    const T *xr = static_cast<const T *>(a.x) + (live ? row : 0) * D;
+    raw_t<DT, VEC> r[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) load_raw<DT, VEC>(xr + (j * TPR + lane) * VEC, r[j]);
+    A v[NV][VEC];
+    A s[1] = {0};
+    decode_row<DT, LAYER>(r, v, s[0]);
+    A mean = 0, inv;
+    if constexpr (LAYER) {
+        mean = s[0] / (A)(NV * VEC);
+        A m2 = centered_squares<VEC, TPR, NV, false>(v, mean, lane, D);
+        row_welford<TPR>(mean, m2, (A)(NV * VEC), red, false);
+        inv = (A)1 / msqrt(m2 / (A)D + (A)a.eps);
+    } else {
+        row_sum<TPR>(s, red, false);
         inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
     }
     if (!live) return;
@@ -663,6 +738,13 @@ template <int DT, bool LAYER, int VEC> norm_kernel full_kernel(int cfg) {
     }
 }
 
+template <int DT, bool LAYER, int VEC> norm_kernel full_w_kernel(int cfg) {
+    switch (cfg) {
+        CTI_NORM_CASES(fwd_full_w)
+    default: return nullptr;
+    }
+}
+
 template <int DT, bool LAYER, int VEC> norm_kernel bwd_kernel(int cfg) {
     switch (cfg) {
         CTI_NORM_CASES(bwd_reg)
@@ -784,7 +866,10 @@ cudaError_t forward(const cti_cuda_norm *a, int sm_count, cudaStream_t st, const
     // rows that fill their chunks exactly, and a grid of every group: fwd_full
     const bool full = vec && p.cfg >= 0 && a->d == (int64_t)cfg_tpr(p.cfg) * cfg_nv(p.cfg) * FV &&
                       p.grid * p.rpb >= a->rows;
-    norm_kernel k = full ? (a->layer ? full_kernel<DT, true, FV>(p.cfg)
+    static const bool welford = getenv("CT_XP_LN_WELFORD") && atoi(getenv("CT_XP_LN_WELFORD"));
+    norm_kernel k = full && welford ? (a->layer ? full_w_kernel<DT, true, FV>(p.cfg)
+                                                : full_w_kernel<DT, false, FV>(p.cfg))
+                  : full ? (a->layer ? full_kernel<DT, true, FV>(p.cfg)
                                      : full_kernel<DT, false, FV>(p.cfg))
                     : a->layer ? (vec ? fwd_kernel<DT, true, FV>(p.cfg) : fwd_kernel<DT, true, 1>(p.cfg))
                                : (vec ? fwd_kernel<DT, false, FV>(p.cfg) : fwd_kernel<DT, false, 1>(p.cfg));

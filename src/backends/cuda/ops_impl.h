@@ -237,7 +237,7 @@ typedef struct cti_cuda_rope_args {
     cti_cuda_iter it;
 } cti_cuda_rope_args;
 
-/* Pairs per 16-byte unit for dt and the layout (2 or more; 1 for f64 interleaved). */
+/* Pairs of a vector unit for dt (16 bytes of each table; 2 or more), either layout. */
 int cti_cuda_rope_vec_pairs(ct_dtype dt, bool interleaved);
 cudaError_t cti_cuda_rope(const cti_cuda_rope_args *a, int sm_count, cudaStream_t stream,
                           const char **routine);

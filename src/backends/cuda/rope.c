@@ -33,7 +33,8 @@ static ct_status k_rope(ct_call *c) {
     const int64_t half = p->d / 2;
     const bool il = p->layout == CTI_ROPE_INTERLEAVED;
     const size_t es = ct_dtype_size(x->dtype);
-    /* A unit is 16 bytes of x (and of out): pp pairs, pp * es bytes of each table. */
+    /* A unit is pp pairs: 16 bytes of each table, and of x (and out) 16 bytes a half
+     * (half layout) or 32 bytes (interleaved), in 16-byte vectors. */
     int64_t pp = cti_cuda_rope_vec_pairs(x->dtype, il), xm = (int64_t)(16 / es);
     bool vec = half % pp == 0 && unit_aligned(x, lead, xm, 16) && unit_aligned(out, lead, xm, 16) &&
                unit_aligned(tc, lead, pp, (size_t)pp * es) &&
