@@ -20,7 +20,9 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -1120,6 +1122,80 @@ ce_bwd_plain(const Cls a, const double *wsum_dev) {
     }
 }
 
+// The forward of ce_fwd_plain's rows with a warp per row and no barrier:
+// each lane streams its 16-byte chunks kWarpFwdU at a time through an
+// online (max, sum), the warp folds them with shuffles, and the lane that
+// met the target's logit hands it over in the same fold.
+constexpr int kWarpFwdU = 2;
+
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kThreads256, 8) ce_fwd_warp(const Cls a, double *part) {
+    typedef typename dtype<DT>::T T;
+    typedef typename Acc<DT>::A A;
+    typedef RowChunk<DT, VEC> K;
+    const int lane = threadIdx.x & 31;
+    const int64_t C = a.c, nch = C / VEC, wpb = kThreads256 / 32;
+    double lsum = 0, wsum = 0;
+    for (int64_t p = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); p < a.npos;
+         p += (int64_t)gridDim.x * wpb) {
+        const T *row = (const T *)a.input + p * C;
+        const int64_t t = a.target[p];
+        A m = ninf<A>(), s = 0, zt = 0;
+        for (int64_t j0 = lane; j0 < nch; j0 += 32 * kWarpFwdU) {
+            typename K::R r[kWarpFwdU];
+#pragma unroll
+            for (int u = 0; u < kWarpFwdU; u++)
+                if (j0 + 32 * u < nch) r[u] = K::load(row + (j0 + 32 * u) * VEC);
+#pragma unroll
+            for (int u = 0; u < kWarpFwdU; u++) {
+                const int64_t j = j0 + 32 * u;
+                if (j >= nch) continue;
+                A v[VEC];
+                K::decode(r[u], v);
+                A mc = v[0];
+#pragma unroll
+                for (int i = 1; i < VEC; i++) mc = v[i] > mc ? v[i] : mc;
+                if (mc > m) {
+                    s = m == ninf<A>() ? (A)0 : s * ex(m - mc);
+                    m = mc;
+                }
+                if (m != ninf<A>())
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) s += ex(v[i] - m);
+                const int64_t k = t - j * VEC;
+                if (k >= 0 && k < VEC)
+#pragma unroll
+                    for (int i = 0; i < VEC; i++)
+                        if (i == k) zt = v[i];
+            }
+        }
+        warp_ol(m, s);
+        zt = warp_sum(zt);
+        if (lane == 0) {
+            const A lse = m + ln(s);
+            stats_lse<DT>(a, p, lse);
+            A loss = 0, wt = 0;
+            if (t != a.ignore) {
+                if (bad_target(t, C)) {
+                    loss = wt = qnan<A>();
+                    report_bad_target(a, p, t);
+                } else {
+                    loss = lse - zt;
+                    wt = 1;
+                }
+            }
+            if (a.reduction == RED_NONE) {
+                ((T *)a.out)[p] = dtype<DT>::enc(loss);
+            } else {
+                lsum += (double)loss;
+                wsum += (double)wt;
+            }
+        }
+    }
+    if (a.reduction != RED_NONE)
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
+}
+
 // The backward from the forward's row statistics (inner == 1): with each
 // position's log-sum-exp at hand no fold is left, so it is a map over the
 // logits, read once and written once:
@@ -1129,68 +1205,81 @@ ce_bwd_plain(const Cls a, const double *wsum_dev) {
 // block takes a row at a time, each thread U chunks of VEC elements, all
 // loaded before any is stored. Ignored rows get zeros, out-of-range
 // targets NaN rows (and the fault record).
-constexpr int kSavedU = 4;
 
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kThreads256) ce_bwd_saved(const Cls a) {
+template <int DT, int VEC, int U>
+__device__ __forceinline__ void ce_saved_issue(const typename dtype<DT>::T *row, int j0, int nch,
+                                               typename RowChunk<DT, VEC>::R (&r)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int j = j0 + u * kThreads256;
+        if (j < nch) r[u] = RowChunk<DT, VEC>::load(row + (int64_t)j * VEC);
+    }
+}
+
+// PLAIN: no class weights, no label smoothing (the common case, in fewer
+// registers). Within 32 registers a thread (offsets within a row are ints:
+// ce_saved_ok keeps C below 2^31), so 8 blocks fill a multiprocessor:
+// U chunks a thread in flight, 2048 threads.
+template <int DT, int VEC, bool PLAIN, int U>
+__global__ void __launch_bounds__(kThreads256, 8) ce_bwd_saved(const Cls a) {
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
     typedef RowChunk<DT, VEC> K;
     __shared__ A sh[33];
     const T *x = (const T *)a.input, *w = (const T *)a.weight, *g = (const T *)a.grad;
     const A *st = (const A *)a.stats;
-    const int64_t C = a.c, nch = C / VEC;
-    const A ls = (A)a.ls;
-    A gs = 0;
-    if (a.reduction != RED_NONE) {
-        gs = (A)dtype<DT>::dec(g[0]);
-        if (a.reduction == RED_MEAN) gs /= st[a.npos];
-    }
+    const int C = (int)a.c, nch = C / VEC;
+    const A ls = PLAIN ? (A)0 : (A)a.ls;
     A sw = (A)C;
-    if (w && ls > (A)0) {
+    if (!PLAIN && w && ls > (A)0) {
         A b = 0;
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) b += (A)dtype<DT>::dec(w[c]);
+        for (int c = threadIdx.x; c < C; c += kThreads256) b += (A)dtype<DT>::dec(w[c]);
         sw = block_sum(b, sh);
     }
     for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
         const T *row = x + p * C;
         T *orow = (T *)a.out + p * C;
+        // The row's first chunks are on their way before anything else is
+        // read: a load that waited for the target or the statistics would
+        // add a round trip to memory to every row.
+        typename K::R r[U];
+        ce_saved_issue<DT, VEC, U>(row, threadIdx.x, nch, r);
         const int64_t t = a.target[p];
+        const A lse = st[p];
+        A gp;
+        if (a.reduction == RED_NONE) gp = (A)dtype<DT>::dec(g[p]);
+        else if (a.reduction == RED_MEAN) gp = (A)dtype<DT>::dec(g[0]) / st[a.npos];
+        else gp = (A)dtype<DT>::dec(g[0]);
         const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
         if (ign || bad) {
             if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
             A z[VEC];
 #pragma unroll
             for (int i = 0; i < VEC; i++) z[i] = bad ? qnan<A>() : (A)0;
-            for (int64_t j = threadIdx.x; j < nch; j += blockDim.x) K::store(orow + j * VEC, z);
+            for (int j = threadIdx.x; j < nch; j += kThreads256) K::store(orow + (int64_t)j * VEC, z);
             continue;
         }
-        const A gp = a.reduction == RED_NONE ? (A)dtype<DT>::dec(g[p]) : gs;
-        const A lse = st[p];
-        const A wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
+        const int tc = (int)t;
+        const A wt = !PLAIN && w ? (A)dtype<DT>::dec(w[tc]) : (A)1;
         const A ca = gp * ((A)1 - ls) * wt, cb = gp * ls / (A)C;
-        for (int64_t j0 = threadIdx.x; j0 < nch; j0 += kSavedU * (int64_t)blockDim.x) {
-            typename K::R r[kSavedU];
+        for (int j0 = threadIdx.x; j0 < nch; j0 += U * kThreads256) {
+            if (j0 != (int)threadIdx.x) ce_saved_issue<DT, VEC, U>(row, j0, nch, r);
 #pragma unroll
-            for (int u = 0; u < kSavedU; u++) {
-                const int64_t j = j0 + (int64_t)u * blockDim.x;
-                if (j < nch) r[u] = K::load(row + j * VEC);
-            }
-#pragma unroll
-            for (int u = 0; u < kSavedU; u++) {
-                const int64_t j = j0 + (int64_t)u * blockDim.x;
+            for (int u = 0; u < U; u++) {
+                const int j = j0 + u * kThreads256;
                 if (j >= nch) continue;
                 A v[VEC], o[VEC];
                 K::decode(r[u], v);
 #pragma unroll
                 for (int i = 0; i < VEC; i++) {
-                    const int64_t e = j * VEC + i;
+                    const int e = j * VEC + i;
                     const A pr = ex(v[i] - lse);
                     A dz = ca * pr;
-                    if (ls > (A)0) dz += cb * (sw * pr - (w ? (A)dtype<DT>::dec(w[e]) : (A)1));
-                    o[i] = e == t ? dz - ca : dz;
+                    if (!PLAIN && ls > (A)0)
+                        dz += cb * (sw * pr - (w ? (A)dtype<DT>::dec(w[e]) : (A)1));
+                    o[i] = e == tc ? dz - ca : dz;
                 }
-                K::store(orow + j * VEC, o);
+                K::store(orow + (int64_t)j * VEC, o);
             }
         }
     }
@@ -1200,7 +1289,7 @@ __global__ void __launch_bounds__(kThreads256) ce_bwd_saved(const Cls a) {
 // chunks (*vec) where C and the pointers allow.
 template <int DT> bool ce_saved_ok(const cti_nn_cls *r, bool *vec) {
     constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
-    if (!r->stats || r->inner != 1) return false;
+    if (!r->stats || r->inner != 1 || r->c > INT_MAX - 16) return false;
     *vec = r->c % VEC == 0 && ((uintptr_t)r->input & 15) == 0 && ((uintptr_t)r->out & 15) == 0;
     return true;
 }
@@ -1340,6 +1429,11 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
     }
 }
 
+inline bool ce_fwd_warp_on() {
+    static const bool on = getenv("CT_XP_CE_FWD") && atoi(getenv("CT_XP_CE_FWD")) == 1;
+    return on;
+}
+
 struct ClsPlan {
     bool saved;       // cross-entropy backward from the forward's row statistics
     bool saved_vec;   // ... in 16-byte chunks
@@ -1392,7 +1486,7 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
     pl.plain = pl.rows_nv && !r->weight && r->ls == 0;
     if (pl.plain && !bwd) {
-        pl.blocks = blocks_for(npos, 1, kRedBlocksCap);
+        pl.blocks = blocks_for(npos, ce_fwd_warp_on() ? kThreads256 / 32 : 1, kRedBlocksCap);
         pl.split = r->reduction != RED_NONE && pl.blocks > 1;
         if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
         return pl;
@@ -1457,6 +1551,10 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
         if (r->kind == CTI_NN_NLL) {
             nll_fwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, part);
             *routine = pl.split ? "cten_nll_loss_fwd+final" : "cten_nll_loss_fwd";
+        } else if (pl.plain && ce_fwd_warp_on()) {
+            ce_fwd_warp<DT, 16 / sizeof(typename dtype<DT>::T)><<<pl.blocks, kThreads256, 0, st>>>(a, part);
+            *routine = pl.split ? "cten_cross_entropy_fwd_warp_stream+final"
+                                : "cten_cross_entropy_fwd_warp_stream";
         } else if (pl.plain) {
             ce_plain_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
             *routine = pl.split ? "cten_cross_entropy_fwd_block_per_row+final"
@@ -1484,9 +1582,16 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
         return cudaGetLastError();
     }
     if (pl.saved) {
-        if (pl.saved_vec) ce_bwd_saved<DT, 16 / sizeof(typename dtype<DT>::T)><<<pl.blocks, kThreads256, 0, st>>>(a);
-        else ce_bwd_saved<DT, 1><<<pl.blocks, kThreads256, 0, st>>>(a);
-        *routine = "cten_cross_entropy_bwd_saved_stats";
+        constexpr int FV = 16 / sizeof(typename dtype<DT>::T);
+        const bool plain = !a.weight && a.ls == 0;
+        static const bool u4 = getenv("CT_XP_CE_U") && atoi(getenv("CT_XP_CE_U")) == 4;
+        if (pl.saved_vec && plain && u4) ce_bwd_saved<DT, FV, true, 4><<<pl.blocks, kThreads256, 0, st>>>(a);
+        else if (pl.saved_vec && plain) ce_bwd_saved<DT, FV, true, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
+        else if (pl.saved_vec) ce_bwd_saved<DT, FV, false, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
+        else if (plain) ce_bwd_saved<DT, 1, true, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
+        else ce_bwd_saved<DT, 1, false, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
+        *routine = pl.saved_vec ? "cten_cross_entropy_bwd_saved_stats_vec16"
+                                : "cten_cross_entropy_bwd_saved_stats";
         return cudaGetLastError();
     }
     const double *wsum = nullptr;

@@ -147,49 +147,6 @@ __device__ __forceinline__ void row_sum(A (&v)[N], A *red, bool reuse = true) {
     }
 }
 
-// The row's mean and sum of squared deviations (m2) from each thread's
-// over k values of its own, by Chan, Golub and LeVeque's pairwise update:
-// one fold for LayerNorm's two statistics. Within a warp the butterfly's
-// partners merge groups of equal counts with the same operations in
-// either order (d^2 is the same for d and -d), so every thread ends with
-// the same bits; past a warp each thread merges the warps' pairs in warp
-// order. red holds 2 * blockDim.x / 32 values; the closing barrier as
-// row_sum's.
-template <int TPR, class A>
-__device__ __forceinline__ void row_welford(A &mean, A &m2, A k, A *red, bool reuse = true) {
-    constexpr int W = TPR < 32 ? TPR : 32;
-    A n = k;
-#pragma unroll
-    for (int off = W / 2; off > 0; off >>= 1) {
-        const A mb = __shfl_xor_sync(0xffffffffu, mean, off);
-        const A qb = __shfl_xor_sync(0xffffffffu, m2, off);
-        const A d = mb - mean;
-        mean = (mean + mb) * (A)0.5;
-        m2 = (m2 + qb) + d * d * (n * (A)0.5);
-        n += n;
-    }
-    if constexpr (TPR > 32) {
-        constexpr int NW = TPR / 32;
-        const int slot = threadIdx.x / TPR, wr = (threadIdx.x % TPR) >> 5;
-        A *r = red + slot * 2 * NW;
-        if ((threadIdx.x & 31) == 0) {
-            r[wr] = mean;
-            r[NW + wr] = m2;
-        }
-        __syncthreads();
-        A mu = r[0], q = r[NW], cnt = n;
-        for (int w = 1; w < NW; w++) {
-            const A d = r[w] - mu, tot = cnt + n;
-            mu += d * (n / tot);
-            q += r[NW + w] + d * d * (cnt * n / tot);
-            cnt = tot;
-        }
-        mean = mu;
-        m2 = q;
-        if (reuse) __syncthreads();
-    }
-}
-
 template <class A> __device__ __forceinline__ A stat_at(const void *p, int64_t row) {
     return static_cast<const A *>(p)[row];
 }
@@ -313,7 +270,7 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
 // than a kernel written for that one shape and ran 10% longer, well short of
 // the copy rate; the bytes moved and the occupancy were the same.
 template <int DT, bool LAYER, int VEC, int TPR, int NV>
-__global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a) {
+__device__ __forceinline__ void fwd_full_body(const cti_cuda_norm &a) {
     typedef typename dtype<DT>::T T;
     typedef typename acc_of<DT>::A A;
     constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
@@ -343,13 +300,25 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a)
     write_row<DT, LAYER, VEC, TPR, NV, false>(a, row, D, lane, v, mean, inv);
 }
 
-// fwd_full with LayerNorm's statistics in one fold (row_welford).
 template <int DT, bool LAYER, int VEC, int TPR, int NV>
-__global__ void __launch_bounds__(block_of(TPR)) fwd_full_w(const cti_cuda_norm a) {
+__global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a) {
+    fwd_full_body<DT, LAYER, VEC, TPR, NV>(a);
+}
+
+// fwd_full within the registers that let a multiprocessor hold 2048 threads.
+template <int DT, bool LAYER, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(block_of(TPR), 2048 / block_of(TPR)) fwd_full_b(const cti_cuda_norm a) {
+    fwd_full_body<DT, LAYER, VEC, TPR, NV>(a);
+}
+
+// fwd_full keeping the row as loaded (16-byte chunks, half the registers of
+// decoded floats in bf16/f16) and decoding it again for each pass.
+template <int DT, bool LAYER, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(block_of(TPR), 2048 / block_of(TPR)) fwd_full_r(const cti_cuda_norm a) {
     typedef typename dtype<DT>::T T;
     typedef typename acc_of<DT>::A A;
     constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
-    __shared__ A red[2 * BLOCK / 32];
+    __shared__ A red[BLOCK / 32];
     const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
     const int64_t row = (int64_t)blockIdx.x * RPB + slot;
     const bool live = row < a.rows;
@@ -357,21 +326,59 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_full_w(const cti_cuda_norm 
     raw_t<DT, VEC> r[NV];
 #pragma unroll
     for (int j = 0; j < NV; j++) load_raw<DT, VEC>(xr + (j * TPR + lane) * VEC, r[j]);
-    A v[NV][VEC];
     A s[1] = {0};
-    decode_row<DT, LAYER>(r, v, s[0]);
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        A v[VEC];
+        decode<DT, VEC>(r[j], v);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[i] : v[i] * v[i];
+    }
+    row_sum<TPR>(s, red, LAYER);
     A mean = 0, inv;
     if constexpr (LAYER) {
-        mean = s[0] / (A)(NV * VEC);
-        A m2 = centered_squares<VEC, TPR, NV, false>(v, mean, lane, D);
-        row_welford<TPR>(mean, m2, (A)(NV * VEC), red, false);
-        inv = (A)1 / msqrt(m2 / (A)D + (A)a.eps);
+        mean = s[0] / (A)D;
+        A q[1] = {0};
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            A v[VEC];
+            decode<DT, VEC>(r[j], v);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) q[0] += (v[i] - mean) * (v[i] - mean);
+        }
+        row_sum<TPR>(q, red, false);
+        inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
     } else {
-        row_sum<TPR>(s, red, false);
         inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
     }
     if (!live) return;
-    write_row<DT, LAYER, VEC, TPR, NV, false>(a, row, D, lane, v, mean, inv);
+    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
+    T *yr = static_cast<T *>(a.y) + row * D;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int e = (j * TPR + lane) * VEC;
+        A v[VEC], o[VEC];
+        decode<DT, VEC>(r[j], v);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[i] - mean) * inv : v[i] * inv;
+        if (W) {
+            A wv[VEC];
+            load<DT, VEC>(W + e, wv);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] *= wv[i];
+        }
+        if (LAYER && B) {
+            A bv[VEC];
+            load<DT, VEC>(B + e, bv);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] += bv[i];
+        }
+        store<DT, VEC>(yr + e, o);
+    }
+    if (lane == 0) {
+        if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
+        if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
+    }
 }
 
 // Rows too long for registers: one block per row, a pass over the row for
@@ -738,9 +745,16 @@ template <int DT, bool LAYER, int VEC> norm_kernel full_kernel(int cfg) {
     }
 }
 
-template <int DT, bool LAYER, int VEC> norm_kernel full_w_kernel(int cfg) {
+template <int DT, bool LAYER, int VEC> norm_kernel full_b_kernel(int cfg) {
     switch (cfg) {
-        CTI_NORM_CASES(fwd_full_w)
+        CTI_NORM_CASES(fwd_full_b)
+    default: return nullptr;
+    }
+}
+
+template <int DT, bool LAYER, int VEC> norm_kernel full_r_kernel(int cfg) {
+    switch (cfg) {
+        CTI_NORM_CASES(fwd_full_r)
     default: return nullptr;
     }
 }
@@ -866,9 +880,11 @@ cudaError_t forward(const cti_cuda_norm *a, int sm_count, cudaStream_t st, const
     // rows that fill their chunks exactly, and a grid of every group: fwd_full
     const bool full = vec && p.cfg >= 0 && a->d == (int64_t)cfg_tpr(p.cfg) * cfg_nv(p.cfg) * FV &&
                       p.grid * p.rpb >= a->rows;
-    static const bool welford = getenv("CT_XP_LN_WELFORD") && atoi(getenv("CT_XP_LN_WELFORD"));
-    norm_kernel k = full && welford ? (a->layer ? full_w_kernel<DT, true, FV>(p.cfg)
-                                                : full_w_kernel<DT, false, FV>(p.cfg))
+    static const int xp = getenv("CT_XP_LN") ? atoi(getenv("CT_XP_LN")) : 0;
+    norm_kernel k = full && xp == 2 ? (a->layer ? full_r_kernel<DT, true, FV>(p.cfg)
+                                                : full_r_kernel<DT, false, FV>(p.cfg))
+                  : full && xp == 1 ? (a->layer ? full_b_kernel<DT, true, FV>(p.cfg)
+                                                : full_b_kernel<DT, false, FV>(p.cfg))
                   : full ? (a->layer ? full_kernel<DT, true, FV>(p.cfg)
                                      : full_kernel<DT, false, FV>(p.cfg))
                     : a->layer ? (vec ? fwd_kernel<DT, true, FV>(p.cfg) : fwd_kernel<DT, true, 1>(p.cfg))
