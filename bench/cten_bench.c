@@ -656,7 +656,8 @@ typedef struct unary_op {
 
 static const unary_op unary_ops[] = {
     {"exp", CT_OP_EXP, false},   {"log", CT_OP_LOG, false},
-    {"sin", CT_OP_SIN, false},   {"tanh", CT_OP_TANH, true},
+    {"sin", CT_OP_SIN, false},   {"cos", CT_OP_COS, false},
+    {"tanh", CT_OP_TANH, true},
     {"sigmoid", CT_OP_SIGMOID, true}, {"silu", CT_OP_SILU, true},
     {"softplus", CT_OP_SOFTPLUS, false}, {"gelu", CT_OP_GELU, true},
     {"gelu_tanh", CT_OP_GELU_TANH, true},
@@ -668,6 +669,7 @@ static ct_tensor *unary_call(int k, ct_tensor *x) {
     case CT_OP_EXP: return ct_exp(x);
     case CT_OP_LOG: return ct_log(x);
     case CT_OP_SIN: return ct_sin(x);
+    case CT_OP_COS: return ct_cos(x);
     case CT_OP_TANH: return ct_tanh(x);
     case CT_OP_SIGMOID: return ct_sigmoid(x);
     case CT_OP_SILU: return ct_silu(x);

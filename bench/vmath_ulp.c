@@ -43,6 +43,8 @@ LOOP(silu)
 LOOP(softplus)
 LOOP(sin)
 LOOP(cos)
+LOOP(sin_wide)
+LOOP(cos_wide)
 LOOP(gelu)
 LOOP(gelu_tanh)
 
@@ -54,8 +56,10 @@ static const struct {
 } fns[] = {
     {"exp", v_exp, r_exp, -110, 90},
     {"log", v_log, r_log, 0, INFINITY},
-    {"sin", v_sin, r_sin, -VM_TRIG_MAX, VM_TRIG_MAX},
-    {"cos", v_cos, r_cos, -VM_TRIG_MAX, VM_TRIG_MAX},
+    {"sin", v_sin, r_sin, -VM_TRIG_FAST_MAX, VM_TRIG_FAST_MAX},
+    {"cos", v_cos, r_cos, -VM_TRIG_FAST_MAX, VM_TRIG_FAST_MAX},
+    {"sin_wide", v_sin_wide, r_sin, -VM_TRIG_MAX, VM_TRIG_MAX},
+    {"cos_wide", v_cos_wide, r_cos, -VM_TRIG_MAX, VM_TRIG_MAX},
     {"tanh", v_tanh, r_tanh, -20, 20},
     {"sigmoid", v_sigmoid, r_sigmoid, -110, 110},
     {"silu", v_silu, r_silu, -110, 110},

@@ -99,11 +99,15 @@ static void store_bf16(char *dst, int64_t stride, const float *restrict src, int
         for (int64_t i = 0; i < m; i++) *(uint16_t *)(dst + i * stride) = cti_f32_to_bf16(src[i]);
     }
 }
+/* float32 blocks (sin, cos) copy whole when contiguous: the strided loops
+ * do not vectorize and cost as much as the function itself */
 static void load_f32(float *restrict dst, const char *src, int64_t stride, int64_t m) {
-    for (int64_t i = 0; i < m; i++) dst[i] = *(const float *)(src + i * stride);
+    if (stride == (int64_t)sizeof(float)) memcpy(dst, src, (size_t)m * sizeof(float));
+    else for (int64_t i = 0; i < m; i++) dst[i] = *(const float *)(src + i * stride);
 }
 static void store_f32(char *dst, int64_t stride, const float *restrict src, int64_t m) {
-    for (int64_t i = 0; i < m; i++) *(float *)(dst + i * stride) = src[i];
+    if (stride == (int64_t)sizeof(float)) memcpy(dst, src, (size_t)m * sizeof(float));
+    else for (int64_t i = 0; i < m; i++) *(float *)(dst + i * stride) = src[i];
 }
 /* Inputs of a reduced-precision kernel are float16, bfloat16, or a float32
  * 0-d operand that keeps a scalar's precision (as PyTorch's opmath). */
@@ -229,22 +233,46 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
     }
 
 /* sin and cos of float32, float16 and bfloat16 (in and out of one dtype) in
- * blocks: VF (vmath.h) for every element, then libm's float64 DF for the
- * rare one beyond VM_TRIG_MAX, where VF's reduction would lose digits. */
+ * blocks: VF (vmath.h, float32) for every element; only in a block with an
+ * element beyond VM_TRIG_FAST_MAX (or NaN), VF##_wide (float64 reduction)
+ * for those, and libm's float64 DF for any beyond VM_TRIG_MAX. o and x
+ * (m elements) must not overlap. */
+#define TRIG_BLOCK(o, x, m, VF, DF)                                                    \
+    do {                                                                               \
+        int big = 0, huge = 0;                                                         \
+        for (int64_t i = 0; i < (m); i++) {                                            \
+            o[i] = VF(x[i]);                                                           \
+            big |= !(fabsf(x[i]) <= VM_TRIG_FAST_MAX);                                 \
+        }                                                                              \
+        if (big)                                                                       \
+            for (int64_t i = 0; i < (m); i++) {                                        \
+                float w = VF##_wide(x[i]);                                             \
+                o[i] = fabsf(x[i]) <= VM_TRIG_FAST_MAX ? o[i] : w;                     \
+                huge |= !(fabsf(x[i]) <= VM_TRIG_MAX);                                 \
+            }                                                                          \
+        for (int64_t i = 0; huge && i < (m); i++)                                      \
+            if (!(fabsf(x[i]) <= VM_TRIG_MAX)) o[i] = (float)DF((double)x[i]);         \
+    } while (0)
+/* Contiguous float32 in and out (not in place) straight through; the rest
+ * through blocks converted to and from float32. */
 #define TRIG_LOOP(name, VF, DF)                                                        \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
         const ew_ctx *P = ctx;                                                         \
+        if (P->dt[0] == CT_F32 && P->dt[1] == CT_F32 && s[0] == 4 && s[1] == 4 &&      \
+            p[0] != p[1]) {                                                            \
+            for (int64_t off = 0; off < n; off += BLK) {                               \
+                const int64_t m = n - off < BLK ? n - off : BLK;                       \
+                float *restrict o = (float *)p[0] + off;                               \
+                const float *restrict x = (const float *)p[1] + off;                   \
+                TRIG_BLOCK(o, x, m, VF, DF);                                           \
+            }                                                                          \
+            return;                                                                    \
+        }                                                                              \
         float in[BLK], out[BLK];                                                       \
         for (int64_t off = 0; off < n; off += BLK) {                                   \
             const int64_t m = n - off < BLK ? n - off : BLK;                           \
             load_lp(in, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
-            int big = 0;                                                               \
-            for (int64_t i = 0; i < m; i++) {                                          \
-                out[i] = VF(in[i]);                                                    \
-                big |= !(fabsf(in[i]) <= VM_TRIG_MAX);                                 \
-            }                                                                          \
-            for (int64_t i = 0; big && i < m; i++)                                     \
-                if (!(fabsf(in[i]) <= VM_TRIG_MAX)) out[i] = (float)DF((double)in[i]);  \
+            TRIG_BLOCK(out, in, m, VF, DF);                                            \
             if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], out, m);        \
             else store_lp(p[0] + off * s[0], s[0], out, m, P->dt[0]);                  \
         }                                                                              \

@@ -14,8 +14,10 @@
  * sweeps, docs/BENCHMARKS.md; tests/test_elementwise.c checks these bounds
  * on a dense sweep at every ISA level), for results of at least FLT_MIN
  * (smaller ones are within FLT_MIN):
- *   vm_sin, vm_cos        1   reduction and polynomials in float64
- *                               (|x| <= VM_TRIG_MAX), measured 0.5
+ *   vm_sin, vm_cos        0.8 float32 reduction and polynomials (|x| <=
+ *                               VM_TRIG_FAST_MAX), measured 0.72 with FMA,
+ *                               0.78 without
+ *   vm_sin_wide, vm_cos_wide  in float64 (|x| <= VM_TRIG_MAX), measured 0.5
  *   vm_log                1   Cephes' float32 polynomial
  *   vm_exp, vm_tanh       1.5 Cephes' float32 polynomials
  *   vm_sigmoid, vm_softplus 3 from vm_exp and vm_log
@@ -24,8 +26,10 @@
  * That is within a few roundings of glibc (1 to 2 ulp) and of the fast exp
  * the softmax kernels always used (1 ulp), far inside the 1e-5 relative
  * (84 ulp) that float32 results are tested to elsewhere.
- * vm_sin and vm_cos hold for |x| <= VM_TRIG_MAX; callers take libm's
- * float64 sin/cos for the rare larger argument (elementwise.c).
+ * vm_sin and vm_cos hold for |x| <= VM_TRIG_FAST_MAX and the _wide ones for
+ * |x| <= VM_TRIG_MAX; callers take libm's float64 sin/cos beyond
+ * (elementwise.c), so that sin and cos of float32 are within 0.8 ulp for
+ * every input.
  *
  * Where the kernel set has FMA, polynomials use it (the library is built in
  * ISO C mode, so the compiler never contracts a * b + c by itself); results
@@ -205,13 +209,98 @@ VM_INLINE float vm_tanh(float x) {
 }
 
 /* ---- sin, cos ---------------------------------------------------------------------------
- * In float64: j = round(x 2 / pi), r = x - j pi/2 with pi/2 in four parts of
- * 29 bits (each j * part exact for |j| < 2^24), Taylor polynomials of sin
- * and cos on |r| <= pi/4 (to r^13 and r^14: below 1e-14), chosen and signed
- * by j mod 4. */
+ * In float32, on a = |x| (sin x = sign(x) sin a, cos x = cos a):
+ * j = round(a 2 / pi), r = a - j pi/2 = hi + lo by Cody-Waite with pi/2 in
+ * parts (below), minimax polynomials of sin and cos on |r| <= pi/4 (to
+ * 0.7925: j comes from a rounded a 2 / pi, which moves |r| up to 0.0054 past
+ * pi/4 at 2^17), chosen and signed by j mod 4. r is kept to about 2^-55: the
+ * float32 nearest a multiple of pi/2 below 2^24 (252.898209) leaves
+ * |r| = 2^-27.8, and the 24 bits of the result need r to about 2^-52.
+ *
+ * With FMA: pi/2 = A + B + C (24 bits each, rest 1.1e-23). a - j A is exact
+ * (a multiple of 2^-24 below 1, for any j); j B is an exact pair (pB, eB)
+ * from an FMA, and a - j A - pB an exact pair by Fast2Sum (a - j A is a
+ * multiple of 2^-24 under 1 and |pB| < 1/2); j C and eB go into lo rounded.
+ * Without FMA: pi/2 in five parts of at most 11 bits but the last, so that
+ * j A .. j D are exact for j < 2^13; a - j A is exact (Sterbenz), so is
+ * its difference with j B (a multiple of 2^-24 below 1), then two Fast2Sums
+ * for j C and j D, j E rounded into lo.
+ * Either way the rounding errors and the truncated rest stay below about
+ * 2^-55 up to VM_TRIG_FAST_MAX; beyond it callers take vm_sin_wide/vm_cos_wide
+ * (the reduction in float64, to 2^24), and libm's float64 sin/cos after
+ * that (elementwise.c). */
+#ifdef __FMA__
+#define VM_TRIG_FAST_MAX 131072.0f /* 2^17: j < 2^17 */
+#else
+#define VM_TRIG_FAST_MAX 8192.0f /* 2^13: j < 2^13 */
+#endif
 #define VM_TRIG_MAX 16777216.0f /* 2^24: from there on, floats are even integers */
 
-VM_INLINE double vm_sin_poly(double r, double r2) {
+/* r = a - j pi/2 = hi + lo for a = |x| <= VM_TRIG_FAST_MAX; j mod 4 in *q */
+VM_INLINE float vm_trig_reduce(float a, float *lo, uint32_t *q) {
+    float t = VM_FMA(a, 0.636619772f, 12582912.0f); /* 1.5 * 2^23 + j */
+    float j = t - 12582912.0f;
+    *q = vm_bits(t) & 3u;
+#ifdef __FMA__
+    float r1 = __builtin_fmaf(-j, 0x1.921fb6p+0f, a);
+    float pb = j * -0x1.777a5cp-25f, eb = __builtin_fmaf(j, -0x1.777a5cp-25f, -pb);
+    float hi = r1 - pb;
+    float l = (r1 - hi) - pb;
+    *lo = __builtin_fmaf(-j, -0x1.ee59dap-50f, l - eb);
+#else
+    float r2 = (a - j * 0x1.92p+0f) - j * 0x1.fb4p-12f;
+    float pc = j * 0x1.444p-24f, pd = j * 0x1.68cp-39f;
+    float h1 = r2 - pc;
+    float l1 = (r2 - h1) - pc;
+    float hi = h1 - pd;
+    float l2 = (h1 - hi) - pd;
+    *lo = (l1 + l2) - j * 0x1.1a6264p-54f;
+#endif
+    return hi;
+}
+/* sin(hi + lo) and cos(hi + lo): h + h^3 P(z) and 1 - z/2 + z^2 Q(z), z = h^2,
+ * P and Q fitted here (relative minimax, float coefficients) on |h| <= 0.7925
+ * (relative error 1.7e-10 and 1.4e-10), and lo's first-order terms. */
+VM_INLINE float vm_sin_kernel(float hi, float lo, float z) {
+    float p = 2.826340506e-06f;
+    p = VM_FMA(p, z, -1.985256240e-04f);
+    p = VM_FMA(p, z, 8.333378471e-03f);
+    p = VM_FMA(p, z, -1.666666716e-01f);
+    return hi + VM_FMA(hi * z, p, VM_FMA(-0.5f * z, lo, lo)); /* lo cos(hi) */
+}
+VM_INLINE float vm_cos_kernel(float hi, float lo, float z) {
+    float p = 2.443030826e-05f;
+    p = VM_FMA(p, z, -1.388729899e-03f);
+    p = VM_FMA(p, z, 4.166664556e-02f);
+    float hz = 0.5f * z, w = 1.0f - hz;
+#ifdef __FMA__
+    float t = __builtin_fmaf(-0.5f, __builtin_fmaf(hi, hi, -z), -hi * lo); /* z's error too */
+#else
+    float t = -hi * lo;
+#endif
+    /* 1 - hz rounded is w; (1 - w) - hz, exact, is what it lost */
+    return w + (((1.0f - w) - hz) + VM_FMA(z * z, p, t));
+}
+/* quadrant offset q0: 0 for sin, 1 for cos (cos x = sin(x + pi/2)) */
+VM_INLINE float vm_sincos(float x, uint32_t q0) {
+    float a = fabsf(x), lo;
+    uint32_t q;
+    float hi = vm_trig_reduce(a, &lo, &q);
+    q += q0;
+    float z = hi * hi;
+    float v = (q & 1u) ? vm_cos_kernel(hi, lo, z) : vm_sin_kernel(hi, lo, z);
+    /* the sign: of the quadrant, and of x for sin (sin(-0) = -0) */
+    uint32_t sign = ((q & 2u) << 30) ^ (q0 ? 0u : (vm_bits(x) & 0x80000000u));
+    return vm_from_bits(vm_bits(v) ^ sign);
+}
+VM_INLINE float vm_sin(float x) { return vm_sincos(x, 0); }
+VM_INLINE float vm_cos(float x) { return vm_sincos(x, 1); }
+
+/* The same in float64 for VM_TRIG_FAST_MAX < |x| <= VM_TRIG_MAX: j = round(x
+ * 2 / pi), r = x - j pi/2 with pi/2 in four parts of 29 bits (each j * part
+ * exact for |j| < 2^24), Taylor polynomials of sin and cos on |r| <= pi/4
+ * (to r^13 and r^14: below 1e-14), chosen and signed by j mod 4. */
+VM_INLINE double vm_sin_poly_d(double r, double r2) {
     double p = 1.0 / 6227020800.0;
     p = VM_FMAD(p, r2, -1.0 / 39916800.0);
     p = VM_FMAD(p, r2, 1.0 / 362880.0);
@@ -220,7 +309,7 @@ VM_INLINE double vm_sin_poly(double r, double r2) {
     p = VM_FMAD(p, r2, -1.0 / 6.0);
     return VM_FMAD(p * r2, r, r);
 }
-VM_INLINE double vm_cos_poly(double r2) {
+VM_INLINE double vm_cos_poly_d(double r2) {
     double p = -1.0 / 87178291200.0;
     p = VM_FMAD(p, r2, 1.0 / 479001600.0);
     p = VM_FMAD(p, r2, -1.0 / 3628800.0);
@@ -230,8 +319,7 @@ VM_INLINE double vm_cos_poly(double r2) {
     p = VM_FMAD(p, r2, -0.5);
     return VM_FMAD(p, r2, 1.0);
 }
-/* quadrant offset q0: 0 for sin, 1 for cos (cos x = sin(x + pi/2)) */
-VM_INLINE float vm_sincos(float xf, unsigned q0) {
+VM_INLINE float vm_sincos_wide(float xf, unsigned q0) {
     double x = xf;
     double t = x * 0.6366197723675814 + 6755399441055744.0;
     double j = t - 6755399441055744.0;
@@ -241,12 +329,12 @@ VM_INLINE float vm_sincos(float xf, unsigned q0) {
     r = r - j * 3.521559857935336e-27;
     unsigned q = ((unsigned)vm_bits_d(t) + q0) & 3u;
     double r2 = r * r;
-    double s = vm_sin_poly(r, r2), c = vm_cos_poly(r2);
+    double s = vm_sin_poly_d(r, r2), c = vm_cos_poly_d(r2);
     double v = (q & 1u) ? c : s;
     return (float)((q & 2u) ? -v : v);
 }
-VM_INLINE float vm_sin(float x) { return vm_sincos(x, 0); }
-VM_INLINE float vm_cos(float x) { return vm_sincos(x, 1); }
+VM_INLINE float vm_sin_wide(float x) { return vm_sincos_wide(x, 0); }
+VM_INLINE float vm_cos_wide(float x) { return vm_sincos_wide(x, 1); }
 
 /* ---- GELU ------------------------------------------------------------------------------
  * x Phi(x), Phi the normal CDF; with z = |x| / sqrt 2:
