@@ -142,6 +142,11 @@ static ct_status check_stat(const char *op, const ct_tensor *s, const char *name
 ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
                        ct_tensor *weight, double eps, ct_tensor **inv_rms) {
     const char *op = "ct_rms_norm";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_RMS_NORM, 2, (ct_tensor *[]){x, weight}))
+        return cti_autocast_end_op(
+            &ac, ac.ok ? ct_rms_norm(ac.in[0], nnorm, normalized_shape, ac.in[1], eps, inv_rms)
+                       : NULL);
     ct_tensor *all[2] = {x, weight};
     cti_norm_params p = {.eps = eps};
     if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 2, all) ||
@@ -232,6 +237,11 @@ ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shap
                          ct_tensor *weight, ct_tensor *bias, double eps, ct_tensor **mean,
                          ct_tensor **rstd) {
     const char *op = "ct_layer_norm";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LAYER_NORM, 3, (ct_tensor *[]){x, weight, bias}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_layer_norm(ac.in[0], nnorm, normalized_shape,
+                                                              ac.in[1], ac.in[2], eps, mean, rstd)
+                                              : NULL);
     ct_tensor *all[3] = {x, weight, bias};
     cti_norm_params p = {.eps = eps};
     if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 3, all) ||
@@ -378,9 +388,15 @@ done:
 }
 
 ct_tensor *ct_softmax(ct_tensor *x, int dim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_SOFTMAX, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_softmax(ac.in[0], dim) : NULL);
     return softmax_fwd("ct_softmax", CT_OP_SOFTMAX, x, dim, false);
 }
 ct_tensor *ct_log_softmax(ct_tensor *x, int dim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LOG_SOFTMAX, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_log_softmax(ac.in[0], dim) : NULL);
     return softmax_fwd("ct_log_softmax", CT_OP_LOG_SOFTMAX, x, dim, true);
 }
 
@@ -535,6 +551,12 @@ static cti_loss_params cls_params(ct_reduction reduction, int64_t ignore_index, 
 
 ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                             ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_CROSS_ENTROPY, 2, (ct_tensor *[]){logits, weight}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_cross_entropy(ac.in[0], target, ac.in[1],
+                                                                 reduction, ignore_index,
+                                                                 label_smoothing)
+                                              : NULL);
     cti_loss_params p = cls_params(reduction, ignore_index, label_smoothing);
     ct_tensor *out = cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits",
                               target, weight, &p);
@@ -554,6 +576,10 @@ ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct
 
 ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weight,
                        ct_reduction reduction, int64_t ignore_index) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_NLL_LOSS, 2, (ct_tensor *[]){log_probs, weight}))
+        return cti_autocast_end_op(
+            &ac, ac.ok ? ct_nll_loss(ac.in[0], target, ac.in[1], reduction, ignore_index) : NULL);
     cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     ct_tensor *out = cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target,
                               weight, &p);
@@ -613,6 +639,9 @@ static bool mse_promoted(ct_tensor *input, ct_tensor *target, ct_tensor **pi, ct
 
 ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction) {
     const char *op = "ct_mse_loss";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_MSE_LOSS, 2, (ct_tensor *[]){input, target}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_mse_loss(ac.in[0], ac.in[1], reduction) : NULL);
     ct_tensor *req[2] = {input, target};
     int nb;
     int64_t bs[CT_MAX_DIMS];
