@@ -135,6 +135,10 @@ static ct_tensor *f_exp_inplace(ct_tensor *const *t) {
 static ct_tensor *f_softmax_backward(ct_tensor *const *t) {
     return ct_softmax_backward(t[0], t[1], -1);
 }
+/* sums its gradient over the dims where input broadcast: with ct_sum, held off */
+static ct_tensor *f_mse_loss_backward(ct_tensor *const *t) {
+    return ct_mse_loss_backward(t[0], t[1], t[2], CT_REDUCTION_NONE);
+}
 
 /* ---- the table ----------------------------------------------------------------------------- */
 
@@ -200,6 +204,7 @@ static const op_case cases[] = {
     {"where", f_where, SAME, 2, {SHP(3, 4), SHP(3, 4)}, -2, 2},
     {"exp_ (in place)", f_exp_inplace, SAME, 1, {SHP(3, 4)}, -2, 2},
     {"softmax_backward", f_softmax_backward, SAME, 2, {SHP(3, 4), SHP(3, 4)}, 0, 1},
+    {"mse_loss_backward", f_mse_loss_backward, SAME, 3, {SHP(3, 4), SHP(4), SHP(3, 4)}, -1, 1},
 };
 
 /* The input dtypes each case runs with: all one dtype, or the first bfloat16 and the rest

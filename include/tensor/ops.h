@@ -322,7 +322,8 @@ ct_tensor *ct_multinomial(ct_tensor *probs, int64_t num_samples, bool replacemen
  * ignore_index, label_smoothing) without the [N, V] logits (as Liger Kernel's
  * fused linear cross-entropy): x [..., d], weight [V, d], bias [V] or NULL,
  * all of one floating dtype; target int64 of x's leading dims (N in all).
- * New tensor: the loss, target's shape for none, 0-d otherwise. Extra memory
+ * New tensor: the loss, target's shape for none, 0-d otherwise; of x's dtype
+ * (float32 in an autocast region, see the end of this file). Extra memory
  * O(chunk * V) for a chunk of rows; gradients of x, weight and bias. */
 ct_tensor *ct_linear_cross_entropy(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
                                    ct_tensor *target, int64_t ignore_index,

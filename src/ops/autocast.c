@@ -222,6 +222,9 @@ ct_tensor *cti_autocast_end_op(cti_autocast_call *ac, ct_tensor *result) {
     return result;
 }
 
+void cti_autocast_hold(void) { tls.busy++; }
+void cti_autocast_resume(void) { tls.busy--; }
+
 void cti_autocast_counts(int64_t *casts, int64_t *hits) {
     *casts = tls.casts;
     *hits = tls.hits;

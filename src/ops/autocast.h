@@ -119,6 +119,12 @@ bool cti_autocast_begin_op(cti_autocast_call *ac, cti_autocast_op op, int n,
  * result. */
 ct_tensor *cti_autocast_end_op(cti_autocast_call *ac, ct_tensor *result);
 
+/* Hold autocast off on this thread until the matching cti_autocast_resume,
+ * for a front end outside the table that runs ops of the table inside it
+ * (they then run on what they are given, as inside a table op). */
+void cti_autocast_hold(void);
+void cti_autocast_resume(void);
+
 /* Test hook: the casts autocast made on this thread (cached or not) and the
  * times a cached cast was reused, since the thread began. */
 void cti_autocast_counts(int64_t *casts, int64_t *hits);

@@ -689,7 +689,9 @@ static ct_tensor *sum_to_shape(ct_tensor *g, const ct_tensor *input) {
     for (int i = 0; i < nb; i++)
         if (i < lead || (input->shape[i - lead] == 1 && g->shape[i] != 1)) dims[nd++] = i;
     if (nd == 0) return ct_reshape(g, input->ndim, input->shape);
+    cti_autocast_hold(); /* the gradient keeps g's dtype in a region too */
     ct_tensor *s = ct_sum(g, nd, dims, true);
+    cti_autocast_resume();
     if (!s) return NULL;
     ct_tensor *r = ct_reshape(s, input->ndim, input->shape);
     ct_tensor_release(s);
