@@ -805,10 +805,12 @@ static void test_cache_scopes(void **state) {
     int64_t c0, h0, hits;
     cti_autocast_counts(&c0, &h0);
     ok(ct_autocast_begin(CT_CPU, CT_BF16));
+    int64_t live = live_tensors();
     ct_scope *s1 = ct_scope_begin();
     ct_tensor *y1 = checked(ct_linear(x, w, NULL));
-    ct_tensor *ref = ct_keep(checked(ct_to_dtype(y1, CT_F32)));
+    ct_tensor *ref = ct_keep(checked(ct_to_dtype(checked(ct_detach(y1)), CT_F32)));
     ct_scope_end(s1);
+    assert_int_equal(live_tensors(), live + 2); /* ref, and w's cast the scope did not take */
     ct_scope *s2 = ct_scope_begin();
     ct_tensor *y2 = checked(ct_linear(x, w, NULL));
     assert_int_equal(casts_since(&c0, &h0, &hits), 3);
