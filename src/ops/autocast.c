@@ -183,13 +183,15 @@ static ct_dtype target(cti_autocast_policy policy, ct_dtype lower, ct_device_typ
 static ct_tensor *cast_input(ct_tensor *t, ct_dtype to, ct_dtype lower, ct_tensor **temp) {
     if (t->dtype == CT_F32 && to == lower && ct_is_leaf(t) && ct_requires_grad(t))
         return cached_cast(t, to, temp);
-    tls.casts++;
-    return *temp = ct_to_dtype(t, to);
+    *temp = ct_to_dtype(t, to);
+    if (*temp) tls.casts++;
+    return *temp;
 }
 
 bool cti_autocast_begin_op(cti_autocast_call *ac, cti_autocast_op op, int n,
                            ct_tensor *const *in) {
     if (!tls.live || tls.busy) return false;
+    assert(n <= CTI_AUTOCAST_MAX_IN);
     const ct_tensor *first = NULL;
     for (int i = 0; i < n && !first; i++) first = in[i];
     if (!first) return false;
