@@ -1,6 +1,6 @@
 /* Ownership of handles: scopes, retains, releases, ct_keep, and the
  * references the library itself holds (graph edges, parameter lists,
- * optimizers, data loaders), in every combination. A double release shows up
+ * optimizers, data loaders, the autocast cast cache), in every combination. A double release shows up
  * as a live-tensor count below the start (and under ASan as a
  * use-after-free); a reference nobody releases, as a count above it. */
 #include <pthread.h>
@@ -33,7 +33,8 @@ enum {
     RELEASE_EARLY = 1 << 5, /* the creator releases w inside the scope */
     KEEP = 1 << 6,        /* ct_keep(w) inside the scope */
     NESTED = 1 << 7,      /* w is made in an inner scope */
-    NUM_CASES = 1 << 8,
+    USE_AUTOCAST = 1 << 8, /* an autocast region, open past the scopes, caches w's cast */
+    NUM_CASES = 1 << 9,
 };
 
 typedef struct {
@@ -55,6 +56,14 @@ static void take_holders(ct_tensor *w, int c, holders *h) {
         if (c & USE_BACKWARD) assert_int_equal(ct_backward(h->loss, NULL, false), CT_OK);
     }
     for (int r = 0; r < h->retains; r++) assert_ptr_equal(ct_tensor_retain(w), w);
+    if (c & USE_AUTOCAST) {
+        /* a float32 leaf that requires grad: its bfloat16 cast goes to the cache */
+        assert_int_equal(ct_requires_grad_(w, true), CT_OK);
+        ct_tensor *d = ct_matmul(w, w);
+        assert_non_null(d);
+        assert_int_equal(ct_tensor_dtype(d), CT_BF16);
+        ct_tensor_release(d);
+    }
     if (c & (USE_PARAMS | USE_OPTIM)) {
         assert_non_null(h->params = ct_params_new());
         assert_int_equal(ct_params_add(h->params, "w", w), CT_OK);
@@ -94,11 +103,14 @@ static void check_and_drop(ct_tensor *w, int c, holders *h) {
     ct_tensor_release(h->loss);
     for (int r = 0; r < h->retains; r++) ct_tensor_release(w);
     if (h->caller_owns) ct_tensor_release(w);
+    /* the region's end drops the cache's references, the last ones when no holder is left */
+    if (c & USE_AUTOCAST) assert_int_equal(ct_autocast_end(), CT_OK);
 }
 
 static void run_case(int c, int retains) {
     cti_alloc_stats before = cti_get_alloc_stats();
     holders h = {.retains = retains};
+    if (c & USE_AUTOCAST) assert_int_equal(ct_autocast_begin(CT_CPU, CT_BF16), CT_OK);
     ct_scope *outer = ct_scope_begin(), *inner = NULL;
     assert_non_null(outer);
     if (c & NESTED) assert_non_null(inner = ct_scope_begin());

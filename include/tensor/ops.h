@@ -322,7 +322,8 @@ ct_tensor *ct_multinomial(ct_tensor *probs, int64_t num_samples, bool replacemen
  * ignore_index, label_smoothing) without the [N, V] logits (as Liger Kernel's
  * fused linear cross-entropy): x [..., d], weight [V, d], bias [V] or NULL,
  * all of one floating dtype; target int64 of x's leading dims (N in all).
- * New tensor: the loss, target's shape for none, 0-d otherwise. Extra memory
+ * New tensor: the loss, target's shape for none, 0-d otherwise; of x's dtype
+ * (float32 in an autocast region, see the end of this file). Extra memory
  * O(chunk * V) for a chunk of rows; gradients of x, weight and bias. */
 ct_tensor *ct_linear_cross_entropy(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
                                    ct_tensor *target, int64_t ignore_index,
@@ -410,6 +411,45 @@ ct_status ct_split_with_sizes(ct_tensor *x, int n, const int64_t *sizes, int dim
  * n_out as ct_split. */
 ct_status ct_chunk(ct_tensor *x, int64_t chunks, int dim, int max_out, ct_tensor **out,
                    int *n_out);
+
+/* ---- autocast: mixed precision regions, as torch.autocast ----------------------------------
+ * Inside a region opened on this thread for a device type, the ops on tensors of that type
+ * pick their compute dtype as torch.autocast does (PyTorch 2.x's op lists, one table for
+ * every device type; docs/AMP.md):
+ *   - matmul, mm, bmm, addmm, linear, conv2d, scaled_dot_product_attention and
+ *     linear_cross_entropy cast their inputs to the region's dtype and run in it
+ *     (linear_cross_entropy returns a float32 loss, as cross_entropy after a linear does);
+ *   - exp, log, rsqrt, reciprocal, pow, pow_scalar, softplus, layer_norm, softmax,
+ *     log_softmax, cross_entropy, nll_loss, mse_loss, sum, prod, cumsum and norm cast
+ *     float16 and bfloat16 inputs to float32 and run in float32;
+ *   - scatter_add runs in the widest of its inputs' dtypes and the region's;
+ *   - rms_norm and rope cast their weight / cos and sin to x's dtype;
+ *   - every other op, and every in-place op, runs on its inputs as given.
+ * Only float32, float16 and bfloat16 tensors on the region's device type are cast; float64,
+ * integer and bool tensors never are. A cast is the recorded op ct_to_dtype, so gradients
+ * flow back through it: leaves keep their dtype and get their gradients in it. Within the
+ * outermost region the cast of a float32 leaf that requires grad is made once and reused
+ * (made again after the leaf is written in place); the outermost end releases those casts.
+ * ct_backward runs outside every region: each gradient runs in its forward's dtype.
+ *
+ * Regions nest like `with torch.autocast(...)` blocks: each begin saves the setting of its
+ * device type and the matching ct_autocast_end restores it. End every region on the thread
+ * that began it, before that thread exits. No tensors change hands in these calls. */
+/* Opens a region in which ops on every device of device's type (its index is not read)
+ * autocast to dtype, float16 or bfloat16 (on the CPU as on CUDA). Fails, changing
+ * nothing, for another dtype (CT_ERR_DTYPE) or an unknown device type (CT_ERR_DEVICE). */
+ct_status ct_autocast_begin(ct_device device, ct_dtype dtype);
+/* Opens a region in which device's type does not autocast
+ * (torch.autocast(enabled=False)); its dtype stays. Errors as ct_autocast_begin. */
+ct_status ct_autocast_begin_disabled(ct_device device);
+/* Closes the latest region this thread opened, restoring the setting its begin changed.
+ * CT_ERR_INVALID_ARG when none is open. */
+ct_status ct_autocast_end(void);
+/* Whether ops on device's type autocast now on this thread (false for an unknown type). */
+bool ct_autocast_enabled(ct_device device);
+/* The dtype device's type autocasts to: the innermost region's, else PyTorch's default
+ * (float16 for CUDA, bfloat16 for the CPU); CT_NUM_DTYPES for an unknown type. */
+ct_dtype ct_autocast_dtype(ct_device device);
 
 #ifdef __cplusplus
 }

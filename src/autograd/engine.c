@@ -147,7 +147,36 @@ static ct_status run_node(cti_node *n, vec *ready) {
     return st;
 }
 
+/* Formulas are made of public ops: with an autocast region open they would
+ * be cast again, so the engine closes every enabled device type for its
+ * run (a region of its own, ended on return). Each gradient then runs in
+ * the dtype its forward recorded, as PyTorch's backward ops do. Returns
+ * how many regions it opened, or -1 with the error set. */
+static int autocast_off(void) {
+    int opened = 0;
+    for (int t = 0; t < CT_NUM_DEVICE_TYPES; t++) {
+        ct_device d = {(ct_device_type)t, 0};
+        if (!ct_autocast_enabled(d)) continue;
+        if (ct_autocast_begin_disabled(d) != CT_OK) {
+            while (opened--) ct_autocast_end();
+            return -1;
+        }
+        opened++;
+    }
+    return opened;
+}
+
+static ct_status backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph);
+
 ct_status ct_backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph) {
+    int opened = autocast_off();
+    if (opened < 0) return ct_last_status();
+    ct_status st = backward(out, grad_out, retain_graph);
+    while (opened--) ct_autocast_end();
+    return st;
+}
+
+static ct_status backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph) {
     if (!out) return cti_error(CT_ERR_INVALID_ARG, "ct_backward: tensor is NULL");
     if (!ct_requires_grad(out))
         return cti_error(CT_ERR_AUTOGRAD,

@@ -50,9 +50,13 @@ CTI_BW(cti_bw_linear_cross_entropy) {
     SAVED(w, 1);
     SAVED(b, 2);
     SAVED(t, 3);
-    return ct_linear_cross_entropy_backward(go[0], x, w, b, t, p->ignore_index, p->label_smoothing,
-                                            (ct_reduction)p->reduction,
-                                            n->needs[0] ? &gi[0] : NULL,
-                                            n->needs[1] ? &gi[1] : NULL,
-                                            n->needs[2] && b ? &gi[2] : NULL);
+    /* an autocast forward returned a float32 loss for x of a narrower dtype */
+    ct_tensor *g = ct_to_dtype(go[0], x->dtype);
+    if (!g) return ct_last_status();
+    ct_status st = ct_linear_cross_entropy_backward(
+        g, x, w, b, t, p->ignore_index, p->label_smoothing, (ct_reduction)p->reduction,
+        n->needs[0] ? &gi[0] : NULL, n->needs[1] ? &gi[1] : NULL,
+        n->needs[2] && b ? &gi[2] : NULL);
+    ct_tensor_release(g);
+    return st;
 }

@@ -171,6 +171,12 @@ ct_tensor *ct_scaled_dot_product_attention(ct_tensor *q, ct_tensor *k, ct_tensor
                                            ct_tensor *attn_mask, double dropout_p,
                                            bool is_causal, double scale, ct_generator *gen) {
     const char *op = OP_FWD;
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_SDPA, 4, (ct_tensor *[]){q, k, v, attn_mask}))
+        return cti_autocast_end_op(
+            &ac, ac.ok ? ct_scaled_dot_product_attention(ac.in[0], ac.in[1], ac.in[2], ac.in[3],
+                                                         dropout_p, is_causal, scale, gen)
+                       : NULL);
     ct_tensor *req[3] = {q, k, v}, *all[4] = {q, k, v, attn_mask};
     cti_attention_params p = {0};
     if (cti_check_not_null(op, 3, req) || cti_check_same_device(op, 4, all) ||

@@ -168,6 +168,11 @@ static ct_status conv_geometry(const char *op, conv_args *a) {
 ct_tensor *ct_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, const int64_t stride[2],
                      const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
     const char *op = "ct_conv2d";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_CONV2D, 3, (ct_tensor *[]){x, w, bias}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_conv2d(ac.in[0], ac.in[1], ac.in[2], stride,
+                                                          padding, dilation, groups)
+                                              : NULL);
     ct_tensor *ts[3] = {x, w, bias};
     conv_args a;
     if (cti_check_not_null(op, 2, ts) != CT_OK || cti_check_same_device(op, 3, ts) != CT_OK ||

@@ -367,7 +367,12 @@ ct_tensor *ct_sub_alpha(ct_tensor *a, ct_tensor *b, double alpha) {
 }
 ct_tensor *ct_mul(ct_tensor *a, ct_tensor *b) { return binary(&s_mul, a, b, 1.0); }
 ct_tensor *ct_div(ct_tensor *a, ct_tensor *b) { return binary(&s_div, a, b, 1.0); }
-ct_tensor *ct_pow(ct_tensor *a, ct_tensor *b) { return binary(&s_pow, a, b, 1.0); }
+ct_tensor *ct_pow(ct_tensor *a, ct_tensor *b) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_POW, 2, (ct_tensor *[]){a, b}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_pow(ac.in[0], ac.in[1]) : NULL);
+    return binary(&s_pow, a, b, 1.0);
+}
 ct_tensor *ct_maximum(ct_tensor *a, ct_tensor *b) { return binary(&s_maximum, a, b, 1.0); }
 ct_tensor *ct_minimum(ct_tensor *a, ct_tensor *b) { return binary(&s_minimum, a, b, 1.0); }
 ct_tensor *ct_eq(ct_tensor *a, ct_tensor *b) { return binary(&s_eq, a, b, 1.0); }
@@ -411,7 +416,12 @@ ct_tensor *ct_rsub_scalar(ct_tensor *a, double s) {
 }
 SCALAR_OP(ct_mul_scalar, s_mul_scalar)
 SCALAR_OP(ct_div_scalar, s_div_scalar)
-SCALAR_OP(ct_pow_scalar, s_pow_scalar)
+ct_tensor *ct_pow_scalar(ct_tensor *a, double exponent) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_POW_SCALAR, 1, &a))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_pow_scalar(ac.in[0], exponent) : NULL);
+    return binary_scalar(&s_pow_scalar, a, exponent, false, 1.0);
+}
 SCALAR_OP(ct_maximum_scalar, s_maximum_scalar)
 SCALAR_OP(ct_minimum_scalar, s_minimum_scalar)
 SCALAR_OP(ct_eq_scalar, s_eq_scalar)
@@ -707,10 +717,25 @@ USPEC(u_relu_, "ct_relu_", RELU, UK_KEEP, NULL, SAVE_NONE);
 
 ct_tensor *ct_neg(ct_tensor *x) { return unary(&u_neg, x); }
 ct_tensor *ct_abs(ct_tensor *x) { return unary(&u_abs, x); }
-ct_tensor *ct_exp(ct_tensor *x) { return unary(&u_exp, x); }
-ct_tensor *ct_log(ct_tensor *x) { return unary(&u_log, x); }
+ct_tensor *ct_exp(ct_tensor *x) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_EXP, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_exp(ac.in[0]) : NULL);
+    return unary(&u_exp, x);
+}
+ct_tensor *ct_log(ct_tensor *x) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LOG, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_log(ac.in[0]) : NULL);
+    return unary(&u_log, x);
+}
 ct_tensor *ct_sqrt(ct_tensor *x) { return unary(&u_sqrt, x); }
-ct_tensor *ct_rsqrt(ct_tensor *x) { return unary(&u_rsqrt, x); }
+ct_tensor *ct_rsqrt(ct_tensor *x) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_RSQRT, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_rsqrt(ac.in[0]) : NULL);
+    return unary(&u_rsqrt, x);
+}
 ct_tensor *ct_sin(ct_tensor *x) { return unary(&u_sin, x); }
 ct_tensor *ct_cos(ct_tensor *x) { return unary(&u_cos, x); }
 ct_tensor *ct_tanh(ct_tensor *x) { return unary(&u_tanh, x); }
@@ -725,10 +750,18 @@ ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate) {
 }
 ct_tensor *ct_silu(ct_tensor *x) { return unary(&u_silu, x); }
 ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_SOFTPLUS, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_softplus(ac.in[0], beta, threshold) : NULL);
     cti_pointwise_params p = {.beta = beta, .threshold = threshold};
     return unary_p(&u_softplus, x, &p);
 }
-ct_tensor *ct_reciprocal(ct_tensor *x) { return unary(&u_reciprocal, x); }
+ct_tensor *ct_reciprocal(ct_tensor *x) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_RECIPROCAL, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_reciprocal(ac.in[0]) : NULL);
+    return unary(&u_reciprocal, x);
+}
 ct_tensor *ct_square(ct_tensor *x) { return unary(&u_square, x); }
 ct_tensor *ct_sign(ct_tensor *x) { return unary(&u_sign, x); }
 ct_tensor *ct_logical_not(ct_tensor *x) { return unary(&u_logical_not, x); }

@@ -126,6 +126,10 @@ ct_tensor *ct_gather(ct_tensor *x, int dim, ct_tensor *index) {
 
 ct_tensor *ct_scatter_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src) {
     const char *op = "ct_scatter_add";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_SCATTER_ADD, 2, (ct_tensor *[]){x, src}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_scatter_add(ac.in[0], dim, index, ac.in[1])
+                                              : NULL);
     ct_tensor *req[3] = {x, index, src};
     if (cti_check_not_null(op, 3, req) || cti_check_same_device(op, 3, req) ||
         check_index_dtype(op, index, false) || check_same_ndim(op, index, "index", x) ||

@@ -158,6 +158,9 @@ static ct_tensor *record(ct_tensor *result, const char *name, cti_backward_fn bw
 
 ct_tensor *ct_mm(ct_tensor *a, ct_tensor *b) {
     static const char op[] = "ct_mm";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_MM, 2, (ct_tensor *[]){a, b}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_mm(ac.in[0], ac.in[1]) : NULL);
     ct_tensor *ts[2] = {a, b};
     if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
     if (a->ndim != 2 || b->ndim != 2)
@@ -179,6 +182,9 @@ ct_tensor *ct_mm(ct_tensor *a, ct_tensor *b) {
 
 ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b) {
     static const char op[] = "ct_bmm";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_BMM, 2, (ct_tensor *[]){a, b}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_bmm(ac.in[0], ac.in[1]) : NULL);
     ct_tensor *ts[2] = {a, b};
     if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
     if (a->ndim != 3 || b->ndim != 3)
@@ -210,6 +216,9 @@ static int64_t batch_numel(const ct_tensor *t) {
 
 ct_tensor *ct_matmul(ct_tensor *a, ct_tensor *b) {
     static const char op[] = "ct_matmul";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_MATMUL, 2, (ct_tensor *[]){a, b}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_matmul(ac.in[0], ac.in[1]) : NULL);
     ct_tensor *ts[2] = {a, b};
     if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
     if (a->ndim == 0 || b->ndim == 0)
@@ -286,6 +295,10 @@ static bool broadcast_2d(const ct_tensor *t, int64_t n, int64_t m, int64_t strid
 
 ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta, double alpha) {
     static const char op[] = "ct_addmm";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_ADDMM, 3, (ct_tensor *[]){input, m1, m2}))
+        return cti_autocast_end_op(
+            &ac, ac.ok ? ct_addmm(ac.in[0], ac.in[1], ac.in[2], beta, alpha) : NULL);
     ct_tensor *ts[3] = {input, m1, m2};
     if (check_operands(op, 3, 3, ts, "input, mat1 and mat2") != CT_OK) return NULL;
     if (m1->ndim != 2 || m2->ndim != 2)
@@ -311,6 +324,9 @@ ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta,
 
 ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
     static const char op[] = "ct_linear";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LINEAR, 3, (ct_tensor *[]){x, w, bias}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_linear(ac.in[0], ac.in[1], ac.in[2]) : NULL);
     ct_tensor *ts[3] = {x, w, bias};
     if (check_operands(op, 2, bias ? 3 : 2, ts,
                        bias ? "input, weight and bias" : "input and weight") != CT_OK)

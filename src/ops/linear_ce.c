@@ -68,6 +68,7 @@ typedef struct lce_in {
     int reduction;
     int64_t ignore;
     double ls;
+    ct_dtype loss_dtype; /* x's, or float32 (float64 for float64) under autocast */
 } lce_in;
 
 static ct_status check_dtype_of(const char *op, const ct_tensor *t, const char *name,
@@ -291,7 +292,7 @@ static ct_tensor *count_targets(ct_tensor *t1, int64_t ignore) {
 
 /* The loss from the per-row losses: none keeps them (target's shape), sum
  * adds them, mean divides the sum by count (0 counted: 0 / 0 = NaN, as
- * PyTorch); in x's dtype. */
+ * PyTorch); in a->loss_dtype. */
 static ct_tensor *reduce_loss(const lce_in *a, ct_tensor *rows, ct_tensor *count) {
     ct_tensor *r = NULL, *tmp = NULL, *out = NULL;
     if (a->reduction == CT_REDUCTION_NONE) {
@@ -300,7 +301,7 @@ static ct_tensor *reduce_loss(const lce_in *a, ct_tensor *rows, ct_tensor *count
         tmp = ct_sum(rows, 0, NULL, false);
         if (tmp) r = a->reduction == CT_REDUCTION_MEAN ? ct_div(tmp, count) : ct_tensor_retain(tmp);
     }
-    if (r) out = ct_to_dtype(r, a->x->dtype);
+    if (r) out = ct_to_dtype(r, a->loss_dtype);
     ct_tensor_release(tmp);
     ct_tensor_release(r);
     return out;
@@ -308,13 +309,16 @@ static ct_tensor *reduce_loss(const lce_in *a, ct_tensor *rows, ct_tensor *count
 
 /* ---- public ------------------------------------------------------------------------------ */
 
-ct_tensor *ct_linear_cross_entropy(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
-                                   ct_tensor *target, int64_t ignore_index,
-                                   double label_smoothing, ct_reduction reduction) {
+/* The forward; autocast: the loss in float32, as PyTorch's cross_entropy (an fp32 op of
+ * autocast) returns it after a lower-precision linear. */
+static ct_tensor *linear_ce(ct_tensor *x, ct_tensor *weight, ct_tensor *bias, ct_tensor *target,
+                            int64_t ignore_index, double label_smoothing, ct_reduction reduction,
+                            bool autocast) {
     static const char op[] = "ct_linear_cross_entropy";
     lce_in a = {.x = x, .weight = weight, .bias = bias, .target = target,
                 .reduction = (int)reduction, .ignore = ignore_index, .ls = label_smoothing};
     if (check_args(op, &a) != CT_OK) return NULL;
+    a.loss_dtype = autocast ? acc_dtype(x->dtype) : x->dtype;
     ct_tensor *ins[3] = {x, weight, bias};
     bool record = cti_ag_needed(3, ins);
     bool need[3];
@@ -369,6 +373,19 @@ done:
     ct_tensor_release(o.dw);
     ct_tensor_release(o.db);
     return loss;
+}
+
+ct_tensor *ct_linear_cross_entropy(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
+                                   ct_tensor *target, int64_t ignore_index,
+                                   double label_smoothing, ct_reduction reduction) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LINEAR_CROSS_ENTROPY, 3,
+                              (ct_tensor *[]){x, weight, bias}))
+        return cti_autocast_end_op(&ac, ac.ok ? linear_ce(ac.in[0], ac.in[1], ac.in[2], target,
+                                                          ignore_index, label_smoothing,
+                                                          reduction, true)
+                                              : NULL);
+    return linear_ce(x, weight, bias, target, ignore_index, label_smoothing, reduction, false);
 }
 
 /* Multiplies each non-NULL gradient in place by factor (a 0-d tensor). */

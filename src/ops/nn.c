@@ -142,6 +142,11 @@ static ct_status check_stat(const char *op, const ct_tensor *s, const char *name
 ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
                        ct_tensor *weight, double eps, ct_tensor **inv_rms) {
     const char *op = "ct_rms_norm";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_RMS_NORM, 2, (ct_tensor *[]){x, weight}))
+        return cti_autocast_end_op(
+            &ac, ac.ok ? ct_rms_norm(ac.in[0], nnorm, normalized_shape, ac.in[1], eps, inv_rms)
+                       : NULL);
     ct_tensor *all[2] = {x, weight};
     cti_norm_params p = {.eps = eps};
     if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 2, all) ||
@@ -232,6 +237,11 @@ ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shap
                          ct_tensor *weight, ct_tensor *bias, double eps, ct_tensor **mean,
                          ct_tensor **rstd) {
     const char *op = "ct_layer_norm";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LAYER_NORM, 3, (ct_tensor *[]){x, weight, bias}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_layer_norm(ac.in[0], nnorm, normalized_shape,
+                                                              ac.in[1], ac.in[2], eps, mean, rstd)
+                                              : NULL);
     ct_tensor *all[3] = {x, weight, bias};
     cti_norm_params p = {.eps = eps};
     if (cti_check_not_null(op, 1, &x) || cti_check_same_device(op, 3, all) ||
@@ -378,9 +388,15 @@ done:
 }
 
 ct_tensor *ct_softmax(ct_tensor *x, int dim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_SOFTMAX, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_softmax(ac.in[0], dim) : NULL);
     return softmax_fwd("ct_softmax", CT_OP_SOFTMAX, x, dim, false);
 }
 ct_tensor *ct_log_softmax(ct_tensor *x, int dim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LOG_SOFTMAX, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_log_softmax(ac.in[0], dim) : NULL);
     return softmax_fwd("ct_log_softmax", CT_OP_LOG_SOFTMAX, x, dim, true);
 }
 
@@ -553,6 +569,12 @@ static cti_loss_params cls_params(ct_reduction reduction, int64_t ignore_index, 
  * reduction left in it. */
 ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                             ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_CROSS_ENTROPY, 2, (ct_tensor *[]){logits, weight}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_cross_entropy(ac.in[0], target, ac.in[1],
+                                                                 reduction, ignore_index,
+                                                                 label_smoothing)
+                                              : NULL);
     cti_loss_params p = cls_params(reduction, ignore_index, label_smoothing);
     ct_tensor *ins[1] = {logits}, *stats = NULL;
     bool keep = logits && cti_ag_needed(1, ins);
@@ -595,6 +617,10 @@ ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct
 
 ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weight,
                        ct_reduction reduction, int64_t ignore_index) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_NLL_LOSS, 2, (ct_tensor *[]){log_probs, weight}))
+        return cti_autocast_end_op(
+            &ac, ac.ok ? ct_nll_loss(ac.in[0], target, ac.in[1], reduction, ignore_index) : NULL);
     cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     ct_tensor *out = cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target,
                               weight, &p, NULL);
@@ -654,6 +680,9 @@ static bool mse_promoted(ct_tensor *input, ct_tensor *target, ct_tensor **pi, ct
 
 ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction) {
     const char *op = "ct_mse_loss";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_MSE_LOSS, 2, (ct_tensor *[]){input, target}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_mse_loss(ac.in[0], ac.in[1], reduction) : NULL);
     ct_tensor *req[2] = {input, target};
     int nb;
     int64_t bs[CT_MAX_DIMS];
@@ -701,7 +730,9 @@ static ct_tensor *sum_to_shape(ct_tensor *g, const ct_tensor *input) {
     for (int i = 0; i < nb; i++)
         if (i < lead || (input->shape[i - lead] == 1 && g->shape[i] != 1)) dims[nd++] = i;
     if (nd == 0) return ct_reshape(g, input->ndim, input->shape);
+    cti_autocast_hold(); /* the gradient keeps g's dtype in a region too */
     ct_tensor *s = ct_sum(g, nd, dims, true);
+    cti_autocast_resume();
     if (!s) return NULL;
     ct_tensor *r = ct_reshape(s, input->ndim, input->shape);
     ct_tensor_release(s);

@@ -5,6 +5,7 @@
 #ifndef CTEN_OPS_IMPL_H
 #define CTEN_OPS_IMPL_H
 
+#include "autocast.h"
 #include "autograd/formulas.h"
 #include "dispatch/dispatch_impl.h"
 #include "tensor/ops.h"

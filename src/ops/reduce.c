@@ -186,6 +186,9 @@ static ct_tensor *reduce(const char *op, rkind kind, ct_tensor *x, int ndims, co
 }
 
 ct_tensor *ct_sum(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_SUM, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_sum(ac.in[0], ndims, dims, keepdim) : NULL);
     return reduce("ct_sum", RK_SUM, x, ndims, dims, keepdim, 0, NULL, false);
 }
 
@@ -194,6 +197,9 @@ ct_tensor *ct_mean(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
 }
 
 ct_tensor *ct_prod(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_PROD, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_prod(ac.in[0], ndims, dims, keepdim) : NULL);
     return reduce("ct_prod", RK_PROD, x, ndims, dims, keepdim, 0, NULL, false);
 }
 
@@ -206,6 +212,9 @@ ct_tensor *ct_std(ct_tensor *x, int ndims, const int64_t *dims, double correctio
 }
 
 ct_tensor *ct_norm(ct_tensor *x, double p, int ndims, const int64_t *dims, bool keepdim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_NORM, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_norm(ac.in[0], p, ndims, dims, keepdim) : NULL);
     return reduce("ct_norm", RK_NORM, x, ndims, dims, keepdim, p, NULL, false);
 }
 

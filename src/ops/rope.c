@@ -149,6 +149,10 @@ done:
 
 ct_tensor *ct_rope(ct_tensor *x, ct_tensor *cs, ct_tensor *sn, ct_rope_layout layout) {
     const char *op = "ct_rope";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_ROPE, 3, (ct_tensor *[]){x, cs, sn}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_rope(ac.in[0], ac.in[1], ac.in[2], layout)
+                                              : NULL);
     ct_tensor *req[3] = {x, cs, sn};
     if (cti_check_not_null(op, 3, req) || cti_check_same_device(op, 3, req) ||
         check_rope(op, x, "x", cs, sn, layout))

@@ -133,7 +133,12 @@ done:
     return out;
 }
 
-ct_tensor *ct_cumsum(ct_tensor *x, int dim) { return cumsum("ct_cumsum", x, dim, false); }
+ct_tensor *ct_cumsum(ct_tensor *x, int dim) {
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_CUMSUM, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_cumsum(ac.in[0], dim) : NULL);
+    return cumsum("ct_cumsum", x, dim, false);
+}
 
 ct_tensor *ct_cumsum_backward(ct_tensor *grad_y, int dim) {
     return cumsum("ct_cumsum_backward", grad_y, dim, true);
