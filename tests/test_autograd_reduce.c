@@ -71,6 +71,20 @@ static ct_tensor *distinct_leaf(shp s, double lo, double hi, bool nc) {
     return finish_leaf(t, s, nc);
 }
 
+/* distinct_leaf's magnitudes in [lo, hi) with random signs: the infinity
+ * norms are max and min of |x| and have the same kinks at ties. */
+static ct_tensor *distinct_signed_leaf(shp s, double lo, double hi, bool nc) {
+    ct_tensor *m = distinct_leaf(s, lo, hi, false);
+    int64_t n = tu_numel(s.nd, s.s);
+    double *v = tu_values(m);
+    for (int64_t i = 0; i < n; i++)
+        if (tu_next() & 1) v[i] = -v[i];
+    ct_tensor_release(m);
+    ct_tensor *t = tu_from_f64(v, s.nd, s.s, CT_F64);
+    free(v);
+    return finish_leaf(t, s, nc);
+}
+
 /* ---- reductions: the function under gradcheck ------------------------------------------ */
 
 typedef enum rk {
@@ -138,7 +152,9 @@ static void gradcheck_reduce_all_dims(rk k, double param, double lo, double hi, 
             for (int keep = 0; keep < 2; keep++) {
                 rctx c = {k, dims3[o].nd, {0}, keep, param, false};
                 memcpy(c.dims, dims3[o].d, sizeof c.dims);
-                ct_tensor *x = signed_vals ? signed_leaf(s, lo, hi, nc) : rand_leaf(s, lo, hi, nc);
+                ct_tensor *x = k == R_NORM && isinf(param) ? distinct_signed_leaf(s, lo, hi, nc)
+                               : signed_vals ? signed_leaf(s, lo, hi, nc)
+                                             : rand_leaf(s, lo, hi, nc);
                 snprintf(what, sizeof what, "%s(p=%g) dims option %d keepdim %d nc %d",
                          rk_names[k], param, o, keep, nc);
                 gradcheck_ok(what, gc_reduce, &c, 1, &x);

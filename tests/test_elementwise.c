@@ -319,7 +319,12 @@ static int64_t sincos_inputs(float *xs, int64_t cap) {
     static const float edges[] = {8192.0f, 131072.0f, 16777216.0f, 0.78539816f, 1e30f};
     static const float specials[] = {0.0f, INFINITY, NAN, FLT_MIN, FLT_MAX, 1e-45f, 1e-30f};
     int64_t n = 0;
-#define PUT(v) (xs[n++] = (v), xs[n++] = -(v))
+#define PUT(v)              \
+    do {                    \
+        float put_ = (v);   \
+        xs[n++] = put_;     \
+        xs[n++] = -put_;    \
+    } while (0)
     for (size_t k = 0; k < sizeof hardest / sizeof hardest[0]; k++)
         for (int sh = 0; sh < 3; sh++) /* twice a multiple of pi/2 is one too */
             for (int d = -2; d <= 2; d++) PUT(f_step(ldexpf(hardest[k], sh), d));

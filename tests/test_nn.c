@@ -279,9 +279,15 @@ static void test_layer_norm(void **state) {
         double *dxr = malloc(sizeof(double) * (size_t)n), *dwr = malloc(sizeof(double) * (size_t)d),
                *dbr = malloc(sizeof(double) * (size_t)d);
         ref_ln_bwd(gv, xv, wv, rows, d, eps, dxr, dwr, dbr);
-        check(dx, dxr, n, dt, 8);
+        /* x - mean loses max|x| / std of its relative precision (a row of two
+         * close values is the worst case): the gradients' tolerance grows with it */
+        double kappa = 1;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < d; i++)
+                if (fabs(xv[r * d + i]) * rr[r] > kappa) kappa = fabs(xv[r * d + i]) * rr[r];
+        check(dx, dxr, n, dt, 8 * kappa);
         check(db, dbr, d, dt, 4);
-        if (hasw) check(dw, dwr, d, dt, 8);
+        if (hasw) check(dw, dwr, d, dt, 8 * kappa);
         else assert_null(dw);
         free(xv), free(wv), free(bv), free(gv), free(yr), free(mr), free(rr), free(dxr), free(dwr),
             free(dbr);
