@@ -758,7 +758,9 @@ static void run_fused(const ct_dtype *dts, const cti_sgd_hparams *sh,
     int nstate = adamw ? 2 : sh->momentum != 0 ? 1 : 0;
     flist l;
     flist_init(&l, dts, nstate, adamw);
-    cti_optim_list list = {FL, l.param, l.grad, {l.state[0], l.state[1]}, l.step, l.updated};
+    cti_optim_list list = {.n = FL, .param = l.param, .grad = l.grad,
+                           .state = {l.state[0], l.state[1]}, .step = l.step,
+                           .updated = l.updated};
     if (nstate < 2) list.state[1] = NULL;
     if (nstate < 1) list.state[0] = NULL;
     for (int step = 1; step <= 3; step++) {
@@ -863,13 +865,13 @@ static void test_fused_op_bad_args(void **state) {
     }
     double *before = tu_values(p[0]);
     unsigned ver = version_of(p[0]);
-    cti_optim_list l = {2, p, g, {b, NULL}, steps, NULL};
-    cti_optim_list la = {2, p, g, {b, v}, steps, NULL};
+    cti_optim_list l = {.n = 2, .param = p, .grad = g, .state = {b, NULL}, .step = steps};
+    cti_optim_list la = {.n = 2, .param = p, .grad = g, .state = {b, v}, .step = steps};
     bool prev = ct_no_grad_begin();
 
     tu_assert_error(cti_sgd_step("op_x", NULL, &sh), CT_ERR_INVALID_ARG, "op_x", "NULL");
     tu_assert_error(cti_sgd_step("op_x", &l, NULL), CT_ERR_INVALID_ARG, "op_x", "NULL");
-    cti_optim_list nostate = {2, p, g, {NULL, NULL}, steps, NULL};
+    cti_optim_list nostate = {.n = 2, .param = p, .grad = g, .step = steps};
     tu_assert_error(cti_sgd_step("op_x", &nostate, &sh), CT_ERR_INVALID_ARG, "op_x",
                     "malformed");
     /* A gradient of another shape, then another dtype. */
