@@ -136,7 +136,8 @@ static void assert_states_close(ct_optimizer *og, ct_optimizer *oc, double rtol,
     }
 }
 
-/* ---- capturable state --------------------------------------------------------------------------- */
+/* ---- capturable state ---------------------------------------------------------------------------
+ */
 
 static void test_counts_on_device(void **state) {
     (void)state;
@@ -410,7 +411,8 @@ static void test_graph_scaled_step(void **state) {
     ct_params_free(pe);
 }
 
-/* ---- the scaler ---------------------------------------------------------------------------------- */
+/* ---- the scaler
+ * ---------------------------------------------------------------------------------- */
 
 static void test_scaler_skip(void **state) {
     (void)state;
@@ -495,7 +497,8 @@ static void test_scaler_devices(void **state) {
     ct_params_free(pg);
 }
 
-/* ---- master weights ------------------------------------------------------------------------------- */
+/* ---- master weights
+ * ------------------------------------------------------------------------------- */
 
 static void test_master_weights(void **state) {
     (void)state;
@@ -517,7 +520,8 @@ static void test_master_weights(void **state) {
             ct_tensor *m = ct_optim_state_get(og, per * k + per - 1, &name);
             assert_non_null(strstr(name, "master_param"));
             double *mv = tu_values(m), *wv = tu_values(ct_params_get(pg, k, NULL));
-            for (int64_t i = 0; i < ct_tensor_numel(m); i++) assert_true(wv[i] == tu_round(mv[i], CT_BF16));
+            for (int64_t i = 0; i < ct_tensor_numel(m); i++)
+                assert_true(wv[i] == tu_round(mv[i], CT_BF16));
             free(mv);
             free(wv);
         }
@@ -528,7 +532,8 @@ static void test_master_weights(void **state) {
     }
 }
 
-/* ---- checkpoints ---------------------------------------------------------------------------------- */
+/* ---- checkpoints
+ * ---------------------------------------------------------------------------------- */
 
 /* A GPU optimizer's state (counts on the device, masters) through a
  * checkpoint into a fresh one: both go on bit for bit; the file loads into
@@ -580,7 +585,8 @@ static void test_checkpoint(void **state) {
     ct_params_free(pc);
 }
 
-/* ---- clipping ----------------------------------------------------------------------------------- */
+/* ---- clipping -----------------------------------------------------------------------------------
+ */
 
 /* On one GPU: no host wait unless the total is asked for (one), the
  * gradients follow the CPU's. */
@@ -595,7 +601,8 @@ static void test_clip_waits(void **state) {
     double nc, ng;
     ok(ct_clip_grad_norm(pc, 2.0, &nc));
     for (int k = 0; k < NP; k++) {
-        ct_tensor *gg = ct_grad(ct_params_get(pg, k, NULL)), *gc = ct_grad(ct_params_get(pc, k, NULL));
+        ct_tensor *gg = ct_grad(ct_params_get(pg, k, NULL)),
+                  *gc = ct_grad(ct_params_get(pc, k, NULL));
         if (gc) assert_close(gg, gc, 1e-5, 1e-7);
     }
     w0 = host_waits();

@@ -521,7 +521,8 @@ static void test_bad_args(void **state) {
     ct_params_free(p);
 }
 
-/* ---- the ops -------------------------------------------------------------------------------------- */
+/* ---- the ops
+ * -------------------------------------------------------------------------------------- */
 
 /* AMP_UNSCALE over float32, float64, float16, bfloat16 gradients (one of
  * them non-contiguous, one empty, a NULL entry) in one call with scale 3:
@@ -533,7 +534,8 @@ static void test_unscale_op(void **state) {
     const ct_dtype dts[NG] = {CT_F32, CT_F64, CT_F16, CT_BF16, CT_F32, CT_BF16};
     ct_tensor *g[NG];
     double *ref[NG];
-    ct_tensor *found = ct_tensor_scalar(0, CT_F32, CT_CPU), *scale = ct_tensor_scalar(3, CT_F32, CT_CPU);
+    ct_tensor *found = ct_tensor_scalar(0, CT_F32, CT_CPU),
+              *scale = ct_tensor_scalar(3, CT_F32, CT_CPU);
     float inv = (float)(1.0 / 3.0);
     for (int k = 0; k < NG; k++) {
         int64_t n = k == 4 ? 0 : 70000 + 13 * k; /* several threads' ranges */
@@ -582,7 +584,8 @@ static void test_unscale_op(void **state) {
     assert_true(item(found) == 1);
 
     /* Bad inputs. */
-    ct_tensor *f64 = ct_tensor_scalar(0, CT_F64, CT_CPU), *i32 = ct_tensor_zeros(CT_SHAPE(3), CT_I32, CT_CPU);
+    ct_tensor *f64 = ct_tensor_scalar(0, CT_F64, CT_CPU),
+              *i32 = ct_tensor_zeros(CT_SHAPE(3), CT_I32, CT_CPU);
     tu_assert_error(cti_amp_unscale("t", NG + 1, list, f64, scale), CT_ERR_INVALID_ARG, "t",
                     "found_inf", "0-d float32");
     tu_assert_error(cti_amp_unscale("t", NG + 1, list, found, f64), CT_ERR_INVALID_ARG, "t",

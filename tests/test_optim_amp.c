@@ -189,7 +189,8 @@ static void test_counts_read(void **state) {
     ct_tensor_release(ctl);
 }
 
-/* ---- found_inf -------------------------------------------------------------------------------- */
+/* ---- found_inf --------------------------------------------------------------------------------
+ */
 
 /* A non-zero found_inf: nothing written, nothing counted, no version bump;
  * zero: the update as without one. */
@@ -277,7 +278,8 @@ static void test_found_inf_kernel(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_release(all[i]);
 }
 
-/* ---- master weights ----------------------------------------------------------------------------- */
+/* ---- master weights -----------------------------------------------------------------------------
+ */
 
 /* Two leaves: a [6, 50] parameter of dtype dt and a float32 [7] one. */
 static ct_params *mixed_params(ct_dtype dt) {
@@ -376,7 +378,8 @@ static void run_masters(ct_dtype dt, bool adamw) {
         fresh_grads(p, g);
         for (int k = 0; k < 2; k++) ref_step(&r[k], g[k], adamw, lr);
         assert_int_equal(ct_optim_step(o), CT_OK);
-        double *mv = tu_values(master), *wv = tu_values(w), *bv = tu_values(ct_params_get(p, 1, NULL));
+        double *mv = tu_values(master), *wv = tu_values(w),
+               *bv = tu_values(ct_params_get(p, 1, NULL));
         tu_assert_close(mv, r[0].p, r[0].n, 2e-5, 2e-6);
         tu_assert_close(bv, r[1].p, r[1].n, 2e-5, 2e-6);
         for (int64_t i = 0; i < r[0].n; i++) assert_true(wv[i] == tu_round(mv[i], dt));
@@ -502,7 +505,8 @@ static void test_master_op_noncontig(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_release(all[i]);
 }
 
-/* ---- bad inputs --------------------------------------------------------------------------------- */
+/* ---- bad inputs ---------------------------------------------------------------------------------
+ */
 
 static void test_bad_lists(void **state) {
     (void)state;
@@ -522,7 +526,8 @@ static void test_bad_lists(void **state) {
     bool prev = ct_no_grad_begin();
     /* Counts in memory: a float32 count, a [1] count, no control tensor, a
      * control tensor of 3 elements, two control tensors in one dispatch. */
-    ct_tensor *f32 = ct_tensor_scalar(0, CT_F32, CT_CPU), *one = ct_tensor_zeros(CT_SHAPE(1), CT_F64, CT_CPU);
+    ct_tensor *f32 = ct_tensor_scalar(0, CT_F32, CT_CPU),
+              *one = ct_tensor_zeros(CT_SHAPE(1), CT_F64, CT_CPU);
     ct_tensor *c3 = ct_tensor_zeros(CT_SHAPE(3), CT_F64, CT_CPU);
     ct_tensor *st1 = st[1];
     st[1] = f32;
@@ -604,7 +609,8 @@ static void test_bad_lists(void **state) {
     ct_tensor_release(st[0]);
 }
 
-/* ---- clipping non-finite gradients ------------------------------------------------------------- */
+/* ---- clipping non-finite gradients -------------------------------------------------------------
+ */
 
 /* An inf or NaN gradient: no error, a non-finite total, the gradients made
  * non-finite where torch makes them so (inf * 0 and NaN spread). */
@@ -612,13 +618,15 @@ static void test_clip_non_finite(void **state) {
     (void)state;
     for (int nan = 0; nan < 2; nan++) {
         ct_params *p = ct_params_new();
-        ct_tensor *a = tu_rand(CT_SHAPE(4), CT_F32, -1, 1, NULL), *b = tu_rand(CT_SHAPE(3), CT_F32, -1, 1, NULL);
+        ct_tensor *a = tu_rand(CT_SHAPE(4), CT_F32, -1, 1, NULL),
+                  *b = tu_rand(CT_SHAPE(3), CT_F32, -1, 1, NULL);
         ct_requires_grad_(a, true);
         ct_requires_grad_(b, true);
         ct_params_add(p, "a", a);
         ct_params_add(p, "b", b);
         double ga[4] = {1, nan ? NAN : INFINITY, 2, 3}, gb[3] = {0.5, 0.25, -1};
-        ct_tensor *ta = tu_from_f64(ga, CT_SHAPE(4), CT_F32), *tb = tu_from_f64(gb, CT_SHAPE(3), CT_F32);
+        ct_tensor *ta = tu_from_f64(ga, CT_SHAPE(4), CT_F32),
+                  *tb = tu_from_f64(gb, CT_SHAPE(3), CT_F32);
         ct_set_grad(a, ta);
         ct_set_grad(b, tb);
         double total = 0;

@@ -220,7 +220,8 @@ ct_tensor *ct_optim_state_get(const ct_optimizer *opt, int64_t k, const char **n
  * The scale, the growth tracker and each optimizer's found_inf live on the
  * scaler's device and only kernels read them: no call but
  * ct_grad_scaler_get_scale and ct_grad_scaler_get_state waits for the
- * device, and a scaled step can be recorded in a CUDA graph. The
+ * device, and a scaled step can be recorded in a CUDA graph (run one step
+ * eagerly first: an optimizer's first unscale creates its found_inf). The
  * optimizers' parameters (those with gradients) must be on the scaler's
  * device. Not thread-safe: one scaler per training loop. */
 typedef struct ct_grad_scaler ct_grad_scaler;

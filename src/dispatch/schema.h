@@ -398,7 +398,7 @@ typedef struct cti_amp_unscale_params {
  * device, updated in place: found_inf != 0: scale *= backoff_factor,
  * tracker = 0; else tracker + 1 == growth_interval: scale *= growth_factor
  * (kept when the product is not finite), tracker = 0; else tracker += 1.
- * The products are taken in float. */
+ * The products are taken in double and rounded to float. */
 typedef struct cti_amp_update_params {
     double growth_factor, backoff_factor;
     int64_t growth_interval;
@@ -516,7 +516,7 @@ typedef struct cti_ce_fused_params {
     X(DROPOUT_BACKWARD, "dropout_backward", cti_dropout_params, CTI_NOFORMULA, NONE)         \
     X(SGD_STEP, "sgd_step", cti_optim_params, CTI_NODIFF, NONE)                              \
     X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)                          \
-    X(AMP_UNSCALE, "amp_non_finite_check_and_unscale", cti_amp_unscale_params, CTI_NODIFF,    \
+    X(AMP_UNSCALE, "amp_non_finite_check_and_unscale", cti_amp_unscale_params, CTI_NODIFF,   \
       NONE)                                                                                  \
     X(AMP_UPDATE_SCALE, "amp_update_scale", cti_amp_update_params, CTI_NODIFF, NONE)         \
     /* rope, swiglu */                                                                       \

@@ -53,7 +53,10 @@ struct ct_optimizer {
     bool *list_updated;
 };
 
-static bool in_memory(const ct_tensor *t) { return t->storage->device.type != CT_DEVICE_CPU; }
+/* Whether t's step count lives on its device (read and advanced by the kernels). */
+static bool count_on_device(const ct_tensor *t) {
+    return t->storage->device.type != CT_DEVICE_CPU;
+}
 
 void ct_optim_free(ct_optimizer *opt) {
     if (!opt) return;
@@ -150,7 +153,7 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
         snprintf(s->names[1 + nbuf], STATE_NAME_MAX, "%lld.master_param", (long long)k);
         ct_device dev = ct_tensor_device(s->param);
         if (!(s->step = owned(ct_tensor_scalar(0.0, CT_F64, dev)))) goto fail;
-        if (in_memory(s->param) && !(s->ctl = device_ctl(opt, dev, lr))) goto fail;
+        if (count_on_device(s->param) && !(s->ctl = device_ctl(opt, dev, lr))) goto fail;
         for (int b = 0; b < nbuf; b++) {
             snprintf(s->names[1 + b], STATE_NAME_MAX, "%lld.%s", (long long)k, bufnames[b]);
             if (!(s->buf[b] = owned(ct_tensor_zeros_like(s->param)))) goto fail;

@@ -355,9 +355,10 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
     ct_status st = check_found_inf(op, l, &skip);
     if (st != CT_OK || live == 0 || skip) return st;
     size_t n = (size_t)l->n;
-    ct_tensor **tv = malloc(7 * n * sizeof *tv);       /* param, grad, 2 states, master, step_t, ctl */
-    int64_t *iv = malloc(2 * n * sizeof *iv);          /* step, index */
-    cti_storage **wv = malloc(NWRITE * n * sizeof *wv); /* written storages */
+    /* param, grad, 2 states, master, step_t, ctl; step, index; written storages */
+    ct_tensor **tv = malloc(7 * n * sizeof *tv);
+    int64_t *iv = malloc(2 * n * sizeof *iv);
+    cti_storage **wv = malloc(NWRITE * n * sizeof *wv);
     bool *done = calloc(n, sizeof *done);
     if (!tv || !iv || !wv || !done) {
         free(tv);
@@ -366,9 +367,15 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
         free(done);
         return cti_error(CT_ERR_OOM, "%s: out of memory", op);
     }
-    group g = {0,      tv,         tv + n,     {tv + 2 * n, tv + 3 * n}, tv + 4 * n,
-               tv + 5 * n, tv + 6 * n, iv,     iv + n,                   wv,
-               0};
+    group g = {.param = tv,
+               .grad = tv + n,
+               .state = {tv + 2 * n, tv + 3 * n},
+               .master = tv + 4 * n,
+               .step_t = tv + 5 * n,
+               .ctl = tv + 6 * n,
+               .step = iv,
+               .index = iv + n,
+               .written = wv};
     for (int64_t k = 0; k < l->n; k++) done[k] = !l->grad[k];
     st = written_storages(op, l, kd, done, wv, &g.nwritten);
     bool prev = ct_no_grad_begin();

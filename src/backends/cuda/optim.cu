@@ -330,7 +330,8 @@ __device__ __forceinline__ bool unscale_chunk(void *ptr, int64_t base, int64_t n
     T *x = static_cast<T *>(ptr);
     T r[kIlp][kVec];
 #pragma unroll
-    for (int k = 0; k < kIlp; k++) load_pack(x, base + (int64_t)k * kOptThreads * kVec, n, vec, r[k]);
+    for (int k = 0; k < kIlp; k++)
+        load_pack(x, base + (int64_t)k * kOptThreads * kVec, n, vec, r[k]);
     bool bad = false;
 #pragma unroll
     for (int k = 0; k < kIlp; k++)
