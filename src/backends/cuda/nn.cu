@@ -118,11 +118,7 @@ template <bool MAX, class A> __device__ A block_fold(A v, A *sh) {
 template <class A> __device__ A block_sum(A v, A *sh) { return block_fold<false>(v, sh); }
 template <class A> __device__ A block_max(A v, A *sh) { return block_fold<true>(v, sh); }
 
-// An online (max, sum) fold. peek (with out): a shared value every thread
-// reads into *out between the fold's first barrier and its last, so a value
-// one thread wrote before the call reaches all without a barrier of its own.
-template <class A>
-__device__ void block_ol(A &m, A &s, A *shm, A *shs, const A *peek = nullptr, A *out = nullptr) {
+template <class A> __device__ void block_ol(A &m, A &s, A *shm, A *shs) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     warp_ol(m, s);
     if (lane == 0) {
@@ -130,7 +126,6 @@ __device__ void block_ol(A &m, A &s, A *shm, A *shs, const A *peek = nullptr, A 
         shs[w] = s;
     }
     __syncthreads();
-    if (peek) *out = *peek;
     if (w == 0) {
         m = lane < nw ? shm[lane] : ninf<A>();
         s = lane < nw ? shs[lane] : (A)0;
@@ -985,87 +980,17 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, con
 #undef BWD_ROW_
 }
 
-// Long rows without class weights or label smoothing, the common case,
-// shaped as sm_rows (which moves a softmax at the copy rate): a block per
-// row held in registers, the row's chunks and its target issued together,
-// no second buffer, within 32 registers a thread for rows of up to 2 chunks
-// a thread, so four blocks of 512 fit a multiprocessor (the double-buffered
-// kernels above need 64 and fit two). The forward's target logit comes from
-// the thread that holds it, through shared memory, so no load waits for
-// the target.
+// The backward over long rows without class weights or label smoothing
+// when the forward's row statistics are not at hand (the backward op called
+// by itself), shaped as sm_rows (which moves a softmax at the copy rate): a
+// block per row held in registers, the row's chunks and its target issued
+// together, within 32 registers a thread for rows of up to 2 chunks a
+// thread, so four blocks of 512 fit a multiprocessor (the double-buffered
+// kernels above need 64 and fit two).
 //
-// Measured on the H200 (16384 x 4096 f32, forward + backward, 2026-12-02):
-// these kernels 261 us, the double-buffered ones 318 us; a forward that
-// streamed each row through an online (max, sum) with 4 chunks in flight
-// a thread, in blocks of 256, took 279 us with every block resident and
-// 282 us with a grid of 1024.
+// Measured on the H200 (16384 x 4096 f32, 2026-12-02): 170 us, against
+// 135 us for ce_bwd_saved, which has the log-sum-exp of each row at hand.
 template <int NV> constexpr int ce_plain_min_blocks() { return NV <= 2 ? 4 : NV == 4 ? 2 : 1; }
-
-template <int DT, int VEC, int NV>
-__global__ void __launch_bounds__(kBlockRowThreads, ce_plain_min_blocks<NV>())
-ce_fwd_plain(const Cls a, double *part) {
-    typedef typename dtype<DT>::T T;
-    typedef typename Acc<DT>::A A;
-    __shared__ A shm[33], shs[33];
-    __shared__ A shz;
-    const T *x = (const T *)a.input;
-    const int64_t C = a.c;
-    double lsum = 0, wsum = 0;
-    for (int64_t p = blockIdx.x; p < a.npos; p += gridDim.x) {
-        typename RowChunk<DT, VEC>::R r[NV];
-        ce_row_issue<DT, VEC, NV>(x + p * C, C, r);
-        const int64_t t = a.target[p];
-        A v[NV][VEC];
-        ce_row_decode<DT, VEC, NV>(r, C, v);
-        // The thread's own (max, sum of exponentials), then one online fold
-        // over the block: half the barriers of a max fold and a sum fold.
-        A m = ninf<A>();
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            const int64_t e = ((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC;
-            if (e < C)
-#pragma unroll
-                for (int i = 0; i < VEC; i++) {
-                    m = v[j][i] > m ? v[j][i] : m;
-                    if (e + i == t) shz = v[j][i];
-                }
-        }
-        A s = 0;
-        if (m != ninf<A>())
-#pragma unroll
-            for (int j = 0; j < NV; j++)
-                if (((int64_t)j * kBlockRowThreads + threadIdx.x) * VEC < C)
-#pragma unroll
-                    for (int i = 0; i < VEC; i++) s += ex(v[j][i] - m);
-        // zt is read between block_ol's barriers: after the first (every
-        // thread has written this row's logit) and before the last (no
-        // thread has gone on to the next row's).
-        A zt;
-        block_ol(m, s, shm, shs, &shz, &zt);
-        if (threadIdx.x == 0) {
-            A loss = 0, wt = 0;
-            const A lse = m + ln(s);
-            stats_lse<DT>(a, p, lse);
-            if (t != a.ignore) {
-                if (bad_target(t, C)) {
-                    loss = wt = qnan<A>();
-                    report_bad_target(a, p, t);
-                } else {
-                    loss = lse - zt;
-                    wt = 1;
-                }
-            }
-            if (a.reduction == RED_NONE) {
-                ((T *)a.out)[p] = dtype<DT>::enc(loss);
-            } else {
-                lsum += (double)loss;
-                wsum += (double)wt;
-            }
-        }
-    }
-    if (a.reduction != RED_NONE)
-        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
-}
 
 template <int DT, int VEC, int NV>
 __global__ void __launch_bounds__(kBlockRowThreads, ce_plain_min_blocks<NV>())
@@ -1122,10 +1047,13 @@ ce_bwd_plain(const Cls a, const double *wsum_dev) {
     }
 }
 
-// The forward of ce_fwd_plain's rows with a warp per row and no barrier:
-// each lane streams its 16-byte chunks kWarpFwdU at a time through an
-// online (max, sum), the warp folds them with shuffles, and the lane that
-// met the target's logit hands it over in the same fold.
+// The forward over long rows without class weights or smoothing: a warp
+// per row and no barrier; each lane streams its 16-byte chunks kWarpFwdU at
+// a time through an online (max, sum), the warp folds them with shuffles,
+// and the lane that met the target's logit hands it over in a warp sum.
+// Measured on the H200 (16384 x 4096 f32, 2026-12-02): 99.5 us at 56 % of
+// DRAM peak, where a block per row held in registers (two block folds a
+// row) took 196 us and a block per row with one online fold 130 us.
 constexpr int kWarpFwdU = 2;
 
 template <int DT, int VEC>
@@ -1336,20 +1264,15 @@ unsigned ce_rows_blocks(int nv, int sms) {
     }
 }
 
-template <int DT, bool BWD>
-void ce_plain_launch(const Cls &a, int nv, unsigned blocks, double *part, const double *wsum,
-                     cudaStream_t st) {
+template <int DT>
+void ce_plain_bwd_launch(const Cls &a, int nv, unsigned blocks, const double *wsum, cudaStream_t st) {
     constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
-#define CE_PLAIN_(NV)                                                                             \
-    if (BWD) ce_bwd_plain<DT, VEC, NV><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum);             \
-    else ce_fwd_plain<DT, VEC, NV><<<blocks, kBlockRowThreads, 0, st>>>(a, part)
     switch (nv) {
-    case 1: CE_PLAIN_(1); break;
-    case 2: CE_PLAIN_(2); break;
-    case 4: CE_PLAIN_(4); break;
-    default: CE_PLAIN_(kRowsMaxNV); break;
+    case 1: ce_bwd_plain<DT, VEC, 1><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
+    case 2: ce_bwd_plain<DT, VEC, 2><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
+    case 4: ce_bwd_plain<DT, VEC, 4><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
+    default: ce_bwd_plain<DT, VEC, kRowsMaxNV><<<blocks, kBlockRowThreads, 0, st>>>(a, wsum); break;
     }
-#undef CE_PLAIN_
 }
 
 template <int DT, bool BWD>
@@ -1429,17 +1352,12 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
     }
 }
 
-inline bool ce_fwd_warp_on() {
-    static const bool on = getenv("CT_XP_CE_FWD") && atoi(getenv("CT_XP_CE_FWD")) == 1;
-    return on;
-}
-
 struct ClsPlan {
     bool saved;       // cross-entropy backward from the forward's row statistics
     bool saved_vec;   // ... in 16-byte chunks
     bool rows;        // cross-entropy with inner == 1: a warp per position
     int rows_nv;      // cross-entropy with long rows: a block per row, NV chunks a thread (0: no)
-    bool plain;       // ... and no class weights or smoothing: ce_fwd_plain / ce_bwd_plain
+    bool plain;       // ... and no class weights or smoothing: ce_fwd_warp / ce_bwd_plain
     unsigned blocks;  // of the main kernel
     bool split;       // forward: partials, then reduce_final
     unsigned wblocks; // backward mean over many positions: blocks of wsum_part (0: none)
@@ -1486,7 +1404,7 @@ ClsPlan cls_plan(const cti_nn_cls *r) {
     pl.rows_nv = ce ? ce_rows_nv_dt(r) : 0;
     pl.plain = pl.rows_nv && !r->weight && r->ls == 0;
     if (pl.plain && !bwd) {
-        pl.blocks = blocks_for(npos, ce_fwd_warp_on() ? kThreads256 / 32 : 1, kRedBlocksCap);
+        pl.blocks = blocks_for(npos, kThreads256 / 32, kRedBlocksCap);
         pl.split = r->reduction != RED_NONE && pl.blocks > 1;
         if (pl.split) pl.bytes = (size_t)pl.blocks * 2 * sizeof(double);
         return pl;
@@ -1551,14 +1469,10 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
         if (r->kind == CTI_NN_NLL) {
             nll_fwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, part);
             *routine = pl.split ? "cten_nll_loss_fwd+final" : "cten_nll_loss_fwd";
-        } else if (pl.plain && ce_fwd_warp_on()) {
+        } else if (pl.plain) {
             ce_fwd_warp<DT, 16 / sizeof(typename dtype<DT>::T)><<<pl.blocks, kThreads256, 0, st>>>(a, part);
             *routine = pl.split ? "cten_cross_entropy_fwd_warp_stream+final"
                                 : "cten_cross_entropy_fwd_warp_stream";
-        } else if (pl.plain) {
-            ce_plain_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
-            *routine = pl.split ? "cten_cross_entropy_fwd_block_per_row+final"
-                                : "cten_cross_entropy_fwd_block_per_row";
         } else if (pl.rows_nv) {
             ce_rows_launch<DT, false>(a, pl.rows_nv, pl.blocks, part, nullptr, st);
             *routine = pl.split ? "cten_cross_entropy_fwd_row_in_registers+final"
@@ -1584,9 +1498,7 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
     if (pl.saved) {
         constexpr int FV = 16 / sizeof(typename dtype<DT>::T);
         const bool plain = !a.weight && a.ls == 0;
-        static const bool u4 = getenv("CT_XP_CE_U") && atoi(getenv("CT_XP_CE_U")) == 4;
-        if (pl.saved_vec && plain && u4) ce_bwd_saved<DT, FV, true, 4><<<pl.blocks, kThreads256, 0, st>>>(a);
-        else if (pl.saved_vec && plain) ce_bwd_saved<DT, FV, true, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
+        if (pl.saved_vec && plain) ce_bwd_saved<DT, FV, true, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
         else if (pl.saved_vec) ce_bwd_saved<DT, FV, false, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
         else if (plain) ce_bwd_saved<DT, 1, true, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
         else ce_bwd_saved<DT, 1, false, 2><<<pl.blocks, kThreads256, 0, st>>>(a);
@@ -1605,7 +1517,7 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
         nll_bwd<DT><<<pl.blocks, kThreads256, 0, st>>>(a, wsum);
         *routine = wsum ? "cten_weight_sum+cten_nll_loss_bwd" : "cten_nll_loss_bwd";
     } else if (pl.plain) {
-        ce_plain_launch<DT, true>(a, pl.rows_nv, pl.blocks, nullptr, wsum, st);
+        ce_plain_bwd_launch<DT>(a, pl.rows_nv, pl.blocks, wsum, st);
         *routine = wsum ? "cten_weight_sum+cten_cross_entropy_bwd_block_per_row"
                         : "cten_cross_entropy_bwd_block_per_row";
     } else if (pl.rows_nv) {

@@ -21,7 +21,6 @@
 // No atomics, so the grads are the same from run to run on a device.
 #include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -270,7 +269,7 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
 // than a kernel written for that one shape and ran 10% longer, well short of
 // the copy rate; the bytes moved and the occupancy were the same.
 template <int DT, bool LAYER, int VEC, int TPR, int NV>
-__device__ __forceinline__ void fwd_full_body(const cti_cuda_norm &a) {
+__global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a) {
     typedef typename dtype<DT>::T T;
     typedef typename acc_of<DT>::A A;
     constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
@@ -298,87 +297,6 @@ __device__ __forceinline__ void fwd_full_body(const cti_cuda_norm &a) {
     }
     if (!live) return;
     write_row<DT, LAYER, VEC, TPR, NV, false>(a, row, D, lane, v, mean, inv);
-}
-
-template <int DT, bool LAYER, int VEC, int TPR, int NV>
-__global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a) {
-    fwd_full_body<DT, LAYER, VEC, TPR, NV>(a);
-}
-
-// fwd_full within the registers that let a multiprocessor hold 2048 threads.
-template <int DT, bool LAYER, int VEC, int TPR, int NV>
-__global__ void __launch_bounds__(block_of(TPR), 2048 / block_of(TPR)) fwd_full_b(const cti_cuda_norm a) {
-    fwd_full_body<DT, LAYER, VEC, TPR, NV>(a);
-}
-
-// fwd_full keeping the row as loaded (16-byte chunks, half the registers of
-// decoded floats in bf16/f16) and decoding it again for each pass.
-template <int DT, bool LAYER, int VEC, int TPR, int NV>
-__global__ void __launch_bounds__(block_of(TPR), 2048 / block_of(TPR)) fwd_full_r(const cti_cuda_norm a) {
-    typedef typename dtype<DT>::T T;
-    typedef typename acc_of<DT>::A A;
-    constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
-    __shared__ A red[BLOCK / 32];
-    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
-    const int64_t row = (int64_t)blockIdx.x * RPB + slot;
-    const bool live = row < a.rows;
-    const T *xr = static_cast<const T *>(a.x) + (live ? row : 0) * D;
-    raw_t<DT, VEC> r[NV];
-#pragma unroll
-    for (int j = 0; j < NV; j++) load_raw<DT, VEC>(xr + (j * TPR + lane) * VEC, r[j]);
-    A s[1] = {0};
-#pragma unroll
-    for (int j = 0; j < NV; j++) {
-        A v[VEC];
-        decode<DT, VEC>(r[j], v);
-#pragma unroll
-        for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[i] : v[i] * v[i];
-    }
-    row_sum<TPR>(s, red, LAYER);
-    A mean = 0, inv;
-    if constexpr (LAYER) {
-        mean = s[0] / (A)D;
-        A q[1] = {0};
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            A v[VEC];
-            decode<DT, VEC>(r[j], v);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) q[0] += (v[i] - mean) * (v[i] - mean);
-        }
-        row_sum<TPR>(q, red, false);
-        inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
-    } else {
-        inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
-    }
-    if (!live) return;
-    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
-    T *yr = static_cast<T *>(a.y) + row * D;
-#pragma unroll
-    for (int j = 0; j < NV; j++) {
-        const int e = (j * TPR + lane) * VEC;
-        A v[VEC], o[VEC];
-        decode<DT, VEC>(r[j], v);
-#pragma unroll
-        for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[i] - mean) * inv : v[i] * inv;
-        if (W) {
-            A wv[VEC];
-            load<DT, VEC>(W + e, wv);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] *= wv[i];
-        }
-        if (LAYER && B) {
-            A bv[VEC];
-            load<DT, VEC>(B + e, bv);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] += bv[i];
-        }
-        store<DT, VEC>(yr + e, o);
-    }
-    if (lane == 0) {
-        if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
-        if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
-    }
 }
 
 // Rows too long for registers: one block per row, a pass over the row for
@@ -745,20 +663,6 @@ template <int DT, bool LAYER, int VEC> norm_kernel full_kernel(int cfg) {
     }
 }
 
-template <int DT, bool LAYER, int VEC> norm_kernel full_b_kernel(int cfg) {
-    switch (cfg) {
-        CTI_NORM_CASES(fwd_full_b)
-    default: return nullptr;
-    }
-}
-
-template <int DT, bool LAYER, int VEC> norm_kernel full_r_kernel(int cfg) {
-    switch (cfg) {
-        CTI_NORM_CASES(fwd_full_r)
-    default: return nullptr;
-    }
-}
-
 template <int DT, bool LAYER, int VEC> norm_kernel bwd_kernel(int cfg) {
     switch (cfg) {
         CTI_NORM_CASES(bwd_reg)
@@ -880,12 +784,7 @@ cudaError_t forward(const cti_cuda_norm *a, int sm_count, cudaStream_t st, const
     // rows that fill their chunks exactly, and a grid of every group: fwd_full
     const bool full = vec && p.cfg >= 0 && a->d == (int64_t)cfg_tpr(p.cfg) * cfg_nv(p.cfg) * FV &&
                       p.grid * p.rpb >= a->rows;
-    static const int xp = getenv("CT_XP_LN") ? atoi(getenv("CT_XP_LN")) : 0;
-    norm_kernel k = full && xp == 2 ? (a->layer ? full_r_kernel<DT, true, FV>(p.cfg)
-                                                : full_r_kernel<DT, false, FV>(p.cfg))
-                  : full && xp == 1 ? (a->layer ? full_b_kernel<DT, true, FV>(p.cfg)
-                                                : full_b_kernel<DT, false, FV>(p.cfg))
-                  : full ? (a->layer ? full_kernel<DT, true, FV>(p.cfg)
+    norm_kernel k = full ? (a->layer ? full_kernel<DT, true, FV>(p.cfg)
                                      : full_kernel<DT, false, FV>(p.cfg))
                     : a->layer ? (vec ? fwd_kernel<DT, true, FV>(p.cfg) : fwd_kernel<DT, true, 1>(p.cfg))
                                : (vec ? fwd_kernel<DT, false, FV>(p.cfg) : fwd_kernel<DT, false, 1>(p.cfg));
