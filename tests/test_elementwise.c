@@ -312,6 +312,11 @@ static float f_step(float x, int k) { /* k floats up (k > 0) or down from x */
     return x;
 }
 
+static void put_pm(float *xs, int64_t *n, float v) { /* v and -v */
+    xs[(*n)++] = v;
+    xs[(*n)++] = -v;
+}
+
 static int64_t sincos_inputs(float *xs, int64_t cap) {
     static const float hardest[] = {0x1.921fb6p+0f, 0x1.2d97c8p+2f, 0x1.f9cbe2p+7f,
                                     0x1.17cc5p+11f, 0x1.9a48dep+15f, 0x1.04ccbcp+18f,
@@ -319,26 +324,19 @@ static int64_t sincos_inputs(float *xs, int64_t cap) {
     static const float edges[] = {8192.0f, 131072.0f, 16777216.0f, 0.78539816f, 1e30f};
     static const float specials[] = {0.0f, INFINITY, NAN, FLT_MIN, FLT_MAX, 1e-45f, 1e-30f};
     int64_t n = 0;
-#define PUT(v)              \
-    do {                    \
-        float put_ = (v);   \
-        xs[n++] = put_;     \
-        xs[n++] = -put_;    \
-    } while (0)
     for (size_t k = 0; k < sizeof hardest / sizeof hardest[0]; k++)
-        for (int sh = 0; sh < 3; sh++) /* twice a multiple of pi/2 is one too */
-            for (int d = -2; d <= 2; d++) PUT(f_step(ldexpf(hardest[k], sh), d));
+        for (int sh = 0; sh < 5; sh++) /* twice a multiple of pi/2 is one too */
+            for (int d = -2; d <= 2; d++) put_pm(xs, &n, f_step(ldexpf(hardest[k], sh), d));
     for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++)
-        for (int d = -3; d <= 3; d++) PUT(f_step(edges[k], d));
-    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++) PUT(specials[k]);
+        for (int d = -3; d <= 3; d++) put_pm(xs, &n, f_step(edges[k], d));
+    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++) put_pm(xs, &n, specials[k]);
     while (n + 10 <= cap / 2) { /* near k pi/2 */
         double kk = floor(exp2(tu_uniform(0, 25)));
         float x = (float)(kk * 1.57079632679489661923);
-        for (int d = -2; d <= 2; d++) PUT(f_step(x, d));
+        for (int d = -2; d <= 2; d++) put_pm(xs, &n, f_step(x, d));
     }
-    while (n + 2 <= cap) /* half below 2^24, half to 1e30 */
-        PUT((float)exp2(tu_uniform(-30, (n & 2) ? 24 : 99.7)));
-#undef PUT
+    for (int64_t k = 0; n + 2 <= cap; k++) /* half below 2^24, half to 1e30 */
+        put_pm(xs, &n, (float)exp2(tu_uniform(-30, (k & 1) ? 24 : 99.7)));
     return n;
 }
 
