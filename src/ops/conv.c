@@ -319,6 +319,13 @@ ct_tensor *ct_conv2d_backward_bias(ct_tensor *grad_out) {
     int64_t co = grad_out->shape[grad_out->ndim - 3];
     ct_tensor *db = cti_tensor_new(op, 1, &co, grad_out->dtype, grad_out->storage->device);
     if (!db) return NULL;
+    /* An empty grad_out may still have sizes near INT64_MAX; no kernel needs
+     * to walk them to learn that every channel sums nothing. */
+    if (cti_numel(grad_out->ndim, grad_out->shape) == 0) {
+        if (ct_zero_(db) == CT_OK) return db;
+        ct_tensor_release(db);
+        return NULL;
+    }
     ct_call c;
     cti_call_init(&c, CT_OP_CONV2D_BACKWARD_BIAS);
     c.in[0] = grad_out;

@@ -461,9 +461,12 @@ static void bias_task(int64_t begin, int64_t end, void *vctx) {
     int64_t es = (int64_t)ct_dtype_size(dt);
     const char *base = cti_data(k->dy);
     bool fast = dt == CT_F32 && k->st[3] == 1 && k->st[2] == k->shape[3];
+    /* A plane with no elements ends the sum before the loops over the
+     * other sizes start: those may be near INT64_MAX in an empty tensor. */
+    bool none = k->shape[0] == 0 || k->shape[2] == 0 || k->shape[3] == 0;
     for (int64_t c = begin; c < end; c++) {
         double s = 0;
-        for (int64_t n = 0; n < k->shape[0]; n++) {
+        for (int64_t n = 0; n < k->shape[0] && !none; n++) {
             const char *plane = base + (n * k->st[0] + c * k->st[1]) * es;
             if (fast) {
                 s += sum_f32((const float *)plane, k->shape[2] * k->shape[3]);
