@@ -135,8 +135,16 @@ void ct_nn_layer_norm_free(ct_nn_layer_norm *m);
  * has a gradient (those without are skipped, their state untouched). Updates
  * run in no-grad mode, in place, on the parameter's device and in its dtype,
  * with state tensors of the same kind: one fused kernel per (device, dtype)
- * of the parameters, float16/bfloat16 computed in float32 and rounded once.
- * Nothing is read back from a GPU (the step counts live on the CPU). */
+ * of the parameters (on a GPU one launch per up to 48 parameters),
+ * float16/bfloat16 computed in float32 and rounded once (or kept in float32
+ * master weights, ct_optim_set_master_weights).
+ *
+ * Nothing is read back from a GPU, and a GPU step can be recorded in a CUDA
+ * graph and replayed (torch.optim's capturable=True): a GPU parameter's
+ * step count and the learning rate live on its device and the kernel reads
+ * them (the bias corrections are computed there), so each replay counts
+ * one more step, and ct_optim_set_lr between replays takes effect. A CPU
+ * parameter's count lives on the CPU, read and advanced by the host. */
 typedef struct ct_optimizer ct_optimizer;
 
 /* torch.optim.SGD (maximize=False). With g = grad + weight_decay * p:
@@ -155,27 +163,117 @@ ct_optimizer *ct_optim_sgd_new(const ct_params *params, double lr, double moment
  * 1e-2. lr, eps, weight_decay >= 0; 0 <= beta < 1. */
 ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta1,
                                  double beta2, double eps, double weight_decay);
+/* Never waits for a GPU. A CPU parameter's count is checked first (a
+ * restored count that is no whole number >= 0 is refused); a count on a GPU
+ * is not (the check would wait for the device). */
 ct_status ct_optim_step(ct_optimizer *opt);
 /* Drops every parameter's gradient (zero_grad(set_to_none=True)). */
 void ct_optim_zero_grad(ct_optimizer *opt);
-/* The learning rate the next step uses (lr >= 0). */
+/* The learning rate the next step uses (lr >= 0). On a GPU it queues a
+ * write of the device's copy, ordered before the next step or graph replay
+ * on that device's stream; call it outside a capture (a write recorded in
+ * a graph would set the value again at every replay). */
 ct_status ct_optim_set_lr(ct_optimizer *opt, double lr);
 double ct_optim_get_lr(const ct_optimizer *opt);
+/* Master weights (PyTorch users keep a float32 copy by hand): with enable,
+ * every float16/bfloat16 parameter gets a float32 copy of its values that
+ * the updates read and write, with float32 states, and after each update
+ * the parameter receives the master rounded to its dtype (to nearest even);
+ * float32 and float64 parameters are unchanged. The gradients stay in the
+ * parameter's dtype. Disabling drops the masters and rounds the states to
+ * the parameter's dtype. Either replaces the state tensors of the
+ * low-precision parameters (handles from ct_optim_state_get taken before
+ * are released) and changes ct_optim_state_count; call it right after
+ * creating the optimizer, before restoring a checkpoint into it. Nothing
+ * changes on failure. */
+ct_status ct_optim_set_master_weights(ct_optimizer *opt, bool enable);
 void ct_optim_free(ct_optimizer *opt);
 
 /* The optimizer's state, for checkpoints: ct_optim_state_count tensors, in
  * a fixed order (parameter by parameter, in the order of the list given at
  * creation), each named "<k>.<what>" with k the parameter's index:
  *   SGD:   "<k>.step" and, when momentum != 0, "<k>.momentum_buffer";
- *   AdamW: "<k>.step", "<k>.exp_avg", "<k>.exp_avg_sq".
- * "<k>.step" is a 0-d float64 CPU tensor counting the updates parameter k
- * received (a momentum buffer is used from the first update on, when step
- * > 0); the others have the parameter's shape, dtype and device. The
- * tensors exist from the optimizer's creation and the optimizer reads them
- * at every step, so copying saved values into them (ct_copy_) restores a
- * checkpoint. Borrowed handles; NULL with an error when k is out of range. */
+ *   AdamW: "<k>.step", "<k>.exp_avg", "<k>.exp_avg_sq";
+ *   then, with master weights, "<k>.master_param" for a float16/bfloat16
+ *   parameter (float32, its shape and device; its states are float32 too).
+ * "<k>.step" is a 0-d float64 tensor on the parameter's device counting
+ * the updates parameter k received (a momentum buffer is used from the
+ * first update on, when step > 0); the others have the parameter's shape,
+ * dtype and device. The tensors exist from the optimizer's creation and
+ * the optimizer reads them at every step, so copying saved values into them
+ * (ct_copy_) restores a checkpoint. Borrowed handles; NULL with an error
+ * when k is out of range. */
 int64_t ct_optim_state_count(const ct_optimizer *opt);
 ct_tensor *ct_optim_state_get(const ct_optimizer *opt, int64_t k, const char **name);
+
+/* ---- gradient scaling for float16 training (torch.amp.GradScaler) ----------------------------
+ * The loop:
+ *
+ *     ct_grad_scaler *sc = ct_grad_scaler_new(CT_CUDA(0), 65536, 2, 0.5, 2000, true);
+ *     ...
+ *     ct_backward(ct_grad_scaler_scale(sc, loss), NULL, false); // scaler.scale(loss).backward()
+ *     ct_grad_scaler_unscale(sc, opt);              // optional: before clipping
+ *     ct_clip_grad_norm(params, 1.0, NULL);
+ *     ct_grad_scaler_step(sc, opt);                 // skipped on the device on inf/NaN
+ *     ct_grad_scaler_update(sc);                    // backoff or growth of the scale
+ *
+ * The scale, the growth tracker and each optimizer's found_inf live on the
+ * scaler's device and only kernels read them: no call but
+ * ct_grad_scaler_get_scale and ct_grad_scaler_get_state waits for the
+ * device, and a scaled step can be recorded in a CUDA graph (run one step
+ * eagerly first: an optimizer's first unscale creates its found_inf). The
+ * optimizers' parameters (those with gradients) must be on the scaler's
+ * device. Not thread-safe: one scaler per training loop. */
+typedef struct ct_grad_scaler ct_grad_scaler;
+
+/* A scaler on device with scale init_scale (> 0, finite; torch's 65536),
+ * growth_factor (> 1; 2), backoff_factor (in (0, 1); 0.5) and
+ * growth_interval (1 .. 2^31 - 1; 2000). A disabled scaler (enabled false)
+ * makes every call a pass-through: scale returns the loss, step is
+ * ct_optim_step, unscale and update do nothing, get_scale gives 1. NULL
+ * with an error on bad arguments or a device that is not present. */
+ct_grad_scaler *ct_grad_scaler_new(ct_device device, double init_scale, double growth_factor,
+                                   double backoff_factor, int64_t growth_interval, bool enabled);
+void ct_grad_scaler_free(ct_grad_scaler *sc);
+/* New tensor: loss * scale (recorded by autograd; type promotion as ct_mul
+ * with a 0-d float32, so a float16 0-d loss gives float32). loss must be
+ * floating and on the scaler's device. */
+ct_tensor *ct_grad_scaler_scale(ct_grad_scaler *sc, ct_tensor *loss);
+/* torch's unscale_(optimizer): in place, every gradient of opt's
+ * parameters *= 1 / scale (in the gradient's dtype; float64 reciprocal
+ * rounded to float32), and the optimizer's found_inf set where a gradient
+ * held an inf or NaN, in one kernel per device (multi-tensor). At most once
+ * per optimizer between updates, and not after its step: both are refused. */
+ct_status ct_grad_scaler_unscale(ct_grad_scaler *sc, ct_optimizer *opt);
+/* torch's step(optimizer): unscales first unless ct_grad_scaler_unscale
+ * did, then runs the optimizer's update, which skips itself on the device
+ * when found_inf is not zero (parameters, states and step counts stay as
+ * they were, bit for bit). Once per optimizer between updates. */
+ct_status ct_grad_scaler_step(ct_grad_scaler *sc, ct_optimizer *opt);
+/* torch's update(): on the device, with found_inf summed over the
+ * optimizers unscaled since the last update: any inf: scale *=
+ * backoff_factor and the growth tracker = 0; else the tracker counts one
+ * more good step and at growth_interval scale *= growth_factor (unless that
+ * is not finite in float32) and the tracker restarts at 0. Refused when no
+ * optimizer was unscaled or stepped since the last update. */
+ct_status ct_grad_scaler_update(ct_grad_scaler *sc);
+/* The current scale (1 when disabled; NAN with an error for NULL). WAITS
+ * for the device: it reads the scale back. */
+double ct_grad_scaler_get_scale(const ct_grad_scaler *sc);
+
+/* What a checkpoint keeps of a scaler (torch's state_dict: "scale",
+ * "_growth_tracker"); the hyperparameters are the constructor's. */
+typedef struct ct_grad_scaler_state {
+    double scale;           /* > 0, finite */
+    int64_t growth_tracker; /* good steps since the last change, 0 .. growth_interval - 1 */
+} ct_grad_scaler_state;
+/* Reads the state back (WAITS for the device). A disabled scaler has no
+ * state: refused. */
+ct_status ct_grad_scaler_get_state(const ct_grad_scaler *sc, ct_grad_scaler_state *state);
+/* Queues writes of the state to the device (no wait); a no-op for a
+ * disabled scaler. Refuses a scale that is not finite and > 0 and a tracker
+ * outside [0, growth_interval). */
+ct_status ct_grad_scaler_set_state(ct_grad_scaler *sc, const ct_grad_scaler_state *state);
 
 /* ---- learning-rate schedules (pure functions of the step; NAN with an error
  * on bad arguments) ------------------------------------------------------------------------- */
@@ -193,8 +291,15 @@ double ct_lr_cosine_warmup(double base_lr, int64_t warmup_steps, int64_t total_s
 
 /* torch.nn.utils.clip_grad_norm_ (norm_type 2): total = the L2 norm of all
  * gradients of params together; when max_norm / (total + 1e-6) < 1 every
- * gradient is scaled by it. *total_norm (when not NULL) gets total, before
- * clipping. Parameters without gradients are skipped; max_norm > 0. */
+ * gradient is scaled by it (a non-finite total makes the gradients
+ * non-finite, as in torch; no error). *total_norm (when not NULL) gets
+ * total, before clipping. Parameters without gradients are skipped;
+ * max_norm > 0. Host waits: gradients on one GPU are clipped on the device
+ * (as torch does: the coefficient clamped to 1 is multiplied into every
+ * gradient, in float32, float64 when a gradient is) and the host waits
+ * only to read total_norm, so pass NULL in a step meant to be recorded in a
+ * CUDA graph; CPU gradients are read on the host (no device); gradients on
+ * several devices wait once per gradient. */
 ct_status ct_clip_grad_norm(const ct_params *params, double max_norm, double *total_norm);
 
 #ifdef __cplusplus

@@ -185,9 +185,32 @@ typedef struct cti_dropout_params {
 /* SGD_STEP, ADAMW_STEP: n parameters with their gradients and states, all
  * of the dispatch dtype, on the dispatch device and contiguous. state[0]
  * holds SGD's momentum buffers (NULL without momentum) or AdamW's exp_avg,
- * state[1] AdamW's exp_avg_sq. step[k] is parameter k's step count
- * including this update (>= 1). updated (NULL: not wanted) receives which
- * parameters the call updated. */
+ * state[1] AdamW's exp_avg_sq. updated (NULL: not wanted) receives which
+ * parameters the call dispatched.
+ *
+ * Each parameter's step count comes in one of two forms:
+ *  - on the host: step[k], the count including this update (>= 1), which
+ *    the caller advances;
+ *  - in memory (capturable, as torch.optim's capturable=True): step_t[k],
+ *    a 0-d float64 on the parameter's device holding the count before this
+ *    update, which the kernel reads and advances by one, and ctl[k], a
+ *    float64 [2] on that device: [0] the learning rate (used instead of the
+ *    hyperparameters' lr), [1] all zero bits, a block counter the CUDA
+ *    kernel uses and leaves zero. The entries of one device share one ctl.
+ *    Nothing about the step is read on the host, so a CUDA graph that
+ *    recorded the update replays it right, and a changed ctl[0] takes effect.
+ * step_t (NULL: every entry on the host) and ctl may be NULL per entry.
+ *
+ * master (NULL: none; per entry NULL or a tensor): float32 master weights of
+ * a float16/bfloat16 parameter: the update reads and writes the master and
+ * its float32 states (state[b][k] are float32 then), reads the gradient in
+ * the parameter's dtype, and writes the master rounded (to nearest even)
+ * into the parameter.
+ *
+ * found_inf (NULL: none): a 0-d float32 on the dispatch device; when it is
+ * not zero the kernel writes nothing (parameters, states, masters and the
+ * counts of step_t stay as they were), as torch's fused optimizers do with
+ * the found_inf of a GradScaler. */
 typedef struct cti_optim_list {
     int64_t n;
     ct_tensor *const *param;
@@ -195,6 +218,10 @@ typedef struct cti_optim_list {
     ct_tensor *const *state[2];
     const int64_t *step;
     bool *updated;
+    ct_tensor *const *step_t;
+    ct_tensor *const *ctl;
+    ct_tensor *const *master;
+    ct_tensor *found_inf;
 } cti_optim_list;
 
 /* SGD_STEP's hyperparameters, as ct_optim_sgd_new takes them. */
@@ -340,21 +367,48 @@ typedef struct cti_index_params {
 
 /* ---- the kernels' contract ------------------------------------------------------
  * in[] holds the first parameter's tensors for the trace only.
- * Per element, in double for float64 and float otherwise:
- *   SGD:   d = g + wd * p; momentum != 0: buf = step == 1 ? d : momentum * buf +
+ * Per element, in double for float64 and float otherwise (p the master
+ * where there is one), with t the count including this update and lr the
+ * hyperparameters' or ctl[0]:
+ *   SGD:   d = g + wd * p; momentum != 0: buf = t == 1 ? d : momentum * buf +
  *          (1 - dampening) * d, d = nesterov ? d + momentum * buf : buf;
  *          p = p - lr * d.
  *   AdamW: p = p * (1 - lr * wd); m = beta1 * m + (1 - beta1) * g;
  *          v = beta2 * v + (1 - beta2) * g * g;
  *          p = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
- *          with cti_adamw_scalars' per-parameter step_size and bc2_sqrt. */
-static inline void cti_adamw_scalars(double lr, double beta1, double beta2, int64_t step,
+ *          with cti_adamw_scalars' per-parameter step_size and bc2_sqrt
+ *          (computed in double and rounded to the compute type). */
+static inline void cti_adamw_scalars(double lr, double beta1, double beta2, double step,
                                      double *step_size, double *bc2_sqrt) {
-    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
     *step_size = lr / bc1;
     *bc2_sqrt = sqrt(bc2);
 }
 
+/* AMP_UNSCALE (torch's _amp_foreach_non_finite_check_and_unscale_): n
+ * contiguous gradients, of any floating dtypes (the dispatch dtype is
+ * grad[0]'s; one call takes them all), on the dispatch device, in place:
+ * where an element is not finite, *found_inf = 1 (never reset here);
+ * every element is multiplied by inv = (float)(1.0 / (double)*scale) in its
+ * compute type (float for float16/bfloat16/float32, double for float64;
+ * unchanged when inv is 1). found_inf and scale: 0-d float32 on the device.
+ * in[0]: grad[0] for the trace. */
+typedef struct cti_amp_unscale_params {
+    int64_t n;
+    ct_tensor *const *grad;
+    ct_tensor *found_inf, *scale;
+} cti_amp_unscale_params;
+
+/* AMP_UPDATE_SCALE (torch's _amp_update_scale_): in[0] scale (0-d float32),
+ * in[1] growth_tracker (0-d int32), in[2] found_inf (0-d float32), one
+ * device, updated in place: found_inf != 0: scale *= backoff_factor,
+ * tracker = 0; else tracker + 1 == growth_interval: scale *= growth_factor
+ * (kept when the product is not finite), tracker = 0; else tracker += 1.
+ * The products are taken in double and rounded to float. */
+typedef struct cti_amp_update_params {
+    double growth_factor, backoff_factor;
+    int64_t growth_interval;
+} cti_amp_update_params;
 
 /* CROSS_ENTROPY_FUSED (the row kernel of ct_linear_cross_entropy): in[0]
  * logits [rows, c] contiguous, in[1] int64 targets [rows], in[2] NULL or a
@@ -468,6 +522,9 @@ typedef struct cti_ce_fused_params {
     X(DROPOUT_BACKWARD, "dropout_backward", cti_dropout_params, CTI_NOFORMULA, NONE)         \
     X(SGD_STEP, "sgd_step", cti_optim_params, CTI_NODIFF, NONE)                              \
     X(ADAMW_STEP, "adamw_step", cti_optim_params, CTI_NODIFF, NONE)                          \
+    X(AMP_UNSCALE, "amp_non_finite_check_and_unscale", cti_amp_unscale_params, CTI_NODIFF,   \
+      NONE)                                                                                  \
+    X(AMP_UPDATE_SCALE, "amp_update_scale", cti_amp_update_params, CTI_NODIFF, NONE)         \
     /* rope, swiglu */                                                                       \
     X(ROPE, "rope", cti_rope_params, CTI_F(cti_bw_rope), ROPE_BACKWARD)                      \
     X(ROPE_BACKWARD, "rope_backward", cti_rope_params, CTI_NOFORMULA, NONE)                  \

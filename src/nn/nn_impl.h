@@ -22,4 +22,13 @@ struct ct_params {
  * reference. */
 void cti_params_pop(ct_params *p);
 
+/* ct_optim_step with op naming errors and an optional found_inf (0-d
+ * float32; NULL: none) that skips the update where it is not zero: read on
+ * the host for a CPU tensor, by the kernels for a device one (the
+ * parameters must then be on its device). */
+ct_status cti_optim_step_with(const char *op, ct_optimizer *opt, ct_tensor *found_inf);
+/* The optimizer's parameter count and parameter k (borrowed). */
+int64_t cti_optim_count(const ct_optimizer *opt);
+ct_tensor *cti_optim_param(const ct_optimizer *opt, int64_t k);
+
 #endif

@@ -1,7 +1,14 @@
 /* Optimizers (torch.optim.SGD and AdamW) and gradient clipping. A step is
  * one fused update kernel per (device, dtype) of the parameters
  * (CT_OP_SGD_STEP, CT_OP_ADAMW_STEP), in no-grad mode, on whatever device
- * holds them. */
+ * holds them.
+ *
+ * Step counts: a CPU parameter's is a CPU scalar the host reads and
+ * advances; a GPU parameter's lives on its device with the learning rate
+ * (a per-device control tensor), and the kernel reads and advances it, as
+ * torch.optim's capturable=True: a step records into a CUDA graph, replays
+ * right, and skips itself on the device when a gradient scaler found an
+ * inf, without the host waiting. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,23 +23,40 @@ typedef enum opt_kind { OPT_SGD, OPT_ADAMW } opt_kind;
 
 typedef struct slot {
     ct_tensor *param;          /* retained */
-    ct_tensor *step;           /* 0-d float64 CPU: updates received */
+    ct_tensor *step;           /* 0-d float64 on the parameter's device: updates received */
     ct_tensor *buf[MAX_BUFS];  /* momentum_buffer | exp_avg, exp_avg_sq */
-    char names[1 + MAX_BUFS][STATE_NAME_MAX];
+    ct_tensor *master;         /* float32 master weights, or NULL */
+    ct_tensor *ctl;            /* borrowed: its device's control tensor; NULL on the CPU */
+    char names[2 + MAX_BUFS][STATE_NAME_MAX]; /* step, buffers, master */
 } slot;
+
+/* A device's control tensor (float64 [2]: the learning rate, and the
+ * kernels' block counter) and a view of its learning rate. */
+typedef struct devctl {
+    ct_tensor *ctl, *lr;
+} devctl;
 
 struct ct_optimizer {
     opt_kind kind;
     double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
     bool nesterov;
+    bool masters; /* float32 master weights for float16/bfloat16 parameters */
     int nbuf; /* state buffers per parameter besides the step */
     int64_t n;
     slot *slots;
+    int ndev;
+    devctl *devs;
     /* The fused update's argument arrays, n each, filled at every step. */
-    ct_tensor **list_param, **list_grad, **list_state[MAX_BUFS];
+    ct_tensor **list_param, **list_grad, **list_state[MAX_BUFS], **list_master, **list_step_t,
+        **list_ctl;
     int64_t *list_step;
     bool *list_updated;
 };
+
+/* Whether t's step count lives on its device (read and advanced by the kernels). */
+static bool count_on_device(const ct_tensor *t) {
+    return t->storage->device.type != CT_DEVICE_CPU;
+}
 
 void ct_optim_free(ct_optimizer *opt) {
     if (!opt) return;
@@ -40,8 +64,14 @@ void ct_optim_free(ct_optimizer *opt) {
         slot *s = &opt->slots[k];
         cti_unref(s->param);
         ct_tensor_release(s->step);
+        ct_tensor_release(s->master);
         for (int b = 0; b < MAX_BUFS; b++) ct_tensor_release(s->buf[b]);
     }
+    for (int d = 0; d < opt->ndev; d++) {
+        ct_tensor_release(opt->devs[d].lr);
+        ct_tensor_release(opt->devs[d].ctl);
+    }
+    free(opt->devs);
     free(opt->slots);
     free(opt->list_param);
     free(opt->list_step);
@@ -55,10 +85,22 @@ static ct_tensor *owned(ct_tensor *t) {
     return t;
 }
 
+/* The control tensor of device dev, made on first use with the learning
+ * rate lr; NULL with an error. */
+static ct_tensor *device_ctl(ct_optimizer *opt, ct_device dev, double lr) {
+    for (int d = 0; d < opt->ndev; d++)
+        if (ct_device_eq(ct_tensor_device(opt->devs[d].ctl), dev)) return opt->devs[d].ctl;
+    devctl *c = &opt->devs[opt->ndev];
+    if (!(c->ctl = owned(ct_tensor_zeros(CT_SHAPE(2), CT_F64, dev)))) return NULL;
+    opt->ndev++;
+    if (!(c->lr = owned(ct_narrow(c->ctl, 0, 0, 1))) || ct_fill_(c->lr, lr) != CT_OK) return NULL;
+    return c->ctl;
+}
+
 /* Takes references to params and creates the state tensors (buffer names
  * in bufnames, nbuf of them). */
 static ct_optimizer *create(const char *op, const ct_params *params, opt_kind kind, int nbuf,
-                            const char *const *bufnames) {
+                            const char *const *bufnames, double lr) {
     if (!params) return cti_error_null(CT_ERR_INVALID_ARG, "%s: parameter list is NULL", op);
     if (params->n == 0)
         return cti_error_null(CT_ERR_INVALID_ARG, "%s: got an empty parameter list", op);
@@ -77,16 +119,20 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
     }
     ct_optimizer *opt = calloc(1, sizeof *opt);
     slot *slots = calloc((size_t)params->n, sizeof *slots);
-    if (!opt || !slots) {
+    devctl *devs = calloc((size_t)params->n, sizeof *devs);
+    if (!opt || !slots || !devs) {
         free(opt);
         free(slots);
+        free(devs);
         return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
     }
     opt->kind = kind;
     opt->nbuf = nbuf;
     opt->slots = slots;
+    opt->devs = devs;
+    opt->lr = lr;
     size_t n = (size_t)params->n;
-    opt->list_param = calloc(n * (2 + MAX_BUFS), sizeof *opt->list_param);
+    opt->list_param = calloc(n * (5 + MAX_BUFS), sizeof *opt->list_param);
     opt->list_step = calloc(n, sizeof *opt->list_step);
     opt->list_updated = calloc(n, sizeof *opt->list_updated);
     if (!opt->list_param || !opt->list_step || !opt->list_updated) {
@@ -94,14 +140,20 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
         return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
     }
     opt->list_grad = opt->list_param + n;
-    for (int b = 0; b < MAX_BUFS; b++) opt->list_state[b] = opt->list_param + (2 + b) * n;
+    opt->list_master = opt->list_param + 2 * n;
+    opt->list_step_t = opt->list_param + 3 * n;
+    opt->list_ctl = opt->list_param + 4 * n;
+    for (int b = 0; b < MAX_BUFS; b++) opt->list_state[b] = opt->list_param + (5 + b) * n;
     for (int64_t k = 0; k < params->n; k++) {
         slot *s = &slots[k];
         s->param = cti_ref(params->tensors[k]);
         opt->list_param[k] = s->param;
         opt->n = k + 1;
         snprintf(s->names[0], STATE_NAME_MAX, "%lld.step", (long long)k);
-        if (!(s->step = owned(ct_tensor_scalar(0.0, CT_F64, CT_CPU)))) goto fail;
+        snprintf(s->names[1 + nbuf], STATE_NAME_MAX, "%lld.master_param", (long long)k);
+        ct_device dev = ct_tensor_device(s->param);
+        if (!(s->step = owned(ct_tensor_scalar(0.0, CT_F64, dev)))) goto fail;
+        if (count_on_device(s->param) && !(s->ctl = device_ctl(opt, dev, lr))) goto fail;
         for (int b = 0; b < nbuf; b++) {
             snprintf(s->names[1 + b], STATE_NAME_MAX, "%lld.%s", (long long)k, bufnames[b]);
             if (!(s->buf[b] = owned(ct_tensor_zeros_like(s->param)))) goto fail;
@@ -138,9 +190,8 @@ ct_optimizer *ct_optim_sgd_new(const ct_params *params, double lr, double moment
                               "got momentum %g, dampening %g",
                               op, momentum, dampening);
     static const char *const names[] = {"momentum_buffer"};
-    ct_optimizer *opt = create(op, params, OPT_SGD, momentum != 0 ? 1 : 0, names);
+    ct_optimizer *opt = create(op, params, OPT_SGD, momentum != 0 ? 1 : 0, names, lr);
     if (!opt) return NULL;
-    opt->lr = lr;
     opt->momentum = momentum;
     opt->dampening = dampening;
     opt->weight_decay = weight_decay;
@@ -165,9 +216,8 @@ ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta
         return cti_error_null(CT_ERR_INVALID_ARG,
                               "%s: invalid weight_decay %g (expected >= 0)", op, weight_decay);
     static const char *const names[] = {"exp_avg", "exp_avg_sq"};
-    ct_optimizer *opt = create(op, params, OPT_ADAMW, 2, names);
+    ct_optimizer *opt = create(op, params, OPT_ADAMW, 2, names, lr);
     if (!opt) return NULL;
-    opt->lr = lr;
     opt->beta1 = beta1;
     opt->beta2 = beta2;
     opt->eps = eps;
@@ -175,23 +225,75 @@ ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta
     return opt;
 }
 
+/* ---- master weights ------------------------------------------------------------------------ */
+static bool low_precision(const ct_tensor *t) {
+    return t->dtype == CT_F16 || t->dtype == CT_BF16;
+}
+
+ct_status ct_optim_set_master_weights(ct_optimizer *opt, bool enable) {
+    static const char op[] = "ct_optim_set_master_weights";
+    if (!opt) return cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
+    if (opt->masters == enable) return CT_OK;
+    /* Every new tensor first, so that a failure changes nothing. */
+    ct_tensor *(*made)[1 + MAX_BUFS] = calloc((size_t)opt->n, sizeof *made);
+    if (!made) return cti_error(CT_ERR_OOM, "%s: out of memory", op);
+    bool prev = ct_no_grad_begin();
+    ct_status st = CT_OK;
+    for (int64_t k = 0; k < opt->n && st == CT_OK; k++) {
+        slot *s = &opt->slots[k];
+        if (!low_precision(s->param)) continue;
+        ct_dtype sdt = enable ? CT_F32 : s->param->dtype;
+        if (enable && !(made[k][0] = owned(ct_to_dtype(s->param, CT_F32)))) st = ct_last_status();
+        for (int b = 0; b < opt->nbuf && st == CT_OK; b++)
+            if (!(made[k][1 + b] = owned(ct_to_dtype(s->buf[b], sdt)))) st = ct_last_status();
+    }
+    ct_no_grad_end(prev);
+    for (int64_t k = 0; k < opt->n; k++) {
+        slot *s = &opt->slots[k];
+        if (!low_precision(s->param)) continue;
+        if (st != CT_OK) {
+            for (int j = 0; j < 1 + MAX_BUFS; j++) ct_tensor_release(made[k][j]);
+            continue;
+        }
+        ct_tensor_release(s->master);
+        s->master = made[k][0];
+        for (int b = 0; b < opt->nbuf; b++) {
+            ct_tensor_release(s->buf[b]);
+            s->buf[b] = opt->list_state[b][k] = made[k][1 + b];
+        }
+    }
+    free(made);
+    if (st != CT_OK) return cti_error(st, "%s: %s", op, ct_last_error());
+    opt->masters = enable;
+    return CT_OK;
+}
+
 /* ---- updates ----------------------------------------------------------------------------------
  * One fused update per (device, dtype) of the parameters that have a
- * gradient (src/ops/optim.c); the step counts are read and written on
- * the host, so a step waits for nothing. */
-static ct_status fused_update(const char *op, ct_optimizer *o) {
+ * gradient (src/ops/optim.c). CPU counts are read and written on the host;
+ * device counts and the learning rate are read by the kernels, so a step
+ * waits for nothing. */
+static ct_status fused_update(const char *op, ct_optimizer *o, ct_tensor *found_inf) {
     cti_optim_list l = {o->n,
                         o->list_param,
                         o->list_grad,
                         {o->nbuf > 0 ? o->list_state[0] : NULL,
                          o->nbuf > 1 ? o->list_state[1] : NULL},
                         o->list_step,
-                        o->list_updated};
+                        o->list_updated,
+                        o->list_step_t,
+                        o->list_ctl,
+                        o->masters ? o->list_master : NULL,
+                        found_inf};
     for (int64_t k = 0; k < o->n; k++) {
         slot *s = &o->slots[k];
         o->list_grad[k] = ct_grad(s->param);
         o->list_updated[k] = false;
-        if (!o->list_grad[k]) continue;
+        o->list_master[k] = s->master;
+        o->list_step_t[k] = s->ctl ? s->step : NULL;
+        o->list_ctl[k] = s->ctl;
+        o->list_step[k] = 0;
+        if (!o->list_grad[k] || s->ctl) continue;
         /* The count is a float64 like torch's, so a restored one may be any
          * value: the update counts whole steps. */
         double t = *(const double *)cti_data(s->step);
@@ -210,20 +312,23 @@ static ct_status fused_update(const char *op, ct_optimizer *o) {
     return cti_adamw_step(op, &l, &h);
 }
 
-ct_status ct_optim_step(ct_optimizer *opt) {
-    static const char op[] = "ct_optim_step";
+ct_status cti_optim_step_with(const char *op, ct_optimizer *opt, ct_tensor *found_inf) {
     if (!opt) return cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
     bool prev = ct_no_grad_begin();
-    ct_status st = fused_update(op, opt);
+    ct_status st = fused_update(op, opt, found_inf);
     ct_no_grad_end(prev);
     for (int64_t k = 0; k < opt->n; k++) {
-        if (!opt->list_updated[k]) continue;
-        ct_tensor *t = opt->slots[k].step;
-        *(double *)cti_data(t) = (double)opt->list_step[k];
-        cti_bump_version(t);
+        slot *s = &opt->slots[k];
+        if (!opt->list_updated[k] || s->ctl) continue;
+        *(double *)cti_data(s->step) = (double)opt->list_step[k];
+        cti_bump_version(s->step);
     }
     for (int64_t k = 0; k < opt->n; k++) opt->list_grad[k] = NULL; /* borrowed for the call */
     return st;
+}
+
+ct_status ct_optim_step(ct_optimizer *opt) {
+    return cti_optim_step_with("ct_optim_step", opt, NULL);
 }
 
 void ct_optim_zero_grad(ct_optimizer *opt) {
@@ -232,18 +337,34 @@ void ct_optim_zero_grad(ct_optimizer *opt) {
 }
 
 ct_status ct_optim_set_lr(ct_optimizer *opt, double lr) {
-    if (!opt) return cti_error(CT_ERR_INVALID_ARG, "ct_optim_set_lr: optimizer is NULL");
+    static const char op[] = "ct_optim_set_lr";
+    if (!opt) return cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
     if (bad_nonneg(lr))
-        return cti_error(CT_ERR_INVALID_ARG,
-                         "ct_optim_set_lr: invalid learning rate %g (expected >= 0)", lr);
+        return cti_error(CT_ERR_INVALID_ARG, "%s: invalid learning rate %g (expected >= 0)", op,
+                         lr);
+    /* The devices' copies are queued writes, ordered before the next step
+     * (and a graph's next replay) on each device's stream. */
+    for (int d = 0; d < opt->ndev && lr != opt->lr; d++) {
+        ct_status st = ct_fill_(opt->devs[d].lr, lr);
+        if (st != CT_OK) return cti_error(st, "%s: %s", op, ct_last_error());
+    }
     opt->lr = lr;
     return CT_OK;
 }
 
 double ct_optim_get_lr(const ct_optimizer *opt) { return opt ? opt->lr : NAN; }
 
+/* Parameter k's state tensors besides its count. */
+static int slot_states(const ct_optimizer *opt, const slot *s) {
+    return 1 + opt->nbuf + (s->master ? 1 : 0);
+}
+
 int64_t ct_optim_state_count(const ct_optimizer *opt) {
-    return opt ? opt->n * (1 + opt->nbuf) : 0;
+    if (!opt) return 0;
+    if (!opt->masters) return opt->n * (1 + opt->nbuf);
+    int64_t c = 0;
+    for (int64_t k = 0; k < opt->n; k++) c += slot_states(opt, &opt->slots[k]);
+    return c;
 }
 
 ct_tensor *ct_optim_state_get(const ct_optimizer *opt, int64_t k, const char **name) {
@@ -254,13 +375,98 @@ ct_tensor *ct_optim_state_get(const ct_optimizer *opt, int64_t k, const char **n
                               "ct_optim_state_get: index %lld is out of range for %lld state "
                               "tensors",
                               (long long)k, (long long)count);
-    slot *s = &opt->slots[k / (1 + opt->nbuf)];
-    int j = (int)(k % (1 + opt->nbuf));
+    const slot *s = opt->slots;
+    if (!opt->masters) {
+        s += k / (1 + opt->nbuf);
+        k %= 1 + opt->nbuf;
+    } else {
+        while (k >= slot_states(opt, s)) k -= slot_states(opt, s++);
+    }
+    int j = (int)k;
     if (name) *name = s->names[j];
-    return j == 0 ? s->step : s->buf[j - 1];
+    return j == 0 ? s->step : j <= opt->nbuf ? s->buf[j - 1] : s->master;
 }
 
-/* ---- clip_grad_norm_ ------------------------------------------------------------------------ */
+int64_t cti_optim_count(const ct_optimizer *opt) { return opt ? opt->n : 0; }
+
+ct_tensor *cti_optim_param(const ct_optimizer *opt, int64_t k) { return opt->slots[k].param; }
+
+/* ---- clip_grad_norm_ ------------------------------------------------------------------------
+ * Gradients on the CPU: the norms are read on the host (no wait) and the
+ * coefficient applied when below 1. Gradients on one GPU: as torch's, all
+ * on the device (the per-gradient norms stacked, their norm, the clamped
+ * coefficient multiplied into every gradient), so the host waits only to
+ * hand back total_norm. Mixed devices: the host path, one wait per
+ * gradient. */
+
+/* The device every gradient is on, when that is one GPU. */
+static bool one_gpu(const ct_params *params, ct_device *dev, bool *f64) {
+    bool any = false;
+    *f64 = false;
+    for (int64_t k = 0; k < params->n; k++) {
+        ct_tensor *g = ct_grad(params->tensors[k]);
+        if (!g) continue;
+        ct_device d = ct_tensor_device(g);
+        if (d.type == CT_DEVICE_CPU || (any && !ct_device_eq(d, *dev))) return false;
+        *dev = d;
+        *f64 |= g->dtype == CT_F64;
+        any = true;
+    }
+    return any;
+}
+
+/* Inside a scope and no-grad mode. */
+static ct_status clip_on_device(const ct_params *params, double max_norm, ct_device dev,
+                                bool f64, double *total_norm) {
+    ct_dtype acc = f64 ? CT_F64 : CT_F32;
+    ct_tensor **norms = malloc((size_t)params->n * sizeof *norms);
+    if (!norms) return cti_error(CT_ERR_OOM, "out of memory");
+    int m = 0;
+    for (int64_t k = 0; k < params->n; k++) {
+        ct_tensor *g = ct_grad(params->tensors[k]);
+        if (g && !(norms[m++] = ct_to_dtype(ct_norm(g, 2.0, CT_NONE, false), acc))) {
+            free(norms);
+            return ct_last_status();
+        }
+    }
+    ct_tensor *total = ct_norm(ct_stack(m, norms, 0), 2.0, CT_NONE, false);
+    free(norms);
+    /* clamp(max_norm / (total + 1e-6), max=1): NaN stays NaN. */
+    ct_tensor *coef = ct_clamp(ct_div(ct_tensor_scalar(max_norm, acc, dev),
+                                      ct_add_scalar(total, 1e-6)),
+                               -INFINITY, 1.0);
+    if (!coef) return ct_last_status();
+    for (int64_t k = 0; k < params->n; k++) {
+        ct_tensor *g = ct_grad(params->tensors[k]);
+        ct_status st = g ? ct_mul_(g, coef) : CT_OK;
+        if (st != CT_OK) return st;
+    }
+    return total_norm ? ct_tensor_item(total, total_norm) : CT_OK;
+}
+
+static ct_status clip_on_host(const ct_params *params, double max_norm, double *total_norm) {
+    double sumsq = 0;
+    for (int64_t k = 0; k < params->n; k++) {
+        ct_tensor *g = ct_grad(params->tensors[k]);
+        if (!g) continue;
+        ct_tensor *nk = ct_norm(g, 2.0, CT_NONE, false);
+        double v = 0;
+        if (!nk || ct_tensor_item(nk, &v) != CT_OK) return ct_last_status();
+        sumsq += v * v;
+    }
+    double total = sqrt(sumsq);
+    /* As torch: the coefficient clamped to 1, so a non-finite total spreads
+     * to the gradients rather than being hidden. */
+    double coef = max_norm / (total + 1e-6);
+    for (int64_t k = 0; k < params->n && !(coef >= 1.0); k++) {
+        ct_tensor *g = ct_grad(params->tensors[k]);
+        ct_status st = g ? ct_mul_scalar_(g, coef) : CT_OK;
+        if (st != CT_OK) return st;
+    }
+    if (total_norm) *total_norm = total;
+    return CT_OK;
+}
+
 ct_status ct_clip_grad_norm(const ct_params *params, double max_norm, double *total_norm) {
     static const char op[] = "ct_clip_grad_norm";
     if (!params) return cti_error(CT_ERR_INVALID_ARG, "%s: parameter list is NULL", op);
@@ -269,27 +475,14 @@ ct_status ct_clip_grad_norm(const ct_params *params, double max_norm, double *to
                          max_norm);
     bool prev = ct_no_grad_begin();
     ct_scope *scope = ct_scope_begin();
-    ct_status st = scope ? CT_OK : ct_last_status();
-    double sumsq = 0;
-    for (int64_t k = 0; k < params->n && st == CT_OK; k++) {
-        ct_tensor *g = ct_grad(params->tensors[k]);
-        if (!g) continue;
-        ct_tensor *nk = ct_norm(g, 2.0, CT_NONE, false);
-        double v = 0;
-        if (!nk || (st = ct_tensor_item(nk, &v))) st = ct_last_status();
-        sumsq += v * v;
-    }
-    double total = sqrt(sumsq);
-    /* As torch: the coefficient clamped to 1, so a non-finite total spreads
-     * to the gradients rather than being hidden. */
-    double coef = max_norm / (total + 1e-6);
-    for (int64_t k = 0; k < params->n && st == CT_OK && !(coef >= 1.0); k++) {
-        ct_tensor *g = ct_grad(params->tensors[k]);
-        if (g) st = ct_mul_scalar_(g, coef);
-    }
+    ct_device dev;
+    bool f64;
+    ct_status st = !scope                        ? ct_last_status()
+                   : one_gpu(params, &dev, &f64) ? clip_on_device(params, max_norm, dev, f64,
+                                                                  total_norm)
+                                                 : clip_on_host(params, max_norm, total_norm);
     ct_scope_end(scope);
     ct_no_grad_end(prev);
     if (st != CT_OK) return cti_error(st, "%s: %s", op, ct_last_error());
-    if (total_norm) *total_norm = total;
     return CT_OK;
 }

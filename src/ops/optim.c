@@ -3,10 +3,12 @@
  *
  * The kernels see contiguous tensors only: a non-contiguous gradient (or one
  * sharing memory with its parameter) is read through a contiguous copy, and
- * a non-contiguous parameter or state is updated in a contiguous copy that is
- * written back. Parameters normally need none of this, so a step costs one
- * dispatch per (device, dtype) and no allocation beyond this file's index
- * arrays. */
+ * a non-contiguous parameter, state or master is updated in a contiguous
+ * copy that is written back. Parameters normally need none of this, so a
+ * step costs one dispatch per (device, dtype, with or without masters) and
+ * no allocation beyond this file's index arrays. Nothing here reads device
+ * memory: a found_inf on a device and the step counts in memory go to the
+ * kernels. */
 #include <stdlib.h>
 
 #include "autograd/autograd_impl.h"
@@ -23,10 +25,15 @@ typedef struct opt_kind {
 
 static inline ct_device dev_of(const ct_tensor *t) { return t->storage->device; }
 
-static bool same_geometry(const ct_tensor *a, const ct_tensor *b) {
-    if (a->ndim != b->ndim || a->dtype != b->dtype || !ct_device_eq(dev_of(a), dev_of(b)))
+/* a has b's shape and device, and dtype dt. */
+static bool same_geometry_as(const ct_tensor *a, const ct_tensor *b, ct_dtype dt) {
+    if (a->ndim != b->ndim || a->dtype != dt || !ct_device_eq(dev_of(a), dev_of(b)))
         return false;
     return memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+static bool same_geometry(const ct_tensor *a, const ct_tensor *b) {
+    return same_geometry_as(a, b, b->dtype);
 }
 
 /* A destination with a stride-0 dim would be written twice per element. */
@@ -39,6 +46,56 @@ static bool expanded(const ct_tensor *t) {
 static const char *const state_names[2][2] = {{"momentum buffer", ""},
                                                {"exp_avg", "exp_avg_sq"}};
 
+static ct_tensor *entry(ct_tensor *const *a, int64_t k) { return a ? a[k] : NULL; }
+
+/* Parameter k's step count in memory and its control tensor, against the
+ * contract (p is the parameter). */
+static ct_status check_counts(const char *op, const cti_optim_list *l, int64_t k,
+                              const ct_tensor *p) {
+    ct_tensor *st = entry(l->step_t, k), *ctl = entry(l->ctl, k);
+    if (!st) {
+        if (!l->step)
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: parameter %lld has no step count (neither on the host nor "
+                             "in memory)",
+                             op, (long long)k);
+        if (l->step[k] < 1)
+            return cti_error(CT_ERR_INVALID_ARG, "%s: parameter %lld: step %lld (expected >= 1)",
+                             op, (long long)k, (long long)l->step[k]);
+        return CT_OK;
+    }
+    if (st->ndim != 0 || st->dtype != CT_F64 || !ct_device_eq(dev_of(st), dev_of(p)))
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: parameter %lld: the step count %s is not a 0-d float64 tensor on "
+                         "the parameter's device %s",
+                         op, (long long)k, cti_desc(st), cti_desc(p));
+    if (!ctl || ctl->ndim != 1 || ctl->shape[0] != 2 || ctl->dtype != CT_F64 ||
+        !cti_is_contiguous(ctl) || !ct_device_eq(dev_of(ctl), dev_of(p)))
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: parameter %lld: a step count in memory needs a contiguous "
+                         "float64 [2] control tensor on the parameter's device, got %s",
+                         op, (long long)k, ctl ? cti_desc(ctl) : "none");
+    return CT_OK;
+}
+
+/* Parameter k's master weights (when it has them) against the contract. */
+static ct_status check_master(const char *op, const cti_optim_list *l, int64_t k,
+                              const ct_tensor *p) {
+    ct_tensor *m = entry(l->master, k);
+    if (!m) return CT_OK;
+    if (p->dtype != CT_F16 && p->dtype != CT_BF16)
+        return cti_error(CT_ERR_DTYPE,
+                         "%s: parameter %lld %s: master weights are for float16 and bfloat16 "
+                         "parameters",
+                         op, (long long)k, cti_desc(p));
+    if (!same_geometry_as(m, p, CT_F32) || expanded(m))
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: parameter %lld: the master weights %s do not match the parameter "
+                         "%s (expected float32 of its shape and device, no expanded view)",
+                         op, (long long)k, cti_desc(m), cti_desc(p));
+    return cti_ag_check_inplace(op, m);
+}
+
 /* Parameter k's arguments against the contract; an error names op and k. */
 static ct_status check_one(const char *op, const cti_optim_list *l, const opt_kind *kd,
                            int64_t k) {
@@ -48,38 +105,67 @@ static ct_status check_one(const char *op, const cti_optim_list *l, const opt_ki
     if (!ct_dtype_is_floating(p->dtype))
         return cti_error(CT_ERR_DTYPE, "%s: parameter %lld (%s) is not floating", op,
                          (long long)k, cti_desc(p));
-    if (!same_geometry(p, g))
+    if (!same_geometry(g, p))
         return cti_error(CT_ERR_SHAPE,
                          "%s: parameter %lld: gradient %s does not match the parameter %s "
                          "(expected the same shape, dtype and device)",
                          op, (long long)k, cti_desc(g), cti_desc(p));
-    if (l->step[k] < 1)
-        return cti_error(CT_ERR_INVALID_ARG, "%s: parameter %lld: step %lld (expected >= 1)",
-                         op, (long long)k, (long long)l->step[k]);
+    ct_status st = check_counts(op, l, k, p);
+    if (st != CT_OK) return st;
     if (expanded(p))
         return cti_error(CT_ERR_INVALID_ARG,
                          "%s: parameter %lld %s has elements that share memory (an expanded "
                          "view)",
                          op, (long long)k, cti_desc(p));
-    ct_status st = cti_ag_check_inplace(op, p);
-    if (st != CT_OK) return st;
+    if ((st = cti_ag_check_inplace(op, p)) != CT_OK) return st;
     if (cti_ag_needed(1, &g))
         return cti_error(CT_ERR_AUTOGRAD,
                          "%s: parameter %lld: the gradient %s requires grad; run the update in "
                          "no-grad mode",
                          op, (long long)k, cti_desc(g));
+    if ((st = check_master(op, l, k, p)) != CT_OK) return st;
+    /* With master weights the states are float32. */
+    ct_dtype sdt = entry(l->master, k) ? CT_F32 : p->dtype;
     for (int b = 0; b < kd->nstate; b++) {
         ct_tensor *s = l->state[b][k];
         const char *what = state_names[kind][b];
         if (!s)
             return cti_error(CT_ERR_INVALID_ARG, "%s: parameter %lld: the %s is NULL", op,
                              (long long)k, what);
-        if (!same_geometry(p, s) || expanded(s))
+        if (!same_geometry_as(s, p, sdt) || expanded(s))
             return cti_error(CT_ERR_SHAPE,
                              "%s: parameter %lld: the %s %s does not match the parameter %s "
-                             "(expected the same shape, dtype and device, no expanded view)",
-                             op, (long long)k, what, cti_desc(s), cti_desc(p));
+                             "(expected %s of its shape and device, no expanded view)",
+                             op, (long long)k, what, cti_desc(s), cti_desc(p),
+                             ct_dtype_name(sdt));
         if ((st = cti_ag_check_inplace(op, s)) != CT_OK) return st;
+    }
+    return CT_OK;
+}
+
+/* found_inf against the contract and the live entries: on the host it is
+ * read here (*skip: it is not zero); on a device every live entry must keep
+ * its count in memory on that device, since the host cannot know whether
+ * the kernel skipped. */
+static ct_status check_found_inf(const char *op, const cti_optim_list *l, bool *skip) {
+    ct_tensor *f = l->found_inf;
+    *skip = false;
+    if (!f) return CT_OK;
+    if (f->ndim != 0 || f->dtype != CT_F32)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: found_inf %s is not a 0-d float32 tensor", op,
+                         cti_desc(f));
+    if (dev_of(f).type == CT_DEVICE_CPU) {
+        *skip = *(const float *)cti_data(f) != 0;
+        return CT_OK;
+    }
+    for (int64_t k = 0; k < l->n; k++) {
+        if (!l->grad[k]) continue;
+        ct_tensor *p = l->param[k];
+        if (!ct_device_eq(dev_of(p), dev_of(f)) || !entry(l->step_t, k))
+            return cti_error(CT_ERR_DEVICE,
+                             "%s: found_inf %s: parameter %lld %s must be on its device with "
+                             "its step count in memory",
+                             op, cti_desc(f), (long long)k, cti_desc(p));
     }
     return CT_OK;
 }
@@ -89,6 +175,17 @@ static int by_address(const void *a, const void *b) {
     return u < v ? -1 : u > v;
 }
 
+/* Every tensor the call writes for entry k: parameter, states, master,
+ * count in memory (NULL where absent). */
+#define NWRITE 5
+static void written_of(const cti_optim_list *l, const opt_kind *kd, int64_t k,
+                       ct_tensor *w[NWRITE]) {
+    w[0] = l->param[k];
+    for (int b = 0; b < 2; b++) w[1 + b] = b < kd->nstate ? l->state[b][k] : NULL;
+    w[3] = entry(l->master, k);
+    w[4] = entry(l->step_t, k);
+}
+
 /* Sorts the storages of every tensor the call writes into w (*m of them);
  * two on one storage would be written at once by one kernel. */
 static ct_status written_storages(const char *op, const cti_optim_list *l, const opt_kind *kd,
@@ -96,8 +193,10 @@ static ct_status written_storages(const char *op, const cti_optim_list *l, const
     *m = 0;
     for (int64_t k = 0; k < l->n; k++) {
         if (skip[k]) continue;
-        w[(*m)++] = l->param[k]->storage;
-        for (int b = 0; b < kd->nstate; b++) w[(*m)++] = l->state[b][k]->storage;
+        ct_tensor *t[NWRITE];
+        written_of(l, kd, k, t);
+        for (int j = 0; j < NWRITE; j++)
+            if (t[j]) w[(*m)++] = t[j]->storage;
     }
     qsort(w, (size_t)*m, sizeof *w, by_address);
     for (int64_t j = 1; j < *m; j++)
@@ -113,10 +212,11 @@ static bool is_written(const cti_storage *s, cti_storage *const *w, int64_t m) {
     return bsearch(&s, w, (size_t)m, sizeof *w, by_address) != NULL;
 }
 
-/* The working arrays of one dispatch: m entries of one (device, dtype). */
+/* The working arrays of one dispatch: m entries of one (device, dtype,
+ * masters or not). */
 typedef struct group {
     int64_t m;
-    ct_tensor **param, **grad, **state[2];
+    ct_tensor **param, **grad, **state[2], **master, **step_t, **ctl;
     int64_t *step;
     int64_t *index; /* entry -> position in the caller's list */
     cti_storage **written; /* sorted, nwritten of them */
@@ -132,16 +232,39 @@ static ct_tensor *kernel_view(ct_tensor *t, bool must_copy, ct_tensor **tmp) {
     return *tmp;
 }
 
+/* The entries of one device that keep their counts in memory share one
+ * control tensor (its counter word serves one launch at a time). */
+static ct_status check_shared_ctl(const char *op, const cti_optim_list *l, const group *g) {
+    ct_tensor *first = NULL;
+    int64_t fk = 0;
+    for (int64_t e = 0; e < g->m; e++) {
+        int64_t k = g->index[e];
+        ct_tensor *c = entry(l->step_t, k) ? l->ctl[k] : NULL;
+        if (!c) continue;
+        if (!first) first = c, fk = k;
+        else if (c->storage != first->storage || c->offset != first->offset)
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: parameters %lld and %lld on one device have different "
+                             "control tensors (expected one per device)",
+                             op, (long long)fk, (long long)k);
+    }
+    return CT_OK;
+}
+
+/* Slots of an entry's substitutes: param, grad, state 0, state 1, master. */
+#define NTMP 5
+
 /* Runs one dispatch over g; substitutes are made, used and released here. */
 static ct_status run_group(const char *op, const cti_optim_list *l, const opt_kind *kd,
                            group *g) {
-    ct_status st = CT_OK;
+    ct_status st = check_shared_ctl(op, l, g);
+    if (st != CT_OK || g->m < 1) return st;
     int64_t made = 0; /* entries whose substitutes exist */
-    ct_tensor *(*tmp)[4] = calloc((size_t)g->m, sizeof *tmp);
+    ct_tensor *(*tmp)[NTMP] = calloc((size_t)g->m, sizeof *tmp);
     if (!tmp) return cti_error(CT_ERR_OOM, "%s: out of memory", op);
     for (int64_t e = 0; e < g->m && st == CT_OK; e++, made++) {
         int64_t k = g->index[e];
-        ct_tensor *p = l->param[k], *gr = l->grad[k];
+        ct_tensor *p = l->param[k], *gr = l->grad[k], *ms = entry(l->master, k);
         g->param[e] = kernel_view(p, false, &tmp[e][0]);
         /* A gradient on memory the kernel writes could be read after its
          * elements were overwritten. */
@@ -152,46 +275,71 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
             g->state[b][e] = kernel_view(l->state[b][k], false, &tmp[e][2 + b]);
             ok = g->state[b][e] != NULL;
         }
-        g->step[e] = l->step[k];
+        g->master[e] = ms && ok ? kernel_view(ms, false, &tmp[e][4]) : NULL;
+        if (ms && !g->master[e]) ok = false;
+        g->step[e] = l->step && !entry(l->step_t, k) ? l->step[k] : 0;
+        g->step_t[e] = entry(l->step_t, k);
+        g->ctl[e] = g->step_t[e] ? l->ctl[k] : NULL;
         if (!ok) st = ct_last_status();
     }
+    ct_tensor *p0 = g->param[0];
     if (st == CT_OK) {
         cti_optim_params p = kd->p;
-        p.list = (cti_optim_list){g->m, g->param, g->grad, {g->state[0], g->state[1]}, g->step,
-                                  NULL};
+        ct_tensor *f = l->found_inf;
+        p.list = (cti_optim_list){g->m,
+                                  g->param,
+                                  g->grad,
+                                  {g->state[0], g->state[1]},
+                                  g->step,
+                                  NULL,
+                                  g->step_t,
+                                  g->ctl,
+                                  g->master[0] ? g->master : NULL,
+                                  f && ct_device_eq(dev_of(f), dev_of(p0)) ? f : NULL};
         ct_call c;
         cti_call_init(&c, kd->op);
-        c.in[c.nin++] = g->param[0];
+        c.in[c.nin++] = p0;
         c.in[c.nin++] = g->grad[0];
         for (int b = 0; b < kd->nstate; b++) c.in[c.nin++] = g->state[b][0];
         cti_call_params(&c, &p);
-        ct_tensor *p0 = g->param[0];
         st = cti_run(&c, dev_of(p0), p0->dtype);
     }
     /* Count every write: ct_copy_ counts the updated copies it writes back. */
     bool ok = st == CT_OK;
     for (int64_t e = 0; e < made; e++) {
         int64_t k = g->index[e];
-        for (int j = 0; j < 1 + kd->nstate && ok; j++) {
-            ct_tensor *t = j == 0 ? l->param[k] : l->state[j - 1][k], *src = tmp[e][j ? 1 + j : 0];
-            if (!src) cti_bump_version(t);
-            else if ((st = ct_copy_(t, src)) != CT_OK) ok = false;
+        ct_tensor *w[NWRITE];
+        written_of(l, kd, k, w);
+        static const int tmp_of[NWRITE] = {0, 2, 3, 4, -1};
+        for (int j = 0; j < NWRITE && ok; j++) {
+            if (!w[j]) continue;
+            ct_tensor *src = tmp_of[j] < 0 ? NULL : tmp[e][tmp_of[j]];
+            if (!src) cti_bump_version(w[j]);
+            else if ((st = ct_copy_(w[j], src)) != CT_OK) ok = false;
         }
-        for (int j = 0; j < 4; j++) ct_tensor_release(tmp[e][j]);
+        for (int j = 0; j < NTMP; j++) ct_tensor_release(tmp[e][j]);
     }
     free(tmp);
     return st;
 }
 
-static bool same_target(const ct_tensor *a, const ct_tensor *b) {
-    return a->dtype == b->dtype && ct_device_eq(dev_of(a), dev_of(b));
+static bool same_target(const cti_optim_list *l, int64_t a, int64_t b) {
+    const ct_tensor *x = l->param[a], *y = l->param[b];
+    return x->dtype == y->dtype && ct_device_eq(dev_of(x), dev_of(y)) &&
+           (entry(l->master, a) != NULL) == (entry(l->master, b) != NULL);
+}
+
+/* The list's shape: arrays present for the entries that need them. */
+static bool malformed(const cti_optim_list *l, const opt_kind *kd) {
+    if (l->n < 0) return true;
+    if (l->n == 0) return false;
+    return !l->param || !l->grad || (!l->step && !l->step_t) ||
+           (kd->nstate > 0 && !l->state[0]) || (kd->nstate > 1 && !l->state[1]);
 }
 
 static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd) {
     if (!l) return cti_error(CT_ERR_INVALID_ARG, "%s: parameter list is NULL", op);
-    if (l->n < 0 || (l->n > 0 && (!l->param || !l->grad || !l->step ||
-                                  (kd->nstate > 0 && !l->state[0]) ||
-                                  (kd->nstate > 1 && !l->state[1]))))
+    if (malformed(l, kd))
         return cti_error(CT_ERR_INVALID_ARG, "%s: malformed parameter list of %lld entries", op,
                          (long long)l->n);
     if (l->updated)
@@ -203,11 +351,14 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
         if (st != CT_OK) return st;
         live++;
     }
-    if (live == 0) return CT_OK;
+    bool skip;
+    ct_status st = check_found_inf(op, l, &skip);
+    if (st != CT_OK || live == 0 || skip) return st;
     size_t n = (size_t)l->n;
-    ct_tensor **tv = malloc(4 * n * sizeof *tv);       /* param, grad, 2 states */
-    int64_t *iv = malloc(2 * n * sizeof *iv);          /* step, index */
-    cti_storage **wv = malloc(3 * n * sizeof *wv);     /* written storages */
+    /* param, grad, 2 states, master, step_t, ctl; step, index; written storages */
+    ct_tensor **tv = malloc(7 * n * sizeof *tv);
+    int64_t *iv = malloc(2 * n * sizeof *iv);
+    cti_storage **wv = malloc(NWRITE * n * sizeof *wv);
     bool *done = calloc(n, sizeof *done);
     if (!tv || !iv || !wv || !done) {
         free(tv);
@@ -216,15 +367,23 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
         free(done);
         return cti_error(CT_ERR_OOM, "%s: out of memory", op);
     }
-    group g = {0, tv, tv + n, {tv + 2 * n, tv + 3 * n}, iv, iv + n, wv, 0};
+    group g = {.param = tv,
+               .grad = tv + n,
+               .state = {tv + 2 * n, tv + 3 * n},
+               .master = tv + 4 * n,
+               .step_t = tv + 5 * n,
+               .ctl = tv + 6 * n,
+               .step = iv,
+               .index = iv + n,
+               .written = wv};
     for (int64_t k = 0; k < l->n; k++) done[k] = !l->grad[k];
-    ct_status st = written_storages(op, l, kd, done, wv, &g.nwritten);
+    st = written_storages(op, l, kd, done, wv, &g.nwritten);
     bool prev = ct_no_grad_begin();
     for (int64_t k = 0; k < l->n && st == CT_OK; k++) {
         if (done[k]) continue;
         g.m = 0;
         for (int64_t j = k; j < l->n; j++)
-            if (!done[j] && same_target(l->param[j], l->param[k])) {
+            if (!done[j] && same_target(l, j, k)) {
                 done[j] = true;
                 g.index[g.m++] = j;
             }

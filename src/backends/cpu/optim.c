@@ -1,19 +1,25 @@
 /* CPU kernels of the fused optimizer updates (CT_OP_SGD_STEP,
  * CT_OP_ADAMW_STEP; contract with cti_optim_params in src/dispatch/schema.h,
- * front end in src/ops/optim.c): one pass over
- * each parameter reading and writing every tensor once, split over the pool
- * for large parameters. float16/bfloat16 convert blocks of elements to
- * float32, update them there and round once. */
+ * front end in src/ops/optim.c) and of a gradient scaler's ops
+ * (CT_OP_AMP_UNSCALE, CT_OP_AMP_UPDATE_SCALE; src/ops/loss_scale.c): one
+ * pass over each parameter reading and writing every tensor once, split
+ * over the pool for large parameters. float16/bfloat16 (and a float32
+ * master's low-precision gradient and parameter) convert blocks of elements
+ * to float32, update them there and round once. */
 #pragma GCC optimize("O3", "no-math-errno")
 
 #include <math.h>
+#include <stdatomic.h>
+#include <string.h>
 
 #include "cpu_impl.h"
 
-/* One parameter's update: its buffers and the scalars of the formulas. */
+/* One parameter's update: its buffers and the scalars of the formulas. p
+ * and the states have dtype pdt (the master's float32 with masters), the
+ * gradient gdt; model (NULL without masters) receives p rounded to mdt. */
 typedef struct job {
-    char *p, *g, *s0, *s1;
-    ct_dtype dt;
+    char *p, *g, *s0, *s1, *model;
+    ct_dtype pdt, gdt, mdt;
     bool adamw, has_momentum, nesterov, first;
     double lr, momentum, damp_c, wd;          /* SGD: damp_c = 1 - dampening */
     double decay, b1, b1c, b2, b2c, eps, neg_step, bc2s; /* AdamW */
@@ -54,9 +60,11 @@ typedef struct job {
 UPDATE_FN(float, sqrtf)
 UPDATE_FN(double, sqrt)
 
+/* m elements of dtype dt (float32, float16 or bfloat16) to float32 and back. */
 static void load(float *dst, const char *src, ct_dtype dt, int64_t m) {
     const uint16_t *s = (const uint16_t *)src;
-    if (dt == CT_F16)
+    if (dt == CT_F32) memcpy(dst, src, (size_t)m * sizeof *dst);
+    else if (dt == CT_F16)
         for (int64_t i = 0; i < m; i++) dst[i] = ct_f16_to_f32(s[i]);
     else
         for (int64_t i = 0; i < m; i++) dst[i] = ct_bf16_to_f32(s[i]);
@@ -64,105 +72,194 @@ static void load(float *dst, const char *src, ct_dtype dt, int64_t m) {
 
 static void store(char *dst, const float *src, ct_dtype dt, int64_t m) {
     uint16_t *d = (uint16_t *)dst;
-    if (dt == CT_F16)
+    if (dt == CT_F32) memcpy(dst, src, (size_t)m * sizeof *src);
+    else if (dt == CT_F16)
         for (int64_t i = 0; i < m; i++) d[i] = ct_f32_to_f16(src[i]);
     else
         for (int64_t i = 0; i < m; i++) d[i] = ct_f32_to_bf16(src[i]);
 }
 
-/* float16/bfloat16: blocks through float32. */
-static void lowp_range(const job *j, int64_t b, int64_t e) {
+/* Blocks through float32: low-precision parameters, and masters. */
+static void block_range(const job *j, int64_t b, int64_t e) {
     float p[BLK], g[BLK], s0[BLK], s1[BLK];
     bool with0 = j->adamw || j->has_momentum;
+    size_t ps = ct_dtype_size(j->pdt), gs = ct_dtype_size(j->gdt);
     for (int64_t i = b; i < e; i += BLK) {
-        int64_t m = e - i < BLK ? e - i : BLK, off = 2 * i;
-        load(p, j->p + off, j->dt, m);
-        load(g, j->g + off, j->dt, m);
+        int64_t m = e - i < BLK ? e - i : BLK;
+        size_t off = (size_t)i * ps;
+        load(p, j->p + off, j->pdt, m);
+        load(g, j->g + (size_t)i * gs, j->gdt, m);
         /* The first SGD step overwrites the buffer without reading it. */
-        if (with0 && !(j->first && !j->adamw)) load(s0, j->s0 + off, j->dt, m);
+        if (with0 && !(j->first && !j->adamw)) load(s0, j->s0 + off, j->pdt, m);
         if (j->adamw) {
-            load(s1, j->s1 + off, j->dt, m);
+            load(s1, j->s1 + off, j->pdt, m);
             adamw_float(p, g, s0, s1, m, j);
-            store(j->s1 + off, s1, j->dt, m);
+            store(j->s1 + off, s1, j->pdt, m);
         } else {
             sgd_float(p, g, s0, m, j);
         }
-        if (with0) store(j->s0 + off, s0, j->dt, m);
-        store(j->p + off, p, j->dt, m);
+        if (with0) store(j->s0 + off, s0, j->pdt, m);
+        store(j->p + off, p, j->pdt, m);
+        if (j->model) store(j->model + (size_t)i * ct_dtype_size(j->mdt), p, j->mdt, m);
     }
 }
 
 static void range(int64_t b, int64_t e, void *ctx) {
     const job *j = ctx;
-    size_t es = ct_dtype_size(j->dt);
-    size_t o = (size_t)b * es;
+    size_t o = (size_t)b * ct_dtype_size(j->pdt);
     int64_t n = e - b;
-    switch (j->dt) {
-    case CT_F32:
-        if (j->adamw)
-            adamw_float((float *)(j->p + o), (const float *)(j->g + o), (float *)(j->s0 + o),
-                        (float *)(j->s1 + o), n, j);
-        else
-            sgd_float((float *)(j->p + o), (const float *)(j->g + o),
-                      j->s0 ? (float *)(j->s0 + o) : NULL, n, j);
-        break;
-    case CT_F64:
+    if (j->pdt == CT_F64) {
         if (j->adamw)
             adamw_double((double *)(j->p + o), (const double *)(j->g + o),
                          (double *)(j->s0 + o), (double *)(j->s1 + o), n, j);
         else
             sgd_double((double *)(j->p + o), (const double *)(j->g + o),
                        j->s0 ? (double *)(j->s0 + o) : NULL, n, j);
-        break;
-    default: lowp_range(j, b, e); break;
+    } else if (j->pdt == CT_F32 && j->gdt == CT_F32 && !j->model) {
+        if (j->adamw)
+            adamw_float((float *)(j->p + o), (const float *)(j->g + o), (float *)(j->s0 + o),
+                        (float *)(j->s1 + o), n, j);
+        else
+            sgd_float((float *)(j->p + o), (const float *)(j->g + o),
+                      j->s0 ? (float *)(j->s0 + o) : NULL, n, j);
+    } else {
+        block_range(j, b, e);
     }
 }
 
-/* The scalars of one parameter's AdamW update at step `step` (the
- * contract's formulas, decay = 1 - lr * wd). */
-static void adamw_job(job *j, const cti_adamw_hparams *h, int64_t step) {
+/* The scalars of one parameter's AdamW update at count t with rate lr
+ * (the contract's formulas, decay = 1 - lr * wd). */
+static void adamw_job(job *j, const cti_adamw_hparams *h, double lr, double t) {
     double step_size;
-    j->decay = 1 - h->lr * h->weight_decay;
+    j->decay = 1 - lr * h->weight_decay;
     j->b1 = h->beta1;
     j->b1c = 1 - h->beta1;
     j->b2 = h->beta2;
     j->b2c = 1 - h->beta2;
     j->eps = h->eps;
-    cti_adamw_scalars(h->lr, h->beta1, h->beta2, step, &step_size, &j->bc2s);
+    cti_adamw_scalars(lr, h->beta1, h->beta2, t, &step_size, &j->bc2s);
     j->neg_step = -step_size;
 }
 
-/* The scalars of one parameter's SGD update at step `step`. */
-static void sgd_job(job *j, const cti_sgd_hparams *h, int64_t step) {
-    j->lr = h->lr;
+/* The scalars of one parameter's SGD update at count t with rate lr. */
+static void sgd_job(job *j, const cti_sgd_hparams *h, double lr, double t) {
+    j->lr = lr;
     j->momentum = h->momentum;
     j->damp_c = 1 - h->dampening;
     j->wd = h->weight_decay;
     j->nesterov = h->nesterov;
     j->has_momentum = h->momentum != 0;
-    j->first = step == 1;
+    j->first = t == 1;
 }
+
+static ct_tensor *entry(ct_tensor *const *a, int64_t k) { return a ? a[k] : NULL; }
 
 static ct_status k_optim(ct_call *c) {
     const cti_optim_params *prm = CTI_PARAMS(c, cti_optim_params);
     const cti_optim_list *l = &prm->list;
     bool adamw = c->op == CT_OP_ADAMW_STEP;
+    c->routine = adamw ? "cpu_adamw_step" : "cpu_sgd_step";
+    if (l->found_inf && *(const float *)cti_data(l->found_inf) != 0) return CT_OK;
     for (int64_t k = 0; k < l->n; k++) {
-        ct_tensor *p = l->param[k];
+        ct_tensor *p = l->param[k], *st = entry(l->step_t, k), *ctl = entry(l->ctl, k);
+        ct_tensor *ms = entry(l->master, k);
+        double t = st ? *(const double *)cti_data(st) + 1 : (double)l->step[k];
+        double lr = ctl ? *(const double *)cti_data(ctl) : adamw ? prm->adamw.lr : prm->sgd.lr;
         int64_t n = cti_numel(p->ndim, p->shape);
-        if (n == 0) continue;
-        job j = {.p = cti_data(p), .g = cti_data(l->grad[k]), .dt = p->dtype, .adamw = adamw};
+        job j = {.p = cti_data(ms ? ms : p),
+                 .g = cti_data(l->grad[k]),
+                 .model = ms ? cti_data(p) : NULL,
+                 .pdt = ms ? CT_F32 : p->dtype,
+                 .gdt = p->dtype,
+                 .mdt = p->dtype,
+                 .adamw = adamw};
         if (adamw) {
-            adamw_job(&j, &prm->adamw, l->step[k]);
+            adamw_job(&j, &prm->adamw, lr, t);
             j.s0 = cti_data(l->state[0][k]);
             j.s1 = cti_data(l->state[1][k]);
         } else {
-            sgd_job(&j, &prm->sgd, l->step[k]);
+            sgd_job(&j, &prm->sgd, lr, t);
             if (j.has_momentum) j.s0 = cti_data(l->state[0][k]);
         }
-        cti_parallel_for(n, CTI_GRAIN, range, &j);
+        if (n > 0) cti_parallel_for(n, CTI_GRAIN, range, &j);
+        if (st) *(double *)cti_data(st) = t;
     }
-    c->routine = adamw ? "cpu_adamw_step" : "cpu_sgd_step";
+    return CT_OK;
+}
+
+/* ---- loss scaling --------------------------------------------------------------------------- */
+/* One gradient's share of AMP_UNSCALE: found is set where an element is not
+ * finite (before scaling), as torch checks the scaled gradient. */
+typedef struct unscale_job {
+    char *g;
+    ct_dtype dt;
+    float inv;
+    atomic_int found;
+} unscale_job;
+
+static void unscale_range(int64_t b, int64_t e, void *ctx) {
+    unscale_job *j = ctx;
+    bool bad = false;
+    int64_t n = e - b;
+    if (j->dt == CT_F64) {
+        double *x = (double *)j->g + b, inv = j->inv;
+        for (int64_t i = 0; i < n; i++) {
+            bad |= !isfinite(x[i]);
+            if (inv != 1) x[i] *= inv;
+        }
+    } else if (j->dt == CT_F32) {
+        float *x = (float *)j->g + b, inv = j->inv;
+        for (int64_t i = 0; i < n; i++) {
+            bad |= !isfinite(x[i]);
+            if (inv != 1) x[i] *= inv;
+        }
+    } else {
+        float v[BLK];
+        for (int64_t i = 0; i < n; i += BLK) {
+            int64_t m = n - i < BLK ? n - i : BLK;
+            char *at = j->g + (size_t)(b + i) * 2;
+            load(v, at, j->dt, m);
+            for (int64_t q = 0; q < m; q++) {
+                bad |= !isfinite(v[q]);
+                v[q] *= j->inv;
+            }
+            if (j->inv != 1) store(at, v, j->dt, m);
+        }
+    }
+    if (bad) atomic_store_explicit(&j->found, 1, memory_order_relaxed);
+}
+
+static ct_status k_amp_unscale(ct_call *c) {
+    const cti_amp_unscale_params *prm = CTI_PARAMS(c, cti_amp_unscale_params);
+    float inv = (float)(1.0 / (double)*(const float *)cti_data(prm->scale));
+    bool found = false;
+    for (int64_t k = 0; k < prm->n; k++) {
+        ct_tensor *g = prm->grad[k];
+        unscale_job j = {cti_data(g), g->dtype, inv, 0};
+        int64_t n = cti_numel(g->ndim, g->shape);
+        if (n > 0) cti_parallel_for(n, CTI_GRAIN, unscale_range, &j);
+        found |= atomic_load(&j.found) != 0;
+    }
+    if (found) *(float *)cti_data(prm->found_inf) = 1.0f;
+    c->routine = "cpu_amp_non_finite_check_and_unscale";
+    return CT_OK;
+}
+
+static ct_status k_amp_update(ct_call *c) {
+    const cti_amp_update_params *p = CTI_PARAMS(c, cti_amp_update_params);
+    float *scale = (float *)cti_data(c->in[0]);
+    int32_t *tracker = (int32_t *)cti_data(c->in[1]);
+    if (*(const float *)cti_data(c->in[2]) != 0) {
+        *scale = (float)(*scale * p->backoff_factor);
+        *tracker = 0;
+    } else if ((int64_t)*tracker + 1 == p->growth_interval) {
+        float grown = (float)(*scale * p->growth_factor);
+        if (isfinite(grown)) *scale = grown;
+        *tracker = 0;
+    } else {
+        *tracker += 1;
+    }
+    c->routine = "cpu_amp_update_scale";
     return CT_OK;
 }
 
@@ -171,5 +268,9 @@ void cti_cpu_register_optim(void) {
     for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
         cti_register_kernel(CT_OP_SGD_STEP, CT_DEVICE_CPU, dts[k], k_optim, "cpu_sgd_step");
         cti_register_kernel(CT_OP_ADAMW_STEP, CT_DEVICE_CPU, dts[k], k_optim, "cpu_adamw_step");
+        cti_register_kernel(CT_OP_AMP_UNSCALE, CT_DEVICE_CPU, dts[k], k_amp_unscale,
+                            "cpu_amp_non_finite_check_and_unscale");
     }
+    cti_register_kernel(CT_OP_AMP_UPDATE_SCALE, CT_DEVICE_CPU, CT_F32, k_amp_update,
+                        "cpu_amp_update_scale");
 }

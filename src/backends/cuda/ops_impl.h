@@ -144,40 +144,73 @@ cudaError_t cti_cuda_norm_forward(const cti_cuda_norm *a, int sm_count, cudaStre
 cudaError_t cti_cuda_norm_backward(const cti_cuda_norm *a, int sm_count, cudaStream_t stream,
                                    const char **routine);
 
-/* ---- fused optimizer updates (optim.cu) ------------------------------------------------------- */
+/* ---- fused optimizer updates and loss scaling (optim.cu) ------------------------------------ */
 /* Parameters per launch: the kernel receives every address as a launch
- * argument (no copy of a table to the device), which bounds the count. */
-#define CTI_CUDA_OPTIM_MAX 32
+ * argument (no table copied to the device, so a launch records into a CUDA
+ * graph as it is), which bounds the count by the 4 KB of kernel arguments. */
+#define CTI_CUDA_OPTIM_MAX 48
 
-/* One launch over n parameters of one dtype, each contiguous with numel[k]
- * > 0 elements: param p[k], gradient g[k], states s0[k] (SGD's momentum
- * buffer when momentum != 0; AdamW's exp_avg) and s1[k] (exp_avg_sq), and
- * its per-step scalars: SGD: a0[k] 1 on the first step (the buffer starts
- * as the update), else 0; AdamW: a0[k] -step_size, a1[k] bc2_sqrt
- * (cti_adamw_scalars). The hyperparameters are the call's (SGD: lr,
- * momentum, dampening, weight_decay, nesterov; AdamW: lr, beta1, beta2, eps,
- * weight_decay; src/dispatch/schema.h). */
+/* One launch over n parameters of one dtype dt, each contiguous with
+ * numel[k] >= 0 elements: param p[k], gradient g[k] (dtype dt), states
+ * s0[k] (SGD's momentum buffer when momentum != 0; AdamW's exp_avg) and
+ * s1[k] (exp_avg_sq). With master, p[k], s0[k] and s1[k] are float32 (the
+ * master weights and their states) and model[k] (dtype dt) receives p[k]
+ * rounded. The count including this update is *step[k] + 1 when step[k] is
+ * not NULL (read from device memory and advanced there, with the learning
+ * rate ctl[0]), else cnt[k] (with lr). The scalars of the formulas
+ * (src/dispatch/schema.h) are computed in the kernel, in double. found_inf
+ * (NULL: none) not zero: the kernel writes nothing. ctl[1] (all zero bits)
+ * is the kernel's block counter: the last block to finish advances the
+ * counts and zeroes it; ctl is needed when any step[k] is given. */
 typedef struct cti_cuda_optim {
     bool adamw;
     ct_dtype dt;
+    bool master;
     int n;
     void *p[CTI_CUDA_OPTIM_MAX];
     const void *g[CTI_CUDA_OPTIM_MAX];
     void *s0[CTI_CUDA_OPTIM_MAX];
     void *s1[CTI_CUDA_OPTIM_MAX];
+    void *model[CTI_CUDA_OPTIM_MAX];
+    double *step[CTI_CUDA_OPTIM_MAX];
     int64_t numel[CTI_CUDA_OPTIM_MAX];
-    double a0[CTI_CUDA_OPTIM_MAX], a1[CTI_CUDA_OPTIM_MAX];
+    double cnt[CTI_CUDA_OPTIM_MAX];
+    double *ctl;
+    const float *found_inf;
     double lr, weight_decay;
     double momentum, dampening; /* SGD */
     bool nesterov;              /* SGD */
     double beta1, beta2, eps;   /* AdamW */
 } cti_cuda_optim;
 
-/* Whether a kernel exists for dt (f32, f64, f16, bf16). */
+/* Whether a kernel exists for dt (f32, f64, f16, bf16; masters: f16, bf16). */
 bool cti_cuda_optim_supported(ct_dtype dt);
 /* Queues one kernel; *routine receives its name (static string). */
 cudaError_t cti_cuda_optim_step(const cti_cuda_optim *o, int sm_count, cudaStream_t stream,
                                 const char **routine);
+
+/* Gradients per launch of the non-finite check and unscale. */
+#define CTI_CUDA_AMP_MAX 96
+
+/* AMP_UNSCALE over n contiguous tensors x[k] of numel[k] elements and dtype
+ * dt[k] (any floating dtypes): in place, x *= (float)(1 / (double)*scale),
+ * and *found_inf = 1 where an element was not finite. */
+typedef struct cti_cuda_unscale {
+    int n;
+    void *x[CTI_CUDA_AMP_MAX];
+    int64_t numel[CTI_CUDA_AMP_MAX];
+    ct_dtype dt[CTI_CUDA_AMP_MAX];
+    float *found_inf;
+    const float *scale;
+} cti_cuda_unscale;
+
+cudaError_t cti_cuda_amp_unscale(const cti_cuda_unscale *u, int sm_count, cudaStream_t stream,
+                                 const char **routine);
+/* AMP_UPDATE_SCALE on one thread (src/dispatch/schema.h). */
+cudaError_t cti_cuda_amp_update_scale(float *scale, int32_t *growth_tracker,
+                                      const float *found_inf, double growth_factor,
+                                      double backoff_factor, int64_t growth_interval,
+                                      cudaStream_t stream);
 
 /* ---- softmax, losses, embedding, dropout (nn.cu) --------------------------------------------- */
 enum { CTI_NN_CE = 0, CTI_NN_CE_BWD = 1, CTI_NN_NLL = 2, CTI_NN_NLL_BWD = 3 };

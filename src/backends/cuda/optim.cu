@@ -1,13 +1,26 @@
 // Fused optimizer updates: SGD (momentum, dampening, nesterov, weight decay)
-// and AdamW over up to CTI_CUDA_OPTIM_MAX parameters in one launch.
+// and AdamW over up to CTI_CUDA_OPTIM_MAX parameters in one launch, and a
+// gradient scaler's non-finite check + unscale (multi-tensor) and scale
+// update.
 //
-// Every parameter is cut into chunks of kChunk elements; the chunks of all
-// parameters are numbered one after the other and block b takes chunks b,
-// b + gridDim.x, ... . A block finds its parameter by scanning the chunk
-// offsets (at most CTI_CUDA_OPTIM_MAX entries, in the launch arguments).
-// Thread t of a block handles elements t, t + 256, ... of its chunk: all
-// loads of a chunk are issued before any arithmetic, then every tensor is
-// written once. float16/bfloat16/float32 compute in float, float64 in double.
+// Every tensor is cut into chunks of kChunk elements; the chunks of all
+// tensors are numbered one after the other and block b takes chunks b,
+// b + gridDim.x, ... . A block finds its tensor by scanning the chunk
+// offsets (in the launch arguments). Thread t of a block handles the groups
+// of kVec consecutive elements t, t + 256, ... of its chunk, each group one
+// 16-byte load per float32 tensor (8 bytes for float16/bfloat16) where the
+// tensor's address allows it: all loads of a chunk are issued before any
+// arithmetic, then every tensor is written once. float16/bfloat16/float32
+// compute in float, float64 in double.
+//
+// Step counts in memory (capturable): each block reads the count and the
+// learning rate, the per-parameter scalars (bias corrections) are computed
+// in double in the kernel (once per parameter a block meets), and the last
+// block to finish (a counter in ctl[1]) advances the counts, so no block
+// can read a count already advanced. A found_inf that is not zero makes
+// every block return before writing anything or counting.
+#include <cstring>
+
 #include "kernels.cuh"
 #include "ops_impl.h"
 
@@ -15,143 +28,357 @@ namespace cti {
 namespace {
 
 constexpr int kOptThreads = 256;
-constexpr int kOptIlp = 8;
-constexpr int kChunk = kOptThreads * kOptIlp;
+constexpr int kVec = 4;
+constexpr int kIlp = 2;
+constexpr int kChunk = kOptThreads * kVec * kIlp;
 constexpr int kMax = CTI_CUDA_OPTIM_MAX;
+constexpr int kAmpMax = CTI_CUDA_AMP_MAX;
 
 template <int DT> struct opmath { typedef float A; };
 template <> struct opmath<CT_F64> { typedef double A; };
 
-// The launch arguments (about 2.3 KB for double, under the 4 KB limit).
-template <class A> struct OptArgs {
+// kVec elements of T, aligned so that one access moves them all.
+template <class T> struct alignas(sizeof(T) * kVec) Pack {
+    T v[kVec];
+};
+
+// Group i..i+kVec of ptr (elements at or past n read as zero bits).
+template <class T>
+__device__ __forceinline__ void load_pack(const T *ptr, int64_t i, int64_t n, bool vec,
+                                          T (&out)[kVec]) {
+    if (vec && i + kVec <= n) {
+        const Pack<T> p = *reinterpret_cast<const Pack<T> *>(ptr + i);
+#pragma unroll
+        for (int j = 0; j < kVec; j++) out[j] = p.v[j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < kVec; j++) out[j] = i + j < n ? ptr[i + j] : T();
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void store_pack(T *ptr, int64_t i, int64_t n, bool vec,
+                                           const T (&in)[kVec]) {
+    if (vec && i + kVec <= n) {
+        Pack<T> p;
+#pragma unroll
+        for (int j = 0; j < kVec; j++) p.v[j] = in[j];
+        *reinterpret_cast<Pack<T> *>(ptr + i) = p;
+    } else {
+#pragma unroll
+        for (int j = 0; j < kVec; j++)
+            if (i + j < n) ptr[i + j] = in[j];
+    }
+}
+
+// The chunk index c's tensor: the last t with start[t] <= c.
+__device__ __forceinline__ int tensor_of(const int64_t *start, int64_t c) {
+    int t = 0;
+    while (c >= start[t + 1]) t++;
+    return t;
+}
+
+// ---- optimizer updates ------------------------------------------------------------------
+
+// The launch arguments (static_assert below: within the 4 KB of a launch).
+struct OptArgs {
     void *p[kMax];
     const void *g[kMax];
     void *s0[kMax];
     void *s1[kMax];
+    void *model[kMax];
+    double *step[kMax];
     int64_t numel[kMax];
     int64_t start[kMax + 1]; // first chunk of each parameter; start[n]: all chunks
-    A a0[kMax], a1[kMax];
+    double cnt[kMax];
+    double *ctl;
+    const float *found_inf;
+    double lr, wd, beta1, beta2, eps, momentum, dampening;
     int n;
-    // SGD: -lr, weight_decay, momentum, 1 - dampening; AdamW: 1 - lr * wd,
-    // beta1, 1 - beta1, beta2, 1 - beta2, eps
-    A h[6];
-    bool nesterov, has_momentum, decay;
+    bool vec[kMax]; // every address of parameter k allows packed accesses
+    bool nesterov, has_momentum;
+};
+static_assert(sizeof(OptArgs) <= 4096, "optimizer launch arguments exceed 4 KB");
+
+// Storage and compute types: the parameter's dtype DT, or float32 masters
+// and states for a DT parameter (MASTER).
+template <int DT, bool MASTER> struct OptTypes {
+    typedef typename dtype<DT>::T G; // gradient, and the model copy with masters
+    typedef typename opmath<DT>::A A;
+    typedef typename std::conditional<MASTER, float, typename dtype<DT>::T>::type P;
+    static __device__ __forceinline__ A dec(P x) {
+        if constexpr (MASTER) return x;
+        else return dtype<DT>::dec(x);
+    }
+    static __device__ __forceinline__ P enc(A v) {
+        if constexpr (MASTER) return v;
+        else return dtype<DT>::enc(v);
+    }
 };
 
-template <int DT, bool ADAMW>
-__global__ void __launch_bounds__(kOptThreads)
-    optim_kernel(const OptArgs<typename opmath<DT>::A> a) {
-    typedef typename dtype<DT>::T T;
-    typedef typename opmath<DT>::A A;
+// One parameter's scalars for this update, in the compute type.
+template <class A> struct Scalars {
+    A neg_step, bc2s, decay; // AdamW
+    A neg_lr;                // SGD
+    bool first;              // SGD: the buffer starts as the update
+};
+
+template <class A, bool ADAMW>
+__device__ __forceinline__ Scalars<A> scalars_of(const OptArgs &a, int t) {
+    const bool mem = a.step[t] != nullptr;
+    const double cnt = mem ? *a.step[t] + 1.0 : a.cnt[t];
+    const double lr = mem ? a.ctl[0] : a.lr;
+    Scalars<A> s;
+    if constexpr (ADAMW) {
+        const double bc1 = 1.0 - pow(a.beta1, cnt), bc2 = 1.0 - pow(a.beta2, cnt);
+        s.neg_step = A(-(lr / bc1));
+        s.bc2s = A(sqrt(bc2));
+        s.decay = A(1.0 - lr * a.wd);
+        s.neg_lr = A(0);
+        s.first = false;
+    } else {
+        s.neg_step = s.bc2s = s.decay = A(0);
+        s.neg_lr = A(-lr);
+        s.first = cnt == 1.0;
+    }
+    return s;
+}
+
+// The last block to arrive advances the counts in memory and resets the
+// counter; every other block has read the counts by then.
+__device__ __forceinline__ void advance_counts(const OptArgs &a) {
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        unsigned long long *counter = reinterpret_cast<unsigned long long *>(a.ctl + 1);
+        last = atomicAdd(counter, 1ULL) == (unsigned long long)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    for (int k = threadIdx.x; k < a.n; k += blockDim.x)
+        if (a.step[k]) *a.step[k] += 1.0;
+    if (threadIdx.x == 0) *reinterpret_cast<unsigned long long *>(a.ctl + 1) = 0ULL;
+}
+
+template <int DT, bool MASTER, bool ADAMW>
+__global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
+    typedef OptTypes<DT, MASTER> Ty;
+    typedef typename Ty::A A;
+    typedef typename Ty::P P;
+    typedef typename Ty::G G;
+    if (a.found_inf && *a.found_inf != 0.0f) return;
+    const A wd = A(a.wd), b1 = A(a.beta1), b1c = A(1.0 - a.beta1), b2 = A(a.beta2),
+            b2c = A(1.0 - a.beta2), eps = A(a.eps), mom = A(a.momentum),
+            dc = A(1.0 - a.dampening);
     const int64_t total = a.start[a.n];
+    int cur = -1;
+    Scalars<A> sc{};
     for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
-        int t = 0;
-        while (c >= a.start[t + 1]) t++;
+        const int t = tensor_of(a.start, c);
+        if (t != cur) {
+            sc = scalars_of<A, ADAMW>(a, t);
+            cur = t;
+        }
         const int64_t n = a.numel[t];
-        const int64_t base = (c - a.start[t]) * kChunk + threadIdx.x;
-        T *p = static_cast<T *>(a.p[t]);
-        const T *g = static_cast<const T *>(a.g[t]);
-        T *s0 = static_cast<T *>(a.s0[t]);
-        T *s1 = static_cast<T *>(a.s1[t]);
+        const int64_t base = (c - a.start[t]) * kChunk + (int64_t)threadIdx.x * kVec;
+        const bool vec = a.vec[t];
+        P *p = static_cast<P *>(a.p[t]);
+        const G *g = static_cast<const G *>(a.g[t]);
+        P *s0 = static_cast<P *>(a.s0[t]);
+        P *s1 = static_cast<P *>(a.s1[t]);
         // SGD reads its buffer only after the first step.
-        const bool read0 = ADAMW || (a.has_momentum && a.a0[t] == 0);
-        A rp[kOptIlp], rg[kOptIlp], r0[kOptIlp], r1[kOptIlp];
+        const bool read0 = ADAMW || (a.has_momentum && !sc.first);
+        P rp[kIlp][kVec], r0[kIlp][kVec], r1[kIlp][kVec];
+        G rg[kIlp][kVec];
 #pragma unroll
-        for (int k = 0; k < kOptIlp; k++) {
-            const int64_t i = base + (int64_t)k * kOptThreads;
-            rp[k] = rg[k] = r0[k] = r1[k] = A(0);
-            if (i < n) {
-                rp[k] = dtype<DT>::dec(p[i]);
-                rg[k] = dtype<DT>::dec(g[i]);
-                if (read0) r0[k] = dtype<DT>::dec(s0[i]);
-                if (ADAMW) r1[k] = dtype<DT>::dec(s1[i]);
-            }
+        for (int k = 0; k < kIlp; k++) {
+            const int64_t i = base + (int64_t)k * kOptThreads * kVec;
+            load_pack(p, i, n, vec, rp[k]);
+            load_pack(g, i, n, vec, rg[k]);
+            if (read0) load_pack(s0, i, n, vec, r0[k]);
+            if (ADAMW) load_pack(s1, i, n, vec, r1[k]);
         }
 #pragma unroll
-        for (int k = 0; k < kOptIlp; k++) {
-            if constexpr (ADAMW) {
-                const A gi = rg[k];
-                const A m = a.h[1] * r0[k] + a.h[2] * gi;
-                const A v = a.h[3] * r1[k] + a.h[4] * (gi * gi);
-                r0[k] = m;
-                r1[k] = v;
-                const A pd = a.decay ? rp[k] * a.h[0] : rp[k];
-                rp[k] = pd + a.a0[t] * (m / (sqrt(v) / a.a1[t] + a.h[5]));
-            } else {
-                A d = rg[k];
-                if (a.h[1] != A(0)) d += a.h[1] * rp[k];
-                if (a.has_momentum) {
-                    const A b = read0 ? a.h[2] * r0[k] + a.h[3] * d : d;
-                    r0[k] = b;
-                    d = a.nesterov ? d + a.h[2] * b : b;
+        for (int k = 0; k < kIlp; k++) {
+#pragma unroll
+            for (int j = 0; j < kVec; j++) {
+                A pv = Ty::dec(rp[k][j]);
+                const A gi = dtype<DT>::dec(rg[k][j]);
+                if constexpr (ADAMW) {
+                    const A m = b1 * Ty::dec(r0[k][j]) + b1c * gi;
+                    const A v = b2 * Ty::dec(r1[k][j]) + b2c * (gi * gi);
+                    r0[k][j] = Ty::enc(m);
+                    r1[k][j] = Ty::enc(v);
+                    pv = pv * sc.decay + sc.neg_step * (m / (sqrt(v) / sc.bc2s + eps));
+                } else {
+                    A d = gi;
+                    if (a.wd != 0) d += wd * pv;
+                    if (a.has_momentum) {
+                        const A b = read0 ? mom * Ty::dec(r0[k][j]) + dc * d : d;
+                        r0[k][j] = Ty::enc(b);
+                        d = a.nesterov ? d + mom * b : b;
+                    }
+                    pv += sc.neg_lr * d;
                 }
-                rp[k] += a.h[0] * d;
+                rp[k][j] = Ty::enc(pv);
             }
         }
 #pragma unroll
-        for (int k = 0; k < kOptIlp; k++) {
-            const int64_t i = base + (int64_t)k * kOptThreads;
-            if (i < n) {
-                p[i] = dtype<DT>::enc(rp[k]);
-                if (ADAMW || a.has_momentum) s0[i] = dtype<DT>::enc(r0[k]);
-                if (ADAMW) s1[i] = dtype<DT>::enc(r1[k]);
+        for (int k = 0; k < kIlp; k++) {
+            const int64_t i = base + (int64_t)k * kOptThreads * kVec;
+            store_pack(p, i, n, vec, rp[k]);
+            if (ADAMW || a.has_momentum) store_pack(s0, i, n, vec, r0[k]);
+            if (ADAMW) store_pack(s1, i, n, vec, r1[k]);
+            if constexpr (MASTER) {
+                G rm[kVec];
+#pragma unroll
+                for (int j = 0; j < kVec; j++) rm[j] = dtype<DT>::enc(float(rp[k][j]));
+                store_pack(static_cast<G *>(a.model[t]), i, n, vec, rm);
             }
         }
     }
+    if (a.ctl) advance_counts(a);
 }
 
-template <int DT, bool ADAMW>
+// Whether every pointer is aligned for packs of elements of size es.
+static bool packable(const void *ptr, size_t es) {
+    return ptr == nullptr || (uintptr_t)ptr % (es * kVec) == 0;
+}
+
+template <int DT, bool MASTER, bool ADAMW>
 cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
-    typedef typename opmath<DT>::A A;
-    OptArgs<A> a;
+    OptArgs a;
+    memset(&a, 0, sizeof a);
+    const size_t ps = MASTER ? sizeof(float) : sizeof(typename dtype<DT>::T);
+    const size_t gs = sizeof(typename dtype<DT>::T);
     a.n = o->n;
-    a.start[0] = 0;
+    bool any_mem = false;
     for (int k = 0; k < o->n; k++) {
         a.p[k] = o->p[k];
         a.g[k] = o->g[k];
         a.s0[k] = o->s0[k];
         a.s1[k] = o->s1[k];
+        a.model[k] = o->model[k];
+        a.step[k] = o->step[k];
         a.numel[k] = o->numel[k];
         a.start[k + 1] = a.start[k] + (o->numel[k] + kChunk - 1) / kChunk;
-        a.a0[k] = A(o->a0[k]);
-        a.a1[k] = A(o->a1[k]);
+        a.cnt[k] = o->cnt[k];
+        a.vec[k] = packable(o->p[k], ps) && packable(o->g[k], gs) && packable(o->s0[k], ps) &&
+                   packable(o->s1[k], ps) && packable(o->model[k], gs);
+        any_mem |= o->step[k] != nullptr;
     }
-    for (int k = o->n; k < kMax; k++) {
-        a.p[k] = a.s0[k] = a.s1[k] = nullptr;
-        a.g[k] = nullptr;
-        a.numel[k] = 0;
-        a.start[k + 1] = a.start[o->n];
-        a.a0[k] = a.a1[k] = A(0);
-    }
-    if (ADAMW) {
-        const double h[6] = {1 - o->lr * o->weight_decay, o->beta1, 1 - o->beta1,
-                             o->beta2, 1 - o->beta2, o->eps};
-        for (int j = 0; j < 6; j++) a.h[j] = A(h[j]);
-        a.decay = o->weight_decay != 0;
-        a.nesterov = a.has_momentum = false;
-    } else {
-        const double h[6] = {-o->lr, o->weight_decay, o->momentum, 1 - o->dampening, 0, 0};
-        for (int j = 0; j < 6; j++) a.h[j] = A(h[j]);
-        a.nesterov = o->nesterov;
-        a.has_momentum = o->momentum != 0;
-        a.decay = false;
-    }
+    for (int k = o->n; k < kMax; k++) a.start[k + 1] = a.start[o->n];
+    a.ctl = any_mem ? o->ctl : nullptr;
+    a.found_inf = o->found_inf;
+    a.lr = o->lr;
+    a.wd = o->weight_decay;
+    a.beta1 = o->beta1;
+    a.beta2 = o->beta2;
+    a.eps = o->eps;
+    a.momentum = o->momentum;
+    a.dampening = o->dampening;
+    a.nesterov = o->nesterov;
+    a.has_momentum = !ADAMW && o->momentum != 0;
     const int64_t total = a.start[o->n];
-    if (total == 0) return cudaSuccess;
+    // Zero-size parameters still count a step: one block does the counting.
+    if (total == 0 && !a.ctl) return cudaSuccess;
     const int64_t cap = (int64_t)(sm_count > 0 ? sm_count : 1) * 16;
-    const unsigned grid = (unsigned)(total < cap ? total : cap);
-    optim_kernel<DT, ADAMW><<<grid, kOptThreads, 0, stream>>>(a);
+    const unsigned grid = (unsigned)(total < 1 ? 1 : total < cap ? total : cap);
+    optim_kernel<DT, MASTER, ADAMW><<<grid, kOptThreads, 0, stream>>>(a);
     return cudaGetLastError();
 }
 
 template <bool ADAMW>
 cudaError_t launch_dt(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
+    if (o->master) {
+        switch (o->dt) {
+        case CT_F16: return launch<CT_F16, true, ADAMW>(o, sm_count, stream);
+        case CT_BF16: return launch<CT_BF16, true, ADAMW>(o, sm_count, stream);
+        default: return cudaErrorInvalidValue;
+        }
+    }
     switch (o->dt) {
-    case CT_F32: return launch<CT_F32, ADAMW>(o, sm_count, stream);
-    case CT_F64: return launch<CT_F64, ADAMW>(o, sm_count, stream);
-    case CT_F16: return launch<CT_F16, ADAMW>(o, sm_count, stream);
-    case CT_BF16: return launch<CT_BF16, ADAMW>(o, sm_count, stream);
+    case CT_F32: return launch<CT_F32, false, ADAMW>(o, sm_count, stream);
+    case CT_F64: return launch<CT_F64, false, ADAMW>(o, sm_count, stream);
+    case CT_F16: return launch<CT_F16, false, ADAMW>(o, sm_count, stream);
+    case CT_BF16: return launch<CT_BF16, false, ADAMW>(o, sm_count, stream);
     default: return cudaErrorInvalidValue;
+    }
+}
+
+// ---- loss scaling -----------------------------------------------------------------------
+
+struct AmpArgs {
+    void *x[kAmpMax];
+    int64_t numel[kAmpMax];
+    int64_t start[kAmpMax + 1];
+    float *found_inf;
+    const float *scale;
+    int n;
+    int8_t dt[kAmpMax];
+    bool vec[kAmpMax];
+};
+static_assert(sizeof(AmpArgs) <= 4096, "unscale launch arguments exceed 4 KB");
+
+// One chunk of a DT tensor: checked, then scaled by inv unless it is 1.
+template <int DT>
+__device__ __forceinline__ bool unscale_chunk(void *ptr, int64_t base, int64_t n, bool vec,
+                                              float inv) {
+    typedef typename dtype<DT>::T T;
+    typedef typename opmath<DT>::A A;
+    T *x = static_cast<T *>(ptr);
+    T r[kIlp][kVec];
+#pragma unroll
+    for (int k = 0; k < kIlp; k++)
+        load_pack(x, base + (int64_t)k * kOptThreads * kVec, n, vec, r[k]);
+    bool bad = false;
+#pragma unroll
+    for (int k = 0; k < kIlp; k++)
+#pragma unroll
+        for (int j = 0; j < kVec; j++) {
+            const A v = dtype<DT>::dec(r[k][j]);
+            bad |= !isfinite(v);
+            r[k][j] = dtype<DT>::enc(v * A(inv));
+        }
+    if (inv != 1.0f)
+#pragma unroll
+        for (int k = 0; k < kIlp; k++)
+            store_pack(x, base + (int64_t)k * kOptThreads * kVec, n, vec, r[k]);
+    return bad;
+}
+
+__global__ void __launch_bounds__(kOptThreads) unscale_kernel(const AmpArgs a) {
+    const float inv = (float)(1.0 / (double)*a.scale);
+    const int64_t total = a.start[a.n];
+    bool bad = false;
+    for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
+        const int t = tensor_of(a.start, c);
+        const int64_t base = (c - a.start[t]) * kChunk + (int64_t)threadIdx.x * kVec;
+        const int64_t n = a.numel[t];
+        switch (a.dt[t]) {
+        case CT_F32: bad |= unscale_chunk<CT_F32>(a.x[t], base, n, a.vec[t], inv); break;
+        case CT_F64: bad |= unscale_chunk<CT_F64>(a.x[t], base, n, a.vec[t], inv); break;
+        case CT_F16: bad |= unscale_chunk<CT_F16>(a.x[t], base, n, a.vec[t], inv); break;
+        default: bad |= unscale_chunk<CT_BF16>(a.x[t], base, n, a.vec[t], inv); break;
+        }
+    }
+    // Every writer stores the same value.
+    if (bad) *a.found_inf = 1.0f;
+}
+
+__global__ void update_scale_kernel(float *scale, int32_t *tracker, const float *found_inf,
+                                    double growth_factor, double backoff_factor,
+                                    int64_t growth_interval) {
+    if (*found_inf != 0.0f) {
+        *scale = (float)(*scale * backoff_factor);
+        *tracker = 0;
+    } else if ((int64_t)*tracker + 1 == growth_interval) {
+        const float grown = (float)(*scale * growth_factor);
+        if (isfinite(grown)) *scale = grown;
+        *tracker = 0;
+    } else {
+        *tracker += 1;
     }
 }
 
@@ -170,6 +397,41 @@ cudaError_t cti_cuda_optim_step(const cti_cuda_optim *o, int sm_count, cudaStrea
     *routine = o->adamw ? "cten_adamw_step_multi_tensor" : "cten_sgd_step_multi_tensor";
     return o->adamw ? cti::launch_dt<true>(o, sm_count, stream)
                     : cti::launch_dt<false>(o, sm_count, stream);
+}
+
+cudaError_t cti_cuda_amp_unscale(const cti_cuda_unscale *u, int sm_count, cudaStream_t stream,
+                                 const char **routine) {
+    using namespace cti;
+    if (u->n < 1 || u->n > CTI_CUDA_AMP_MAX) return cudaErrorInvalidValue;
+    *routine = "cten_amp_non_finite_check_and_unscale_multi_tensor";
+    AmpArgs a;
+    memset(&a, 0, sizeof a);
+    a.n = u->n;
+    a.found_inf = u->found_inf;
+    a.scale = u->scale;
+    for (int k = 0; k < u->n; k++) {
+        a.x[k] = u->x[k];
+        a.numel[k] = u->numel[k];
+        a.dt[k] = (int8_t)u->dt[k];
+        a.vec[k] = packable(u->x[k], ct_dtype_size(u->dt[k]));
+        a.start[k + 1] = a.start[k] + (u->numel[k] + kChunk - 1) / kChunk;
+    }
+    for (int k = u->n; k < kAmpMax; k++) a.start[k + 1] = a.start[u->n];
+    const int64_t total = a.start[u->n];
+    if (total == 0) return cudaSuccess;
+    const int64_t cap = (int64_t)(sm_count > 0 ? sm_count : 1) * 16;
+    unscale_kernel<<<(unsigned)(total < cap ? total : cap), kOptThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t cti_cuda_amp_update_scale(float *scale, int32_t *growth_tracker,
+                                      const float *found_inf, double growth_factor,
+                                      double backoff_factor, int64_t growth_interval,
+                                      cudaStream_t stream) {
+    cti::update_scale_kernel<<<1, 1, 0, stream>>>(scale, growth_tracker, found_inf,
+                                                  growth_factor, backoff_factor,
+                                                  growth_interval);
+    return cudaGetLastError();
 }
 
 } // extern "C"
