@@ -9,6 +9,12 @@
  * on the same models measured 0.73 and 1.34 ms on an H200;
  * bench/torch_cuda_train.py measures it beside this program).
  *
+ * The "CUDA graph" rows run the same step captured once (after one eager
+ * step) and replayed: per step, the batch copied into the graph's static
+ * inputs and one ct_cuda_graph_replay; their last column is the ratio to
+ * the eager step of the same run. SGD at a constant learning rate replays
+ * exactly (docs/CUDA_GRAPHS.md).
+ *
  *     bench_cuda_train [blocks] [--profile]
  *
  * --profile prints the dispatcher's per-op table of one step of each model
@@ -91,9 +97,41 @@ static bool train_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct
 
 typedef struct bcase {
     const char *label;
-    bool cnn;
+    bool cnn, graph;
     double target_ms, torch_ms; /* the goal; PyTorch eager measured on an H200 */
 } bcase;
+
+/* --graph cases: the static inputs, the captured step and its loss. */
+typedef struct graphed {
+    ct_tensor *sx, *sy, *loss;
+    ct_cuda_graph *g;
+} graphed;
+
+/* One eager step on the static inputs (the warmup), then the capture. */
+static int capture_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, graphed *gr) {
+    gr->sx = ct_tensor_zeros_like(x);
+    gr->sy = ct_tensor_zeros_like(y);
+    if (!gr->sx || !gr->sy || ct_copy_(gr->sx, x) != CT_OK || ct_copy_(gr->sy, y) != CT_OK ||
+        !train_step(m, opt, gr->sx, gr->sy, NULL))
+        return die("the warmup step", ct_last_error());
+    if (!(gr->g = ct_cuda_graph_capture_begin(0))) return die("capture", ct_last_error());
+    bool ok = train_step(m, opt, gr->sx, gr->sy, &gr->loss);
+    if (ct_cuda_graph_capture_end(gr->g) != CT_OK || !ok) return die("capture", ct_last_error());
+    return 0;
+}
+
+/* A step through the graph: the batch into its inputs, one replay. */
+static bool graph_step(graphed *gr, ct_tensor *x, ct_tensor *y) {
+    return ct_copy_(gr->sx, x) == CT_OK && ct_copy_(gr->sy, y) == CT_OK &&
+           ct_cuda_graph_replay(gr->g) == CT_OK;
+}
+
+static void graphed_free(graphed *gr) {
+    ct_cuda_graph_free(gr->g);
+    ct_tensor_release(gr->sx);
+    ct_tensor_release(gr->sy);
+    ct_tensor_release(gr->loss);
+}
 
 static double now_ms(void) {
     struct timespec t;
@@ -120,14 +158,19 @@ static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool pro
     double *per = malloc(sizeof(double) * (size_t)blocks);
     double *host = malloc(sizeof(double) * (size_t)blocks);
     if (!per || !host) return die("malloc", "out of memory");
+    graphed gr = {0};
+    if (bc->graph && capture_step(&m, opt, x, y, &gr)) return 1;
     for (int b = -WARMUP_BLOCKS; b < blocks; b++) {
         if (ct_cuda_synchronize(0) != CT_OK) return die("synchronize", ct_last_error());
         CUDA_OK(cudaEventRecord(t0, stream));
         const double h0 = now_ms();
         ct_tensor *loss = NULL;
-        for (int s = 0; s < STEPS; s++)
-            if (!train_step(&m, opt, x, y, s == STEPS - 1 ? &loss : NULL))
-                return die(bc->label, ct_last_error());
+        for (int s = 0; s < STEPS; s++) {
+            bool ok = bc->graph ? graph_step(&gr, x, y)
+                                : train_step(&m, opt, x, y, s == STEPS - 1 ? &loss : NULL);
+            if (!ok) return die(bc->label, ct_last_error());
+        }
+        if (bc->graph) loss = ct_tensor_retain(gr.loss);
         const double h1 = now_ms();
         CUDA_OK(cudaEventRecord(t1, stream));
         double lv;
@@ -144,7 +187,8 @@ static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool pro
     }
     *ms_step = median(per, blocks);
     *host_ms = median(host, blocks);
-    if (profile) {
+    graphed_free(&gr);
+    if (profile && !bc->graph) {
         ct_profile_reset();
         ct_set_profile(true);
         bool ok = train_step(&m, opt, x, y, NULL);
@@ -186,20 +230,28 @@ int main(int argc, char **argv) {
            "median of %d blocks of %d steps, loss read once per block\n",
            p.name, p.multiprocessors, BATCH, blocks, STEPS);
 
+    /* Each graph case follows its model's eager case, its anchor. */
     static const bcase cases[] = {
-        {"train step mlp 784-256-10", false, 0.25, 0.73},
-        {"train step cnn 2conv+fc", true, 0.50, 1.34},
+        {"train step mlp 784-256-10", false, false, 0.25, 0.73},
+        {"  mlp, CUDA graph", false, true, 0.08, 0},
+        {"train step cnn 2conv+fc", true, false, 0.50, 1.34},
+        {"  cnn, CUDA graph", true, true, 0.20, 0},
     };
     printf("%-30s %10s %10s %10s %12s %14s\n", "case", "ms/step", "host ms", "target", "ratio",
-           "vs torch ref");
+           "vs anchor");
+    double eager_ms = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bcase *c = &cases[i];
         double ms, host_ms;
-        if (bench_case(&cases[i], stream, blocks, profile, &ms, &host_ms)) return 1;
-        printf("%-30s %10.3f %10.3f %10.2f %11.2fx %13.2fx\n", cases[i].label, ms, host_ms,
-               cases[i].target_ms, ms / cases[i].target_ms, ms / cases[i].torch_ms);
+        if (bench_case(c, stream, blocks, profile, &ms, &host_ms)) return 1;
+        double anchor = c->graph ? eager_ms : c->torch_ms;
+        if (!c->graph) eager_ms = ms;
+        printf("%-30s %10.3f %10.3f %10.2f %11.2fx %13.2fx\n", c->label, ms, host_ms,
+               c->target_ms, ms / c->target_ms, ms / anchor);
     }
     printf("ratio: ms/step over the target (<= 1 meets it); host ms: the host's time to queue a "
-           "step; vs torch ref: over PyTorch eager's 0.73 / 1.34 ms on an H200 "
-           "(bench/torch_cuda_train.py measures it in the same run)\n");
+           "step; vs anchor: eager rows over PyTorch eager's 0.73 / 1.34 ms on an H200 "
+           "(bench/torch_cuda_train.py measures it in the same run), CUDA graph rows over the "
+           "eager step above them\n");
     return 0;
 }

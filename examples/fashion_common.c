@@ -52,7 +52,9 @@ static void usage(FILE *f, const char *prog, const fashion_config *d) {
             "  --data DIR              the gzip IDX files (default %s)\n"
             "  --limit-train N         use the first N training images (default: all)\n"
             "  --limit-test N          use the first N test images (default: all)\n"
-            "  --log-every N           a progress line every N steps (default: every ~2 s)\n",
+            "  --log-every N           a progress line every N steps (default: every ~2 s)\n"
+            "  --cuda-graph            capture the step's forward and backward in a CUDA graph\n"
+            "                          after one eager step and replay it (GPU only)\n",
             prog, d->model, ct_device_str(d->device, dev, sizeof dev), d->epochs,
             d->batch_size, optim_name(d->optim), d->lr, d->momentum, d->weight_decay, d->seed,
             d->checkpoint ? d->checkpoint : "none", d->data_dir);
@@ -120,6 +122,10 @@ int fashion_parse_args(int argc, char **argv, fashion_config *cfg) {
         }
         if (!strcmp(name, "--no-checkpoint")) {
             cfg->checkpoint = NULL;
+            continue;
+        }
+        if (!strcmp(name, "--cuda-graph")) {
+            cfg->cuda_graph = true;
             continue;
         }
         if (eq) {
@@ -367,6 +373,12 @@ bool fashion_setup(int argc, char **argv, fashion_config *cfg, fashion_data *dat
     if (r) return false;
     if (cfg->resume && !config_from_checkpoint(cfg)) return false;
     if (cfg->auto_device) cfg->device = gpu_can_train() ? CT_CUDA(0) : CT_CPU;
+    if (cfg->cuda_graph && cfg->device.type != CT_DEVICE_CUDA) {
+        fprintf(stderr, "--cuda-graph needs a CUDA device (--device cuda): a CUDA graph replays "
+                        "GPU work\n");
+        *exit_status = 2;
+        return false;
+    }
     if (!check_device(cfg->device)) return false;
     if (!load_split(cfg->data_dir, "train", cfg->limit_train, &data->train_x, &data->train_y) ||
         !load_split(cfg->data_dir, "t10k", cfg->limit_test, &data->test_x, &data->test_y)) {
@@ -525,6 +537,9 @@ static void print_header(const fashion_run *run) {
     if (cfg->checkpoint)
         printf(", checkpoint %s (after each epoch and on Ctrl-C)", cfg->checkpoint);
     printf("\n");
+    if (cfg->cuda_graph)
+        printf("  CUDA graph: zero_grad, forward, loss and backward captured at the second step "
+               "and replayed; the optimizer step runs eagerly\n");
     if (cfg->resume && run->epoch < cfg->epochs)
         printf("resumed from %s at epoch %" PRId64 ", step %" PRId64 "/%" PRId64 "\n",
                cfg->checkpoint, run->epoch + 1, run->step, cfg->epochs * run->steps_per_epoch);
@@ -598,6 +613,61 @@ bool fashion_next_batch(fashion_run *run, ct_tensor **x, ct_tensor **y) {
         return false;
     }
     return true;
+}
+
+/* ---- --cuda-graph ------------------------------------------------------------------------ */
+
+/* opt.zero_grad(); loss = F.cross_entropy(model(x), y); loss.backward() */
+static ct_tensor *loss_and_grads(fashion_run *run, ct_tensor *x, ct_tensor *y) {
+    ct_optim_zero_grad(run->opt);
+    ct_tensor *loss = ct_cross_entropy(run->forward(run->model, x), y, NULL, CT_REDUCTION_MEAN,
+                                       -100, 0.0);
+    return loss && ct_backward(loss, NULL, false) == CT_OK ? loss : NULL;
+}
+
+/* The batch into the graph's static inputs. A smaller batch (the epoch's
+ * last) fills the first rows; the rest get zero images and the target -100,
+ * which the loss ignores, so the mean loss and the gradients are the
+ * batch's own. */
+static bool graph_inputs(fashion_run *run, ct_tensor *x, ct_tensor *y) {
+    int64_t b = ct_tensor_size(x, 0), full = run->cfg->batch_size;
+    if (b == full) return ct_copy_(run->graph_x, x) == CT_OK && ct_copy_(run->graph_y, y) == CT_OK;
+    ct_scope *s = ct_scope_begin();
+    ct_tensor *xs = ct_narrow(run->graph_x, 0, 0, b), *xr = ct_narrow(run->graph_x, 0, b, full - b);
+    ct_tensor *ys = ct_narrow(run->graph_y, 0, 0, b), *yr = ct_narrow(run->graph_y, 0, b, full - b);
+    bool ok = xs && xr && ys && yr && ct_copy_(xs, x) == CT_OK && ct_fill_(xr, 0.0) == CT_OK &&
+              ct_copy_(ys, y) == CT_OK && ct_fill_(yr, -100.0) == CT_OK;
+    ct_scope_end(s);
+    return ok;
+}
+
+/* Records the step into run->graph; the step's temporaries of the warmup
+ * are back in the allocator's cache, where the capture takes its memory. */
+static bool graph_capture(fashion_run *run) {
+    run->graph = ct_cuda_graph_capture_begin(run->cfg->device.index);
+    if (!run->graph) return false;
+    ct_scope *s = ct_scope_begin();
+    ct_tensor *loss = loss_and_grads(run, run->graph_x, run->graph_y);
+    run->graph_loss = loss ? ct_keep(loss) : NULL;
+    ct_scope_end(s);
+    ct_status st = ct_cuda_graph_capture_end(run->graph);
+    return loss && st == CT_OK;
+}
+
+ct_tensor *fashion_graph_step(fashion_run *run, ct_tensor *x, ct_tensor *y) {
+    const fashion_config *cfg = run->cfg;
+    if (!run->graph_x) {
+        /* The first step: the static inputs, then an eager step on them. */
+        ct_tensor *gx = ct_tensor_zeros(CT_SHAPE(cfg->batch_size, 1, 28, 28), CT_F32, cfg->device);
+        ct_tensor *gy = ct_tensor_zeros(CT_SHAPE(cfg->batch_size), CT_I64, cfg->device);
+        run->graph_x = gx ? ct_keep(gx) : NULL; /* the run's, not the step's scope's */
+        run->graph_y = gy ? ct_keep(gy) : NULL;
+        if (!gx || !gy) return NULL;
+        return graph_inputs(run, x, y) ? loss_and_grads(run, run->graph_x, run->graph_y) : NULL;
+    }
+    if (!graph_inputs(run, x, y)) return NULL;
+    if (!run->graph && !graph_capture(run)) return NULL;
+    return ct_cuda_graph_replay(run->graph) == CT_OK ? run->graph_loss : NULL;
 }
 
 double fashion_lr(const fashion_run *run) {
@@ -767,6 +837,10 @@ int fashion_finish(fashion_run *run) {
     ct_dataloader_free(run->test);
     ct_tensor_release(run->loss_sum);
     ct_tensor_release(run->epoch_loss_sum);
+    ct_cuda_graph_free(run->graph);
+    ct_tensor_release(run->graph_x);
+    ct_tensor_release(run->graph_y);
+    ct_tensor_release(run->graph_loss);
     int rc = run->failed ? 1 : run->interrupted ? 130 : 0;
     memset(run, 0, sizeof *run);
     return rc;

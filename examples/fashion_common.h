@@ -37,6 +37,7 @@ typedef struct fashion_config {
     const char *data_dir;
     int64_t limit_train, limit_test; /* 0: the whole set */
     int64_t log_every;               /* steps between progress lines; 0: every ~2 s */
+    bool cuda_graph; /* --cuda-graph: the step's forward and backward replayed from a CUDA graph */
     unsigned given;                  /* the flags the command line set (internal) */
 } fashion_config;
 
@@ -88,6 +89,10 @@ typedef struct fashion_run {
     int64_t since_print, epoch_steps;
     double t_start, t_print, t_epoch_start;
     double eval_seconds; /* this process's time outside training steps */
+    /* --cuda-graph: the graph, its static inputs [batch, 1, 28, 28] and
+     * [batch] and its static output, the loss */
+    ct_cuda_graph *graph;
+    ct_tensor *graph_x, *graph_y, *graph_loss;
 } fashion_run;
 
 /* Starts the run: makes the data loaders, restores the checkpoint's
@@ -101,6 +106,17 @@ bool fashion_run_begin(fashion_run *run, const fashion_config *cfg, const fashio
  * holds the step's temporaries until the next call. False at the epoch's
  * end, after Ctrl-C or on failure. */
 bool fashion_next_batch(fashion_run *run, ct_tensor **x, ct_tensor **y);
+/* --cuda-graph: the step's loss and gradients for the batch (x, y) as
+ *     opt.zero_grad(); loss = cross_entropy(forward(x), y); loss.backward()
+ * computes them, replayed from a CUDA graph: the batch is copied into the
+ * graph's static input tensors (a smaller last batch padded with targets
+ * the loss ignores) and the graph replayed. The first step runs eagerly
+ * (the warmup the capture needs); the second captures the graph. The
+ * optimizer step stays outside the graph: its learning rate (the cosine
+ * schedule) and AdamW's bias correction change every step, and a replay
+ * would repeat the captured values. Returns the loss (the run's, or the
+ * step's scope's) or NULL with ct_last_error() set. */
+ct_tensor *fashion_graph_step(fashion_run *run, ct_tensor *x, ct_tensor *y);
 /* The learning rate of the step under way: cosine decay from cfg->lr to 0
  * over all the run's steps. */
 double fashion_lr(const fashion_run *run);

@@ -7,7 +7,9 @@
  *                 [--checkpoint PATH] [--resume] [--data DIR] ...   (--help lists all)
  *
  * Ctrl-C stops after the step under way and saves a checkpoint; --resume
- * continues from it exactly where the run stopped. */
+ * continues from it exactly where the run stopped. On a GPU, --cuda-graph
+ * replays the step's zero_grad, forward, loss and backward from a CUDA graph
+ * (docs/CUDA_GRAPHS.md), the optimizer step running eagerly after it. */
 #include <stdio.h>
 
 #include <tensor/tensor.h>
@@ -90,6 +92,11 @@ int main(int argc, char **argv) {
             while (fashion_next_batch(&run, &x, &y)) { /* for x, y in train_loader: */
                 /* for g in opt.param_groups: g["lr"] = cosine(step) */
                 ct_optim_set_lr(opt, fashion_lr(&run));
+                if (cfg.cuda_graph) { /* zero_grad, model(x), loss, backward from a CUDA graph */
+                    ct_tensor *loss = fashion_graph_step(&run, x, y);
+                    fashion_step_done(&run, loss, loss && ct_optim_step(opt) == CT_OK);
+                    continue;
+                }
                 ct_tensor *logits = mlp_forward(&model, x);              /* model(x) */
                 ct_tensor *loss =                                         /* F.cross_entropy */
                     ct_cross_entropy(logits, y, NULL, CT_REDUCTION_MEAN, -100, 0.0);

@@ -1,6 +1,7 @@
 /* Core objects and the factory layer: dtypes and promotion, half-precision
  * conversion, creation, random numbers, copies between dtypes, views,
  * reshape/cat/stack, scopes and reference counts. */
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <setjmp.h>
@@ -684,6 +685,60 @@ static void test_philox(void **state) {
     ct_generator_set_seed(g, 7);
     assert_int_equal(ct_generator_seed(g), 7);
     assert_int_equal(ct_generator_offset(g), 0);
+    ct_generator_free(g);
+}
+
+/* What cti_rng_observe's observer heard. */
+typedef struct heard {
+    int calls;
+    ct_generator *gen;
+    uint64_t seed, first, n;
+} heard;
+
+static void listen(void *ctx, ct_generator *g, uint64_t seed, uint64_t first, uint64_t n) {
+    heard *h = ctx;
+    h->calls++;
+    h->gen = g;
+    h->seed = seed;
+    h->first = first;
+    h->n = n;
+}
+
+static void *reserve_elsewhere(void *arg) {
+    ct_generator_reserve(arg, 5);
+    return NULL;
+}
+
+/* The observer hears every reservation of its thread, with the generator
+ * (the default one resolved), its seed and the rounded range; none of
+ * another thread's, and nothing once removed. */
+static void test_rng_observer(void **state) {
+    (void)state;
+    ct_generator *g = ct_generator_new(1234);
+    assert_non_null(g);
+    heard h = {0};
+    cti_rng_observe(listen, &h);
+    ct_tensor *t = ct_tensor_rand(g, CT_SHAPE(10), CT_F32, CT_CPU);
+    assert_non_null(t);
+    assert_int_equal(h.calls, 1);
+    assert_ptr_equal(h.gen, g);
+    assert_int_equal(h.seed, 1234);
+    assert_int_equal(h.first, 0);
+    assert_int_equal(h.n, 12); /* rounded to whole Philox blocks */
+    assert_int_equal(ct_generator_offset(g), 12);
+    ct_tensor_release(t);
+    uint64_t first = ct_generator_reserve(NULL, 3);
+    assert_int_equal(h.calls, 2);
+    assert_ptr_equal(h.gen, ct_generator_default());
+    assert_int_equal(h.first, first);
+    assert_int_equal(h.n, 4);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, reserve_elsewhere, g), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(h.calls, 2);
+    cti_rng_observe(NULL, NULL);
+    ct_generator_reserve(g, 1);
+    assert_int_equal(h.calls, 2);
     ct_generator_free(g);
 }
 
@@ -2366,6 +2421,7 @@ int main(void) {
         T(test_linspace),
         T(test_eye),
         T(test_philox),
+        T(test_rng_observer),
         T(test_random_reproducible),
         T(test_random_exact_mapping),
         T(test_random_thread_independent),

@@ -469,6 +469,73 @@ static void test_cpu_block_cache(void **state) {
     assert_int_equal(ct_cpu_cached_bytes(), 0);
 }
 
+/* ---- the capture guard (dispatch_impl.h), which a CUDA graph capture installs ---------- */
+
+typedef struct refusal {
+    int calls;
+    ct_status status;
+    char message[1024];
+} refusal;
+
+static void note_refusal(void *ctx, ct_status st, const char *message) {
+    refusal *r = ctx;
+    r->calls++;
+    r->status = st;
+    snprintf(r->message, sizeof r->message, "%s", message);
+}
+
+/* Another thread's calls are not guarded. */
+static void *unguarded_add(void *arg) {
+    ct_tensor *a = arg, *b = ct_add(a, a);
+    bool ok = b != NULL;
+    ct_tensor_release(b);
+    return (void *)(intptr_t)ok;
+}
+
+static void test_capture_guard(void **state) {
+    (void)state;
+    ct_tensor *a = ct_tensor_ones(CT_SHAPE(3), CT_F32, CT_CPU);
+    ct_tensor *d = ct_tensor_zeros(CT_SHAPE(3), CT_F32, CT_CPU);
+    assert_non_null(a);
+    assert_non_null(d);
+    refusal r = {0};
+    cti_capture_guard g = {CT_CUDA(0), "captures a CUDA graph", note_refusal, &r};
+    cti_dispatch_guard(&g);
+    /* A CPU kernel would run once, at capture: refused, and the guard told. */
+    tu_assert_null_error(ct_add(a, a), CT_ERR_CAPTURE, "ct_add: [3] float32 cpu:",
+                         "this thread captures a CUDA graph on cuda:0", "never at replay");
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.status, CT_ERR_CAPTURE);
+    assert_string_equal(r.message, ct_last_error());
+    /* A copy with the host has its own words. */
+    tu_assert_error(ct_copy_(d, a), CT_ERR_CAPTURE, "ct_copy_",
+                    "a copy between the host and cuda:0 cannot be captured", "static input",
+                    "after it");
+    assert_int_equal(r.calls, 2);
+    float v[3] = {-1, -1, -1};
+    assert_int_equal(ct_tensor_copy_to_host(d, v, sizeof v), CT_OK); /* host memory only */
+    assert_true(v[0] == 0.0f && v[2] == 0.0f);
+    pthread_t th;
+    void *ok = NULL;
+    assert_int_equal(pthread_create(&th, NULL, unguarded_add, a), 0);
+    pthread_join(th, &ok);
+    assert_true(ok != NULL);
+    assert_int_equal(r.calls, 2);
+    /* A guard for the device the tensors are on lets them through. */
+    cti_capture_guard cpu = {CT_CPU, "captures a CUDA graph", note_refusal, &r};
+    cti_dispatch_guard(&cpu);
+    ct_tensor *b = ct_add(a, a);
+    assert_non_null(b);
+    ct_tensor_release(b);
+    cti_dispatch_guard(NULL);
+    b = ct_add(a, a);
+    assert_non_null(b);
+    assert_int_equal(r.calls, 2);
+    ct_tensor_release(b);
+    ct_tensor_release(a);
+    ct_tensor_release(d);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -490,6 +557,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_info, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_strings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_block_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_capture_guard, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -95,6 +95,13 @@ static void check_absent(const char *const *words) {
     tu_assert_error(ct_cuda_empty_cache(-1), CT_ERR_DEVICE, "ct_cuda_empty_cache", why);
     tu_assert_null_error(ct_tensor_empty(CT_SHAPE(2, 3), CT_F32, CT_CUDA(0)), CT_ERR_DEVICE,
                          "ct_tensor_empty", "cuda:0", why);
+    tu_assert_null_error(ct_cuda_graph_capture_begin(0), CT_ERR_DEVICE,
+                         "ct_cuda_graph_capture_begin", "the CUDA backend is not loaded", why);
+    tu_assert_error(ct_cuda_graph_capture_end(NULL), CT_ERR_DEVICE, "ct_cuda_graph_capture_end",
+                    "the CUDA backend is not loaded", why);
+    tu_assert_error(ct_cuda_graph_replay(NULL), CT_ERR_DEVICE, "ct_cuda_graph_replay",
+                    "the CUDA backend is not loaded", why);
+    ct_cuda_graph_free(NULL);
 
     char *info = info_text();
     char line[2048];
@@ -149,6 +156,13 @@ static void check_loaded_without_device(void) {
     tu_assert_error(ct_cuda_memory_stats(0, &m), CT_ERR_DEVICE, "ct_cuda_memory_stats", "cuda:0");
     tu_assert_error(ct_cuda_synchronize(0), CT_ERR_DEVICE, "ct_cuda_synchronize", "cuda:0");
     tu_assert_null_error(ct_cuda_stream(0), CT_ERR_DEVICE, "ct_cuda_stream", "cuda:0");
+    tu_assert_null_error(ct_cuda_graph_capture_begin(0), CT_ERR_DEVICE,
+                         "ct_cuda_graph_capture_begin", "cuda:0", "not available");
+    tu_assert_error(ct_cuda_graph_capture_end(NULL), CT_ERR_INVALID_ARG,
+                    "ct_cuda_graph_capture_end", "graph is NULL");
+    tu_assert_error(ct_cuda_graph_replay(NULL), CT_ERR_INVALID_ARG, "ct_cuda_graph_replay",
+                    "graph is NULL");
+    ct_cuda_graph_free(NULL);
 
     char *info = info_text();
     char line[4300];

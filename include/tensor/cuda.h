@@ -73,6 +73,8 @@ typedef struct ct_cuda_memstats {
     uint64_t num_frees;       /* cudaFree calls */
     uint64_t num_retries;     /* failed cudaMallocs retried after emptying the cache */
     uint64_t num_ooms;        /* requests that failed after the retry */
+    uint64_t graph_cached;    /* bytes in unused blocks kept for CUDA graphs (their private
+                                 pools): part of reserved, handed to nobody else */
 } ct_cuda_memstats;
 
 ct_status ct_cuda_memory_stats(int device, ct_cuda_memstats *stats);
@@ -81,6 +83,56 @@ ct_status ct_cuda_reset_peak_memory_stats(int device);
 /* Returns every cached, unused block of device to the driver (waiting for
  * queued work first). device -1 empties every device's cache. */
 ct_status ct_cuda_empty_cache(int device);
+
+/* ---- CUDA graphs -----------------------------------------------------------------
+ * A CUDA graph records the device work of a sequence of cten calls once and
+ * replays it with one launch, without the host's per-op cost: the way to
+ * run a small training step at the speed of its kernels.
+ * docs/CUDA_GRAPHS.md gives the rules and an example; in short:
+ *   - run the step once eagerly first (warmup), so that the caching
+ *     allocator holds the memory and cuBLAS/cuDNN have made their choices;
+ *   - between capture_begin and capture_end, the calls this thread makes on
+ *     the device are recorded, not run; calls that cannot be replayed are
+ *     refused with CT_ERR_CAPTURE (a wait for the device: ct_tensor_item,
+ *     copies to or from the host, ct_cuda_synchronize; any CPU tensor or
+ *     other device; memory the cache does not already hold) and fail the
+ *     capture, whose capture_end then returns that error; the library stays
+ *     usable;
+ *   - tensors allocated during the capture live in the graph's private
+ *     memory pool, at the addresses every replay writes: keep the outputs
+ *     you read (the loss) and read them after a replay; give new inputs to a
+ *     replay by copying them (ct_copy_) into tensors allocated before the
+ *     capture;
+ *   - random ops draw fresh numbers at every replay, as the next eager call
+ *     would (the graph reads its Philox offsets from device memory that each
+ *     replay advances); the generators they use must outlive the graph.
+ * A graph belongs to one device and one thread's capture; replays are
+ * queued on the device's stream like any op (asynchronous). */
+typedef struct ct_cuda_graph ct_cuda_graph;
+
+/* Starts recording the work this thread queues on device into a new graph.
+ * Returns the graph (the caller owns it: ct_cuda_graph_free), or NULL with
+ * the error set: CT_ERR_DEVICE when device is not present (or the CUDA
+ * backend is not loaded), CT_ERR_CAPTURE when this thread is capturing
+ * already or another thread captures device. */
+ct_cuda_graph *ct_cuda_graph_capture_begin(int device);
+/* Stops recording and makes the graph ready to replay. Must be called on
+ * the thread that began the capture. If a call was refused during the
+ * capture (or CUDA invalidated it) the graph is discarded and that error
+ * is returned (CT_ERR_CAPTURE, or the refused call's status, its message
+ * after "the capture failed: "); the graph can then only be freed.
+ * CT_ERR_CAPTURE for a graph not being captured (ended already). */
+ct_status ct_cuda_graph_capture_end(ct_cuda_graph *graph);
+/* Queues the recorded work on the graph's device (returns without waiting).
+ * CT_ERR_CAPTURE for a graph whose capture did not end or failed, or while
+ * any thread captures its device. */
+ct_status ct_cuda_graph_replay(ct_cuda_graph *graph);
+/* Frees the graph and returns its private pool's unused blocks to the
+ * cache; tensors allocated during its capture stay valid. A graph still
+ * being captured is ended and discarded (call this on the capturing thread;
+ * on another one it is left as it is and CT_ERR_CAPTURE is set). NULL is
+ * a no-op. */
+void ct_cuda_graph_free(ct_cuda_graph *graph);
 
 /* Whether float32 matrix products may use TF32 tensor cores (10-bit
  * mantissa inputs, float32 accumulation). Off by default, as in PyTorch.

@@ -59,7 +59,8 @@ typedef enum ct_status {
     CT_ERR_IO,           /* file could not be read or written */
     CT_ERR_FORMAT,       /* file content malformed */
     CT_ERR_AUTOGRAD,     /* autograd misuse */
-    CT_ERR_RUNTIME       /* a backend library reported a failure */
+    CT_ERR_RUNTIME,      /* a backend library reported a failure */
+    CT_ERR_CAPTURE       /* not possible during a CUDA graph capture, or a graph used out of order */
 } ct_status;
 
 /* The status of the last failed call on this thread (CT_OK if none since

@@ -63,6 +63,7 @@ const char *ct_status_name(ct_status s) {
     case CT_ERR_FORMAT: return "CT_ERR_FORMAT";
     case CT_ERR_AUTOGRAD: return "CT_ERR_AUTOGRAD";
     case CT_ERR_RUNTIME: return "CT_ERR_RUNTIME";
+    case CT_ERR_CAPTURE: return "CT_ERR_CAPTURE";
     }
     return "CT_ERR_UNKNOWN";
 }

@@ -80,9 +80,20 @@ ct_generator *ct_generator_default(void) { return &default_gen; }
 
 void ct_manual_seed(uint64_t seed) { ct_generator_set_seed(&default_gen, seed); }
 
+static _Thread_local cti_rng_observer observer;
+static _Thread_local void *observer_ctx;
+
+void cti_rng_observe(cti_rng_observer fn, void *ctx) {
+    observer = fn;
+    observer_ctx = fn ? ctx : NULL;
+}
+
 uint64_t ct_generator_reserve(ct_generator *g, uint64_t n) {
     /* Each reservation starts on a fresh Philox block so that a kernel's
      * draws never share a block with the previous call's. */
     uint64_t rounded = (n + 3) & ~(uint64_t)3;
-    return __atomic_fetch_add(&resolve(g)->offset, rounded, __ATOMIC_RELAXED);
+    g = resolve(g);
+    uint64_t first = __atomic_fetch_add(&g->offset, rounded, __ATOMIC_RELAXED);
+    if (observer) observer(observer_ctx, g, ct_generator_seed(g), first, rounded);
+    return first;
 }

@@ -18,6 +18,12 @@ typedef struct cti_allocator {
     /* Returns NULL on failure, setting no error (the caller does). */
     void *(*alloc)(size_t nbytes, int device_index);
     void (*free)(void *ptr, size_t nbytes, int device_index);
+    /* Optional (NULL: every failure is a lack of memory). Called right after
+     * alloc returned NULL on this thread: CT_OK when it ran out of memory,
+     * else the status of the rule that refused the request (the CUDA
+     * allocator during a graph capture) with *why its message, which the
+     * caller reports after the op's name. */
+    ct_status (*refused)(const char **why);
 } cti_allocator;
 
 void cti_register_allocator(ct_device_type type, const cti_allocator *a);
@@ -181,6 +187,15 @@ struct ct_generator {
 };
 /* Fills out[0..3] with the Philox-4x32-10 block for counter block_index. */
 void cti_philox_block(uint64_t seed, uint64_t block_index, uint32_t out[4]);
+/* Called by ct_generator_reserve, on the thread that reserves, with the
+ * generator (never NULL: the default one resolved), its seed and the
+ * reserved range [first, first + n) (n rounded as the reservation was).
+ * The CUDA graph capture listens on its thread to find, for each random
+ * kernel it records, the generator whose draws a replay must renew. */
+typedef void (*cti_rng_observer)(void *ctx, ct_generator *g, uint64_t seed, uint64_t first,
+                                 uint64_t n);
+/* Sets this thread's observer (fn NULL removes it); one per thread. */
+void cti_rng_observe(cti_rng_observer fn, void *ctx);
 
 /* ---- allocation statistics (CPU storage), read by tests ---------------------------- */
 typedef struct cti_alloc_stats {

@@ -168,8 +168,30 @@ ct_status cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, c
                               const char *name);
 
 /* Runs the kernel for (call->op, device, dtype). A missing entry is
- * CT_ERR_UNSUPPORTED naming op, device and dtype. Records trace/profile. */
+ * CT_ERR_UNSUPPORTED naming op, device and dtype. Records trace/profile.
+ * Under a capture guard (below) a call with a tensor on another device is
+ * refused. */
 ct_status cti_dispatch(ct_call *call, ct_device device, ct_dtype dtype);
+
+/* ---- the capture guard ----------------------------------------------------------------
+ * While a thread records a device's work for later replay (a CUDA graph
+ * capture), a call it makes on the host or another device would run once,
+ * at capture, and never at replay: a CPU kernel, a copy between the host and
+ * the device, an elementwise op reading a CPU scalar's value. The capturing
+ * backend installs a guard on that thread; cti_dispatch then refuses every
+ * call with a tensor not on guard->device (CT_ERR_CAPTURE, naming the op and
+ * the tensor) and passes the error to guard->refused, which fails the
+ * capture. Other threads are not affected. */
+typedef struct cti_capture_guard {
+    ct_device device;
+    const char *what; /* the messages' "this thread <what>": "captures a CUDA graph" */
+    void (*refused)(void *ctx, ct_status status, const char *message);
+    void *ctx;
+} cti_capture_guard;
+
+/* Installs g on this thread (NULL removes it); g must stay valid while it
+ * is installed. */
+void cti_dispatch_guard(const cti_capture_guard *g);
 
 /* Runs the library's one-time init (schema check, kernel registration, env
  * settings). Idempotent and cheap after the first call; every front end's

@@ -474,6 +474,51 @@ static ct_status params_mismatch(const ct_call *c) {
                      r->name, c->params_size, r->params_name, r->params_size);
 }
 
+/* ---- the capture guard ---------------------------------------------------------------- */
+
+static _Thread_local const cti_capture_guard *guard;
+/* Threads with a guard installed: a call on any thread reads this one word
+ * unless some thread captures. */
+static atomic_int guarded_threads;
+
+void cti_dispatch_guard(const cti_capture_guard *g) {
+    if (g && !guard) atomic_fetch_add(&guarded_threads, 1);
+    if (!g && guard) atomic_fetch_sub(&guarded_threads, 1);
+    guard = g;
+}
+
+/* The first tensor of c that is not on the guard's device, or NULL. */
+static const ct_tensor *off_device(const ct_call *c, ct_device want) {
+    for (int i = 0; i < c->nin + c->nout; i++) {
+        const ct_tensor *t = i < c->nin ? c->in[i] : c->out[i - c->nin];
+        if (t && !ct_device_eq(t->storage->device, want)) return t;
+    }
+    return NULL;
+}
+
+static ct_status guard_refuses(const ct_call *c) {
+    const ct_tensor *t = off_device(c, guard->device);
+    if (!t) return CT_OK;
+    char dev[32];
+    ct_device_str(guard->device, dev, sizeof dev);
+    ct_status st;
+    if (c->op == CT_OP_COPY && t->storage->device.type == CT_DEVICE_CPU)
+        st = cti_error(CT_ERR_CAPTURE,
+                       "ct_copy_: a copy between the host and %s cannot be captured (this thread "
+                       "%s on %s, and a replay does not read or write host memory); copy new "
+                       "inputs into the graph's static input tensors before "
+                       "ct_cuda_graph_replay and read its outputs after it",
+                       dev, guard->what, dev);
+    else
+        st = cti_error(CT_ERR_CAPTURE,
+                       "ct_%s: %s: this thread %s on %s, and work on the host or another "
+                       "device would run once, now, and never at replay; keep every tensor of "
+                       "the captured work on %s",
+                       cti_schema_rows[c->op].name, cti_desc(t), guard->what, dev, dev);
+    guard->refused(guard->ctx, st, ct_last_error());
+    return st;
+}
+
 ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
     cti_init();
     if ((unsigned)c->op >= CT_NUM_OPS || (unsigned)device.type >= CT_NUM_DEVICE_TYPES ||
@@ -491,6 +536,9 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
                          ct_dtype_name(dtype));
     }
     if (c->params_size != cti_schema_rows[c->op].params_size) return params_mismatch(c);
+    if (atomic_load_explicit(&guarded_threads, memory_order_relaxed) && guard &&
+        guard_refuses(c) != CT_OK)
+        return ct_last_status();
     bool tr = atomic_load_explicit(&trace_on, memory_order_relaxed);
     bool pr = atomic_load_explicit(&profile_on, memory_order_relaxed);
     if (!tr && !pr) return e->fn(c);

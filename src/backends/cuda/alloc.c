@@ -13,7 +13,22 @@
  * tried once more; a second failure is reported by the caller as
  * CT_ERR_OOM. CT_CUDA_NO_CACHE=1 in the environment frees every block at
  * once (for compute-sanitizer, which cannot see misuse inside cached
- * blocks). */
+ * blocks).
+ *
+ * CUDA graphs (graph.c) get private pools, as PyTorch's do. While a thread
+ * captures a graph on a device, its requests there are served from the
+ * graph's pool: first the pool's own unused blocks (freed earlier in the
+ * same capture: the graph replays in capture order, so the reuse is ordered
+ * as it was recorded), then the device's cache, whose block then belongs to
+ * the pool. A request neither can serve is refused: cudaMalloc may not be
+ * called by a capturing thread, and the step should have run once eagerly
+ * so that the cache holds its memory. A pool's blocks go back to the pool
+ * when freed, during the capture or after it, and are handed to nobody
+ * else, so the addresses the graph recorded stay its own at every replay;
+ * when the graph is freed they return to the cache. With CT_CUDA_NO_CACHE a
+ * capture takes a new exact allocation for every request (cudaMalloc with
+ * the thread's capture mode relaxed for the call) and frees made during a
+ * capture wait for its end (cudaFree would wait for the device). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -27,16 +42,30 @@
 typedef struct block {
     void *ptr;
     size_t size;
-    struct block *next; /* in a free list or a hash chain */
+    struct block *next;  /* in a free list or a hash chain */
+    cti_cuda_pool *pool; /* the graph's pool it belongs to; NULL: the device's */
 } block;
+
+/* Unused blocks: by size class up to SMALL_MAX, else one list by size. */
+typedef struct free_lists {
+    block *small[NCLASSES];
+    block *large; /* sorted by size, smallest first */
+} free_lists;
+
+struct cti_cuda_pool {
+    int dev;
+    free_lists free;
+    size_t cached; /* bytes in free */
+};
 
 typedef struct dev_pool {
     pthread_mutex_t lock;
-    block *small[NCLASSES];
-    block *large; /* sorted by size, smallest first */
+    free_lists free;
     block **table; /* live blocks by address */
     size_t table_cap, live;
     ct_cuda_memstats st;
+    cti_cuda_pool *capture;  /* the pool that serves capture_thread's requests */
+    pthread_t capture_thread;
 } dev_pool;
 
 static dev_pool pools[CTI_CUDA_MAX_DEVICES];
@@ -121,7 +150,7 @@ static block *table_remove(dev_pool *d, const void *p) {
 
 /* ---- cached blocks ---------------------------------------------------------------------- */
 
-static block *take_cached(dev_pool *d, size_t size, int cls) {
+static block *take_cached(free_lists *d, size_t size, int cls) {
     if (cls >= 0) {
         block *b = d->small[cls];
         if (b) d->small[cls] = b->next;
@@ -137,7 +166,7 @@ static block *take_cached(dev_pool *d, size_t size, int cls) {
     return NULL;
 }
 
-static void put_cached(dev_pool *d, block *b) {
+static void put_cached(free_lists *d, block *b) {
     int cls;
     round_size(b->size, &cls);
     if (cls >= 0) {
@@ -159,24 +188,29 @@ static void release_block(dev_pool *d, block *b) {
     free(b);
 }
 
+/* Takes every block out of f, calling fn on each. */
+static void drain(free_lists *f, dev_pool *d, void (*fn)(dev_pool *, block *)) {
+    for (int c = 0; c < NCLASSES; c++) {
+        while (f->small[c]) {
+            block *b = f->small[c];
+            f->small[c] = b->next;
+            fn(d, b);
+        }
+    }
+    while (f->large) {
+        block *b = f->large;
+        f->large = b->next;
+        fn(d, b);
+    }
+}
+
 /* Returns every cached block of d to the driver; the device must be
- * current. Waits first: queued kernels may still use a block freed on the
- * host side. */
+ * current and not being captured. Waits first: queued kernels may still use
+ * a block freed on the host side. */
 static void release_cache(dev_pool *d) {
     cudaDeviceSynchronize();
     cudaGetLastError();
-    for (int c = 0; c < NCLASSES; c++) {
-        while (d->small[c]) {
-            block *b = d->small[c];
-            d->small[c] = b->next;
-            release_block(d, b);
-        }
-    }
-    while (d->large) {
-        block *b = d->large;
-        d->large = b->next;
-        release_block(d, b);
-    }
+    drain(&d->free, d, release_block);
 }
 
 /* ---- the allocator ------------------------------------------------------------------------- */
@@ -185,7 +219,8 @@ static void *device_malloc(dev_pool *d, size_t size) {
     void *p = NULL;
     d->st.num_mallocs++;
     cudaError_t e = cudaMalloc(&p, size);
-    if (e == cudaErrorMemoryAllocation) {
+    /* Emptying the cache waits for the device, which a capture forbids. */
+    if (e == cudaErrorMemoryAllocation && !d->capture) {
         cudaGetLastError();
         d->st.num_retries++;
         release_cache(d);
@@ -216,6 +251,98 @@ static void leave_device(int prev, int dev) {
     cudaGetLastError();
 }
 
+/* An unused block back where it belongs (the caller holds d's lock): its
+ * graph's pool, else the device's cache (with CT_CUDA_NO_CACHE the driver,
+ * unless a capture is under way: cudaFree would wait for the device). */
+static void give_back(dev_pool *d, block *b) {
+    if (b->pool) {
+        put_cached(&b->pool->free, b);
+        b->pool->cached += b->size;
+        d->st.graph_cached += b->size;
+    } else if (no_cache && !d->capture) {
+        int dev = (int)(d - pools);
+        int prev = enter_device(dev);
+        release_block(d, b);
+        leave_device(prev, dev);
+    } else {
+        put_cached(&d->free, b);
+    }
+}
+
+/* A new block of size bytes on dev (the caller holds d's lock), or NULL. */
+static block *new_block(dev_pool *d, int dev, size_t size) {
+    block *b = malloc(sizeof *b);
+    int prev = enter_device(dev);
+    void *p = b ? device_malloc(d, size) : NULL;
+    leave_device(prev, dev);
+    if (!p) {
+        free(b);
+        return NULL;
+    }
+    b->ptr = p;
+    b->size = size;
+    b->pool = NULL;
+    return b;
+}
+
+/* Why the last request of this thread was refused (read once by the
+ * library through cuda_refused). */
+static _Thread_local ct_status refusal;
+static _Thread_local char refusal_msg[512];
+
+static ct_status cuda_refused(const char **why) {
+    ct_status s = refusal;
+    *why = refusal_msg;
+    refusal = CT_OK;
+    return s;
+}
+
+/* With CT_CUDA_NO_CACHE: a fresh block for a capture, cudaMalloc allowed
+ * for this one call (it is not recorded into the graph either way). */
+static block *capture_malloc(dev_pool *d, int dev, size_t size) {
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    block *b = new_block(d, dev, size);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaGetLastError();
+    return b;
+}
+
+/* A request of this thread while it captures a graph on dev (pool p). */
+static block *capture_take(dev_pool *d, cti_cuda_pool *p, int dev, size_t nbytes, size_t size,
+                           int cls) {
+    block *b = NULL;
+    if (no_cache) {
+        b = capture_malloc(d, dev, size);
+    } else if ((b = take_cached(&p->free, size, cls))) {
+        p->cached -= b->size;
+        d->st.graph_cached -= b->size;
+        return b;
+    } else {
+        b = take_cached(&d->free, size, cls);
+    }
+    if (b) {
+        b->pool = p;
+        return b;
+    }
+    if (no_cache) {
+        snprintf(refusal_msg, sizeof refusal_msg,
+                 "out of memory allocating %zu bytes on cuda:%d during a CUDA graph capture",
+                 nbytes, dev);
+        cti_cuda_capture_failed(CT_ERR_OOM, refusal_msg);
+        return NULL; /* reported by the caller as out of memory */
+    }
+    refusal = CT_ERR_CAPTURE;
+    snprintf(refusal_msg, sizeof refusal_msg,
+             "cannot allocate %zu bytes (a block of %zu) on cuda:%d during a CUDA graph "
+             "capture: the caching allocator holds no unused block of that size, and a new "
+             "one would need cudaMalloc, which a capture does not allow; run the step once "
+             "eagerly before capturing it, so that the cache holds the memory it needs",
+             nbytes, size, dev);
+    cti_cuda_capture_failed(CT_ERR_CAPTURE, refusal_msg);
+    return NULL;
+}
+
 static void *cuda_alloc(size_t nbytes, int dev) {
     if (dev < 0 || dev >= cti_cuda_device_count()) return NULL;
     pthread_once(&pools_once, init_pools);
@@ -223,22 +350,22 @@ static void *cuda_alloc(size_t nbytes, int dev) {
     int cls;
     size_t size = round_size(nbytes, &cls);
     pthread_mutex_lock(&d->lock);
-    block *b = no_cache ? NULL : take_cached(d, size, cls);
-    if (!b) {
-        b = malloc(sizeof *b);
-        int prev = enter_device(dev);
-        void *p = b ? device_malloc(d, size) : NULL;
-        leave_device(prev, dev);
-        if (!p) {
-            free(b);
+    block *b = NULL;
+    if (d->capture && pthread_equal(d->capture_thread, pthread_self())) {
+        b = capture_take(d, d->capture, dev, nbytes, size, cls);
+        if (!b) {
             pthread_mutex_unlock(&d->lock);
             return NULL;
         }
-        b->ptr = p;
-        b->size = size;
+    } else {
+        b = no_cache ? NULL : take_cached(&d->free, size, cls);
+        if (!b && !(b = new_block(d, dev, size))) {
+            pthread_mutex_unlock(&d->lock);
+            return NULL;
+        }
     }
     if (!table_insert(d, b)) {
-        put_cached(d, b);
+        give_back(d, b);
         pthread_mutex_unlock(&d->lock);
         return NULL;
     }
@@ -257,18 +384,12 @@ static void cuda_free(void *p, size_t nbytes, int dev) {
     block *b = table_remove(d, p);
     if (b) {
         d->st.allocated -= b->size;
-        if (no_cache) {
-            int prev = enter_device(dev);
-            release_block(d, b);
-            leave_device(prev, dev);
-        } else {
-            put_cached(d, b);
-        }
+        give_back(d, b);
     }
     pthread_mutex_unlock(&d->lock);
 }
 
-static const cti_allocator cuda_allocator = {cuda_alloc, cuda_free};
+static const cti_allocator cuda_allocator = {cuda_alloc, cuda_free, cuda_refused};
 
 void cti_cuda_register_allocator(void) {
     pthread_once(&pools_once, init_pools);
@@ -300,23 +421,84 @@ ct_status cti_cuda_reset_peak_memory_stats(int device) {
     return CT_OK;
 }
 
-static void empty_one(int dev) {
+/* Empties dev's cache; a device under capture is left as it is (emptying
+ * waits for the device) and named in the error. */
+static ct_status empty_one(const char *op, int dev) {
     dev_pool *d = &pools[dev];
     pthread_mutex_lock(&d->lock);
-    int prev = enter_device(dev);
-    release_cache(d);
-    leave_device(prev, dev);
+    bool capturing = d->capture != NULL;
+    if (!capturing) {
+        int prev = enter_device(dev);
+        release_cache(d);
+        leave_device(prev, dev);
+    }
     pthread_mutex_unlock(&d->lock);
+    if (capturing)
+        return cti_error(CT_ERR_CAPTURE,
+                         "%s: cuda:%d is being captured into a CUDA graph; emptying its cache "
+                         "waits for the device, which a capture does not allow (call it after "
+                         "ct_cuda_graph_capture_end)",
+                         op, dev);
+    return CT_OK;
 }
 
 ct_status cti_cuda_empty_cache(int device) {
     static const char op[] = "ct_cuda_empty_cache";
     if (device != -1 && cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
     pthread_once(&pools_once, init_pools);
-    if (device >= 0) {
-        empty_one(device);
-        return CT_OK;
+    if (device >= 0) return empty_one(op, device);
+    ct_status st = CT_OK;
+    for (int i = 0; i < cti_cuda_device_count(); i++) {
+        ct_status s = empty_one(op, i);
+        if (st == CT_OK) st = s;
     }
-    for (int i = 0; i < cti_cuda_device_count(); i++) empty_one(i);
-    return CT_OK;
+    return st;
+}
+
+/* ---- graph pools (graph.c) ---------------------------------------------------------------- */
+
+cti_cuda_pool *cti_cuda_pool_new(int dev) {
+    pthread_once(&pools_once, init_pools);
+    cti_cuda_pool *p = calloc(1, sizeof *p);
+    if (p) p->dev = dev;
+    return p;
+}
+
+void cti_cuda_pool_capture(cti_cuda_pool *p, bool on) {
+    dev_pool *d = &pools[p->dev];
+    pthread_mutex_lock(&d->lock);
+    if (on) {
+        d->capture = p;
+        d->capture_thread = pthread_self();
+    } else if (d->capture == p) {
+        d->capture = NULL;
+        /* the frees CT_CUDA_NO_CACHE deferred during the capture */
+        if (no_cache) {
+            int prev = enter_device(p->dev);
+            release_cache(d);
+            leave_device(prev, p->dev);
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* A pool block back to the device (the pool is going away). */
+static void unpool(dev_pool *d, block *b) {
+    b->pool = NULL;
+    give_back(d, b);
+}
+
+void cti_cuda_pool_release(cti_cuda_pool *p) {
+    if (!p) return;
+    dev_pool *d = &pools[p->dev];
+    pthread_mutex_lock(&d->lock);
+    if (d->capture == p) d->capture = NULL;
+    d->st.graph_cached -= p->cached;
+    drain(&p->free, d, unpool);
+    /* Blocks still held by tensors go to the device's cache when freed. */
+    for (size_t i = 0; i < d->table_cap; i++)
+        for (block *b = d->table[i]; b; b = b->next)
+            if (b->pool == p) b->pool = NULL;
+    pthread_mutex_unlock(&d->lock);
+    free(p);
 }

@@ -55,3 +55,26 @@ ct_status ct_cuda_empty_cache(int device) {
     const cti_cuda_api *a = loaded();
     return a ? a->empty_cache(device) : absent("ct_cuda_empty_cache");
 }
+
+ct_cuda_graph *ct_cuda_graph_capture_begin(int device) {
+    const cti_cuda_api *a = loaded();
+    if (a) return a->graph_capture_begin(device);
+    absent("ct_cuda_graph_capture_begin");
+    return NULL;
+}
+
+ct_status ct_cuda_graph_capture_end(ct_cuda_graph *graph) {
+    const cti_cuda_api *a = loaded();
+    return a ? a->graph_capture_end(graph) : absent("ct_cuda_graph_capture_end");
+}
+
+ct_status ct_cuda_graph_replay(ct_cuda_graph *graph) {
+    const cti_cuda_api *a = loaded();
+    return a ? a->graph_replay(graph) : absent("ct_cuda_graph_replay");
+}
+
+/* Without the module no graph can exist: only NULL reaches here then. */
+void ct_cuda_graph_free(ct_cuda_graph *graph) {
+    const cti_cuda_api *a = loaded();
+    if (a && graph) a->graph_free(graph);
+}

@@ -67,6 +67,7 @@ static ct_status run(ct_call *c, cti_cuda_attn *a, bool bwd) {
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
     ct_status st;
     if (cti_cuda_attn_cudnn(c, a, bwd, dev, stream, &st)) return st;
+    if (a->p.dropout_p > 0) cti_cuda_philox(dev, a->p.seed, &a->p.offset, &a->philox);
     ct_tensor *work = NULL;
     if (bwd) {
         int64_t n = (int64_t)cti_cuda_attn_work(a);

@@ -88,10 +88,11 @@ template <class A>
 __device__ __forceinline__ A drop_factor(const cti_cuda_attn &a, int64_t b, int64_t h, int64_t i,
                                          int64_t j, A rp) {
     if (!(a.p.dropout_p > 0)) return (A)1;
-    uint64_t draw = a.p.offset +
-                    (uint64_t)(((b * a.p.Hq + h) * a.p.T + i) * a.p.S + j);
+    const uint64_t seed = a.philox ? a.philox[0] : a.p.seed; // a CUDA graph's replay draws
+    const uint64_t first = a.philox ? a.philox[1] + a.p.offset : a.p.offset;
+    uint64_t draw = first + (uint64_t)(((b * a.p.Hq + h) * a.p.T + i) * a.p.S + j);
     uint32_t w[4];
-    philox(a.p.seed, draw >> 2, w);
+    philox(seed, draw >> 2, w);
     unsigned q = (unsigned)(draw & 3);
     uint32_t word = q == 0 ? w[0] : q == 1 ? w[1] : q == 2 ? w[2] : w[3];
     return (double)(word >> 8) * 0x1p-24 >= a.p.dropout_p ? rp : (A)0;

@@ -469,12 +469,19 @@ static void make_plan(gb *g, cudnnHandle_t handle) {
     }
 }
 
+/* The entry for k when one was built, else NULL. */
+static sdpa_entry *find(sdpa_dev *d, const sdpa_key *k) {
+    for (sdpa_entry *e = d->buckets[hash_key(k)]; e; e = e->next)
+        if (memcmp(&e->key, k, sizeof *k) == 0) return e;
+    return NULL;
+}
+
 /* The entry for k, built on first use (its plan NULL when cuDNN refused). */
 static sdpa_entry *lookup(sdpa_dev *d, const sdpa_key *k) {
+    sdpa_entry *e = find(d, k);
+    if (e) return e;
     unsigned h = hash_key(k);
-    for (sdpa_entry *e = d->buckets[h]; e; e = e->next)
-        if (memcmp(&e->key, k, sizeof *k) == 0) return e;
-    sdpa_entry *e = calloc(1, sizeof *e);
+    e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->key = *k;
     gb g = {.e = e, .st = CUDNN_STATUS_SUCCESS, .next_virtual = VIRT};
@@ -575,6 +582,16 @@ bool cti_cuda_attn_cudnn(ct_call *c, const cti_cuda_attn *a, bool bwd, int dev,
     pthread_once(&devs_once, init_devs);
     sdpa_dev *d = &devs[dev];
     pthread_mutex_lock(&d->lock);
+    sdpa_key k = key_of(a, bwd);
+    if (cti_cuda_capturing(dev) && (!d->handle || !find(d, &k))) {
+        pthread_mutex_unlock(&d->lock);
+        *st = cti_cuda_capture_refuse(op, dev,
+                                      d->handle ? "building the cuDNN attention plan for a new "
+                                                  "shape"
+                                                : "creating the cuDNN handle (it loads cuDNN "
+                                                  "and allocates)");
+        return true;
+    }
     if (!d->handle) {
         if (cudnnCreate(&d->handle) != CUDNN_STATUS_SUCCESS) {
             d->handle = NULL;
@@ -584,7 +601,6 @@ bool cti_cuda_attn_cudnn(ct_call *c, const cti_cuda_attn *a, bool bwd, int dev,
         }
         pthread_once(&exit_once, register_exit);
     }
-    sdpa_key k = key_of(a, bwd);
     sdpa_entry *e = lookup(d, &k);
     if (!e || !e->plan) {
         pthread_mutex_unlock(&d->lock);

@@ -23,6 +23,8 @@ typedef struct cti_cuda_attn {
     ct_dtype dt;
     bool tensor_cores; /* f16/bf16: the mma.sync kernels (else the scalar ones) */
     cti_attention_params p;
+    const uint64_t *philox;       /* dropout: NULL, or the draws' state in a CUDA graph
+                                     (ops_impl.h, "random fills") */
     const void *q, *k, *v, *mask; /* mask: uint8 for CTI_ATTN_MASK_BOOL, else dt */
     const void *go, *o, *lse;     /* backward: grad_out, out, lse */
     void *out, *lse_out;          /* forward */

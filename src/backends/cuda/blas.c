@@ -69,6 +69,8 @@ static void register_exit(void) { atexit(destroy_handles); }
  * has made dev current. */
 static ct_status handle_of(const char *op, int dev, cudaStream_t stream, cublasHandle_t *out) {
     blas_dev *d = &devs[dev];
+    if (!d->handle && cti_cuda_capturing(dev))
+        return cti_cuda_capture_refuse(op, dev, "creating the cuBLAS handle (it allocates)");
     if (!d->handle) {
         cublasHandle_t h;
         cublasStatus_t s = cublasCreate(&h);

@@ -601,6 +601,9 @@ static int benchmark(cudnnHandle_t h, const conv_run *r, conv_entry *e) {
  * has made dev current. */
 static ct_status handle_of(const conv_ctx *x, cudaStream_t stream, cudnnHandle_t *out) {
     conv_dev *d = &devs[x->dev];
+    if (!d->handle && cti_cuda_capturing(x->dev))
+        return cti_cuda_capture_refuse(x->op, x->dev,
+                                       "creating the cuDNN handle (it loads cuDNN and allocates)");
     if (!d->handle) {
         cudnnHandle_t h;
         cudnnStatus_t s = cudnnCreate(&h);
@@ -825,7 +828,11 @@ static ct_status run_conv(conv_run *r, const ct_tensor *bias, bool *bias_done,
     if (st == CT_OK) {
         for (e = d->buckets[hv % NBUCKETS]; e; e = e->next)
             if (memcmp(&e->key, &key, sizeof key) == 0) break;
-        if (!e) {
+        if (!e && cti_cuda_capturing(x->dev)) {
+            st = cti_cuda_capture_refuse(x->op, x->dev,
+                                         "choosing the cuDNN algorithm for a new convolution "
+                                         "(by timing each one)");
+        } else if (!e) {
             st = search(h, r, &key, &e);
             if (st == CT_OK) {
                 e->next = d->buckets[hv % NBUCKETS];

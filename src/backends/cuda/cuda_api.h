@@ -18,6 +18,10 @@ typedef struct cti_cuda_api {
     ct_status (*memory_stats)(int device, ct_cuda_memstats *stats);
     ct_status (*reset_peak_memory_stats)(int device);
     ct_status (*empty_cache)(int device);
+    ct_cuda_graph *(*graph_capture_begin)(int device);
+    ct_status (*graph_capture_end)(ct_cuda_graph *graph);
+    ct_status (*graph_replay)(ct_cuda_graph *graph);
+    void (*graph_free)(ct_cuda_graph *graph);
 } cti_cuda_api;
 
 #endif

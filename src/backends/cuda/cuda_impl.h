@@ -123,8 +123,48 @@ const char *cti_cuda_op_label(ct_op op, char *buf, size_t n);
 
 /* ---- allocator (alloc.c) ------------------------------------------------------------------- */
 void cti_cuda_register_allocator(void);
+/* A CUDA graph's private pool of device blocks (the allocator's comment
+ * says how it serves a capture). */
+typedef struct cti_cuda_pool cti_cuda_pool;
+/* An empty pool for a graph on dev; NULL when out of host memory. */
+cti_cuda_pool *cti_cuda_pool_new(int dev);
+/* on: this thread's requests on the pool's device come from the pool (and
+ * the cache) until called with off, which follows cudaStreamEndCapture. */
+void cti_cuda_pool_capture(cti_cuda_pool *p, bool on);
+/* Returns p's unused blocks to the device's cache, hands the blocks
+ * tensors still hold to the cache for when they are freed, and frees p.
+ * NULL is a no-op. */
+void cti_cuda_pool_release(cti_cuda_pool *p);
 
-/* ---- the public API's implementations (device.c, stream.c, alloc.c) -------------------------
+/* ---- CUDA graph captures (graph.c) ----------------------------------------------------------
+ * The checks the rest of the backend makes so that what cannot be replayed
+ * is refused (CT_ERR_CAPTURE, a message naming op) instead of recorded.
+ * Each costs one atomic load while no capture is under way. A refusal on
+ * the capturing thread also fails its capture. */
+/* Before queuing work on device: refused on a thread that captures another
+ * device, and on any other thread while device is captured. */
+ct_status cti_cuda_capture_check_launch(const char *op, int device);
+/* Before the host waits for device (what: "waits for the device", ...):
+ * refused on a capturing thread, and on others while device is captured. */
+ct_status cti_cuda_capture_check_wait(const char *op, int device, const char *what);
+/* Whether this thread is capturing device. */
+bool cti_cuda_capturing(int device);
+/* Refuses, on a thread capturing device, a first use that would allocate
+ * or time on the device (what: "creating the cuBLAS handle"); fails the
+ * capture. */
+ct_status cti_cuda_capture_refuse(const char *op, int device, const char *what);
+/* Fails this thread's capture, if any, with message (alloc.c's refusals). */
+void cti_cuda_capture_failed(ct_status st, const char *message);
+/* For a random kernel about to be queued on device with the draws
+ * (seed, *offset) its front end reserved: outside a capture *state is
+ * NULL and nothing changes; in one, when the draws were reserved during
+ * it, *state points at the graph's device pair (seed, first draw) for their
+ * generator, which every replay renews, and *offset becomes the draws'
+ * offset from that first draw. The kernel then uses seed = state[0] and
+ * first = state[1] + offset. */
+void cti_cuda_philox(int device, uint64_t seed, uint64_t *offset, const uint64_t **state);
+
+/* ---- the public API's implementations (device.c, stream.c, alloc.c, graph.c) ----------------
  * libcten.so's ct_cuda_* functions forward to these through the backend's
  * api table (cuda_api.h, register.c); each behaves as tensor/cuda.h says
  * of the function it implements, and its messages name that function. */
@@ -134,6 +174,10 @@ void *cti_cuda_stream(int device);
 ct_status cti_cuda_memory_stats(int device, ct_cuda_memstats *stats);
 ct_status cti_cuda_reset_peak_memory_stats(int device);
 ct_status cti_cuda_empty_cache(int device);
+ct_cuda_graph *cti_cuda_graph_capture_begin(int device);
+ct_status cti_cuda_graph_capture_end(ct_cuda_graph *graph);
+ct_status cti_cuda_graph_replay(ct_cuda_graph *graph);
+void cti_cuda_graph_free(ct_cuda_graph *graph);
 
 /* ---- elementwise geometry (iter.c) -------------------------------------------------------- */
 /* Fills it for ops[0..nops) (ops[0] the output; the others must broadcast

@@ -51,6 +51,9 @@ static ct_status check_bad(const char *op, int dev, cudaStream_t st,
                            const unsigned long long *bad, const ct_tensor *idx, int dim,
                            int64_t size) {
     unsigned long long pos = 0;
+    if (cti_cuda_capture_check_wait(op, dev, "checks its indices on the host after the kernel (a "
+                                             "host sync)") != CT_OK)
+        return ct_last_status();
     cudaError_t e = cudaMemcpyAsync(&pos, bad, sizeof pos, cudaMemcpyDeviceToHost, st);
     if (e != cudaSuccess) return cti_cuda_fail(op, dev, "cudaMemcpyAsync", e);
     if (cti_cuda_sync(op, dev) != CT_OK) return ct_last_status();

@@ -134,6 +134,9 @@ static ct_status k_mse(ct_call *c) {
 static ct_status check_bad(const char *op, int dev, cudaStream_t st,
                            const unsigned long long *bad, const ct_tensor *idx, int64_t v) {
     unsigned long long pos = 0;
+    if (cti_cuda_capture_check_wait(op, dev, "checks its indices on the host after the kernel (a "
+                                             "host sync)") != CT_OK)
+        return ct_last_status();
     cudaError_t e = cudaMemcpyAsync(&pos, bad, sizeof pos, cudaMemcpyDeviceToHost, st);
     if (e != cudaSuccess) return cti_cuda_fail(op, dev, "cudaMemcpyAsync", e);
     if (cti_cuda_sync(op, dev) != CT_OK) return ct_last_status();
@@ -228,8 +231,11 @@ static ct_status k_dropout(ct_call *c) {
     if (cti_cuda_begin(op, dev, &st) != CT_OK) return ct_last_status();
     const uint8_t *mask_in = bwd ? (const uint8_t *)cti_data(c->in[1]) : NULL;
     uint8_t *mask_out = !bwd && c->nout > 1 && c->out[1] ? (uint8_t *)cti_data(c->out[1]) : NULL;
+    uint64_t first = bwd ? 0 : p->offset;
+    const uint64_t *state = NULL;
+    if (!bwd) cti_cuda_philox(dev, p->seed, &first, &state);
     cudaError_t e = cti_nn_dropout((int)out->dtype, bwd, cti_data(c->in[0]), cti_data(out), mask_in,
-                                   mask_out, n, bwd ? 0 : p->seed, bwd ? 0 : p->offset, p->p, st);
+                                   mask_out, n, bwd ? 0 : p->seed, first, state, p->p, st);
     c->routine = bwd ? "cten_dropout_bwd" : "cten_dropout_philox4x32";
     return finish(op, dev, c->op, e);
 }

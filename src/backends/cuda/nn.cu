@@ -1779,9 +1779,13 @@ __device__ __forceinline__ void philox(uint64_t seed, uint64_t block, uint32_t o
 template <int DT>
 __global__ void __launch_bounds__(kThreads256)
 drop_fwd(const typename dtype<DT>::T *__restrict__ x, typename dtype<DT>::T *__restrict__ y,
-         uint8_t *__restrict__ mask, int64_t n, uint64_t seed, uint64_t first, double p,
-         typename Acc<DT>::A scale) {
+         uint8_t *__restrict__ mask, int64_t n, uint64_t seed, uint64_t first,
+         const uint64_t *__restrict__ state, double p, typename Acc<DT>::A scale) {
     typedef typename Acc<DT>::A A;
+    if (state) { // in a CUDA graph: this replay's draws
+        seed = state[0];
+        first += state[1];
+    }
     const uint64_t b0 = first >> 2, units = ((first + (uint64_t)n - 1) >> 2) - b0 + 1;
     const uint64_t step = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += step) {
@@ -1811,7 +1815,8 @@ drop_bwd(const typename dtype<DT>::T *__restrict__ g, const uint8_t *__restrict_
 
 template <int DT>
 cudaError_t drop_dt(int bwd, const void *x, void *y, const uint8_t *mask_in, uint8_t *mask_out,
-                    int64_t n, uint64_t seed, uint64_t first, double p, cudaStream_t st) {
+                    int64_t n, uint64_t seed, uint64_t first, const uint64_t *state, double p,
+                    cudaStream_t st) {
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
     A scale = (A)(p < 1 ? 1.0 / (1.0 - p) : 0.0);
@@ -1819,9 +1824,12 @@ cudaError_t drop_dt(int bwd, const void *x, void *y, const uint8_t *mask_in, uin
         drop_bwd<DT><<<blocks_for(n, kThreads256, 8192), kThreads256, 0, st>>>(
             (const T *)x, mask_in, (T *)y, n, scale);
     } else {
-        uint64_t units = ((first + (uint64_t)n - 1) >> 2) - (first >> 2) + 1;
+        // The kernel loops over its blocks: with state, first's alignment is
+        // only known when it runs, so the grid takes the most it may need.
+        uint64_t units = state ? ((uint64_t)n + 3) / 4 + 1
+                               : ((first + (uint64_t)n - 1) >> 2) - (first >> 2) + 1;
         drop_fwd<DT><<<blocks_for((int64_t)units, kThreads256, 8192), kThreads256, 0, st>>>(
-            (const T *)x, (T *)y, mask_out, n, seed, first, p, scale);
+            (const T *)x, (T *)y, mask_out, n, seed, first, state, p, scale);
     }
     return cudaGetLastError();
 }
@@ -1888,9 +1896,10 @@ cudaError_t cti_nn_embedding_bwd(int dt, int idx_i32, const void *g, const void 
 }
 
 cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_t *mask_in,
-                           uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first, double p,
-                           cudaStream_t st) {
-    CTI_NN_FLOAT_SWITCH(dt, cti::drop_dt<DTV>(bwd, x, y, mask_in, mask_out, n, seed, first, p, st))
+                           uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first,
+                           const uint64_t *state, double p, cudaStream_t st) {
+    CTI_NN_FLOAT_SWITCH(dt, cti::drop_dt<DTV>(bwd, x, y, mask_in, mask_out, n, seed, first, state,
+                                              p, st))
 }
 
 } // extern "C"

@@ -71,12 +71,16 @@ cudaError_t cti_cuda_reduce(const cti_cuda_red *r, cudaStream_t stream, const ch
 
 /* ---- random fills and ranges (random.cu) -------------------------------------------------------
  * The CPU backend's draw layout (src/backends/cpu/copy.c): element k of a
- * contiguous output uses Philox draws first + k*D ... (normal: per pair). */
+ * contiguous output uses Philox draws first + k*D ... (normal: per pair).
+ * Every random kernel (these, dropout, multinomial, attention's dropout)
+ * also takes state: NULL, or (in a CUDA graph, cti_cuda_philox) a device
+ * pair whose [0] replaces seed and whose [1] is added to first, read when
+ * the kernel runs. */
 enum { CTI_RNG_UNIFORM, CTI_RNG_NORMAL, CTI_RNG_RANDINT };
 
 cudaError_t cti_cuda_random(int kind, void *out, ct_dtype dt, int64_t n, uint64_t seed,
-                            uint64_t first, double a, double b, int64_t ilow, uint64_t irange,
-                            int sm_count, cudaStream_t stream);
+                            uint64_t first, const uint64_t *state, double a, double b,
+                            int64_t ilow, uint64_t irange, int sm_count, cudaStream_t stream);
 /* out[i] = start + i * step, or linspace's symmetric form when steps > 0
  * (first half from start, second half back from end). */
 cudaError_t cti_cuda_range(void *out, ct_dtype dt, int64_t n, double start, double step,
@@ -250,8 +254,8 @@ cudaError_t cti_nn_embedding_bwd(int dt, int idx_i32, const void *g, const void 
                                  int64_t v, int64_t d, int64_t n, int64_t pad, void *work,
                                  unsigned long long *bad, cudaStream_t st);
 cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_t *mask_in,
-                           uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first, double p,
-                           cudaStream_t st);
+                           uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first,
+                           const uint64_t *state, double p, cudaStream_t st);
 
 /* ---- rope, swiglu (rope.cu) ------------------------------------------------------------------ */
 /* One launch of ROPE or ROPE_BACKWARD (schema.h), over units of p pairs: it

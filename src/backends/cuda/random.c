@@ -27,9 +27,11 @@ static ct_status k_random(ct_call *c) {
                : c->op == CT_OP_RAND_NORMAL ? CTI_RNG_NORMAL
                                             : CTI_RNG_RANDINT;
     const cti_random_params *p = CTI_PARAMS(c, cti_random_params);
-    uint64_t irange = (uint64_t)p->high - (uint64_t)p->low;
-    cudaError_t e = cti_cuda_random(kind, cti_data(out), out->dtype, n, p->seed, p->offset, p->a,
-                                    p->b, p->low, irange, cti_cuda_sm_count(dev), stream);
+    uint64_t irange = (uint64_t)p->high - (uint64_t)p->low, first = p->offset;
+    const uint64_t *state;
+    cti_cuda_philox(dev, p->seed, &first, &state);
+    cudaError_t e = cti_cuda_random(kind, cti_data(out), out->dtype, n, p->seed, first, state,
+                                    p->a, p->b, p->low, irange, cti_cuda_sm_count(dev), stream);
     c->routine = kind == CTI_RNG_UNIFORM  ? "cuda_uniform_philox"
                  : kind == CTI_RNG_NORMAL ? "cuda_normal_philox_box_muller"
                                           : "cuda_randint_philox";

@@ -75,6 +75,7 @@ struct RArgs {
     void *out;
     int64_t n;
     uint64_t seed, first, units;
+    const uint64_t *state; // in a CUDA graph: (seed, base of first), read at run time
     double a, b;
     int64_t ilow;
     uint64_t irange;
@@ -97,9 +98,11 @@ __device__ __forceinline__ void normal_pair(const RArgs &r, int64_t e, double u1
 template <int KIND, int DT> __global__ void __launch_bounds__(kThreads) rng_kernel(const RArgs r) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     const double span = r.b - r.a;
+    const uint64_t seed = r.state ? r.state[0] : r.seed;
+    const uint64_t first = r.state ? r.state[1] + r.first : r.first;
     for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < r.units; u += stride) {
         uint32_t d[4];
-        unit_draws(r.seed, r.first, u, d);
+        unit_draws(seed, first, u, d);
         if constexpr (KIND == CTI_RNG_UNIFORM && DT != CT_F64) {
 #pragma unroll
             for (int k = 0; k < 4; k++)
@@ -179,13 +182,14 @@ cudaError_t launch_range(void *out, int64_t n, double start, double step, double
 extern "C" {
 
 cudaError_t cti_cuda_random(int kind, void *out, ct_dtype dt, int64_t n, uint64_t seed,
-                            uint64_t first, double a, double b, int64_t ilow, uint64_t irange,
-                            int sm_count, cudaStream_t stream) {
+                            uint64_t first, const uint64_t *state, double a, double b,
+                            int64_t ilow, uint64_t irange, int sm_count, cudaStream_t stream) {
     cti::RArgs r;
     r.out = out;
     r.n = n;
     r.seed = seed;
     r.first = first;
+    r.state = state;
     r.a = a;
     r.b = b;
     r.ilow = ilow;

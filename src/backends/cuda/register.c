@@ -71,6 +71,10 @@ static const cti_cuda_api api = {
     .memory_stats = cti_cuda_memory_stats,
     .reset_peak_memory_stats = cti_cuda_reset_peak_memory_stats,
     .empty_cache = cti_cuda_empty_cache,
+    .graph_capture_begin = cti_cuda_graph_capture_begin,
+    .graph_capture_end = cti_cuda_graph_capture_end,
+    .graph_replay = cti_cuda_graph_replay,
+    .graph_free = cti_cuda_graph_free,
 };
 
 const cti_abi cti_module_abi = CTI_ABI_HERE;

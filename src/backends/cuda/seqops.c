@@ -36,6 +36,7 @@ static ct_status k_seq(ct_call *c) {
     if ((c->op == CT_OP_MULTINOMIAL || c->op == CT_OP_TOPK_BACKWARD) &&
         cti_cuda_fault_slot_get(op, dev, &a.fault) != CT_OK)
         return ct_last_status();
+    if (c->op == CT_OP_MULTINOMIAL) cti_cuda_philox(dev, p->seed, &a.p.offset, &a.philox);
     a.sms = cti_cuda_sm_count(dev);
     ct_tensor *work = NULL;
     size_t wb = cti_cuda_seq_work(&a);

@@ -472,7 +472,11 @@ template <int DT> __device__ __forceinline__ double weight(const typename dtype<
 template <int DT>
 __global__ void __launch_bounds__(kChunks)
 multinomial_kernel(const typename dtype<DT>::T *x, void *out, cti_seq_params p, int op,
-                   cti_cuda_fault_slot fault) {
+                   cti_cuda_fault_slot fault, const uint64_t *philox) {
+    if (philox) { // in a CUDA graph: this replay's draws
+        p.seed = philox[0];
+        p.offset += philox[1];
+    }
     __shared__ double P[kChunks + 1], cs[kChunks];
     __shared__ unsigned long long s_bad;
     __shared__ unsigned long long s_nnz;
@@ -576,7 +580,7 @@ template <int DT> cudaError_t launch_multinomial_t(const cti_cuda_seq &a, cudaSt
     int64_t blocks = a.p.outer < (int64_t)a.sms * 16 ? a.p.outer : (int64_t)a.sms * 16;
     if (blocks < 1) blocks = 1;
     multinomial_kernel<DT><<<(unsigned)blocks, kChunks, 0, st>>>(
-        (const typename dtype<DT>::T *)a.x, a.out, a.p, a.op, a.fault);
+        (const typename dtype<DT>::T *)a.x, a.out, a.p, a.op, a.fault, a.philox);
     return cudaGetLastError();
 }
 

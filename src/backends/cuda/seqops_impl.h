@@ -28,6 +28,8 @@ typedef struct cti_cuda_seq {
     const int64_t *index; /* topk_backward's indices */
     void *out, *out2;     /* topk: values, indices */
     cti_seq_params p;
+    const uint64_t *philox; /* multinomial: NULL, or the draws' state in a CUDA graph
+                               (ops_impl.h, "random fills") */
     void *work; /* cti_cuda_seq_work bytes of device scratch */
     cti_cuda_fault_slot fault;
     int sms;

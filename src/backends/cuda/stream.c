@@ -83,9 +83,9 @@ static ct_status make_stream(const char *op, int device, cudaStream_t *out) {
     return CT_OK;
 }
 
-ct_status cti_cuda_begin(const char *op, int device, cudaStream_t *stream) {
-    if ((unsigned)device >= CTI_CUDA_MAX_DEVICES)
-        return cti_error(CT_ERR_DEVICE, "%s: invalid CUDA device index %d", op, device);
+/* cti_cuda_begin without the capture check (ct_cuda_stream only hands the
+ * stream out). */
+static ct_status begin(const char *op, int device, cudaStream_t *stream) {
     int cur = -1;
     if (cudaGetDevice(&cur) != cudaSuccess || cur != device) {
         cudaError_t e = cudaSetDevice(device);
@@ -97,6 +97,13 @@ ct_status cti_cuda_begin(const char *op, int device, cudaStream_t *stream) {
     return CT_OK;
 }
 
+ct_status cti_cuda_begin(const char *op, int device, cudaStream_t *stream) {
+    if ((unsigned)device >= CTI_CUDA_MAX_DEVICES)
+        return cti_error(CT_ERR_DEVICE, "%s: invalid CUDA device index %d", op, device);
+    if (cti_cuda_capture_check_launch(op, device) != CT_OK) return ct_last_status();
+    return begin(op, device, stream);
+}
+
 ct_status cti_cuda_launched(const char *op, int device, const char *op_name) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return cti_cuda_fail(op, device, "a kernel launch", e);
@@ -105,6 +112,8 @@ ct_status cti_cuda_launched(const char *op, int device, const char *op_name) {
 }
 
 ct_status cti_cuda_sync(const char *op, int device) {
+    if (cti_cuda_capture_check_wait(op, device, "waits for the device (a host sync)") != CT_OK)
+        return ct_last_status();
     cudaStream_t s = atomic_load_explicit(&streams[device], memory_order_acquire);
     if (!s) return CT_OK; /* nothing was ever queued */
     atomic_fetch_add_explicit(&host_waits, 1, memory_order_relaxed);
@@ -116,14 +125,16 @@ ct_status cti_cuda_sync(const char *op, int device) {
 void *cti_cuda_stream(int device) {
     static const char op[] = "ct_cuda_stream";
     if (cti_cuda_check_device(op, device) != CT_OK) return NULL;
-    cudaStream_t s;
-    if (cti_cuda_begin(op, device, &s) != CT_OK) return NULL;
+    cudaStream_t s = NULL;
+    if (begin(op, device, &s) != CT_OK) return NULL;
     return (void *)s;
 }
 
 ct_status cti_cuda_synchronize(int device) {
     static const char op[] = "ct_cuda_synchronize";
-    if (cti_cuda_check_device(op, device) != CT_OK) return ct_last_status();
+    if (cti_cuda_check_device(op, device) != CT_OK ||
+        cti_cuda_capture_check_wait(op, device, "waits for the device") != CT_OK)
+        return ct_last_status();
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) return cti_cuda_fail(op, device, "cudaSetDevice", e);
     atomic_fetch_add_explicit(&host_waits, 1, memory_order_relaxed);
