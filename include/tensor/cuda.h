@@ -118,10 +118,10 @@ typedef struct ct_cuda_graph ct_cuda_graph;
 ct_cuda_graph *ct_cuda_graph_capture_begin(int device);
 /* Stops recording and makes the graph ready to replay. Must be called on
  * the thread that began the capture. If a call was refused during the
- * capture (or CUDA invalidated it) the graph is discarded and that error
- * is returned (CT_ERR_CAPTURE, or the refused call's status, its message
- * after "the capture failed: "); the graph can then only be freed.
- * CT_ERR_CAPTURE for a graph not being captured (ended already). */
+ * capture (or CUDA invalidated it) the graph is discarded and CT_ERR_CAPTURE
+ * returned, the first refusal's message after "the capture on cuda:N
+ * failed: "; the graph can then only be freed. CT_ERR_CAPTURE also for a
+ * graph not being captured (ended already) or a call on another thread. */
 ct_status ct_cuda_graph_capture_end(ct_cuda_graph *graph);
 /* Queues the recorded work on the graph's device (returns without waiting).
  * CT_ERR_CAPTURE for a graph whose capture did not end or failed, or while
