@@ -121,6 +121,7 @@ static void twin_grads(ct_params *g, ct_params *c, double scale, int skip) {
 static ct_optimizer *make_opt(ct_params *p, bool adamw) {
     ct_optimizer *o = adamw ? ct_optim_adamw_new(p, 0.01, 0.9, 0.99, 1e-6, 0.05)
                             : ct_optim_sgd_new(p, 0.05, 0.9, 0.1, 0.01, false);
+    if (!o) fprintf(stderr, "unexpected failure: %s\n", ct_last_error());
     assert_non_null(o);
     return o;
 }
@@ -316,7 +317,11 @@ static void graph_twins(ct_params **pg, ct_params **pe) {
     *pe = ct_params_new();
     for (int k = 0; k < NP; k++) {
         const char *nm;
-        ct_tensor *t = ct_to_device(ct_params_get(pc, k, &nm), DEV);
+        /* Detached first: the copy of a leaf that requires grad is
+         * recorded, and an optimizer refuses a non-leaf. */
+        ct_tensor *c = ct_detach(ct_params_get(pc, k, &nm));
+        ct_tensor *t = ct_to_device(c, DEV);
+        ct_tensor_release(c);
         ok(ct_requires_grad_(t, true));
         ok(ct_params_add(*pe, nm, t));
         ct_tensor_release(t);
@@ -545,7 +550,11 @@ static void test_checkpoint(void **state) {
     ct_params *pb = ct_params_new();
     for (int k = 0; k < NP; k++) {
         const char *nm;
-        ct_tensor *t = ct_to_device(ct_params_get(pc, k, &nm), DEV);
+        /* Detached first: the copy of a leaf that requires grad is
+         * recorded, and an optimizer refuses a non-leaf. */
+        ct_tensor *c = ct_detach(ct_params_get(pc, k, &nm));
+        ct_tensor *t = ct_to_device(c, DEV);
+        ct_tensor_release(c);
         ok(ct_requires_grad_(t, true));
         ok(ct_params_add(pb, nm, t));
         ct_tensor_release(t);
