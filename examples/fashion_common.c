@@ -26,6 +26,7 @@ enum {
     GIVEN_OPTIM = 1u << 6,
     GIVEN_MOMENTUM = 1u << 7,
     GIVEN_WD = 1u << 8,
+    GIVEN_AMP = 1u << 9,
 };
 
 static const char *optim_name(fashion_optim o) { return o == FASHION_SGD ? "sgd" : "adamw"; }
@@ -53,8 +54,10 @@ static void usage(FILE *f, const char *prog, const fashion_config *d) {
             "  --limit-train N         use the first N training images (default: all)\n"
             "  --limit-test N          use the first N test images (default: all)\n"
             "  --log-every N           a progress line every N steps (default: every ~2 s)\n"
-            "  --cuda-graph            capture the step's forward and backward in a CUDA graph\n"
-            "                          after one eager step and replay it (GPU only)\n",
+            "  --amp bf16|fp16|off     mixed precision: autocast the forward to bfloat16, or to\n"
+            "                          float16 with gradient scaling (default off)\n"
+            "  --cuda-graph            capture the training step in a CUDA graph after one eager\n"
+            "                          step and replay it (GPU only)\n",
             prog, d->model, ct_device_str(d->device, dev, sizeof dev), d->epochs,
             d->batch_size, optim_name(d->optim), d->lr, d->momentum, d->weight_decay, d->seed,
             d->checkpoint ? d->checkpoint : "none", d->data_dir);
@@ -173,6 +176,10 @@ int fashion_parse_args(int argc, char **argv, fashion_config *cfg) {
         } else if (!strcmp(name, "--limit-test")) {
             ok = parse_i64(val, 1, &cfg->limit_test);
             cfg->given |= GIVEN_LIMIT_TEST;
+        } else if (!strcmp(name, "--amp")) {
+            ok = !strcmp(val, "bf16") || !strcmp(val, "fp16") || !strcmp(val, "off");
+            cfg->amp = !strcmp(val, "bf16") ? CT_BF16 : !strcmp(val, "fp16") ? CT_F16 : CT_F32;
+            cfg->given |= GIVEN_AMP;
         } else if (!strcmp(name, "--log-every")) {
             ok = parse_i64(val, 0, &cfg->log_every);
         } else {
@@ -277,6 +284,10 @@ static bool config_from_checkpoint(fashion_config *cfg) {
     if (ok && !(cfg->given & GIVEN_MOMENTUM)) cfg->momentum = momentum;
     if (ok && !(cfg->given & GIVEN_WD)) cfg->weight_decay = wd;
     if (ok && !(cfg->given & GIVEN_LIMIT_TEST)) cfg->limit_test = limit_test;
+    /* Checkpoints from before --amp existed trained in float32. */
+    const char *amp = ct_metadata_get(meta, "amp");
+    if (ok && !(cfg->given & GIVEN_AMP) && amp)
+        cfg->amp = !strcmp(amp, "bf16") ? CT_BF16 : !strcmp(amp, "fp16") ? CT_F16 : CT_F32;
     ct_metadata_free(meta);
     return ok;
 }
@@ -449,6 +460,34 @@ static void sync_device(ct_device d) {
     if (d.type == CT_DEVICE_CUDA) ct_cuda_synchronize(d.index);
 }
 
+static const char *amp_name(ct_dtype amp) {
+    return amp == CT_BF16 ? "bf16" : amp == CT_F16 ? "fp16" : "off";
+}
+
+/* The gradient scaler's scale and growth tracker, as torch saves
+ * scaler.state_dict() beside the optimizer's. */
+static bool save_scaler(const fashion_run *run, ct_metadata *m) {
+    ct_grad_scaler_state st;
+    if (run->cfg->amp != CT_F16) return true;
+    return ct_grad_scaler_get_state(run->scaler, &st) == CT_OK &&
+           !ct_metadata_set_double(m, "grad_scale", st.scale) &&
+           !ct_metadata_set_int(m, "grad_growth_tracker", st.growth_tracker);
+}
+
+/* A float16 run resumed from a float16 checkpoint continues with its scale;
+ * from any other, the scaler starts afresh. */
+static bool restore_scaler(fashion_run *run, const ct_metadata *meta) {
+    ct_grad_scaler_state st;
+    const char *amp = ct_metadata_get(meta, "amp");
+    if (run->cfg->amp != CT_F16 || !amp || strcmp(amp, "fp16")) return true;
+    if (!meta_f64(meta, run->cfg->checkpoint, "grad_scale", 0.0, &st.scale) ||
+        !meta_i64(meta, run->cfg->checkpoint, "grad_growth_tracker", 0, &st.growth_tracker))
+        return false;
+    if (ct_grad_scaler_set_state(run->scaler, &st) == CT_OK) return true;
+    fprintf(stderr, "--resume: %s\n", ct_last_error());
+    return false;
+}
+
 static bool save_checkpoint(fashion_run *run) {
     const fashion_config *cfg = run->cfg;
     double epoch_loss = 0;
@@ -472,6 +511,7 @@ static bool save_checkpoint(fashion_run *run) {
               !ct_metadata_set_double(m, "train_seconds", run->train_seconds) &&
               !ct_metadata_set_double(m, "epoch_loss_sum", epoch_loss) &&
               !ct_metadata_set_int(m, "epoch_steps", run->epoch_steps) &&
+              ct_metadata_set(m, "amp", amp_name(cfg->amp)) == CT_OK && save_scaler(run, m) &&
               ct_checkpoint_save(cfg->checkpoint, run->params, run->opt, run->train, m) == CT_OK;
     if (!ok) fprintf(stderr, "saving the checkpoint %s: %s\n", cfg->checkpoint, ct_last_error());
     ct_metadata_free(m);
@@ -496,7 +536,8 @@ static bool restore_checkpoint(fashion_run *run) {
               meta_i64(meta, path, "step", 0, &run->step) &&
               meta_f64(meta, path, "best_accuracy", -1.0, &run->best_accuracy) &&
               meta_i64(meta, path, "best_epoch", -1, &best_epoch) &&
-              meta_f64(meta, path, "train_seconds", 0.0, &run->train_seconds);
+              meta_f64(meta, path, "train_seconds", 0.0, &run->train_seconds) &&
+              restore_scaler(run, meta);
     ct_metadata_free(meta);
     if (!ok) return false;
     run->best_epoch = best_epoch;
@@ -537,9 +578,11 @@ static void print_header(const fashion_run *run) {
     if (cfg->checkpoint)
         printf(", checkpoint %s (after each epoch and on Ctrl-C)", cfg->checkpoint);
     printf("\n");
+    if (cfg->amp != CT_F32)
+        printf("  mixed precision: forward autocast to %s%s\n", ct_dtype_name(cfg->amp),
+               cfg->amp == CT_F16 ? ", gradients scaled" : "");
     if (cfg->cuda_graph)
-        printf("  CUDA graph: zero_grad, forward, loss and backward captured at the second step "
-               "and replayed; the optimizer step runs eagerly\n");
+        printf("  CUDA graph: the training step captured at the second step and replayed\n");
     if (cfg->resume && run->epoch < cfg->epochs)
         printf("resumed from %s at epoch %" PRId64 ", step %" PRId64 "/%" PRId64 "\n",
                cfg->checkpoint, run->epoch + 1, run->step, cfg->epochs * run->steps_per_epoch);
@@ -567,7 +610,9 @@ bool fashion_run_begin(fashion_run *run, const fashion_config *cfg, const fashio
     run->test = ct_dataloader_new(data->test_x, data->test_y, 1000, false, false, 0);
     run->loss_sum = ct_tensor_zeros(CT_NONE, CT_F32, cfg->device);
     run->epoch_loss_sum = ct_tensor_zeros(CT_NONE, CT_F32, cfg->device);
-    if (!run->train || !run->test || !run->loss_sum || !run->epoch_loss_sum) {
+    /* scaler = torch.amp.GradScaler(enabled=amp == torch.float16) */
+    run->scaler = ct_grad_scaler_new(cfg->device, 65536.0, 2.0, 0.5, 2000, cfg->amp == CT_F16);
+    if (!run->train || !run->test || !run->loss_sum || !run->epoch_loss_sum || !run->scaler) {
         fprintf(stderr, "starting the run: %s\n", ct_last_error());
         run->failed = true;
         return false;
@@ -617,12 +662,25 @@ bool fashion_next_batch(fashion_run *run, ct_tensor **x, ct_tensor **y) {
 
 /* ---- --cuda-graph ------------------------------------------------------------------------ */
 
-/* opt.zero_grad(); loss = F.cross_entropy(model(x), y); loss.backward() */
-static ct_tensor *loss_and_grads(fashion_run *run, ct_tensor *x, ct_tensor *y) {
+void fashion_autocast_begin(const fashion_run *run) {
+    if (run->cfg->amp != CT_F32) ct_autocast_begin(run->cfg->device, run->cfg->amp);
+}
+
+void fashion_autocast_end(const fashion_run *run) {
+    if (run->cfg->amp != CT_F32) ct_autocast_end();
+}
+
+/* The training step the graph records, as the examples' loops run it. */
+static ct_tensor *train_step(fashion_run *run, ct_tensor *x, ct_tensor *y) {
     ct_optim_zero_grad(run->opt);
+    fashion_autocast_begin(run);
     ct_tensor *loss = ct_cross_entropy(run->forward(run->model, x), y, NULL, CT_REDUCTION_MEAN,
                                        -100, 0.0);
-    return loss && ct_backward(loss, NULL, false) == CT_OK ? loss : NULL;
+    fashion_autocast_end(run);
+    bool ok = loss && ct_backward(ct_grad_scaler_scale(run->scaler, loss), NULL, false) == CT_OK &&
+              ct_grad_scaler_step(run->scaler, run->opt) == CT_OK &&
+              ct_grad_scaler_update(run->scaler) == CT_OK;
+    return ok ? loss : NULL;
 }
 
 /* The batch into the graph's static inputs. A smaller batch (the epoch's
@@ -647,7 +705,7 @@ static bool graph_capture(fashion_run *run) {
     run->graph = ct_cuda_graph_capture_begin(run->cfg->device.index);
     if (!run->graph) return false;
     ct_scope *s = ct_scope_begin();
-    ct_tensor *loss = loss_and_grads(run, run->graph_x, run->graph_y);
+    ct_tensor *loss = train_step(run, run->graph_x, run->graph_y);
     run->graph_loss = loss ? ct_keep(loss) : NULL;
     ct_scope_end(s);
     ct_status st = ct_cuda_graph_capture_end(run->graph);
@@ -663,7 +721,7 @@ ct_tensor *fashion_graph_step(fashion_run *run, ct_tensor *x, ct_tensor *y) {
         run->graph_x = gx ? ct_keep(gx) : NULL; /* the run's, not the step's scope's */
         run->graph_y = gy ? ct_keep(gy) : NULL;
         if (!gx || !gy) return NULL;
-        return graph_inputs(run, x, y) ? loss_and_grads(run, run->graph_x, run->graph_y) : NULL;
+        return graph_inputs(run, x, y) ? train_step(run, run->graph_x, run->graph_y) : NULL;
     }
     if (!graph_inputs(run, x, y)) return NULL;
     if (!run->graph && !graph_capture(run)) return NULL;
@@ -781,8 +839,11 @@ bool fashion_end_epoch(fashion_run *run) {
         return false;
     }
     double acc, test_loss;
-    if (fashion_evaluate(run->forward, run->model, run->test, cfg->device, &acc, &test_loss) !=
-        CT_OK) {
+    fashion_autocast_begin(run); /* evaluated in the precision it trains in */
+    ct_status est =
+        fashion_evaluate(run->forward, run->model, run->test, cfg->device, &acc, &test_loss);
+    fashion_autocast_end(run);
+    if (est != CT_OK) {
         fail(run, "evaluation");
         return false;
     }
@@ -838,6 +899,7 @@ int fashion_finish(fashion_run *run) {
     ct_tensor_release(run->loss_sum);
     ct_tensor_release(run->epoch_loss_sum);
     ct_cuda_graph_free(run->graph);
+    ct_grad_scaler_free(run->scaler);
     ct_tensor_release(run->graph_x);
     ct_tensor_release(run->graph_y);
     ct_tensor_release(run->graph_loss);

@@ -37,7 +37,8 @@ typedef struct fashion_config {
     const char *data_dir;
     int64_t limit_train, limit_test; /* 0: the whole set */
     int64_t log_every;               /* steps between progress lines; 0: every ~2 s */
-    bool cuda_graph; /* --cuda-graph: the step's forward and backward replayed from a CUDA graph */
+    bool cuda_graph; /* --cuda-graph: the whole training step replayed from a CUDA graph */
+    ct_dtype amp;    /* --amp: CT_BF16 or CT_F16 autocast of the forward; CT_F32: off */
     unsigned given;                  /* the flags the command line set (internal) */
 } fashion_config;
 
@@ -93,6 +94,9 @@ typedef struct fashion_run {
      * [batch] and its static output, the loss */
     ct_cuda_graph *graph;
     ct_tensor *graph_x, *graph_y, *graph_loss;
+    /* scaler = torch.amp.GradScaler(enabled=amp == float16): a pass-through
+     * unless the run autocasts to float16 */
+    ct_grad_scaler *scaler;
 } fashion_run;
 
 /* Starts the run: makes the data loaders, restores the checkpoint's
@@ -106,16 +110,21 @@ bool fashion_run_begin(fashion_run *run, const fashion_config *cfg, const fashio
  * holds the step's temporaries until the next call. False at the epoch's
  * end, after Ctrl-C or on failure. */
 bool fashion_next_batch(fashion_run *run, ct_tensor **x, ct_tensor **y);
-/* --cuda-graph: the step's loss and gradients for the batch (x, y) as
- *     opt.zero_grad(); loss = cross_entropy(forward(x), y); loss.backward()
- * computes them, replayed from a CUDA graph: the batch is copied into the
- * graph's static input tensors (a smaller last batch padded with targets
- * the loss ignores) and the graph replayed. The first step runs eagerly
- * (the warmup the capture needs); the second captures the graph. The
- * optimizer step stays outside the graph: its learning rate (the cosine
- * schedule) and AdamW's bias correction change every step, and a replay
- * would repeat the captured values. Returns the loss (the run's, or the
- * step's scope's) or NULL with ct_last_error() set. */
+/* --amp: opens the autocast region of the forward pass and the loss,
+ *     with torch.autocast(device, dtype=amp):
+ * and closes it; neither does anything when the run does not autocast. */
+void fashion_autocast_begin(const fashion_run *run);
+void fashion_autocast_end(const fashion_run *run);
+/* --cuda-graph: the whole training step on the batch (x, y),
+ *     opt.zero_grad(); with autocast: loss = cross_entropy(forward(x), y)
+ *     scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+ * replayed from a CUDA graph: the batch is copied into the graph's static
+ * input tensors (a smaller last batch padded with targets the loss
+ * ignores) and the graph replayed. The first step runs eagerly (the warmup
+ * the capture needs); the second captures the graph. The optimizer reads
+ * its learning rate and step counts from device memory, so the schedule's
+ * ct_optim_set_lr before each replay takes effect. Returns the loss (the
+ * run's, or the step's scope's) or NULL with ct_last_error() set. */
 ct_tensor *fashion_graph_step(fashion_run *run, ct_tensor *x, ct_tensor *y);
 /* The learning rate of the step under way: cosine decay from cfg->lr to 0
  * over all the run's steps. */

@@ -7,9 +7,9 @@
  *                 [--checkpoint PATH] [--resume] [--data DIR] ...   (--help lists all)
  *
  * Ctrl-C stops after the step under way and saves a checkpoint; --resume
- * continues from it exactly where the run stopped. On a GPU, --cuda-graph
- * replays the step's zero_grad, forward, loss and backward from a CUDA graph
- * (docs/CUDA_GRAPHS.md), the optimizer step running eagerly after it. */
+ * continues from it exactly where the run stopped. --amp bf16|fp16 trains in
+ * mixed precision (docs/AMP.md); on a GPU, --cuda-graph replays the whole
+ * step from a CUDA graph (docs/CUDA_GRAPHS.md). */
 #include <stdio.h>
 
 #include <tensor/tensor.h>
@@ -92,17 +92,22 @@ int main(int argc, char **argv) {
             while (fashion_next_batch(&run, &x, &y)) { /* for x, y in train_loader: */
                 /* for g in opt.param_groups: g["lr"] = cosine(step) */
                 ct_optim_set_lr(opt, fashion_lr(&run));
-                if (cfg.cuda_graph) { /* zero_grad, model(x), loss, backward from a CUDA graph */
+                if (cfg.cuda_graph) { /* the whole step, replayed from a CUDA graph */
                     ct_tensor *loss = fashion_graph_step(&run, x, y);
-                    fashion_step_done(&run, loss, loss && ct_optim_step(opt) == CT_OK);
+                    fashion_step_done(&run, loss, loss != NULL);
                     continue;
                 }
-                ct_tensor *logits = mlp_forward(&model, x);              /* model(x) */
-                ct_tensor *loss =                                         /* F.cross_entropy */
+                fashion_autocast_begin(&run);                    /* with torch.autocast(): */
+                ct_tensor *logits = mlp_forward(&model, x);      /* model(x) */
+                ct_tensor *loss =                                /* F.cross_entropy */
                     ct_cross_entropy(logits, y, NULL, CT_REDUCTION_MEAN, -100, 0.0);
-                ct_optim_zero_grad(opt);                                  /* opt.zero_grad() */
-                bool ok = loss && ct_backward(loss, NULL, false) == CT_OK /* loss.backward() */
-                          && ct_optim_step(opt) == CT_OK;                 /* opt.step() */
+                fashion_autocast_end(&run);
+                ct_optim_zero_grad(opt);                         /* opt.zero_grad() */
+                ct_tensor *scaled = loss ? ct_grad_scaler_scale(run.scaler, loss) : NULL;
+                bool ok = scaled &&                              /* scaler.scale(loss) */
+                          ct_backward(scaled, NULL, false) == CT_OK /*   .backward() */
+                          && ct_grad_scaler_step(run.scaler, opt) == CT_OK  /* scaler.step(opt) */
+                          && ct_grad_scaler_update(run.scaler) == CT_OK;    /* scaler.update() */
                 fashion_step_done(&run, loss, ok);
             }
             /* test accuracy, checkpoint; false after Ctrl-C or a failure */
