@@ -12,8 +12,8 @@
  * The "CUDA graph" rows run the same step captured once (after one eager
  * step) and replayed: per step, the batch copied into the graph's static
  * inputs and one ct_cuda_graph_replay; their last column is the ratio to
- * the eager step of the same run. SGD at a constant learning rate replays
- * exactly (docs/CUDA_GRAPHS.md).
+ * the float32 eager step of the same run; so are the "bf16 autocast" rows'
+ * (the forward and loss in an autocast region, float32 weights).
  *
  *     bench_cuda_train [blocks] [--profile]
  *
@@ -81,10 +81,14 @@ static ct_tensor *net_forward(net *m, ct_tensor *x) {
     return ct_nn_linear_forward(m->fc2, ct_flatten(x, 1, -1));
 }
 
-/* One step; *loss (when not NULL) receives a reference to the loss. */
-static bool train_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_tensor **loss) {
+/* One step, the forward and loss autocast to amp unless it is CT_F32;
+ * *loss (when not NULL) receives a reference to the loss. */
+static bool train_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_dtype amp,
+                       ct_tensor **loss) {
     ct_scope *s = ct_scope_begin();
+    if (amp != CT_F32) ct_autocast_begin(ct_tensor_device(x), amp);
     ct_tensor *l = ct_cross_entropy(net_forward(m, x), y, NULL, CT_REDUCTION_MEAN, -100, 0.0);
+    if (amp != CT_F32) ct_autocast_end();
     bool ok = l != NULL;
     if (ok) {
         ct_optim_zero_grad(opt);
@@ -98,6 +102,7 @@ static bool train_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct
 typedef struct bcase {
     const char *label;
     bool cnn, graph;
+    ct_dtype amp;               /* CT_BF16: autocast; CT_F32: none */
     double target_ms, torch_ms; /* the goal; PyTorch eager measured on an H200 */
 } bcase;
 
@@ -108,14 +113,15 @@ typedef struct graphed {
 } graphed;
 
 /* One eager step on the static inputs (the warmup), then the capture. */
-static int capture_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, graphed *gr) {
+static int capture_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_dtype amp,
+                        graphed *gr) {
     gr->sx = ct_tensor_zeros_like(x);
     gr->sy = ct_tensor_zeros_like(y);
     if (!gr->sx || !gr->sy || ct_copy_(gr->sx, x) != CT_OK || ct_copy_(gr->sy, y) != CT_OK ||
-        !train_step(m, opt, gr->sx, gr->sy, NULL))
+        !train_step(m, opt, gr->sx, gr->sy, amp, NULL))
         return die("the warmup step", ct_last_error());
     if (!(gr->g = ct_cuda_graph_capture_begin(0))) return die("capture", ct_last_error());
-    bool ok = train_step(m, opt, gr->sx, gr->sy, &gr->loss);
+    bool ok = train_step(m, opt, gr->sx, gr->sy, amp, &gr->loss);
     if (ct_cuda_graph_capture_end(gr->g) != CT_OK || !ok) return die("capture", ct_last_error());
     return 0;
 }
@@ -159,7 +165,7 @@ static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool pro
     double *host = malloc(sizeof(double) * (size_t)blocks);
     if (!per || !host) return die("malloc", "out of memory");
     graphed gr = {0};
-    if (bc->graph && capture_step(&m, opt, x, y, &gr)) return 1;
+    if (bc->graph && capture_step(&m, opt, x, y, bc->amp, &gr)) return 1;
     for (int b = -WARMUP_BLOCKS; b < blocks; b++) {
         if (ct_cuda_synchronize(0) != CT_OK) return die("synchronize", ct_last_error());
         CUDA_OK(cudaEventRecord(t0, stream));
@@ -167,7 +173,8 @@ static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool pro
         ct_tensor *loss = NULL;
         for (int s = 0; s < STEPS; s++) {
             bool ok = bc->graph ? graph_step(&gr, x, y)
-                                : train_step(&m, opt, x, y, s == STEPS - 1 ? &loss : NULL);
+                                : train_step(&m, opt, x, y, bc->amp,
+                                             s == STEPS - 1 ? &loss : NULL);
             if (!ok) return die(bc->label, ct_last_error());
         }
         if (bc->graph) loss = ct_tensor_retain(gr.loss);
@@ -191,7 +198,7 @@ static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool pro
     if (profile && !bc->graph) {
         ct_profile_reset();
         ct_set_profile(true);
-        bool ok = train_step(&m, opt, x, y, NULL);
+        bool ok = train_step(&m, opt, x, y, bc->amp, NULL);
         ct_set_profile(false);
         if (!ok) return die(bc->label, ct_last_error());
         fprintf(stderr, "\none step of %s:\n", bc->label);
@@ -231,11 +238,16 @@ int main(int argc, char **argv) {
            p.name, p.multiprocessors, BATCH, blocks, STEPS);
 
     /* Each graph case follows its model's eager case, its anchor. */
+    /* The bf16 autocast row's anchor is the float32 step above it too: the
+     * goal is that autocast costs nothing at this size. */
     static const bcase cases[] = {
-        {"train step mlp 784-256-10", false, false, 0.25, 0.73},
-        {"  mlp, CUDA graph", false, true, 0.08, 0},
-        {"train step cnn 2conv+fc", true, false, 0.50, 1.34},
-        {"  cnn, CUDA graph", true, true, 0.20, 0},
+        {"train step mlp 784-256-10", false, false, CT_F32, 0.25, 0.73},
+        {"  mlp, CUDA graph", false, true, CT_F32, 0.08, 0},
+        {"  mlp, bf16 autocast", false, false, CT_BF16, 0.25, 0},
+        {"  mlp, bf16 autocast, graph", false, true, CT_BF16, 0.08, 0},
+        {"train step cnn 2conv+fc", true, false, CT_F32, 0.50, 1.34},
+        {"  cnn, CUDA graph", true, true, CT_F32, 0.20, 0},
+        {"  cnn, bf16 autocast", true, false, CT_BF16, 0.50, 0},
     };
     printf("%-30s %10s %10s %10s %12s %14s\n", "case", "ms/step", "host ms", "target", "ratio",
            "vs anchor");
@@ -244,14 +256,14 @@ int main(int argc, char **argv) {
         const bcase *c = &cases[i];
         double ms, host_ms;
         if (bench_case(c, stream, blocks, profile, &ms, &host_ms)) return 1;
-        double anchor = c->graph ? eager_ms : c->torch_ms;
-        if (!c->graph) eager_ms = ms;
+        double anchor = c->torch_ms > 0 ? c->torch_ms : eager_ms;
+        if (c->torch_ms > 0) eager_ms = ms;
         printf("%-30s %10.3f %10.3f %10.2f %11.2fx %13.2fx\n", c->label, ms, host_ms,
                c->target_ms, ms / c->target_ms, ms / anchor);
     }
     printf("ratio: ms/step over the target (<= 1 meets it); host ms: the host's time to queue a "
            "step; vs anchor: eager rows over PyTorch eager's 0.73 / 1.34 ms on an H200 "
-           "(bench/torch_cuda_train.py measures it in the same run), CUDA graph rows over the "
-           "eager step above them\n");
+           "(bench/torch_cuda_train.py measures it in the same run), the other rows over their "
+           "model's float32 eager step\n");
     return 0;
 }

@@ -1,4 +1,5 @@
-"""PyTorch eager on the training steps bench_cuda_train times: the MLP 784-256-10 and the CNN
+"""PyTorch, eager and with the step captured in a CUDA graph, on the training steps
+bench_cuda_train times: the MLP 784-256-10 and the CNN
 conv(1->16, 3x3, pad 1)-relu-maxpool 2-conv(16->32)-relu-maxpool 2-linear(1568->10), batch 64,
 float32 with TF32 off, cross-entropy, zero_grad(set_to_none), backward, SGD momentum 0.9.
 Blocks of 50 steps timed with CUDA events from an idle device, the loss read once per block;
@@ -66,6 +67,47 @@ def torch_ms_per_step(cnn):
     return statistics.median(per)
 
 
+def torch_graph_ms_per_step(cnn):
+    """The same step captured whole in a torch.cuda.CUDAGraph (PyTorch's whole-network
+    capture recipe: warmup on a side stream, static inputs, zero_grad(set_to_none=True)
+    inside) and replayed, the batch copied into the static inputs before each replay."""
+    dev = torch.device("cuda")
+    model = (CNN() if cnn else MLP()).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn((BATCH, 1, 28, 28) if cnn else (BATCH, 28 * 28), device=dev)
+    y = torch.randint(0, 10, (BATCH,), device=dev)
+    sx, sy = x.clone(), y.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(sx), sy).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        static_loss = F.cross_entropy(model(sx), sy)
+        static_loss.backward()
+        opt.step()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per = []
+    for b in range(-WARMUP, BLOCKS):
+        torch.cuda.synchronize()
+        t0.record()
+        for _ in range(STEPS):
+            sx.copy_(x)
+            sy.copy_(y)
+            g.replay()
+        t1.record()
+        static_loss.item()
+        t1.synchronize()
+        if b >= 0:
+            per.append(t0.elapsed_time(t1) / STEPS)
+    return statistics.median(per)
+
+
 def cten_ms_per_step(binary):
     """{"mlp": ms, "cnn": ms} from one run of bench_cuda_train, or None."""
     try:
@@ -77,7 +119,10 @@ def cten_ms_per_step(binary):
         m = re.match(r"train step (mlp|cnn) \S+\s+([0-9.]+)", line)
         if m:
             got[m.group(1)] = float(m.group(2))
-    return got if len(got) == 2 else None
+        m = re.match(r"\s+(mlp|cnn), CUDA graph\s+([0-9.]+)", line)
+        if m:
+            got[m.group(1) + "_graph"] = float(m.group(2))
+    return got if len(got) == 4 else None
 
 
 def main():
@@ -90,19 +135,24 @@ def main():
     build = os.environ.get("CT_GPU_BUILD", "build-gpu")
     binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(build, "bench", "bench_cuda_train")
     have_cten = os.access(binary, os.X_OK)
-    times = {"mlp": [], "cnn": []}
-    ctimes = {"mlp": [], "cnn": []}
+    names = ["mlp", "mlp_graph", "cnn", "cnn_graph"]
+    times = {n: [] for n in names}
+    ctimes = {n: [] for n in names}
     for _ in range(ROUNDS if have_cten else 1):
         for name in times:
-            times[name].append(torch_ms_per_step(name == "cnn"))
+            cnn = name.startswith("cnn")
+            f = torch_graph_ms_per_step if name.endswith("_graph") else torch_ms_per_step
+            times[name].append(f(cnn))
         if have_cten:
             got = cten_ms_per_step(binary)
             if got:
                 for name in ctimes:
                     ctimes[name].append(got[name])
-    print(f"torch {torch.__version__} eager on {torch.cuda.get_device_name()}: batch {BATCH}, "
-          f"float32, TF32 off, SGD momentum; median of {BLOCKS} blocks of {STEPS} steps")
-    labels = {"mlp": "train step mlp 784-256-10", "cnn": "train step cnn 2conv+fc"}
+    print(f"torch {torch.__version__} eager and CUDA graph on {torch.cuda.get_device_name()}: "
+          f"batch {BATCH}, float32, TF32 off, SGD momentum; median of {BLOCKS} blocks of "
+          f"{STEPS} steps")
+    labels = {"mlp": "train step mlp 784-256-10", "cnn": "train step cnn 2conv+fc",
+              "mlp_graph": "  mlp, CUDA graph", "cnn_graph": "  cnn, CUDA graph"}
     for name in times:
         t = statistics.median(times[name])
         if ctimes[name]:

@@ -5,6 +5,7 @@ fashion_mlp.py and fashion_cnn.py, beside examples/fashion_mlp.c and
 examples/fashion_cnn.c."""
 import argparse
 import gzip
+import contextlib
 import math
 import time
 
@@ -28,6 +29,8 @@ def parse_args(description, epochs, batch_size, optimizer, lr, momentum, weight_
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--limit-train", type=int, default=0)
     p.add_argument("--limit-test", type=int, default=0)
+    p.add_argument("--amp", choices=["bf16", "fp16", "off"], default="off",
+                   help="autocast the forward to bfloat16, or float16 with a GradScaler")
     p.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     return p.parse_args()
 
@@ -70,13 +73,31 @@ def cosine_lr(base_lr, step, total):
     return base_lr * (1 + math.cos(math.pi * min(step, total) / total)) / 2
 
 
+def amp_dtype(args):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+
+
+def autocast(args, device):
+    """The region --amp asks for (a disabled one for off), as the C examples open it."""
+    dt = amp_dtype(args)
+    return torch.autocast(device.type, dtype=dt or torch.bfloat16, enabled=dt is not None)
+
+
+def grad_scaler(args, device):
+    enabled = args.amp == "fp16"
+    if hasattr(torch.amp, "GradScaler"):  # PyTorch >= 2.3
+        return torch.amp.GradScaler(device.type, enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled and device.type == "cuda")
+
+
 @torch.no_grad()
-def evaluate(model, x, y, device, batch=1000):
+def evaluate(model, x, y, device, batch=1000, args=None):
     """Accuracy and mean cross-entropy on (x, y), in batches of 1000 as the C examples."""
     correct, loss = 0, 0.0
     for i in range(0, len(x), batch):
         xb, yb = x[i:i + batch].to(device), y[i:i + batch].to(device)
-        logits = model(xb)
+        with autocast(args, device) if args else contextlib.nullcontext():
+            logits = model(xb)
         loss += F.cross_entropy(logits, yb, reduction="sum").item()
         correct += (logits.argmax(1) == yb).sum().item()
     return correct / len(x), loss / len(x)

@@ -31,13 +31,15 @@ def main():
     torch.manual_seed(args.seed)
     model = MLP().to(device)
     opt = fc.make_optimizer(args, model)
+    scaler = fc.grad_scaler(args, device)
     gen = torch.Generator().manual_seed(args.seed)
     n = len(train_x)
     steps = (n + args.batch_size - 1) // args.batch_size
     total = args.epochs * steps
     print(f"pytorch {torch.__version__} mlp: {n} training / {len(test_x)} test images, "
           f"{args.epochs} epochs of {steps} steps, batch {args.batch_size}, {args.optimizer} "
-          f"lr {args.lr}, device {device}, {torch.get_num_threads()} threads", flush=True)
+          f"lr {args.lr}, amp {args.amp}, device {device}, {torch.get_num_threads()} threads",
+          flush=True)
     step, best, t_start = 0, 0.0, fc.now()
     for epoch in range(args.epochs):
         t0 = fc.now()
@@ -48,16 +50,18 @@ def main():
             x, y = train_x[idx].to(device), train_y[idx].to(device)
             for g in opt.param_groups:
                 g["lr"] = fc.cosine_lr(args.lr, step, total)
-            loss = F.cross_entropy(model(x), y)
+            with fc.autocast(args, device):
+                loss = F.cross_entropy(model(x), y)
             opt.zero_grad()
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
             loss_sum += loss.detach()
             step += 1
         fc.sync(device)
         train_time = fc.now() - t0
         t1 = fc.now()
-        acc, test_loss = fc.evaluate(model, test_x, test_y, device)
+        acc, test_loss = fc.evaluate(model, test_x, test_y, device, args=args)
         best = max(best, acc)
         print(f"epoch {epoch + 1}/{args.epochs} done: train loss {loss_sum.item() / steps:.6f}  "
               f"test loss {test_loss:.6f}  test accuracy {100 * acc:.2f}%  "
