@@ -219,7 +219,7 @@ size_t ct_cpu_cached_bytes(void) {
     return n;
 }
 
-static const cti_allocator cpu_allocator = {cpu_alloc, cpu_free, NULL};
+static const cti_allocator cpu_allocator = {cpu_alloc, cpu_free};
 static const cti_allocator *allocators[CT_NUM_DEVICE_TYPES] = {&cpu_allocator};
 
 void cti_register_allocator(ct_device_type type, const cti_allocator *a) {
@@ -274,13 +274,9 @@ ct_tensor *cti_tensor_new(const char *op, int ndim, const int64_t *shape, ct_dty
     if (inl) {
         s->data = (char *)b + CTI_BLOCK_DATA_OFFSET;
     } else {
-        const cti_allocator *a = allocators[device.type];
-        s->data = a->alloc(nbytes, device.index);
+        s->data = allocators[device.type]->alloc(nbytes, device.index);
         if (!s->data) {
             free(b);
-            const char *why = NULL;
-            ct_status rs = a->refused ? a->refused(&why) : CT_OK;
-            if (rs != CT_OK) return cti_error_null(rs, "%s: %s", op, why);
             char d[32];
             return cti_error_null(CT_ERR_OOM, "%s: out of memory allocating %zu bytes for %s %s on %s",
                                   op, nbytes, cti_shape_s(ndim, shape), ct_dtype_name(dtype),

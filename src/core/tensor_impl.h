@@ -18,12 +18,6 @@ typedef struct cti_allocator {
     /* Returns NULL on failure, setting no error (the caller does). */
     void *(*alloc)(size_t nbytes, int device_index);
     void (*free)(void *ptr, size_t nbytes, int device_index);
-    /* Optional (NULL: every failure is a lack of memory). Called right after
-     * alloc returned NULL on this thread: CT_OK when it ran out of memory,
-     * else the status of the rule that refused the request (the CUDA
-     * allocator during a graph capture) with *why its message, which the
-     * caller reports after the op's name. */
-    ct_status (*refused)(const char **why);
 } cti_allocator;
 
 void cti_register_allocator(ct_device_type type, const cti_allocator *a);

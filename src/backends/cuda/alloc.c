@@ -20,15 +20,18 @@
  * graph's pool: first the pool's own unused blocks (freed earlier in the
  * same capture: the graph replays in capture order, so the reuse is ordered
  * as it was recorded), then the device's cache, whose block then belongs to
- * the pool. A request neither can serve is refused: cudaMalloc may not be
- * called by a capturing thread, and the step should have run once eagerly
- * so that the cache holds its memory. A pool's blocks go back to the pool
- * when freed, during the capture or after it, and are handed to nobody
- * else, so the addresses the graph recorded stay its own at every replay;
- * when the graph is freed they return to the cache. With CT_CUDA_NO_CACHE a
- * capture takes a new exact allocation for every request (cudaMalloc with
- * the thread's capture mode relaxed for the call) and frees made during a
- * capture wait for its end (cudaFree would wait for the device). */
+ * the pool, then a new block from cudaMalloc with the thread's capture mode
+ * relaxed for that call, as PyTorch's allocator makes new segments for a
+ * graph's pool (cudaMalloc is not recorded and does not wait for the
+ * device; the thread-local mode would otherwise count it as unsafe and
+ * invalidate the capture). A step run once eagerly before its capture
+ * leaves the cache holding most of what it needs, so few such calls
+ * happen. A pool's blocks go back to the pool when freed, during the
+ * capture or after it, and are handed to nobody else, so the addresses the
+ * graph recorded stay its own at every replay; when the graph is freed they
+ * return to the cache. With CT_CUDA_NO_CACHE a capture takes a new exact
+ * allocation for every request and frees made during a capture wait for its
+ * end (cudaFree would wait for the device). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -285,20 +288,8 @@ static block *new_block(dev_pool *d, int dev, size_t size) {
     return b;
 }
 
-/* Why the last request of this thread was refused (read once by the
- * library through cuda_refused). */
-static _Thread_local ct_status refusal;
-static _Thread_local char refusal_msg[512];
-
-static ct_status cuda_refused(const char **why) {
-    ct_status s = refusal;
-    *why = refusal_msg;
-    refusal = CT_OK;
-    return s;
-}
-
-/* With CT_CUDA_NO_CACHE: a fresh block for a capture, cudaMalloc allowed
- * for this one call (it is not recorded into the graph either way). */
+/* A fresh block for a capture, cudaMalloc allowed for this one call (it is
+ * not recorded into the graph either way). */
 static block *capture_malloc(dev_pool *d, int dev, size_t size) {
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     cudaThreadExchangeStreamCaptureMode(&mode);
@@ -308,38 +299,29 @@ static block *capture_malloc(dev_pool *d, int dev, size_t size) {
     return b;
 }
 
-/* A request of this thread while it captures a graph on dev (pool p). */
+/* A request of this thread while it captures a graph on dev (pool p): the
+ * pool's unused blocks, the cache's, else a new one (all the pool's from
+ * now on). NULL when the device is out of memory, which fails the capture
+ * and is reported by the caller as out of memory. */
 static block *capture_take(dev_pool *d, cti_cuda_pool *p, int dev, size_t nbytes, size_t size,
                            int cls) {
     block *b = NULL;
-    if (no_cache) {
-        b = capture_malloc(d, dev, size);
-    } else if ((b = take_cached(&p->free, size, cls))) {
+    if (!no_cache && (b = take_cached(&p->free, size, cls))) {
         p->cached -= b->size;
         d->st.graph_cached -= b->size;
         return b;
-    } else {
-        b = take_cached(&d->free, size, cls);
     }
+    if (!no_cache) b = take_cached(&d->free, size, cls);
+    if (!b) b = capture_malloc(d, dev, size);
     if (b) {
         b->pool = p;
         return b;
     }
-    if (no_cache) {
-        snprintf(refusal_msg, sizeof refusal_msg,
-                 "out of memory allocating %zu bytes on cuda:%d during a CUDA graph capture",
-                 nbytes, dev);
-        cti_cuda_capture_failed(CT_ERR_OOM, refusal_msg);
-        return NULL; /* reported by the caller as out of memory */
-    }
-    refusal = CT_ERR_CAPTURE;
-    snprintf(refusal_msg, sizeof refusal_msg,
-             "cannot allocate %zu bytes (a block of %zu) on cuda:%d during a CUDA graph "
-             "capture: the caching allocator holds no unused block of that size, and a new "
-             "one would need cudaMalloc, which a capture does not allow; run the step once "
-             "eagerly before capturing it, so that the cache holds the memory it needs",
-             nbytes, size, dev);
-    cti_cuda_capture_failed(CT_ERR_CAPTURE, refusal_msg);
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "out of memory allocating %zu bytes on cuda:%d during a CUDA graph capture", nbytes,
+             dev);
+    cti_cuda_capture_failed(CT_ERR_OOM, msg);
     return NULL;
 }
 
@@ -389,7 +371,7 @@ static void cuda_free(void *p, size_t nbytes, int dev) {
     pthread_mutex_unlock(&d->lock);
 }
 
-static const cti_allocator cuda_allocator = {cuda_alloc, cuda_free, cuda_refused};
+static const cti_allocator cuda_allocator = {cuda_alloc, cuda_free};
 
 void cti_cuda_register_allocator(void) {
     pthread_once(&pools_once, init_pools);

@@ -21,7 +21,6 @@
  *    dispatcher's capture guard) and work queued on another device;
  *  - a wait for the device (cti_cuda_sync, ct_cuda_synchronize, the kernels
  *    that read a result back to check it);
- *  - an allocation the cache cannot serve without cudaMalloc (alloc.c);
  *  - first uses that allocate or time on the device: creating the cuBLAS or
  *    cuDNN handle, a cuDNN algorithm search or attention plan;
  *  - on other threads, work queued on the captured device or a wait for it.
