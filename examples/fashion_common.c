@@ -706,7 +706,8 @@ static bool graph_capture(fashion_run *run) {
     if (!run->graph) return false;
     ct_scope *s = ct_scope_begin();
     ct_tensor *loss = train_step(run, run->graph_x, run->graph_y);
-    run->graph_loss = loss ? ct_keep(loss) : NULL;
+    /* out of the capture's scope and of the step's: the run's own */
+    run->graph_loss = loss ? ct_keep(ct_keep(loss)) : NULL;
     ct_scope_end(s);
     ct_status st = ct_cuda_graph_capture_end(run->graph);
     return loss && st == CT_OK;
