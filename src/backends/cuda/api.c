@@ -55,3 +55,17 @@ ct_status ct_cuda_empty_cache(int device) {
     const cti_cuda_api *a = loaded();
     return a ? a->empty_cache(device) : absent("ct_cuda_empty_cache");
 }
+
+const cti_nccl_api *cti_cuda_nccl_api(const char *op) {
+    const cti_cuda_api *a = loaded();
+    if (!a) {
+        absent(op);
+        return NULL;
+    }
+    if (!a->nccl)
+        cti_error(CT_ERR_UNSUPPORTED,
+                  "%s: the CUDA module was built without NCCL (nccl.h and libnccl were not found, "
+                  "or -Ddist=disabled)",
+                  op);
+    return a->nccl;
+}

@@ -135,6 +135,13 @@ ct_status cti_cuda_memory_stats(int device, ct_cuda_memstats *stats);
 ct_status cti_cuda_reset_peak_memory_stats(int device);
 ct_status cti_cuda_empty_cache(int device);
 
+/* ---- NCCL (nccl.c, built where NCCL is found): the table the dist layer
+ * calls (cuda_api.h), the api table's nccl field. */
+#ifdef CTI_HAVE_NCCL
+struct cti_nccl_api;
+extern const struct cti_nccl_api cti_cuda_nccl;
+#endif
+
 /* ---- elementwise geometry (iter.c) -------------------------------------------------------- */
 /* Fills it for ops[0..nops) (ops[0] the output; the others must broadcast
  * to its shape, as the front ends check). */

@@ -71,6 +71,9 @@ static const cti_cuda_api api = {
     .memory_stats = cti_cuda_memory_stats,
     .reset_peak_memory_stats = cti_cuda_reset_peak_memory_stats,
     .empty_cache = cti_cuda_empty_cache,
+#ifdef CTI_HAVE_NCCL
+    .nccl = &cti_cuda_nccl,
+#endif
 };
 
 const cti_abi cti_module_abi = CTI_ABI_HERE;
