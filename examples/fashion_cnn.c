@@ -7,7 +7,12 @@
  *                 [--checkpoint PATH] [--resume] [--data DIR] ...   (--help lists all)
  *
  * Ctrl-C stops after the step under way and saves a checkpoint; --resume
- * continues from it exactly where the run stopped. */
+ * continues from it exactly where the run stopped.
+ *
+ * Data-parallel over N processes (docs/DISTRIBUTED.md), each with its share
+ * of every epoch, gradients averaged during backward:
+ *
+ *     mpirun -np N fashion_cnn --ddp [--device cuda] ... */
 #include <stdio.h>
 
 #include <tensor/tensor.h>
@@ -86,13 +91,20 @@ int main(int argc, char **argv) {
     cnn model = {0};
     ct_params *params = ct_params_new();
     ct_optimizer *opt = NULL;
+    ct_ddp *ddp = NULL;
     if (!gen || !params || !cnn_init(&model, cfg.device, gen) || !cnn_params(&model, params)) {
         fprintf(stderr, "building the model: %s\n", ct_last_error());
         rc = 1;
         goto done;
     }
     /* opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay) */
-    opt = fashion_optimizer_new(&cfg, params);
+    /* model = DistributedDataParallel(model): rank 0's initial values everywhere */
+    if (cfg.ddp && !(ddp = ct_ddp_new(params, NULL))) {
+        fprintf(stderr, "wrapping the model: %s\n", ct_last_error());
+        rc = 1;
+        goto done;
+    }
+    opt = fashion_optimizer_new(&cfg, ddp ? ct_ddp_optim_params(ddp) : params);
     if (!opt) {
         rc = 1;
         goto done;
@@ -109,8 +121,9 @@ int main(int argc, char **argv) {
                 ct_tensor *loss =                                         /* F.cross_entropy */
                     ct_cross_entropy(logits, y, NULL, CT_REDUCTION_MEAN, -100, 0.0);
                 ct_optim_zero_grad(opt);                                  /* opt.zero_grad() */
-                bool ok = loss && ct_backward(loss, NULL, false) == CT_OK /* loss.backward() */
-                          && ct_optim_step(opt) == CT_OK;                 /* opt.step() */
+                bool ok = loss && (ddp ? ct_ddp_backward(ddp, loss, NULL) /* loss.backward() */
+                                       : ct_backward(loss, NULL, false)) == CT_OK &&
+                          (ddp ? ct_ddp_step(ddp, opt) : ct_optim_step(opt)) == CT_OK; /* opt.step() */
                 fashion_step_done(&run, loss, ok);
             }
             /* test accuracy, checkpoint; false after Ctrl-C or a failure */
@@ -121,6 +134,8 @@ int main(int argc, char **argv) {
 
 done:
     ct_optim_free(opt);
+    ct_ddp_free(ddp);
+    ct_dist_finalize(); /* no-op without --ddp, or after fashion_finish */
     ct_params_free(params);
     cnn_free(&model);
     ct_generator_free(gen);

@@ -37,6 +37,11 @@ typedef struct fashion_config {
     const char *data_dir;
     int64_t limit_train, limit_test; /* 0: the whole set */
     int64_t log_every;               /* steps between progress lines; 0: every ~2 s */
+    /* --ddp: data-parallel over the processes of an MPI launch (mpirun -np N;
+     * tensor/dist.h): each trains on its shard of every epoch, rank 0 prints
+     * and writes the checkpoint. fashion_setup starts the process group,
+     * fashion_finish ends it. */
+    bool ddp;
     unsigned given;                  /* the flags the command line set (internal) */
 } fashion_config;
 
