@@ -323,12 +323,14 @@ static ct_tensor *net_loss(net *m, uint64_t salt, int r) {
 
 /* Each parameter's gradient summed over every rank's batches, divided by
  * the world size: what DDP must leave in every rank's .grad. Computed by
- * running each rank's pass here. */
-static double **reference_grads(net *m, const uint64_t *salts, int nsalts) {
+ * running each rank's pass here. With only >= 0, that rank's own sums
+ * alone (what a pass that communicates nothing leaves). */
+static double **reference_grads_of(net *m, const uint64_t *salts, int nsalts, int only) {
     double **ref = calloc(6, sizeof *ref);
     ct_tensor *ts[] = {m->w1, m->b1, m->unused, m->w2, m->b2, m->half};
     for (int k = 0; k < 6; k++) ref[k] = calloc((size_t)ct_tensor_numel(ts[k]), sizeof **ref);
     for (int r = 0; r < world; r++) {
+        if (only >= 0 && r != only) continue;
         for (int k = 0; k < 6; k++) ct_zero_grad(ts[k]);
         for (int s = 0; s < nsalts; s++) {
             ct_scope *sc = ct_scope_begin();
@@ -338,12 +340,17 @@ static double **reference_grads(net *m, const uint64_t *salts, int nsalts) {
         for (int k = 0; k < 6; k++) {
             if (!ct_grad(ts[k])) continue;
             double *g = tu_values(ct_grad(ts[k]));
-            for (int64_t i = 0; i < ct_tensor_numel(ts[k]); i++) ref[k][i] += g[i] / world;
+            for (int64_t i = 0; i < ct_tensor_numel(ts[k]); i++)
+                ref[k][i] += only >= 0 ? g[i] : g[i] / world;
             free(g);
         }
     }
     for (int k = 0; k < 6; k++) ct_zero_grad(ts[k]);
     return ref;
+}
+
+static double **reference_grads(net *m, const uint64_t *salts, int nsalts) {
+    return reference_grads_of(m, salts, nsalts, -1);
 }
 
 static void free_ref(double **ref) {
@@ -436,13 +443,28 @@ static void test_ddp_no_sync(void **state) {
     assert_non_null(d);
     uint64_t salts[] = {3000, 3001, 3002};
     double **ref = reference_grads(&m, salts, 3);
+    double **local = reference_grads_of(&m, salts, 2, rank);
     assert_true(ct_ddp_set_sync(d, false));
     for (int s = 0; s < 2; s++) {
         ct_scope *sc = ct_scope_begin();
         ok(ct_ddp_backward(d, net_loss(&m, salts[s], rank), NULL));
         ct_scope_end(sc);
     }
-    /* Nothing was reduced yet: rank 0's w1 gradient is its own sum. */
+    /* Nothing was reduced yet: each rank holds its own sums ("unused" none,
+     * "half" only on rank 0). */
+    ct_tensor *ts[] = {m.w1, m.b1, m.unused, m.w2, m.b2, m.half};
+    for (int k = 0; k < 6; k++) {
+        ct_tensor *g = ct_grad(ts[k]);
+        if (k == 2 || (k == 5 && rank != 0)) {
+            assert_null(g);
+            continue;
+        }
+        assert_non_null(g);
+        double *got = tu_values(g);
+        tu_assert_close(got, local[k], ct_tensor_numel(ts[k]), 1e-5, 1e-6);
+        free(got);
+    }
+    free_ref(local);
     assert_false(ct_ddp_set_sync(d, true));
     ct_scope *sc = ct_scope_begin();
     ok(ct_ddp_backward(d, net_loss(&m, salts[2], rank), NULL));

@@ -28,7 +28,8 @@ bool cti_mpi_built(void);
 ct_status cti_mpi_open(const char *op, int *rank, int *world, int *local_rank);
 /* Starts c (a barrier when c is NULL) on host buffers. */
 ct_status cti_mpi_start(const char *op, const cti_coll *c, cti_mpi_work **work);
-/* Lets MPI progress work, *done when it completed (then work is freed). */
+/* Lets MPI progress work, *done when it completed or failed (either way
+ * work is freed). */
 ct_status cti_mpi_test(const char *op, cti_mpi_work *work, bool *done);
 /* Polls work until it completes (CT_OK, work freed) or the deadline on
  * cti_dist_now's clock passes (*timed_out, CT_ERR_RUNTIME with no message

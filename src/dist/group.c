@@ -323,6 +323,8 @@ struct cti_dist_work {
     cti_coll c;
     ct_tensor *out, *in;
     cti_mpi_work *mpi; /* CPU under MPI */
+    ct_status failed;  /* an error progress met, with its message */
+    char *failed_msg;
     bool cuda;
     double deadline;
 };
@@ -347,13 +349,14 @@ ct_status cti_dist_start(const char *op, cti_coll_kind kind, ct_tensor *out, ct_
     w->deadline = cti_dist_now() + g.timeout_s;
     ct_device dev = out->storage->device;
     ct_status st = CT_OK;
+    /* Every rank has the same shapes, so all skip an empty collective. */
     if (dev.type == CT_DEVICE_CUDA) {
         const cti_nccl_api *api;
         st = nccl_comm(op, dev.index, &api);
         if (st == CT_OK && w->c.count) st = api->run(g.nccl, &w->c, g.timeout_s);
         w->cuda = true;
     } else if (g.how == LAUNCH_MPI) {
-        if (w->c.count || kind != CTI_COLL_ALL_REDUCE) st = cti_mpi_start(op, &w->c, &w->mpi);
+        if (w->c.count) st = cti_mpi_start(op, &w->c, &w->mpi);
     } else if (g.world == 1) {
         run_local(&w->c);
     } else {
@@ -376,8 +379,13 @@ ct_status cti_dist_start(const char *op, cti_coll_kind kind, ct_tensor *out, ct_
 void cti_dist_progress(cti_dist_work *w) {
     if (!w || !w->mpi) return;
     bool done;
-    if (cti_mpi_test(w->op, w->mpi, &done) == CT_OK && done) w->mpi = NULL;
-    ct_clear_error();
+    ct_status st = cti_mpi_test(w->op, w->mpi, &done);
+    if (done) w->mpi = NULL;
+    /* Kept for cti_dist_finish to report. */
+    if (st != CT_OK) {
+        w->failed = st;
+        w->failed_msg = strdup(ct_last_error());
+    }
 }
 
 static void hold(ct_tensor *t) {
@@ -391,12 +399,15 @@ static void hold(ct_tensor *t) {
 static void work_free(cti_dist_work *w) {
     cti_unref(w->out);
     cti_unref(w->in);
+    free(w->failed_msg);
     free(w);
 }
 
 ct_status cti_dist_finish(cti_dist_work *w) {
     ct_status st = CT_OK;
-    if (w->mpi) {
+    if (w->failed) {
+        st = break_group(cti_error(w->failed, "%s", w->failed_msg ? w->failed_msg : w->op));
+    } else if (w->mpi) {
         bool timed_out;
         st = cti_mpi_wait(w->op, w->mpi, w->deadline, &timed_out);
         if (timed_out) {
@@ -407,6 +418,7 @@ ct_status cti_dist_finish(cti_dist_work *w) {
                 w->op, g.rank, g.world, g.timeout_s));
             hold(w->out);
             hold(w->in);
+            free(w->failed_msg);
             free(w);
             return st;
         }

@@ -190,7 +190,12 @@ ct_status cti_mpi_test(const char *op, cti_mpi_work *work, bool *done) {
     MPI_Status status;
     int rc = MPI_Test(&work->req, &flag, &status);
     *done = false;
-    if (rc != MPI_SUCCESS) return mpi_fail(op, "MPI_Test", rc);
+    if (rc != MPI_SUCCESS) {
+        /* A failed request is complete (MPI frees it). */
+        free(work);
+        *done = true;
+        return mpi_fail(op, "MPI_Test", rc);
+    }
     if (flag) {
         free(work);
         *done = true;
