@@ -21,6 +21,7 @@
 
 #include "cuda_api.h"
 #include "cuda_impl.h"
+#include "tensor/dist.h"
 
 #define RING 256          /* pending collectives watched one by one */
 #define WATCH_PERIOD_MS 20
