@@ -114,7 +114,8 @@ int main(int argc, char **argv) {
         ct_dist_finalize();
         return 2;
     }
-    if (o.device.type == CT_DEVICE_CUDA) o.device.index = ct_dist_local_rank() % ct_cuda_device_count();
+    if (o.device.type == CT_DEVICE_CUDA)
+        o.device.index = ct_dist_local_rank() % ct_cuda_device_count();
     bool anchor = o.device.type == CT_DEVICE_CPU;
     FILE *js = rank == 0 && o.json ? fopen(o.json, "w") : NULL;
     if (js) fprintf(js, "[\n");

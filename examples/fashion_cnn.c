@@ -121,9 +121,10 @@ int main(int argc, char **argv) {
                 ct_tensor *loss =                                         /* F.cross_entropy */
                     ct_cross_entropy(logits, y, NULL, CT_REDUCTION_MEAN, -100, 0.0);
                 ct_optim_zero_grad(opt);                                  /* opt.zero_grad() */
-                bool ok = loss && (ddp ? ct_ddp_backward(ddp, loss, NULL) /* loss.backward() */
-                                       : ct_backward(loss, NULL, false)) == CT_OK &&
-                          (ddp ? ct_ddp_step(ddp, opt) : ct_optim_step(opt)) == CT_OK; /* opt.step() */
+                bool ok = loss &&
+                          (ddp ? ct_ddp_backward(ddp, loss, NULL)          /* loss.backward() */
+                               : ct_backward(loss, NULL, false)) == CT_OK &&
+                          (ddp ? ct_ddp_step(ddp, opt) : ct_optim_step(opt)) == CT_OK; /* step */
                 fashion_step_done(&run, loss, ok);
             }
             /* test accuracy, checkpoint; false after Ctrl-C or a failure */

@@ -599,7 +599,8 @@ bool fashion_run_begin(fashion_run *run, const fashion_config *cfg, const fashio
         return false;
     }
     /* sampler = DistributedSampler(train, num_replicas, rank, seed=seed) */
-    if (cfg->ddp && ct_dataloader_shard(run->train, ct_dist_rank(), ct_dist_world_size()) != CT_OK) {
+    if (cfg->ddp &&
+        ct_dataloader_shard(run->train, ct_dist_rank(), ct_dist_world_size()) != CT_OK) {
         fprintf(stderr, "sharding the data: %s\n", ct_last_error());
         run->failed = true;
         return false;

@@ -127,7 +127,8 @@ static void train(mlp *m, int mode /* 0 plain, 1 DDP, 2 ZeRO-1 */) {
     for (int s = 0; s < 3; s++) {
         ct_scope *sc = ct_scope_begin();
         ct_tensor *x = checked(ct_tensor_randn(gen, 2, (int64_t[]){16, 64}, CT_F32, CT_CUDA(0)));
-        ct_tensor *y = checked(ct_tensor_randint(gen, 0, 10, 1, (int64_t[]){16}, CT_I64, CT_CUDA(0)));
+        ct_tensor *y =
+            checked(ct_tensor_randint(gen, 0, 10, 1, (int64_t[]){16}, CT_I64, CT_CUDA(0)));
         ct_tensor *h = ct_relu(ct_nn_linear_forward(m->fc1, x));
         ct_tensor *loss = checked(ct_cross_entropy(ct_nn_linear_forward(m->fc2, h), y, NULL,
                                                    CT_REDUCTION_MEAN, -100, 0.0));

@@ -497,7 +497,7 @@ static void test_ddp_errors(void **state) {
     net_free(&m);
 }
 
-/* ---- the Fashion-MNIST MLP: 2 ranks against one process --------------------------------------- */
+/* ---- the Fashion-MNIST MLP: 2 ranks against one process ------------------------------------ */
 #define BATCH 16
 #define STEPS 4
 

@@ -328,7 +328,8 @@ static ct_status write_back(ct_ddp *d, const bool *used) {
 
 /* Starts what the pass left, finishes everything, writes the averages. */
 static ct_status finish_pass(ct_ddp *d, ct_status st) {
-    for (int64_t k = d->next; st == CT_OK && k < d->nbuckets; k++) d->buckets[k].ready = d->buckets[k].count;
+    for (int64_t k = d->next; st == CT_OK && k < d->nbuckets; k++)
+        d->buckets[k].ready = d->buckets[k].count;
     if (st == CT_OK) st = start_ready(d, false);
     bool *used = NULL;
     if (st == CT_OK && d->find_unused && d->nslots) {

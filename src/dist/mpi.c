@@ -29,7 +29,8 @@ bool cti_mpi_built(void) { return true; }
 static ct_status mpi_fail(const char *op, const char *call, int rc) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) len = snprintf(msg, sizeof msg, "code %d", rc);
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        len = snprintf(msg, sizeof msg, "code %d", rc);
     int rank = -1;
     if (comm != MPI_COMM_NULL) MPI_Comm_rank(comm, &rank);
     return cti_error(CT_ERR_RUNTIME, "%s: %s failed on rank %d: %.*s", op, call, rank, len, msg);
@@ -50,10 +51,18 @@ static void half_reduce(const void *in, void *inout, int n, bool bf, bool max) {
     }
 }
 
-static void f16_sum(void *in, void *inout, int *n, MPI_Datatype *t) { half_reduce(in, inout, *n, false, false); }
-static void f16_max(void *in, void *inout, int *n, MPI_Datatype *t) { half_reduce(in, inout, *n, false, true); }
-static void bf16_sum(void *in, void *inout, int *n, MPI_Datatype *t) { half_reduce(in, inout, *n, true, false); }
-static void bf16_max(void *in, void *inout, int *n, MPI_Datatype *t) { half_reduce(in, inout, *n, true, true); }
+static void f16_sum(void *in, void *inout, int *n, MPI_Datatype *t) {
+    half_reduce(in, inout, *n, false, false);
+}
+static void f16_max(void *in, void *inout, int *n, MPI_Datatype *t) {
+    half_reduce(in, inout, *n, false, true);
+}
+static void bf16_sum(void *in, void *inout, int *n, MPI_Datatype *t) {
+    half_reduce(in, inout, *n, true, false);
+}
+static void bf16_max(void *in, void *inout, int *n, MPI_Datatype *t) {
+    half_reduce(in, inout, *n, true, true);
+}
 
 static MPI_Datatype mpi_type(ct_dtype dt) {
     switch (dt) {

@@ -155,7 +155,8 @@ static ct_status rank0(const char *op, const char *path, int world, double timeo
             char list[256] = "";
             size_t at = 0;
             for (int r = 1; r < world && at < sizeof list - 16; r++)
-                if (!seen[r]) at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", at ? ", " : "", r);
+                if (!seen[r])
+                    at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", at ? ", " : "", r);
             st = cti_error(CT_ERR_RUNTIME,
                            "%s: rendezvous at %s: %d of %d ranks did not join within %g s "
                            "(missing: %s%s)",

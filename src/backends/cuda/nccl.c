@@ -130,7 +130,8 @@ static void watch_locked(comm *c) {
     }
     if (c->failed) return;
     ncclResult_t r = ncclSuccess;
-    if (ncclCommGetAsyncError(c->nc, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress) {
+    if (ncclCommGetAsyncError(c->nc, &r) == ncclSuccess && r != ncclSuccess &&
+        r != ncclInProgress) {
         nccl_fail(c->count ? c->ring[c->head].op : "ct_dist", "NCCL (asynchronous error)", r,
                   c->nc, c->device);
         fail_locked(c);
@@ -314,10 +315,11 @@ static ct_status wait_all(void *handle, const char *op, double timeout_s) {
         struct timespec t = {0, 200000};
         nanosleep(&t, NULL);
     }
-    /* After an abort the kernels return and the event completes. */
-    cudaEventSynchronize(ev);
+    /* After a failure the event may never complete (the work before the
+     * collectives may be what stalls); it is released when it does. */
     cudaEventDestroy(ev);
-    if (e != cudaSuccess && e != cudaErrorNotReady) return cti_cuda_fail(op, c->device, "cudaEventQuery", e);
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        return cti_cuda_fail(op, c->device, "cudaEventQuery", e);
     return check(c, op);
 }
 
