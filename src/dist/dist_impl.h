@@ -13,9 +13,14 @@
 
 /* Seconds on a monotonic clock. */
 double cti_dist_now(void);
-/* Sleeps a little longer each call as *spins grows (yields first), so a
- * poll for a peer neither burns a core nor adds much latency. */
+/* Between two polls for a peer: returns at once for the first calls (MPI
+ * progresses a nonblocking collective only inside its calls), then yields,
+ * then sleeps a little longer each call (to 2 ms), so a long wait neither
+ * burns a core nor adds much latency to a short one. *spins counts the
+ * calls; starting it at CTI_DIST_SLEEP_SPINS sleeps from the first (polls
+ * of a file). */
 void cti_dist_backoff(int *spins);
+#define CTI_DIST_SLEEP_SPINS 2200
 
 /* ---- MPI (mpi.c) ---------------------------------------------------------------------
  * Collectives on host buffers over a duplicate of MPI_COMM_WORLD whose

@@ -54,12 +54,14 @@ double cti_dist_now(void) {
 
 void cti_dist_backoff(int *spins) {
     int s = (*spins)++;
-    if (s < 64) {
+    if (s < 2000) return;
+    if (s < CTI_DIST_SLEEP_SPINS) {
         sched_yield();
         return;
     }
     /* 20 us doubling to 2 ms. */
-    long ns = 20000L << (s - 64 < 7 ? s - 64 : 7);
+    s -= CTI_DIST_SLEEP_SPINS;
+    long ns = 20000L << (s < 7 ? s : 7);
     struct timespec t = {0, ns};
     nanosleep(&t, NULL);
 }

@@ -143,7 +143,7 @@ static ct_status rank0(const char *op, const char *path, int world, double timeo
     snprintf(text, n, MAGIC "run %016" PRIx64 "\nworld %d\n%s\n", run, world, blob);
     if ((st = write_atomic(op, path, text)) != CT_OK) goto done;
     double deadline = cti_dist_now() + timeout_s;
-    int missing = world - 1, spins = 0;
+    int missing = world - 1, spins = CTI_DIST_SLEEP_SPINS;
     while (missing > 0) {
         for (int r = 1; r < world; r++)
             if (!seen[r] && acked(acks[r], run)) {
@@ -187,7 +187,7 @@ static ct_status other_rank(const char *op, const char *path, int rank, int worl
     double deadline = cti_dist_now() + timeout_s;
     uint64_t joined = 0; /* the run acknowledged, 0 for none */
     bool have = false;
-    int other_world = 0, spins = 0;
+    int other_world = 0, spins = CTI_DIST_SLEEP_SPINS;
     ct_status st = CT_OK;
     for (;;) {
         char *text = slurp(path);
