@@ -55,7 +55,7 @@ typedef struct ct_dist_options {
  * [0, WORLD_SIZE), no rendezvous path for WORLD_SIZE > 1, an MPI launch in a
  * build without MPI) is CT_ERR_INVALID_ARG, a rendezvous that does not
  * complete within the timeout CT_ERR_RUNTIME, naming the file and what was
- * found there. */
+ * found there (a file that is not a rendezvous file: CT_ERR_FORMAT). */
 ct_status ct_dist_init(const ct_dist_options *opts);
 /* Ends the group: frees NCCL's communicator and finalizes MPI if
  * ct_dist_init started it. Collective under MPI: every rank calls it. No-op
