@@ -57,10 +57,13 @@ static void usage(FILE *f, const char *prog, const fashion_config *d) {
             "  --amp bf16|fp16|off     mixed precision: autocast the forward to bfloat16, or to\n"
             "                          float16 with gradient scaling (default off)\n"
             "  --cuda-graph            capture the training step in a CUDA graph after one eager\n"
-            "                          step and replay it (GPU only)\n",
+            "                          step and replay it (GPU only)\n"
+            "  --ddp                   data-parallel training over the processes of an MPI launch\n"
+            "                          (mpirun -np N %s --ddp): each trains on its share of\n"
+            "                          every epoch with --batch-size per process; rank 0 prints\n",
             prog, d->model, ct_device_str(d->device, dev, sizeof dev), d->epochs,
             d->batch_size, optim_name(d->optim), d->lr, d->momentum, d->weight_decay, d->seed,
-            d->checkpoint ? d->checkpoint : "none", d->data_dir);
+            d->checkpoint ? d->checkpoint : "none", d->data_dir, prog);
 }
 
 static bool parse_i64(const char *s, int64_t min, int64_t *out) {
@@ -129,6 +132,10 @@ int fashion_parse_args(int argc, char **argv, fashion_config *cfg) {
         }
         if (!strcmp(name, "--cuda-graph")) {
             cfg->cuda_graph = true;
+            continue;
+        }
+        if (!strcmp(name, "--ddp")) {
+            cfg->ddp = true;
             continue;
         }
         if (eq) {
@@ -376,12 +383,44 @@ static bool gpu_can_train(void) {
     return true;
 }
 
+static bool setup_rest(fashion_config *cfg, fashion_data *data, int *exit_status);
+
+/* dist.init_process_group(); ranks other than 0 print nothing. */
+static bool start_ddp(void) {
+    if (ct_dist_init(NULL) != CT_OK) {
+        fprintf(stderr, "--ddp: %s\n", ct_last_error());
+        return false;
+    }
+    if (ct_dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "--ddp: rank %d cannot silence its output\n", ct_dist_rank());
+        return false;
+    }
+    return true;
+}
+
 bool fashion_setup(int argc, char **argv, fashion_config *cfg, fashion_data *data,
                    int *exit_status) {
     memset(data, 0, sizeof *data);
     int r = fashion_parse_args(argc, argv, cfg);
     *exit_status = r > 0 ? 0 : r < 0 ? 2 : 1;
     if (r) return false;
+    if (cfg->ddp && cfg->cuda_graph) {
+        fprintf(stderr, "--cuda-graph cannot be combined with --ddp: the gradients' all-reduce is "
+                        "started from autograd hooks on the host, which a replay does not run\n");
+        *exit_status = 2;
+        return false;
+    }
+    if (cfg->ddp && !start_ddp()) return false;
+    if (!setup_rest(cfg, data, exit_status)) {
+        ct_dist_finalize();
+        return false;
+    }
+    *exit_status = 0;
+    return true;
+}
+
+/* fashion_setup after the command line and the process group. */
+static bool setup_rest(fashion_config *cfg, fashion_data *data, int *exit_status) {
     if (cfg->resume && !config_from_checkpoint(cfg)) return false;
     if (cfg->auto_device) cfg->device = gpu_can_train() ? CT_CUDA(0) : CT_CPU;
     if (cfg->cuda_graph && cfg->device.type != CT_DEVICE_CUDA) {
@@ -390,13 +429,15 @@ bool fashion_setup(int argc, char **argv, fashion_config *cfg, fashion_data *dat
         *exit_status = 2;
         return false;
     }
+    /* One GPU per process on each machine: LOCAL_RANK's. */
+    if (cfg->ddp && cfg->device.type == CT_DEVICE_CUDA && ct_cuda_device_count() > 0)
+        cfg->device.index = ct_dist_local_rank() % ct_cuda_device_count();
     if (!check_device(cfg->device)) return false;
     if (!load_split(cfg->data_dir, "train", cfg->limit_train, &data->train_x, &data->train_y) ||
         !load_split(cfg->data_dir, "t10k", cfg->limit_test, &data->test_x, &data->test_y)) {
         fashion_data_free(data);
         return false;
     }
-    *exit_status = 0;
     return true;
 }
 
@@ -490,6 +531,9 @@ static bool restore_scaler(fashion_run *run, const ct_metadata *meta) {
 
 static bool save_checkpoint(fashion_run *run) {
     const fashion_config *cfg = run->cfg;
+    /* Every rank holds the same parameters and optimizer state; rank 0
+     * writes them. */
+    if (cfg->ddp && ct_dist_rank() != 0) return true;
     double epoch_loss = 0;
     ct_metadata *m = ct_metadata_new();
     bool ok = m && ct_tensor_item(run->epoch_loss_sum, &epoch_loss) == CT_OK &&
@@ -575,6 +619,9 @@ static void print_header(const fashion_run *run) {
            cfg->seed);
     printf("  device %s", ct_device_str(cfg->device, dev, sizeof dev));
     if (cfg->device.type == CT_DEVICE_CPU) printf(" (%d threads)", ct_get_num_threads());
+    if (cfg->ddp)
+        printf(", data-parallel over %d processes (%s launch; losses are rank 0's)",
+               ct_dist_world_size(), ct_dist_launch());
     if (cfg->checkpoint)
         printf(", checkpoint %s (after each epoch and on Ctrl-C)", cfg->checkpoint);
     printf("\n");
@@ -614,6 +661,13 @@ bool fashion_run_begin(fashion_run *run, const fashion_config *cfg, const fashio
     run->scaler = ct_grad_scaler_new(cfg->device, 65536.0, 2.0, 0.5, 2000, cfg->amp == CT_F16);
     if (!run->train || !run->test || !run->loss_sum || !run->epoch_loss_sum || !run->scaler) {
         fprintf(stderr, "starting the run: %s\n", ct_last_error());
+        run->failed = true;
+        return false;
+    }
+    /* sampler = DistributedSampler(train, num_replicas, rank, seed=seed) */
+    if (cfg->ddp &&
+        ct_dataloader_shard(run->train, ct_dist_rank(), ct_dist_world_size()) != CT_OK) {
+        fprintf(stderr, "sharding the data: %s\n", ct_last_error());
         run->failed = true;
         return false;
     }
@@ -752,7 +806,8 @@ static void print_progress(fashion_run *run) {
            run->epoch + 1, cfg->epochs, run->steps_per_epoch >= 1000 ? 4 : 3,
            run->step - run->epoch * run->steps_per_epoch, run->steps_per_epoch,
            sum / (double)run->since_print, fashion_lr(run),
-           dt > 0 ? (double)(run->since_print * cfg->batch_size) / dt : 0.0,
+           dt > 0 ? (double)(run->since_print * cfg->batch_size * ct_dist_world_size()) / dt
+                  : 0.0,
            fmt_duration(eta, eta_s, sizeof eta_s));
     fflush(stdout);
     run->since_print = 0;
@@ -905,6 +960,10 @@ int fashion_finish(fashion_run *run) {
     ct_tensor_release(run->graph_y);
     ct_tensor_release(run->graph_loss);
     int rc = run->failed ? 1 : run->interrupted ? 130 : 0;
+    if (run->cfg && run->cfg->ddp && ct_dist_finalize() != CT_OK) {
+        fprintf(stderr, "ending the process group: %s\n", ct_last_error());
+        rc = rc ? rc : 1;
+    }
     memset(run, 0, sizeof *run);
     return rc;
 }

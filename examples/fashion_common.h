@@ -39,6 +39,11 @@ typedef struct fashion_config {
     int64_t log_every;               /* steps between progress lines; 0: every ~2 s */
     bool cuda_graph; /* --cuda-graph: the whole training step replayed from a CUDA graph */
     ct_dtype amp;    /* --amp: CT_BF16 or CT_F16 autocast of the forward; CT_F32: off */
+    /* --ddp: data-parallel over the processes of an MPI launch (mpirun -np N;
+     * tensor/dist.h): each trains on its shard of every epoch, rank 0 prints
+     * and writes the checkpoint. fashion_setup starts the process group,
+     * fashion_finish ends it. */
+    bool ddp;
     unsigned given;                  /* the flags the command line set (internal) */
 } fashion_config;
 

@@ -9,7 +9,12 @@
  * Ctrl-C stops after the step under way and saves a checkpoint; --resume
  * continues from it exactly where the run stopped. --amp bf16|fp16 trains in
  * mixed precision (docs/AMP.md); on a GPU, --cuda-graph replays the whole
- * step from a CUDA graph (docs/CUDA_GRAPHS.md). */
+ * step from a CUDA graph (docs/CUDA_GRAPHS.md).
+ *
+ * Data-parallel over N processes (docs/DISTRIBUTED.md), each with its share
+ * of every epoch, gradients averaged during backward:
+ *
+ *     mpirun -np N fashion_mlp --ddp [--device cuda] ... */
 #include <stdio.h>
 
 #include <tensor/tensor.h>
@@ -73,13 +78,20 @@ int main(int argc, char **argv) {
     mlp model = {0};
     ct_params *params = ct_params_new();
     ct_optimizer *opt = NULL;
+    ct_ddp *ddp = NULL;
     if (!gen || !params || !mlp_init(&model, cfg.device, gen) || !mlp_params(&model, params)) {
         fprintf(stderr, "building the model: %s\n", ct_last_error());
         rc = 1;
         goto done;
     }
     /* opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay) */
-    opt = fashion_optimizer_new(&cfg, params);
+    /* model = DistributedDataParallel(model): rank 0's initial values everywhere */
+    if (cfg.ddp && !(ddp = ct_ddp_new(params, NULL))) {
+        fprintf(stderr, "wrapping the model: %s\n", ct_last_error());
+        rc = 1;
+        goto done;
+    }
+    opt = fashion_optimizer_new(&cfg, ddp ? ct_ddp_optim_params(ddp) : params);
     if (!opt) {
         rc = 1;
         goto done;
@@ -103,11 +115,16 @@ int main(int argc, char **argv) {
                     ct_cross_entropy(logits, y, NULL, CT_REDUCTION_MEAN, -100, 0.0);
                 fashion_autocast_end(&run);
                 ct_optim_zero_grad(opt);                         /* opt.zero_grad() */
+                /* scaler.scale(loss).backward(), the gradients averaged over
+                 * the ranks with --ddp; scaler.step(opt) is opt.step() for an
+                 * unscaled run, and ct_ddp_step's all-gather is only ZeRO-1's,
+                 * which the examples do not use. */
                 ct_tensor *scaled = loss ? ct_grad_scaler_scale(run.scaler, loss) : NULL;
-                bool ok = scaled &&                              /* scaler.scale(loss) */
-                          ct_backward(scaled, NULL, false) == CT_OK /*   .backward() */
-                          && ct_grad_scaler_step(run.scaler, opt) == CT_OK  /* scaler.step(opt) */
-                          && ct_grad_scaler_update(run.scaler) == CT_OK;    /* scaler.update() */
+                bool ok = scaled &&
+                          (ddp ? ct_ddp_backward(ddp, scaled, NULL)
+                               : ct_backward(scaled, NULL, false)) == CT_OK &&
+                          ct_grad_scaler_step(run.scaler, opt) == CT_OK &&
+                          ct_grad_scaler_update(run.scaler) == CT_OK;
                 fashion_step_done(&run, loss, ok);
             }
             /* test accuracy, checkpoint; false after Ctrl-C or a failure */
@@ -118,6 +135,8 @@ int main(int argc, char **argv) {
 
 done:
     ct_optim_free(opt);
+    ct_ddp_free(ddp);
+    ct_dist_finalize(); /* no-op without --ddp, or after fashion_finish */
     ct_params_free(params);
     mlp_free(&model);
     ct_generator_free(gen);

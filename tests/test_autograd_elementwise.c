@@ -1180,6 +1180,95 @@ static void test_scopes_around_backward(void **state) {
     ct_tensor_release(x);
 }
 
+/* ---- post-accumulate-grad hooks ------------------------------------------------------ */
+typedef struct hook_log {
+    int calls;
+    double grad_sum; /* the sum of ct_grad(leaf) when the hook ran */
+    bool had_grad;
+    ct_status fail_with;
+} hook_log;
+
+static ct_status log_hook(ct_tensor *leaf, void *ctx) {
+    hook_log *h = ctx;
+    h->calls++;
+    ct_tensor *g = ct_grad(leaf);
+    h->had_grad = g != NULL;
+    h->grad_sum = 0;
+    if (g) {
+        double *v = tu_values(g);
+        for (int64_t i = 0; i < ct_tensor_numel(g); i++) h->grad_sum += v[i];
+        free(v);
+    }
+    if (h->fail_with) return cti_error(h->fail_with, "log_hook: asked to fail");
+    return CT_OK;
+}
+
+static void test_post_accumulate_grad_hook(void **state) {
+    int64_t shape[] = {3};
+    double *xv;
+    ct_tensor *x = tu_rand(1, shape, CT_F64, -1, 1, &xv);
+    ct_tensor *w = tu_rand(1, shape, CT_F64, -1, 1, NULL);
+    assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+    assert_int_equal(ct_requires_grad_(w, true), CT_OK);
+    hook_log hx = {0}, hw = {0};
+    assert_int_equal(ct_set_post_accumulate_grad_hook(x, log_hook, &hx), CT_OK);
+    assert_int_equal(ct_set_post_accumulate_grad_hook(w, log_hook, &hw), CT_OK);
+    /* x reaches the loss along three edges: sum(x * w) + sum(x * x). The
+     * hook runs once, when d/dx = w + 2x is complete. */
+    ct_scope *s = ct_scope_begin();
+    ct_tensor *loss = ct_add(ct_sum(ct_mul(x, w), 0, NULL, false),
+                             ct_sum(ct_mul(x, x), 0, NULL, false));
+    assert_int_equal(ct_backward(loss, NULL, false), CT_OK);
+    ct_scope_end(s);
+    double *wv = tu_values(w), want = 0;
+    for (int i = 0; i < 3; i++) want += wv[i] + 2 * xv[i];
+    assert_int_equal(hx.calls, 1);
+    assert_true(fabs(hx.grad_sum - want) < 1e-12);
+    assert_int_equal(hw.calls, 1);
+    /* A second pass accumulates onto the first; the hook sees the total. */
+    s = ct_scope_begin();
+    assert_int_equal(ct_backward(ct_sum(ct_mul(x, w), 0, NULL, false), NULL, false), CT_OK);
+    ct_scope_end(s);
+    double want2 = want;
+    for (int i = 0; i < 3; i++) want2 += wv[i];
+    assert_int_equal(hx.calls, 2);
+    assert_true(fabs(hx.grad_sum - want2) < 1e-12);
+    /* Backward from the leaf itself. */
+    ct_tensor *ones = ct_tensor_ones_like(x);
+    assert_int_equal(ct_backward(x, ones, false), CT_OK);
+    ct_tensor_release(ones);
+    assert_int_equal(hx.calls, 3);
+    /* A failing hook stops the backward with its error. */
+    hw.fail_with = CT_ERR_RUNTIME;
+    s = ct_scope_begin();
+    tu_assert_error(ct_backward(ct_sum(ct_mul(x, w), 0, NULL, false), NULL, false),
+                    CT_ERR_RUNTIME, "log_hook: asked to fail");
+    ct_scope_end(s);
+    /* One hook per leaf; NULL removes it; leaves that require grad only. */
+    tu_assert_error(ct_set_post_accumulate_grad_hook(x, log_hook, &hw), CT_ERR_AUTOGRAD,
+                    "ct_set_post_accumulate_grad_hook", "already has a hook");
+    assert_int_equal(ct_set_post_accumulate_grad_hook(x, NULL, NULL), CT_OK);
+    assert_int_equal(ct_set_post_accumulate_grad_hook(w, NULL, NULL), CT_OK);
+    int before = hx.calls;
+    s = ct_scope_begin();
+    assert_int_equal(ct_backward(ct_sum(ct_mul(x, w), 0, NULL, false), NULL, false), CT_OK);
+    ct_tensor *y = ct_mul(x, w);
+    tu_assert_error(ct_set_post_accumulate_grad_hook(y, log_hook, &hx), CT_ERR_AUTOGRAD,
+                    "must be a leaf that requires grad", "produced by an op");
+    ct_scope_end(s);
+    assert_int_equal(hx.calls, before);
+    ct_tensor *plain = ct_tensor_zeros(1, shape, CT_F64, CT_CPU);
+    tu_assert_error(ct_set_post_accumulate_grad_hook(plain, log_hook, &hx), CT_ERR_AUTOGRAD,
+                    "must be a leaf that requires grad");
+    tu_assert_error(ct_set_post_accumulate_grad_hook(NULL, log_hook, &hx), CT_ERR_INVALID_ARG,
+                    "tensor is NULL");
+    ct_tensor_release(plain);
+    free(xv);
+    free(wv);
+    ct_tensor_release(x);
+    ct_tensor_release(w);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -1210,6 +1299,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_deep_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scopes_around_backward, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_post_accumulate_grad_hook, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

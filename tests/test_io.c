@@ -1422,6 +1422,69 @@ static void test_loader_extreme_integers(void **state) {
     ct_scope_end(sc);
 }
 
+/* ct_dataloader_shard: the loaders of world ranks, built alike, hand out
+ * disjoint strided shares of each epoch's order that together cover every
+ * sample (the order's start repeated as padding), and move with the epoch. */
+static void test_loader_shard(void **state) {
+    enum { N = 10, B = 3, WORLD = 3 };
+    int64_t shape[] = {N};
+    double v[N];
+    for (int i = 0; i < N; i++) v[i] = i;
+    ct_tensor *data = tu_from_f64(v, 1, shape, CT_I64);
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        ct_dataloader *dl[WORLD], *whole = ct_dataloader_new(data, NULL, N, shuffle, false, 42);
+        for (int r = 0; r < WORLD; r++) {
+            dl[r] = ct_dataloader_new(data, NULL, B, shuffle, false, 42);
+            assert_int_equal(ct_dataloader_shard(dl[r], r, WORLD), CT_OK);
+            /* ceil(10 / 3) = 4 samples: batches of 3 and 1 */
+            assert_int_equal(ct_dataloader_num_batches(dl[r]), 2);
+        }
+        for (int epoch = 0; epoch < 2; epoch++) {
+            ct_tensor *x;
+            /* The unsharded order of this epoch, from a loader of the same seed. */
+            assert_true(ct_dataloader_next(whole, &x, NULL));
+            double *order = tu_values(x);
+            ct_tensor_release(x);
+            for (int r = 0; r < WORLD; r++) {
+                int k = 0;
+                while (ct_dataloader_next(dl[r], &x, NULL)) {
+                    double *xv = tu_values(x);
+                    for (int64_t i = 0; i < ct_tensor_numel(x); i++, k++)
+                        assert_true(xv[i] == order[(r + k * WORLD) % N]);
+                    free(xv);
+                    ct_tensor_release(x);
+                }
+                assert_int_equal(ct_dataloader_status(dl[r]), CT_OK);
+                assert_int_equal(k, 4);
+                assert_int_equal(ct_dataloader_reset(dl[r]), CT_OK);
+            }
+            free(order);
+            assert_int_equal(ct_dataloader_reset(whole), CT_OK);
+        }
+        for (int r = 0; r < WORLD; r++) ct_dataloader_free(dl[r]);
+        ct_dataloader_free(whole);
+    }
+    /* drop_last applies to the shard's batches: 4 samples, one batch of 3. */
+    ct_dataloader *d = ct_dataloader_new(data, NULL, B, true, true, 1);
+    assert_int_equal(ct_dataloader_shard(d, 2, WORLD), CT_OK);
+    assert_int_equal(ct_dataloader_num_batches(d), 1);
+    tu_assert_error(ct_dataloader_shard(d, 3, 3), CT_ERR_INVALID_ARG, "ct_dataloader_shard",
+                    "rank 3 of world 3");
+    tu_assert_error(ct_dataloader_shard(d, 0, 0), CT_ERR_INVALID_ARG, "0 <= rank < world");
+    tu_assert_error(ct_dataloader_shard(NULL, 0, 1), CT_ERR_INVALID_ARG, "the loader is NULL");
+    ct_tensor *x;
+    assert_true(ct_dataloader_next(d, &x, NULL));
+    ct_tensor_release(x);
+    tu_assert_error(ct_dataloader_shard(d, 0, 1), CT_ERR_INVALID_ARG,
+                    "shard before its first batch");
+    /* world 1 undoes it at the next epoch's start. */
+    assert_int_equal(ct_dataloader_reset(d), CT_OK);
+    assert_int_equal(ct_dataloader_shard(d, 0, 1), CT_OK);
+    assert_int_equal(ct_dataloader_num_batches(d), 3);
+    ct_dataloader_free(d);
+    ct_tensor_release(data);
+}
+
 int main(void) {
     tu_seed();
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cten_test_io_XXXXXX");
@@ -1445,6 +1508,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_loader_uniform, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_misc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loader_extreme_integers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loader_shard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fashion_mnist, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,6 +29,20 @@ void ct_zero_grad(ct_tensor *t);
 /* Replaces t's gradient with a new reference to g (NULL drops it); g must
  * have t's shape, dtype and device. */
 ct_status ct_set_grad(ct_tensor *t, ct_tensor *g);
+/* A hook on a leaf that requires grad (PyTorch's
+ * register_post_accumulate_grad_hook): each ct_backward that reaches the
+ * leaf calls fn(leaf, ctx) once, on the calling thread, after it has
+ * accumulated the last gradient it delivers to the leaf in that pass, with
+ * ct_grad(leaf) then final for the pass (a pass whose formulas give the leaf
+ * no gradient still calls it; ct_grad may then be NULL). A hook that returns
+ * an error stops the backward with that error (the graph is kept, as after
+ * any failed backward). Data-parallel training starts each gradient's
+ * reduction from here (tensor/dist.h). One hook per leaf: fn NULL removes
+ * it; setting one on a leaf that has one is CT_ERR_AUTOGRAD. ctx is the
+ * caller's and must outlive the hook. */
+typedef ct_status (*ct_grad_hook_fn)(ct_tensor *leaf, void *ctx);
+ct_status ct_set_post_accumulate_grad_hook(ct_tensor *leaf, ct_grad_hook_fn fn, void *ctx);
+
 /* A view sharing t's storage with no history and requires_grad off. */
 ct_tensor *ct_detach(ct_tensor *t);
 /* Name of the backward function that produced t ("MulBackward"), or NULL for leaves. */

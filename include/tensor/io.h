@@ -120,7 +120,19 @@ ct_status ct_dataloader_status(const ct_dataloader *dl);
 /* Starts the next epoch (drawing its permutation when shuffling), whether or
  * not the current one was finished. */
 ct_status ct_dataloader_reset(ct_dataloader *dl);
-/* Batches per epoch (with drop_last accounted for) and samples N. */
+/* Makes the loader hand out only rank's share of each epoch, as torch's
+ * DistributedSampler (with its drop_last False) under a DataLoader: every
+ * rank's loader, built with the same data and seed, draws the same epoch
+ * order (the permutation, or 0..N-1 without shuffling), extended by
+ * repeating its start to a multiple of world, and takes the samples at
+ * positions rank, rank + world, rank + 2 world, ...: ceil(N / world) per
+ * epoch, in batches of batch_size (drop_last applies to them). A new seed
+ * per epoch is the loader's own (ct_dataloader_reset), so shards change
+ * every epoch and never overlap within one. 0 <= rank < world; only before
+ * the epoch's first batch. world 1 undoes it. */
+ct_status ct_dataloader_shard(ct_dataloader *dl, int64_t rank, int64_t world);
+/* Batches per epoch (with drop_last and the shard accounted for) and
+ * samples N of the whole data set. */
 int64_t ct_dataloader_num_batches(const ct_dataloader *dl);
 int64_t ct_dataloader_num_samples(const ct_dataloader *dl);
 

@@ -50,5 +50,6 @@
 #include "nn.h"
 #include "io.h"
 #include "cuda.h"
+#include "dist.h"
 
 #endif

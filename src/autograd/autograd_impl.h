@@ -61,6 +61,16 @@ struct ct_autograd_meta {
     ct_tensor *grad;
     cti_node *grad_fn;
     int output_nr;
+    /* A leaf's post-accumulate-grad hook (ct_set_post_accumulate_grad_hook)
+     * and, for the backward under way, how many of its edges are still to
+     * deliver a gradient: the engine counts them when it collects the graph
+     * (hook_pass names that backward, so counts of an earlier backward that
+     * failed midway are not taken over) and calls the hook when the last
+     * one has been accumulated. */
+    ct_grad_hook_fn hook;
+    void *hook_ctx;
+    uint64_t hook_pass;
+    int64_t hook_pending;
 };
 
 /* Grad mode on and any of the n tensors (NULLs skipped) requires grad. */

@@ -1,5 +1,6 @@
 /* The backward pass: reverse topological walk over the recorded graph. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "autograd_impl.h"
@@ -37,9 +38,38 @@ static bool vec_push(vec *a, cti_node *n) {
     return true;
 }
 
+/* Backward passes since start: names a pass in the leaves' hook counts. */
+static atomic_uint_fast64_t passes;
+
+/* The leaf that edge k of n delivers a gradient to and that has a hook, or
+ * NULL. */
+static ct_tensor *hooked_leaf(const cti_node *n, int k) {
+    ct_tensor *l = n->next[k].leaf;
+    return l && n->needs[k] && l->autograd && l->autograd->hook ? l : NULL;
+}
+
+/* Counts a hooked leaf's incoming edge for pass. */
+static void count_hook_edge(ct_tensor *leaf, uint64_t pass) {
+    struct ct_autograd_meta *m = leaf->autograd;
+    if (m->hook_pass != pass) {
+        m->hook_pass = pass;
+        m->hook_pending = 0;
+    }
+    m->hook_pending++;
+}
+
+/* After an edge of pass delivered (or not) its gradient to leaf: runs the
+ * hook when that was the leaf's last edge of the pass. */
+static ct_status edge_done(ct_tensor *leaf, uint64_t pass) {
+    struct ct_autograd_meta *m = leaf->autograd;
+    if (m->hook_pass != pass || --m->hook_pending > 0 || !m->hook) return CT_OK;
+    return m->hook(leaf, m->hook_ctx);
+}
+
 /* Collects every node reachable from root and counts, for each, the edges
- * that reach it from other collected nodes. */
-static ct_status collect(cti_node *root, vec *all) {
+ * that reach it from other collected nodes, and for each leaf with a hook
+ * the edges that reach it. */
+static ct_status collect(cti_node *root, vec *all, uint64_t pass) {
     vec stack = {0};
     root->deps = 0;
     root->queued = true;
@@ -47,6 +77,8 @@ static ct_status collect(cti_node *root, vec *all) {
     while (stack.n) {
         cti_node *n = stack.v[--stack.n];
         for (int k = 0; k < n->nin; k++) {
+            ct_tensor *hooked = hooked_leaf(n, k);
+            if (hooked) count_hook_edge(hooked, pass);
             cti_node *p = n->next[k].fn;
             if (!p) continue;
             if (!p->queued) {
@@ -118,7 +150,7 @@ static ct_status leaf_accumulate(ct_tensor *leaf, ct_tensor *g) {
     return CT_OK;
 }
 
-static ct_status run_node(cti_node *n, vec *ready) {
+static ct_status run_node(cti_node *n, vec *ready, uint64_t pass) {
     ct_tensor *gin[CTI_AG_MAX_IN] = {NULL};
     ct_status st = n->backward(n, n->acc, gin);
     for (int k = 0; k < CTI_AG_MAX_OUT; k++) {
@@ -141,6 +173,8 @@ static ct_status run_node(cti_node *n, vec *ready) {
         } else {
             ct_tensor_release(g);
         }
+        ct_tensor *hooked = hooked_leaf(n, k);
+        if (hooked && st == CT_OK) st = edge_done(hooked, pass);
         if (e->fn && --e->fn->deps == 0 && !vec_push(ready, e->fn))
             st = st ? st : cti_error(CT_ERR_OOM, "ct_backward: out of memory");
     }
@@ -225,9 +259,14 @@ static ct_status backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph
         goto done;
     }
     struct ct_autograd_meta *m = out->autograd;
+    uint64_t pass = atomic_fetch_add_explicit(&passes, 1, memory_order_relaxed) + 1;
     if (!m->grad_fn) { /* out is a leaf */
         st = leaf_accumulate(out, ct_tensor_retain(g));
         ct_tensor_release(g);
+        if (st == CT_OK && m->hook) {
+            count_hook_edge(out, pass);
+            st = edge_done(out, pass);
+        }
         goto done;
     }
     cti_node *root = m->grad_fn;
@@ -240,7 +279,7 @@ static ct_status backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph
         goto done;
     }
     vec all = {0}, ready = {0};
-    st = collect(root, &all);
+    st = collect(root, &all, pass);
     if (st == CT_OK) {
         root->acc[m->output_nr] = ct_tensor_retain(g);
         if (!vec_push(&ready, root)) st = cti_error(CT_ERR_OOM, "ct_backward: out of memory");
@@ -248,7 +287,7 @@ static ct_status backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph
     ct_tensor_release(g);
     while (st == CT_OK && ready.n) {
         cti_node *n = ready.v[--ready.n];
-        st = run_node(n, &ready);
+        st = run_node(n, &ready, pass);
     }
     for (size_t k = 0; k < all.n; k++) {
         cti_node *n = all.v[k];

@@ -244,6 +244,28 @@ ct_status ct_set_grad(ct_tensor *t, ct_tensor *g) {
     return CT_OK;
 }
 
+ct_status ct_set_post_accumulate_grad_hook(ct_tensor *leaf, ct_grad_hook_fn fn, void *ctx) {
+    static const char op[] = "ct_set_post_accumulate_grad_hook";
+    if (!leaf) return cti_error(CT_ERR_INVALID_ARG, "%s: tensor is NULL", op);
+    if (!fn) {
+        if (leaf->autograd) {
+            leaf->autograd->hook = NULL;
+            leaf->autograd->hook_ctx = NULL;
+        }
+        return CT_OK;
+    }
+    if (!ct_requires_grad(leaf) || !ct_is_leaf(leaf))
+        return cti_error(CT_ERR_AUTOGRAD, "%s: %s must be a leaf that requires grad%s", op,
+                         cti_desc(leaf), ct_is_leaf(leaf) ? "" : " (it is produced by an op)");
+    if (leaf->autograd->hook)
+        return cti_error(CT_ERR_AUTOGRAD,
+                         "%s: %s already has a hook; remove it (fn NULL) before setting another",
+                         op, cti_desc(leaf));
+    leaf->autograd->hook = fn;
+    leaf->autograd->hook_ctx = ctx;
+    return CT_OK;
+}
+
 ct_tensor *ct_detach(ct_tensor *t) {
     if (!t) return cti_error_null(CT_ERR_INVALID_ARG, "ct_detach: tensor is NULL");
     return cti_tensor_view(t, t->ndim, t->shape, t->stride, t->offset);

@@ -7,6 +7,7 @@
 struct ct_dataloader {
     ct_tensor *inputs, *targets; /* contiguous CPU, owned references; targets may be NULL */
     int64_t n, batch, nbatches, limit; /* limit: samples handed out per epoch */
+    int64_t rank, world;               /* the shard (ct_dataloader_shard); world 1: all */
     bool shuffle, drop_last;
     ct_generator gen;
     int64_t epoch, position;
@@ -54,6 +55,22 @@ static void draw_permutation(ct_dataloader *dl) {
     }
 }
 
+/* Batches and samples per epoch of this loader's shard. */
+static void set_sizes(ct_dataloader *dl) {
+    /* n / world and m / b rounded up without n + b - 1, which overflows for
+     * a batch size near INT64_MAX. */
+    int64_t m = dl->n / dl->world + (dl->n % dl->world != 0);
+    dl->nbatches = m / dl->batch + (!dl->drop_last && m % dl->batch != 0);
+    dl->limit = dl->drop_last ? dl->nbatches * dl->batch : m;
+}
+
+/* The sample handed out k-th in this epoch: in the shard, position
+ * rank + k world of the epoch's order extended by repeating its start. */
+static int64_t sample_at(const ct_dataloader *dl, int64_t k) {
+    int64_t q = dl->world > 1 ? (dl->rank + k * dl->world) % dl->n : k;
+    return dl->perm ? dl->perm[q] : q;
+}
+
 /* A reference the loader owns outside any scope: t itself when contiguous,
  * else a contiguous copy. */
 static ct_tensor *own_contiguous(ct_tensor *t) {
@@ -93,10 +110,8 @@ ct_dataloader *ct_dataloader_new(ct_tensor *inputs, ct_tensor *targets, int64_t 
     dl->batch = batch_size;
     dl->shuffle = shuffle;
     dl->drop_last = drop_last;
-    /* n / b rounded up without n + b - 1, which overflows for a batch size
-     * near INT64_MAX. */
-    dl->nbatches = dl->n / batch_size + (!drop_last && dl->n % batch_size != 0);
-    dl->limit = drop_last ? dl->nbatches * batch_size : dl->n;
+    dl->world = 1;
+    set_sizes(dl);
     dl->gen.seed = seed;
     dl->gen.offset = 0;
     bool ok = (dl->inputs = own_contiguous(inputs)) != NULL;
@@ -136,11 +151,11 @@ static ct_tensor *gather(const ct_dataloader *dl, const ct_tensor *src, int64_t 
     if (row == 0 || b == 0) return out;
     const char *s = cti_data(src);
     char *d = cti_data(out);
-    if (!dl->perm) {
+    if (!dl->perm && dl->world == 1) {
         memcpy(d, s + (size_t)dl->position * row, (size_t)b * row);
     } else {
-        const int64_t *idx = dl->perm + dl->position;
-        for (int64_t k = 0; k < b; k++) memcpy(d + (size_t)k * row, s + (size_t)idx[k] * row, row);
+        for (int64_t k = 0; k < b; k++)
+            memcpy(d + (size_t)k * row, s + (size_t)sample_at(dl, dl->position + k) * row, row);
     }
     return out;
 }
@@ -188,6 +203,23 @@ ct_status ct_dataloader_reset(ct_dataloader *dl) {
     dl->position = 0;
     dl->status = CT_OK;
     if (dl->shuffle) draw_permutation(dl);
+    return CT_OK;
+}
+
+ct_status ct_dataloader_shard(ct_dataloader *dl, int64_t rank, int64_t world) {
+    static const char op[] = "ct_dataloader_shard";
+    if (!dl) return cti_error(CT_ERR_INVALID_ARG, "%s: the loader is NULL", op);
+    if (world < 1 || rank < 0 || rank >= world)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: rank %lld of world %lld; expected 0 <= rank < "
+                         "world", op, (long long)rank, (long long)world);
+    if (dl->position != 0)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: the epoch under way has handed out %lld samples; shard before its "
+                         "first batch",
+                         op, (long long)dl->position);
+    dl->rank = rank;
+    dl->world = world;
+    set_sizes(dl);
     return CT_OK;
 }
 

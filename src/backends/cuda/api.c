@@ -78,3 +78,17 @@ void ct_cuda_graph_free(ct_cuda_graph *graph) {
     const cti_cuda_api *a = loaded();
     if (a && graph) a->graph_free(graph);
 }
+
+const cti_nccl_api *cti_cuda_nccl_api(const char *op) {
+    const cti_cuda_api *a = loaded();
+    if (!a) {
+        absent(op);
+        return NULL;
+    }
+    if (!a->nccl)
+        cti_error(CT_ERR_UNSUPPORTED,
+                  "%s: the CUDA module was built without NCCL (nccl.h and libnccl were not found, "
+                  "or -Ddist=disabled)",
+                  op);
+    return a->nccl;
+}

@@ -179,6 +179,13 @@ ct_status cti_cuda_graph_capture_end(ct_cuda_graph *graph);
 ct_status cti_cuda_graph_replay(ct_cuda_graph *graph);
 void cti_cuda_graph_free(ct_cuda_graph *graph);
 
+/* ---- NCCL (nccl.c, built where NCCL is found): the table the dist layer
+ * calls (cuda_api.h), the api table's nccl field. */
+#ifdef CTI_HAVE_NCCL
+struct cti_nccl_api;
+extern const struct cti_nccl_api cti_cuda_nccl;
+#endif
+
 /* ---- elementwise geometry (iter.c) -------------------------------------------------------- */
 /* Fills it for ops[0..nops) (ops[0] the output; the others must broadcast
  * to its shape, as the front ends check). */

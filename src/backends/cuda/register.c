@@ -75,6 +75,9 @@ static const cti_cuda_api api = {
     .graph_capture_end = cti_cuda_graph_capture_end,
     .graph_replay = cti_cuda_graph_replay,
     .graph_free = cti_cuda_graph_free,
+#ifdef CTI_HAVE_NCCL
+    .nccl = &cti_cuda_nccl,
+#endif
 };
 
 const cti_abi cti_module_abi = CTI_ABI_HERE;
