@@ -115,8 +115,8 @@ ct_status ct_save_npy(const char *path, ct_tensor *t);
 ct_tensor *ct_load_npy(const char *path);
 /* Writes each tensor of the list as the member "<name>.npy", in the list's
  * order, deflated (numpy.savez_compressed) when compress is true, else
- * stored (numpy.savez); atomically, as ct_save_npy. Names must be non-empty
- * valid UTF-8. */
+ * stored (numpy.savez); atomically, as ct_save_npy. Names must be valid
+ * UTF-8. */
 ct_status ct_save_npz(const char *path, const ct_params *tensors, bool compress);
 /* Reads every member of path, in the archive's order, into a new list
  * (caller frees) named as numpy.load names them ("x.npy" is "x"); each

@@ -189,6 +189,8 @@ ct_params *ct_load_npz(const char *path) {
         if (zerr == ZIP_ER_NOZIP)
             return cti_error_null(CT_ERR_FORMAT,
                                   "%s: '%s' is not a zip archive (an .npz file is one)", op, path);
+        if (zerr == ZIP_ER_EXISTS) /* libzip's index of names refused one */
+            return cti_error_null(CT_ERR_FORMAT, "%s: '%s': two members have one name", op, path);
         zip_error_t e;
         zip_error_init_with_code(&e, zerr);
         zip_status(op, path, NULL, &e);
@@ -416,9 +418,6 @@ static ct_status check_names(const char *op, const ct_params *ps) {
         const char *name;
         ct_params_get(ps, i, &name);
         size_t len = strlen(name);
-        if (len == 0)
-            return cti_error(CT_ERR_INVALID_ARG, "%s: tensor number %lld has an empty name", op,
-                             (long long)i);
         if (!cti_utf8_valid(name, len))
             return cti_error(CT_ERR_INVALID_ARG, "%s: tensor name number %lld is not valid UTF-8",
                              op, (long long)i);
