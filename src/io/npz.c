@@ -36,13 +36,14 @@ typedef struct member {
     const char *op, *path, *name;
 } member;
 
-/* libzip's reason as a status and message. */
+/* libzip's reason as a status and message. A failed seek is a format
+ * error: on a regular file it means an offset in the archive points past
+ * its end or below 0. */
 static ct_status zip_status(const char *op, const char *path, const char *name, zip_error_t *e) {
     int code = zip_error_code_zip(e);
-    ct_status st = code == ZIP_ER_MEMORY ? CT_ERR_OOM
-                   : code == ZIP_ER_READ || code == ZIP_ER_OPEN || code == ZIP_ER_SEEK
-                       ? CT_ERR_IO
-                       : CT_ERR_FORMAT;
+    ct_status st = code == ZIP_ER_MEMORY                         ? CT_ERR_OOM
+                   : code == ZIP_ER_READ || code == ZIP_ER_OPEN ? CT_ERR_IO
+                                                                : CT_ERR_FORMAT;
     if (name)
         return cti_error(st, "%s: '%s' member '%.200s': %s", op, path, name, zip_error_strerror(e));
     return cti_error(st, "%s: '%s': %s", op, path, zip_error_strerror(e));
