@@ -47,6 +47,7 @@ static unsigned char *read_bytes(const char *path, size_t *n) {
     unsigned char *b = malloc((size_t)len + 1);
     assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
     fclose(f);
+    b[len] = '\0'; /* the header text is searched with strstr */
     *n = (size_t)len;
     return b;
 }
