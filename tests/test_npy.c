@@ -298,6 +298,8 @@ static const bad_npy BAD_NPY[] = {
      {"fortran_order is not True or False"}},
     {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3), }", 12, NULL, 0,
      {"is not a tuple", "(n,)"}},
+    {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3 4), }", 12, NULL, 0,
+     {"expected ',' or ')' in the shape, found '4'"}},
     {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }", 12, NULL, 0,
      {"expected a size, found '-'"}},
     {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,,), }", 12, NULL, 0,
@@ -506,6 +508,14 @@ static void test_npz_malformed(void **state) {
     assert_int_equal(patch_all(m, n, "bb.npy", "aa.npy"), 2);
     write_bytes(bad, m, n);
     expect_npz_refused(bad, "two members have one name");
+    /* A name not marked UTF-8 is CP437, as Python's zipfile reads it. */
+    memcpy(m, orig, n);
+    assert_int_equal(patch_all(m, n, "bb.npy", "\x81" "b.npy"), 2);
+    write_bytes(bad, m, n);
+    ct_params *cp = ct_load_npz(bad);
+    assert_non_null(cp);
+    assert_non_null(ct_params_find(cp, "\xc3\xbc" "b"));
+    ct_params_free(cp);
     /* A damaged member: its .npy magic, then one data byte (the CRC). */
     memcpy(m, orig, n);
     assert_int_equal(patch_all(m, n, "\x93NUMPY\x01", "\x93NUMPZ\x01"), 2);

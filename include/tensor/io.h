@@ -121,8 +121,8 @@ ct_status ct_save_npz(const char *path, const ct_params *tensors, bool compress)
 /* Reads every member of path, in the archive's order, into a new list
  * (caller frees) named as numpy.load names them ("x.npy" is "x"); each
  * member as ct_load_npy reads a file. Refuses (CT_ERR_FORMAT) a file that is
- * not a zip archive, a member whose name does not end in ".npy", two members
- * of one name, encryption, compression other than stored or deflated, sizes
+ * not a zip archive, a member whose name does not end in ".npy" or is not
+ * valid UTF-8, two members of one name, encryption, compression other than stored or deflated, sizes
  * the file cannot hold, and a member whose CRC does not match. */
 ct_params *ct_load_npz(const char *path);
 

@@ -254,8 +254,8 @@ static ct_tensor *wrap(const char *op, const DLTensor *dl, void *managed,
                                   "%s: data + byte_offset (%p) is not aligned to the %zu-byte "
                                   "elements of %s",
                                   op, (void *)data, es, ct_dtype_name(dt));
-    } else if (data) {
-        data += dl->byte_offset;
+    } else {
+        data = NULL; /* addresses nothing; byte_offset need not even fit */
     }
     import_rec *r = malloc(sizeof *r);
     if (!r) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);

@@ -170,7 +170,8 @@ static bool parse_shape(hparser *h, npy_header *o) {
         comma = accept(h, ',');
         skip_ws(h);
     } while (comma && !(h->p < h->end && *h->p == ')'));
-    if (o->ndim == 1 && !comma) return fail(h, "shape (n) is not a tuple (expected (n,))");
+    if (o->ndim == 1 && !comma && h->p < h->end && *h->p == ')')
+        return fail(h, "shape (n) is not a tuple (expected (n,))");
     return expect(h, ')', "',' or ')' in the shape");
 }
 

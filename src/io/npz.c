@@ -71,6 +71,14 @@ static ct_status check_member(const char *op, const char *path, const zip_stat_t
                          "%s: '%s': member '%.200s' is not a .npy file (expected a name ending "
                          "in .npy)",
                          op, path, name);
+    /* libzip gives names as UTF-8, decoding those not marked UTF-8 from
+     * CP437 as Python's zipfile does, which can make them longer than a zip
+     * name may be: such a list could not be saved again. */
+    if (!cti_utf8_valid(name, len) || len > 0xffff)
+        return cti_error(CT_ERR_FORMAT,
+                         "%s: '%s': member name '%.200s' is not valid UTF-8 of at most 65535 "
+                         "bytes",
+                         op, path, name);
     if (zs->encryption_method != ZIP_EM_NONE)
         return cti_error(CT_ERR_FORMAT, "%s: '%s': member '%.200s' is encrypted", op, path, name);
     if (zs->comp_method != ZIP_CM_STORE && zs->comp_method != ZIP_CM_DEFLATE)
