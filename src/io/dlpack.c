@@ -255,7 +255,10 @@ static ct_tensor *wrap(const char *op, const DLTensor *dl, void *managed,
                                   "elements of %s",
                                   op, (void *)data, es, ct_dtype_name(dt));
     } else {
-        data = NULL; /* addresses nothing; byte_offset need not even fit */
+        /* Addresses nothing (byte_offset need not even fit): a pointer of
+         * cten's own, as no arithmetic on the producer's NULL is defined. */
+        static _Alignas(16) char nothing[16];
+        data = nothing;
     }
     import_rec *r = malloc(sizeof *r);
     if (!r) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
