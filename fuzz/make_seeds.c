@@ -1,8 +1,10 @@
 /* Writes the seed corpora of the fuzz targets into DIR/<target>/: files
- * the library writes (safetensors checkpoints of every dtype, data loader
- * states taken from live loaders) and IDX files of every element type,
- * plain and gzip, laid out as the format specifies (cten reads IDX but
- * does not write it). Small on purpose: libFuzzer mutates them. */
+ * the library writes (safetensors checkpoints and .npy/.npz files of every
+ * dtype, data loader states taken from live loaders), IDX files of every
+ * element type, plain and gzip, laid out as the format specifies (cten
+ * reads IDX but does not write it), and .npy files laid out as NumPy writes
+ * the ones cten does not (big-endian, versions 2.0 and 3.0). Small on
+ * purpose: libFuzzer mutates them. */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -121,6 +123,94 @@ static void idx_seeds(void) {
     idx_seed("-empty", 0x0C, 4, 2, empty);
 }
 
+/* ---- NumPy .npy / .npz ------------------------------------------------------------------ */
+
+static const ct_dtype ALL_DTYPES[] = {CT_BOOL, CT_I32, CT_I64, CT_F16, CT_BF16, CT_F32, CT_F64};
+#define NUM_ALL (sizeof ALL_DTYPES / sizeof ALL_DTYPES[0])
+
+/* A .npy file as NumPy writes the ones cten does not: version major.0,
+ * header text dict, then n data bytes. */
+static void raw_npy(const char *name, int major, const char *dict, const void *data, size_t n) {
+    size_t hl = strlen(dict), pre = major == 1 ? 10 : 12;
+    unsigned char *b = malloc(pre + hl + n);
+    memcpy(b, "\x93NUMPY", 6);
+    b[6] = (unsigned char)major;
+    b[7] = 0;
+    for (size_t k = 0; k < pre - 8; k++) b[8 + k] = (unsigned char)(hl >> (8 * k));
+    memcpy(b + pre, dict, hl);
+    memcpy(b + pre + hl, data, n);
+    write_file(seed_path("npy", name), b, pre + hl + n);
+    free(b);
+}
+
+static void npy_save(const char *name, ct_tensor *t) {
+    if (!t || ct_save_npy(seed_path("npy", name), t) != CT_OK) fail(name);
+    ct_tensor_release(t);
+}
+
+static void npy_seeds(void) {
+    char name[64];
+    for (size_t d = 0; d < NUM_ALL; d++) {
+        const char *dn = ct_dtype_name(ALL_DTYPES[d]);
+        ct_tensor *t = ct_tensor_arange(0, 6, 1, ALL_DTYPES[d] == CT_BOOL ? CT_I64 : ALL_DTYPES[d],
+                                        CT_CPU);
+        ct_tensor *m = ct_view(t, CT_SHAPE(2, 3));
+        ct_tensor *c = ct_to_dtype(m, ALL_DTYPES[d]);
+        snprintf(name, sizeof name, "%s-2x3.npy", dn);
+        npy_save(name, ct_tensor_retain(c));
+        snprintf(name, sizeof name, "%s-fortran.npy", dn);
+        npy_save(name, ct_t(c));
+        ct_tensor_release(c);
+        ct_tensor_release(m);
+        ct_tensor_release(t);
+    }
+    npy_save("scalar.npy", ct_tensor_scalar(2.5, CT_F64, CT_CPU));
+    npy_save("empty.npy", ct_tensor_zeros(CT_SHAPE(0, 3), CT_F32, CT_CPU));
+    npy_save("4d.npy", ct_tensor_ones(CT_SHAPE(1, 2, 1, 2), CT_I32, CT_CPU));
+    static const unsigned char be8[16] = {0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0xc0, 0, 0, 0, 0, 0, 0, 0};
+    raw_npy("big-endian-f8.npy", 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }\n",
+            be8, 16);
+    static const unsigned char be4[8] = {0xff, 0xff, 0xff, 0xfe, 0, 1, 0, 0};
+    raw_npy("big-endian-i4.npy", 1, "{'descr': '>i4', 'fortran_order': True, 'shape': (1, 2), }\n",
+            be4, 8);
+    static const unsigned char f4[8] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
+    raw_npy("v2-py2.npy", 2, "{\"shape\": (2L,), \"fortran_order\": False, \"descr\": \"<f4\"}\n", f4,
+            8);
+    raw_npy("v3-void.npy", 3, "{'descr': '|V2', 'fortran_order': False, 'shape': (2, 1), }", f4, 4);
+}
+
+static void npz_save(const char *name, ct_params *ps, bool compress) {
+    if (ct_save_npz(seed_path("npz", name), ps, compress) != CT_OK) fail(name);
+}
+
+static void npz_seeds(void) {
+    ct_params *ps = ct_params_new();
+    npz_save("empty.npz", ps, false);
+    char name[64];
+    for (size_t d = 0; d < NUM_ALL; d++) {
+        snprintf(name, sizeof name, "w.%s", ct_dtype_name(ALL_DTYPES[d]));
+        ct_tensor *t = ct_tensor_ones(CT_SHAPE(2, 2), ALL_DTYPES[d], CT_CPU);
+        if (!t || ct_params_add(ps, name, t) != CT_OK) fail(name);
+        ct_tensor_release(t);
+    }
+    npz_save("dtypes.npz", ps, false);
+    npz_save("dtypes-deflated.npz", ps, true);
+    ct_params_free(ps);
+    ps = ct_params_new();
+    ct_tensor *s = ct_tensor_scalar(1, CT_F32, CT_CPU), *e = ct_tensor_zeros(CT_SHAPE(0), CT_I64, CT_CPU);
+    ct_tensor *big = ct_tensor_zeros(CT_SHAPE(64, 64), CT_F32, CT_CPU), *bt = ct_t(big);
+    if (ct_params_add(ps, "na\xc3\xafve/x", s) || ct_params_add(ps, "arr_0", e) ||
+        ct_params_add(ps, "fortran", bt))
+        fail("npz list");
+    npz_save("names.npz", ps, false);
+    npz_save("names-deflated.npz", ps, true);
+    ct_tensor_release(s);
+    ct_tensor_release(e);
+    ct_tensor_release(bt);
+    ct_tensor_release(big);
+    ct_params_free(ps);
+}
+
 /* ---- data loader ------------------------------------------------------------------------------- */
 
 typedef struct buf {
@@ -196,6 +286,8 @@ int main(int argc, char **argv) {
     ct_scope *sc = ct_scope_begin();
     safetensors_seeds();
     idx_seeds();
+    npy_seeds();
+    npz_seeds();
     dataloader_seeds();
     ct_scope_end(sc);
     return 0;

@@ -43,7 +43,7 @@ sanflag=""
 # ---- link lines. The public Libs carry -lm (programs like the examples call
 # libm next to cten); the static library needs Libs.private too.
 pkg-config --libs cten | grep -qw -- -lm || fail "pkg-config --libs cten lacks -lm"
-for l in -lopenblas -lz -lpthread; do
+for l in -lopenblas -lzip -lz -lpthread; do
     pkg-config --static --libs cten | grep -qw -- "$l" || fail "pkg-config --static --libs cten lacks $l"
 done
 # The README's lines, with nothing added but the sanitizer.

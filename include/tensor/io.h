@@ -1,5 +1,6 @@
 /* cten: reading data sets (IDX files), saving and loading named tensors
- * (safetensors checkpoints), and a minibatch data loader.
+ * (safetensors checkpoints, NumPy .npy and .npz files), and a minibatch
+ * data loader.
  *
  * Ownership follows core.h: a returned ct_tensor * is a new handle the
  * caller (or the open scope) owns; ct_params and ct_metadata lists returned
@@ -84,6 +85,46 @@ ct_metadata *ct_load_safetensors_metadata(const char *path);
  * ct_load_safetensors. */
 ct_status ct_load_safetensors_into(const char *path, ct_params *dst, bool strict,
                                    ct_metadata **meta);
+
+/* ---- NumPy .npy / .npz ------------------------------------------------------------------
+ * The files numpy.save, numpy.savez and numpy.savez_compressed write
+ * (docs/INTEROP.md). A .npy file is the magic "\x93NUMPY", a version (1.0,
+ * 2.0 or 3.0), a header that is a Python dict literal
+ *   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ * and the elements. dtypes (descr): '|b1' bool, '<i4' int32, '<i8' int64,
+ * '<f2' float16, '<f4' float32, '<f8' float64, and '<V2' bfloat16 (NumPy has
+ * no bfloat16: ml_dtypes' bfloat16 arrays save as '<V2', and cten reads
+ * every 2-byte void as bfloat16). Other dtypes (uint8, int16, complex,
+ * structured, objects) are refused with CT_ERR_FORMAT naming the descr. An
+ * .npz file is a zip archive of .npy members named "<name>.npy", stored or
+ * deflated. */
+
+/* Writes t (any device, dtype, layout) to path, little-endian, atomically
+ * as ct_save_safetensors does. A CPU tensor laid out column-major (a
+ * transpose of a contiguous tensor) is written as is with fortran_order
+ * True, as numpy.save does for Fortran arrays; anything else in row-major
+ * order. t is unchanged. */
+ct_status ct_save_npy(const char *path, ct_tensor *t);
+/* Reads path into a new CPU tensor of the file's dtype and shape (caller or
+ * scope owns it). Little- and big-endian files are read; a Fortran-order
+ * file gives a tensor with column-major strides over its data (not
+ * contiguous: ct_contiguous makes a row-major copy). The header is checked
+ * against the file's size before the data is allocated: a malformed
+ * header, a shape that overflows, too few or too many bytes for the shape,
+ * or a bool byte other than 0 or 1 is CT_ERR_FORMAT. */
+ct_tensor *ct_load_npy(const char *path);
+/* Writes each tensor of the list as the member "<name>.npy", in the list's
+ * order, deflated (numpy.savez_compressed) when compress is true, else
+ * stored (numpy.savez); atomically, as ct_save_npy. Names must be valid
+ * UTF-8. */
+ct_status ct_save_npz(const char *path, const ct_params *tensors, bool compress);
+/* Reads every member of path, in the archive's order, into a new list
+ * (caller frees) named as numpy.load names them ("x.npy" is "x"); each
+ * member as ct_load_npy reads a file. Refuses (CT_ERR_FORMAT) a file that is
+ * not a zip archive, a member whose name does not end in ".npy" or is not
+ * valid UTF-8, two members of one name, encryption, compression other than stored or deflated, sizes
+ * the file cannot hold, and a member whose CRC does not match. */
+ct_params *ct_load_npz(const char *path);
 
 /* ---- data loader -------------------------------------------------------------------------
  * Minibatches over (inputs [N, ...], targets [N, ...]) as torch's DataLoader

@@ -49,6 +49,7 @@
 #include "autograd.h"
 #include "nn.h"
 #include "io.h"
+#include "dlpack.h"
 #include "cuda.h"
 #include "dist.h"
 

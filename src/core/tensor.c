@@ -239,11 +239,19 @@ static void storage_release(cti_storage *s) {
     if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
     stats_block *st = stats();
     if (s->device.type == CT_DEVICE_CPU) bump(&st->bytes, -(long long)s->nbytes);
-    if (!s->inline_data && s->data)
+    if (s->release)
+        s->release(s->release_ctx);
+    else if (!s->inline_data && s->data)
         allocators[s->device.type]->free(s->data, s->nbytes, s->device.index);
     bump(&st->storages, -1);
     free(s); /* the block starts with the storage */
 }
+
+void cti_storage_retain(cti_storage *s) {
+    atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
+}
+
+void cti_storage_release(cti_storage *s) { storage_release(s); }
 
 static void init_geometry(ct_tensor *t, int ndim, const int64_t *shape, ct_dtype dtype) {
     atomic_init(&t->refcount, 1);
@@ -288,8 +296,43 @@ ct_tensor *cti_tensor_new(const char *op, int ndim, const int64_t *shape, ct_dty
     s->device = device;
     s->nbytes = nbytes;
     s->inline_data = inl;
+    s->release = NULL;
+    s->release_ctx = NULL;
     ct_tensor *t = &b->handle;
     init_geometry(t, ndim, shape, dtype);
+    t->storage = s;
+    stats_block *st = stats();
+    bump(&st->storages, 1);
+    bump(&st->tensors, 1);
+    if (device.type == CT_DEVICE_CPU) bump(&st->bytes, (long long)nbytes);
+    cti_scope_adopt(t);
+    return t;
+}
+
+ct_tensor *cti_tensor_from_external(const char *op, void *data, size_t nbytes, ct_device device,
+                                    void (*release)(void *ctx), void *ctx, int ndim,
+                                    const int64_t *shape, const int64_t *stride, ct_dtype dtype) {
+    if ((unsigned)device.type >= CT_NUM_DEVICE_TYPES) {
+        char d[32];
+        return cti_error_null(CT_ERR_DEVICE, "%s: device %s is not available", op,
+                              ct_device_str(device, d, sizeof d));
+    }
+    /* The storage and its first handle in one block, as cti_tensor_new
+     * makes them, without inline data. */
+    block *b = malloc(sizeof *b);
+    if (!b) return cti_error_null(CT_ERR_OOM, "%s: out of memory allocating a tensor", op);
+    cti_storage *s = &b->storage;
+    atomic_init(&s->refcount, 1);
+    atomic_init(&s->version, 0);
+    s->device = device;
+    s->data = data;
+    s->nbytes = nbytes;
+    s->inline_data = false;
+    s->release = release;
+    s->release_ctx = ctx;
+    ct_tensor *t = &b->handle;
+    init_geometry(t, ndim, shape, dtype);
+    if (ndim > 0) memcpy(t->stride, stride, (size_t)ndim * sizeof(int64_t));
     t->storage = s;
     stats_block *st = stats();
     bump(&st->storages, 1);

@@ -32,6 +32,11 @@ typedef struct cti_storage {
     atomic_uint version;
     /* data lives in the same block as this struct (small CPU tensors). */
     bool inline_data;
+    /* Memory cten did not allocate (a DLPack producer's): when the last
+     * reference goes, release(release_ctx) is called instead of the device
+     * allocator's free. NULL for cten's own storage. */
+    void (*release)(void *ctx);
+    void *release_ctx;
 } cti_storage;
 
 struct ct_autograd_meta; /* defined by the autograd layer */
@@ -111,6 +116,20 @@ ct_tensor *cti_tensor_new(const char *op, int ndim, const int64_t *shape, ct_dty
  * registered in the current scope. */
 ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
+/* A new handle with the given geometry (no checks) on a new storage over
+ * nbytes of external memory at data on device, registered in the current
+ * scope. The storage calls release(ctx) exactly once, instead of freeing
+ * data, when its last reference goes; on failure (NULL, error naming op)
+ * release is not called and data stays the caller's. Core never reaches
+ * a backend here: what release does on a device (wait for its streams, hand
+ * the memory back to its producer) is the caller's. */
+ct_tensor *cti_tensor_from_external(const char *op, void *data, size_t nbytes, ct_device device,
+                                    void (*release)(void *ctx), void *ctx, int ndim,
+                                    const int64_t *shape, const int64_t *stride, ct_dtype dtype);
+/* References on a storage itself, for holders that are not tensor handles
+ * (a DLPack export keeps its storage alive this way). */
+void cti_storage_retain(cti_storage *s);
+void cti_storage_release(cti_storage *s);
 /* Marks t's storage as written in place. */
 static inline void cti_bump_version(ct_tensor *t) {
     atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed);

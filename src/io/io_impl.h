@@ -29,8 +29,41 @@ bool cti_write_full(int fd, const void *buf, size_t n);
  * writers; it reports nothing, as a sweep that cannot run changes nothing. */
 ct_status cti_tmp_create(const char *op, const char *path, char **tmp, int *fd);
 void cti_tmp_sweep(const char *path);
+/* Ends a write to a temporary of cti_tmp_create: when st is CT_OK, syncs
+ * fd, closes it, renames tmp over path and syncs the directory; otherwise,
+ * or when one of those fails, closes fd and removes tmp. Frees tmp; returns
+ * st or the first failure (CT_ERR_IO naming op). */
+ct_status cti_tmp_commit(const char *op, const char *path, char *tmp, int fd, ct_status st);
 /* The host tag in temporary names (a hash of the host name). */
 uint32_t cti_tmp_host_hash(void);
+
+/* ---- .npy (npy.c), shared with the .npz reader and writer (npz.c) ---------------------------
+ * A source of bytes: read fills up to n bytes, *got receiving the count
+ * (less than n only at its end); on a failure it sets the error itself
+ * (naming op and the file) and returns its status. */
+typedef struct cti_npy_source {
+    ct_status (*read)(void *ctx, void *buf, size_t n, size_t *got);
+    void *ctx;
+} cti_npy_source;
+/* Reads one .npy of exactly size bytes from src into a new CPU tensor
+ * (registered in the current scope; Fortran order gives column-major
+ * strides). where names the bytes in messages ("'a.npy'", "'a.npz' member
+ * 'x.npy'"). The header is validated against size before anything is
+ * allocated for the data; malformed bytes, a dtype cten lacks included,
+ * are CT_ERR_FORMAT. */
+ct_tensor *cti_npy_read(const char *op, const char *where, int64_t size, cti_npy_source src);
+
+/* A tensor laid out for writing as .npy: the header (magic to newline) and
+ * the data bytes in file order (t's own memory, or a staging copy). */
+typedef struct cti_npy_out {
+    char header[256];
+    size_t header_len;
+    const void *data;
+    size_t nbytes;
+    void *staged; /* freed by cti_npy_out_free */
+} cti_npy_out;
+ct_status cti_npy_prepare(const char *op, ct_tensor *t, cti_npy_out *o);
+void cti_npy_out_free(cti_npy_out *o);
 
 /* Whether s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
  * code points above U+10FFFF). */

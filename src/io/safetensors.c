@@ -2,7 +2,6 @@
  * header against the file before a byte of tensor data is allocated. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -802,18 +801,6 @@ static ct_status write_tensor(const char *op, const char *tmp, int fd, ct_tensor
     return st;
 }
 
-/* Makes the rename itself durable. */
-static void sync_parent_dir(const char *path) {
-    char *copy = strdup(path);
-    if (!copy) return;
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(copy);
-}
-
 static ct_status write_file(const char *op, const char *path, const strbuf *hdr,
                             const ct_params *ps, const int64_t *order) {
     cti_tmp_sweep(path);
@@ -827,17 +814,7 @@ static ct_status write_file(const char *op, const char *path, const strbuf *hdr,
         st = cti_error(CT_ERR_IO, "%s: cannot write '%s': %s", op, tmp, strerror(errno));
     for (int64_t i = 0; !st && i < ct_params_count(ps); i++)
         st = write_tensor(op, tmp, fd, ct_params_get(ps, order[i], NULL));
-    if (!st && fsync(fd) != 0)
-        st = cti_error(CT_ERR_IO, "%s: cannot sync '%s': %s", op, tmp, strerror(errno));
-    if (close(fd) != 0 && !st)
-        st = cti_error(CT_ERR_IO, "%s: cannot close '%s': %s", op, tmp, strerror(errno));
-    if (!st && rename(tmp, path) != 0)
-        st = cti_error(CT_ERR_IO, "%s: cannot rename '%s' to '%s': %s", op, tmp, path,
-                       strerror(errno));
-    if (st) unlink(tmp);
-    else sync_parent_dir(path);
-    free(tmp);
-    return st;
+    return cti_tmp_commit(op, path, tmp, fd, st);
 }
 
 ct_status ct_save_safetensors(const char *path, const ct_params *tensors,

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -158,5 +159,31 @@ ct_status cti_tmp_create(const char *op, const char *path, char **tmp, int *fd) 
     ct_status st = cti_error(CT_ERR_IO, "%s: cannot create a temporary file next to '%s': %s",
                              op, path, strerror(err));
     free(name);
+    return st;
+}
+
+/* Makes the rename itself durable. */
+static void sync_parent_dir(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return;
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(copy);
+}
+
+ct_status cti_tmp_commit(const char *op, const char *path, char *tmp, int fd, ct_status st) {
+    if (!st && fsync(fd) != 0)
+        st = cti_error(CT_ERR_IO, "%s: cannot sync '%s': %s", op, tmp, strerror(errno));
+    if (close(fd) != 0 && !st)
+        st = cti_error(CT_ERR_IO, "%s: cannot close '%s': %s", op, tmp, strerror(errno));
+    if (!st && rename(tmp, path) != 0)
+        st = cti_error(CT_ERR_IO, "%s: cannot rename '%s' to '%s': %s", op, tmp, path,
+                       strerror(errno));
+    if (st) unlink(tmp);
+    else sync_parent_dir(path);
+    free(tmp);
     return st;
 }
