@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds and checks cten's CUDA backend on a machine with a GPU, in one call:
-#   1. cmocka from the Debian packages in .debs/ when the machine has none
-#      (fetch them once elsewhere with
-#       `cd .debs && apt-get download libcmocka0 libcmocka-dev`;
-#       .debs/ is git-ignored, so it must be carried to the GPU machine),
+#   1. cmocka, libzip and the DLPack header from the Debian packages in
+#      .debs/ when the machine has none (fetch them once elsewhere with
+#       `cd .debs && apt-get download libcmocka0 libcmocka-dev libzip4
+#       libzip-dev libdlpack-dev`; .debs/ is git-ignored, so it must be
+#      carried to the GPU machine),
 #   2. meson setup -Dcuda=enabled and a build,
 #   3. the whole test suite,
 #   4. the CUDA tests again under compute-sanitizer: memcheck (with the
@@ -115,30 +116,44 @@ machine() {
 }
 step machine machine
 
-cmocka() {
-    if pkg-config --exists cmocka; then
-        echo "cmocka $(pkg-config --modversion cmocka) installed"
-        return 0
-    fi
-    local debs=("$root"/.debs/libcmocka*.deb)
-    [ -e "${debs[0]}" ] || {
-        echo "no cmocka on this machine and no .debs/libcmocka*.deb to extract"
-        return 1
-    }
-    local pfx=$root/$build-cmocka
+# Libraries the build needs that the GPU machine may lack (cmocka, libzip,
+# the DLPack header), unpacked from the Debian packages in .debs/ (fetch them
+# once elsewhere with `cd .debs && apt-get download libcmocka0 libcmocka-dev
+# libzip4 libzip-dev libdlpack-dev`) into $build-cmocka, with their
+# pkg-config files pointed there. A library the machine has is left alone.
+debs() {
+    local pfx=$root/$build-cmocka want=() have
+    for have in cmocka:libcmocka libzip:libzip; do
+        pkg-config --exists "${have%%:*}" && echo "${have%%:*} $(pkg-config --modversion "${have%%:*}") installed" ||
+            want+=("${have##*:}")
+    done
+    [ -f /usr/include/dlpack/dlpack.h ] && echo "dlpack.h installed" || want+=(libdlpack)
     rm -rf "$pfx"
     mkdir -p "$pfx/pc"
-    for f in "${debs[@]}"; do dpkg -x "$f" "$pfx"; done
-    local pc
-    pc=$(find "$pfx" -name cmocka.pc | head -1)
-    # The packaged file names /usr; point it at the extracted copy.
-    sed -e "s|^prefix=/usr\$|prefix=$pfx/usr|" -e "s|/usr/|$pfx/usr/|g" "$pc" >"$pfx/pc/cmocka.pc"
-    cat "$pfx/pc/cmocka.pc"
+    [ ${#want[@]} -eq 0 ] && return 0
+    local w f pc missing=0
+    for w in "${want[@]}"; do
+        local found=0
+        for f in "$root"/.debs/"$w"*.deb; do
+            [ -e "$f" ] || continue
+            dpkg -x "$f" "$pfx"
+            found=1
+        done
+        [ $found = 1 ] || { echo "no $w on this machine and no .debs/$w*.deb to unpack"; missing=1; }
+    done
+    # The packaged files name /usr; point them at the unpacked copy.
+    for pc in $(find "$pfx/usr" -name '*.pc'); do
+        sed -e "s|^prefix=/usr\$|prefix=$pfx/usr|" -e "s|=/usr/|=$pfx/usr/|g" "$pc" >"$pfx/pc/$(basename "$pc")"
+    done
+    ls "$pfx/pc"
+    return $missing
 }
-step cmocka cmocka
-if [ -d "$root/$build-cmocka/pc" ]; then
+step debs debs
+if [ -d "$root/$build-cmocka/usr" ]; then
     export PKG_CONFIG_PATH=$root/$build-cmocka/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
     export LD_LIBRARY_PATH=$root/$build-cmocka/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LIBRARY_PATH=$root/$build-cmocka/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export CPATH=$root/$build-cmocka/usr/include${CPATH:+:$CPATH}
 fi
 
 # ---- 2. configure and build ---------------------------------------------------------------
