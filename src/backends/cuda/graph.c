@@ -47,12 +47,11 @@
 #include <stdlib.h>
 
 #include "cuda_impl.h"
-#include "ops_impl.h"
 
 enum { CAPTURING, READY, FAILED };
 
 /* Generators one capture may draw from. */
-#define MAX_GENS CTI_CUDA_PHILOX_GENS
+#define MAX_GENS 16
 
 /* A generator the capture drew from: the range of draws it reserved. */
 typedef struct gen_use {
@@ -243,12 +242,10 @@ static ct_status renew_draws(const char *op, ct_cuda_graph *g, cudaStream_t stre
         v[2 * k] = ct_generator_seed(u->gen);
         v[2 * k + 1] = ct_generator_reserve(u->gen, u->end - u->base);
     }
-    /* As a kernel's parameters, not an asynchronous copy from this stack
-     * buffer: with the copy, replays run under compute-sanitizer drew the
-     * same numbers twice. */
-    cudaError_t e =
-        cti_cuda_set_philox((uint64_t *)cti_data(g->philox), v, 2 * g->ngens, stream);
-    return e == cudaSuccess ? CT_OK : cti_cuda_fail(op, g->device, "a kernel launch", e);
+    /* From pageable memory: the bytes are staged when the call returns. */
+    cudaError_t e = cudaMemcpyAsync(cti_data(g->philox), v, sizeof(uint64_t) * 2 * (size_t)g->ngens,
+                                    cudaMemcpyHostToDevice, stream);
+    return e == cudaSuccess ? CT_OK : cti_cuda_fail(op, g->device, "cudaMemcpyAsync", e);
 }
 
 /* ---- capture --------------------------------------------------------------------------------- */

@@ -81,13 +81,6 @@ enum { CTI_RNG_UNIFORM, CTI_RNG_NORMAL, CTI_RNG_RANDINT };
 cudaError_t cti_cuda_random(int kind, void *out, ct_dtype dt, int64_t n, uint64_t seed,
                             uint64_t first, const uint64_t *state, double a, double b,
                             int64_t ilow, uint64_t irange, int sm_count, cudaStream_t stream);
-/* A CUDA graph's per-generator (seed, first draw) words, n of them (at most
- * 2 * CTI_CUDA_PHILOX_GENS), written to dst by a kernel that takes them as
- * its parameters: ordered on the stream before a replay's launch, with no
- * host buffer whose lifetime a copy would depend on. */
-#define CTI_CUDA_PHILOX_GENS 16
-cudaError_t cti_cuda_set_philox(uint64_t *dst, const uint64_t *words, int n,
-                                cudaStream_t stream);
 /* out[i] = start + i * step, or linspace's symmetric form when steps > 0
  * (first half from start, second half back from end). */
 cudaError_t cti_cuda_range(void *out, ct_dtype dt, int64_t n, double start, double step,

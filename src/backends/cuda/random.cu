@@ -11,8 +11,6 @@
 // uniforms of a 32-bit draw each, two of f64 or randint, two normal pairs,
 // or one f64 normal pair; the unit's draws need one Philox block, two when
 // the call's first draw is not a multiple of four.
-#include <cstring>
-
 #include "kernels.cuh"
 #include "ops_impl.h"
 
@@ -178,29 +176,10 @@ cudaError_t launch_range(void *out, int64_t n, double start, double step, double
     return cudaGetLastError();
 }
 
-// The words of a graph's Philox state, by value: a kernel's parameters are
-// copied when it is queued, so the next replay's values cannot reach this one.
-struct PhiloxWords {
-    uint64_t v[2 * CTI_CUDA_PHILOX_GENS];
-};
-
-__global__ void set_philox(uint64_t *dst, PhiloxWords w, int n) {
-    if ((int)threadIdx.x < n) dst[threadIdx.x] = w.v[threadIdx.x];
-}
-
 } // namespace
 } // namespace cti
 
 extern "C" {
-
-cudaError_t cti_cuda_set_philox(uint64_t *dst, const uint64_t *words, int n,
-                                cudaStream_t stream) {
-    if (n < 0 || n > 2 * CTI_CUDA_PHILOX_GENS) return cudaErrorInvalidValue;
-    cti::PhiloxWords w;
-    memcpy(w.v, words, sizeof(uint64_t) * (size_t)n);
-    cti::set_philox<<<1, 2 * CTI_CUDA_PHILOX_GENS, 0, stream>>>(dst, w, n);
-    return cudaGetLastError();
-}
 
 cudaError_t cti_cuda_random(int kind, void *out, ct_dtype dt, int64_t n, uint64_t seed,
                             uint64_t first, const uint64_t *state, double a, double b,
