@@ -146,6 +146,12 @@ debs() {
         sed -e "s|^prefix=/usr\$|prefix=$pfx/usr|" -e "s|=/usr/|=$pfx/usr/|g" "$pc" >"$pfx/pc/$(basename "$pc")"
     done
     ls "$pfx/pc"
+    # Programs run with LD_LIBRARY_PATH cleared (the install test's check of
+    # the install rpath) still find the unpacked libraries: as root, the
+    # loader's path gets their folder.
+    if [ "$(id -u)" -eq 0 ] && [ -d /etc/ld.so.conf.d ]; then
+        echo "$pfx/usr/lib/x86_64-linux-gnu" >/etc/ld.so.conf.d/cten-gpu-debs.conf && ldconfig
+    fi
     return $missing
 }
 step debs debs

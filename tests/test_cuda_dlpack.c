@@ -25,6 +25,7 @@ static int ngpu;
 static cudaError_t (*cuda_malloc)(void **, size_t);
 static cudaError_t (*cuda_free)(void *);
 static cudaError_t (*cuda_memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
+static cudaError_t (*cuda_device_synchronize)(void);
 
 /* ---- fixtures: every test leaves no tensor alive and no device memory in use ------------- */
 
@@ -87,6 +88,10 @@ static void dev_set(const DLTensor *d, ct_dtype dt, int64_t i, double v) {
     tu_pack(&v, 1, dt, b);
     char *p = (char *)d->data + d->byte_offset + dl_offset(d, i) * (int64_t)es;
     assert_int_equal(cuda_memcpy(p, b, es, cudaMemcpyHostToDevice), cudaSuccess);
+    /* cudaMemcpy from pageable memory returns once the bytes are staged; the
+     * DMA may still be under way when cten's stream (which does not wait for
+     * the legacy stream) reads them back. */
+    assert_int_equal(cuda_device_synchronize(), cudaSuccess);
 }
 
 /* Same elements through both sides, then a write each way. */
@@ -235,6 +240,7 @@ int main(void) {
     cuda_malloc = tu_cuda_symbol("cudaMalloc");
     cuda_free = tu_cuda_symbol("cudaFree");
     cuda_memcpy = tu_cuda_symbol("cudaMemcpy");
+    cuda_device_synchronize = tu_cuda_symbol("cudaDeviceSynchronize");
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_export), T(test_import), T(test_import_errors), T(test_roundtrip),

@@ -52,8 +52,8 @@ cc -std=c11 -o "$root/train_mlp" "$src/examples/train_mlp.c" \
     $(pkg-config --cflags --libs cten) $sanflag
 # A program linked to a library outside the loader's path finds it through
 # LD_LIBRARY_PATH (or its own rpath), as with any library.
-LD_LIBRARY_PATH=$libdir "$root/app" --quiet
-LD_LIBRARY_PATH=$libdir "$root/train_mlp" >/dev/null
+LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$root/app" --quiet
+LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$root/train_mlp" >/dev/null
 # Static: the archive by name, since -lcten picks the shared library when
 # both are installed; the rest is pkg-config --static's. The installed
 # headers alone must compile (no private include paths).
