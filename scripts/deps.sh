@@ -28,7 +28,7 @@ cten_apt_update() {
 }
 
 cten_deps() {
-    local pkgs="gcc g++ libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist"
+    local pkgs="gcc g++ libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist fortunes"
     local missing=""
     for p in $pkgs; do
         dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
