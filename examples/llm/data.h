@@ -45,7 +45,8 @@ void lm_draw_starts(const lm_text *text, int64_t context, int64_t batch, ct_gene
                     int64_t *starts);
 /* Inputs [batch, context] and targets (the inputs shifted by one token)
  * int64 on device for the windows at starts. New tensors the caller (or the
- * open scope) owns; false with ct_last_error() set on failure. */
+ * open scope) owns; false on failure (out of host memory, or the library's
+ * error in ct_last_error()). */
 bool lm_batch_at(const lm_text *text, const int64_t *starts, int64_t batch, int64_t context,
                  ct_device device, ct_tensor **x, ct_tensor **y);
 

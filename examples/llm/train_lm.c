@@ -561,11 +561,11 @@ static bool setup(run *r, int argc, char **argv, int *status) {
     /* AdamW; weight decay on the matrices (and embeddings), not on norm gains and biases */
     r->opt = ct_optim_adamw_new(r->model->params, s->lr, s->beta1, s->beta2, s->eps,
                                 s->weight_decay);
-    for (int64_t k = 0; r->opt && k < ct_params_count(r->model->params); k++)
-        if (ct_tensor_ndim(ct_params_get(r->model->params, k, NULL)) < 2 &&
-            ct_optim_set_weight_decay(r->opt, k, 0.0) != CT_OK)
-            break;
-    if (!r->opt) {
+    bool ok = r->opt != NULL;
+    for (int64_t k = 0; ok && k < ct_params_count(r->model->params); k++)
+        if (ct_tensor_ndim(ct_params_get(r->model->params, k, NULL)) < 2)
+            ok = ct_optim_set_weight_decay(r->opt, k, 0.0) == CT_OK;
+    if (!ok) {
         fprintf(stderr, "creating the optimizer: %s\n", ct_last_error());
         return false;
     }
