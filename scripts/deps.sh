@@ -28,7 +28,7 @@ cten_apt_update() {
 }
 
 cten_deps() {
-    local pkgs="gcc g++ libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev libzip-dev libdlpack-dev python3-numpy dataset-fashion-mnist libopenmpi-dev openmpi-bin"
+    local pkgs="gcc g++ libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev libzip-dev libdlpack-dev python3-numpy dataset-fashion-mnist fortunes libopenmpi-dev openmpi-bin"
     local missing=""
     for p in $pkgs; do
         dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -524,10 +524,15 @@ static void assert_param_values(ct_params *p, double *ref[NP], double rtol, doub
     }
 }
 
+/* no_decay1: parameter 1 gets weight decay 0 (ct_optim_set_weight_decay),
+ * parameter 0 keeps wd. */
 typedef struct sgd_cfg {
     double lr, momentum, dampening, wd;
-    bool nesterov;
+    bool nesterov, no_decay1;
 } sgd_cfg;
+
+/* The weight decay parameter k of a case's optimizer applies. */
+static double case_wd(double wd, bool no_decay1, int k) { return no_decay1 && k == 1 ? 0 : wd; }
 
 static void run_sgd_case(sgd_cfg c, ct_dtype dt, double rtol, double atol) {
     double *ref[NP], buf[NP][12], grad[NP][12];
@@ -535,6 +540,7 @@ static void run_sgd_case(sgd_cfg c, ct_dtype dt, double rtol, double atol) {
     ct_params *p = make_leaves(dt, ref);
     ct_optimizer *o = ct_optim_sgd_new(p, c.lr, c.momentum, c.dampening, c.wd, c.nesterov);
     assert_non_null(o);
+    if (c.no_decay1) assert_int_equal(ct_optim_set_weight_decay(o, 1, 0.0), CT_OK);
     for (int step = 0; step < 6; step++) {
         for (int k = 0; k < NP; k++) {
             /* Parameter 1 gets no gradient on step 2: skipped, momentum
@@ -545,7 +551,7 @@ static void run_sgd_case(sgd_cfg c, ct_dtype dt, double rtol, double atol) {
             }
             set_fresh_grad(p, k, dt, grad[k]);
             for (int64_t i = 0; i < opt_numel[k]; i++) {
-                double d = grad[k][i] + c.wd * ref[k][i];
+                double d = grad[k][i] + case_wd(c.wd, c.no_decay1, k) * ref[k][i];
                 if (c.momentum != 0) {
                     buf[k][i] = steps_taken[k] == 0
                                     ? d
@@ -592,15 +598,18 @@ static void test_sgd_updates(void **state) {
     const sgd_cfg cases[] = {
         {0.1, 0, 0, 0, false},      {0.05, 0.9, 0, 0, false},   {0.05, 0.9, 0.1, 0.01, false},
         {0.02, 0.8, 0, 0.05, true}, {0.1, 0.5, 0.5, 0, false},  {0.3, 0, 0, 0.2, false},
+        {0.05, 0.9, 0, 0.2, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_sgd_case(cases[i], CT_F64, 1e-12, 1e-13);
     run_sgd_case(cases[3], CT_F32, 1e-5, 1e-6);
     run_sgd_case(cases[2], CT_F32, 1e-5, 1e-6);
+    run_sgd_case(cases[6], CT_F32, 1e-5, 1e-6);
 }
 
 typedef struct adamw_cfg {
     double lr, beta1, beta2, eps, wd;
+    bool no_decay1; /* as sgd_cfg's */
 } adamw_cfg;
 
 static void run_adamw_case(adamw_cfg c, ct_dtype dt, double rtol, double atol) {
@@ -609,6 +618,9 @@ static void run_adamw_case(adamw_cfg c, ct_dtype dt, double rtol, double atol) {
     ct_params *p = make_leaves(dt, ref);
     ct_optimizer *o = ct_optim_adamw_new(p, c.lr, c.beta1, c.beta2, c.eps, c.wd);
     assert_non_null(o);
+    if (c.no_decay1) assert_int_equal(ct_optim_set_weight_decay(o, 1, 0.0), CT_OK);
+    for (int k = 0; k < NP; k++)
+        assert_true(ct_optim_get_weight_decay(o, k) == case_wd(c.wd, c.no_decay1, k));
     for (int step = 0; step < 7; step++) {
         for (int k = 0; k < NP; k++) {
             if (k == 0 && step == 3) {
@@ -620,7 +632,7 @@ static void run_adamw_case(adamw_cfg c, ct_dtype dt, double rtol, double atol) {
             double bc1 = 1 - pow(c.beta1, t[k]), bc2 = 1 - pow(c.beta2, t[k]);
             for (int64_t i = 0; i < opt_numel[k]; i++) {
                 double g = grad[k][i];
-                ref[k][i] *= 1 - c.lr * c.wd;
+                ref[k][i] *= 1 - c.lr * case_wd(c.wd, c.no_decay1, k);
                 m[k][i] = c.beta1 * m[k][i] + (1 - c.beta1) * g;
                 v[k][i] = c.beta2 * v[k][i] + (1 - c.beta2) * g * g;
                 double denom = sqrt(v[k][i]) / sqrt(bc2) + c.eps;
@@ -664,11 +676,13 @@ static void test_adamw_updates(void **state) {
         {0.01, 0.8, 0.99, 1e-6, 0},
         {0.05, 0.5, 0.9, 1e-3, 0.1},
         {0.1, 0, 0, 1e-8, 0.5},
+        {0.05, 0.9, 0.99, 1e-8, 0.3, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_adamw_case(cases[i], CT_F64, 1e-11, 1e-13);
     run_adamw_case(cases[0], CT_F32, 1e-5, 1e-6);
     run_adamw_case(cases[2], CT_F32, 1e-5, 1e-6);
+    run_adamw_case(cases[4], CT_F32, 1e-5, 1e-6);
 }
 
 /* ---- the fused update ops (CT_OP_SGD_STEP, CT_OP_ADAMW_STEP) against float64 loops -------- */
@@ -1059,6 +1073,24 @@ static void test_optim_misc(void **state) {
 
     tu_assert_null_error(ct_optim_state_get(o, 2, NULL), CT_ERR_INDEX, "ct_optim_state_get",
                          "2");
+    /* Per-parameter weight decay: index and value checked, nothing changed
+     * on failure. */
+    assert_true(ct_optim_get_weight_decay(o, 0) == 0);
+    tu_assert_error(ct_optim_set_weight_decay(o, 2, 0.1), CT_ERR_INDEX,
+                    "ct_optim_set_weight_decay", "index 2", "2 parameters");
+    tu_assert_error(ct_optim_set_weight_decay(o, -1, 0.1), CT_ERR_INDEX,
+                    "ct_optim_set_weight_decay", "-1");
+    tu_assert_error(ct_optim_set_weight_decay(o, 0, -0.5), CT_ERR_INVALID_ARG,
+                    "ct_optim_set_weight_decay", "-0.5", "expected >= 0");
+    tu_assert_error(ct_optim_set_weight_decay(o, 0, INFINITY), CT_ERR_INVALID_ARG,
+                    "ct_optim_set_weight_decay");
+    tu_assert_error(ct_optim_set_weight_decay(NULL, 0, 0.1), CT_ERR_INVALID_ARG,
+                    "ct_optim_set_weight_decay", "NULL");
+    assert_true(ct_optim_get_weight_decay(o, 0) == 0);
+    assert_true(isnan(ct_optim_get_weight_decay(o, 2)));
+    tu_assert_error(ct_last_status(), CT_ERR_INDEX, "ct_optim_get_weight_decay", "index 2");
+    assert_true(isnan(ct_optim_get_weight_decay(NULL, 0)));
+    tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_optim_get_weight_decay", "NULL");
     tu_assert_null_error(ct_optim_state_get(NULL, 0, NULL), CT_ERR_INVALID_ARG,
                          "ct_optim_state_get");
     tu_assert_error(ct_optim_step(NULL), CT_ERR_INVALID_ARG, "ct_optim_step", "NULL");

@@ -175,6 +175,16 @@ void ct_optim_zero_grad(ct_optimizer *opt);
  * a graph would set the value again at every replay). */
 ct_status ct_optim_set_lr(ct_optimizer *opt, double lr);
 double ct_optim_get_lr(const ct_optimizer *opt);
+/* Parameter k's weight decay (k in the order of the list given at
+ * creation), replacing the constructor's for it alone, as a torch.optim
+ * parameter group of its own would: language models decay their matrices
+ * but not their norms' gains and biases. weight_decay >= 0. Takes effect
+ * at the next step; a hyperparameter, not state (checkpoints do not keep
+ * it). A step dispatches one update per distinct value. */
+ct_status ct_optim_set_weight_decay(ct_optimizer *opt, int64_t k, double weight_decay);
+/* Parameter k's weight decay; NAN with an error for a NULL optimizer or k
+ * out of range. */
+double ct_optim_get_weight_decay(const ct_optimizer *opt, int64_t k);
 /* Master weights (PyTorch users keep a float32 copy by hand): with enable,
  * every float16/bfloat16 parameter gets a float32 copy of its values that
  * the updates read and write, with float32 states, and after each update

@@ -210,7 +210,11 @@ typedef struct cti_dropout_params {
  * found_inf (NULL: none): a 0-d float32 on the dispatch device; when it is
  * not zero the kernel writes nothing (parameters, states, masters and the
  * counts of step_t stay as they were), as torch's fused optimizers do with
- * the found_inf of a GradScaler. */
+ * the found_inf of a GradScaler.
+ *
+ * weight_decay (NULL: the hyperparameters' for every entry): entry k's
+ * weight decay. The front end dispatches the entries of one value together
+ * with it in the hyperparameters, so the kernels see NULL here. */
 typedef struct cti_optim_list {
     int64_t n;
     ct_tensor *const *param;
@@ -222,6 +226,7 @@ typedef struct cti_optim_list {
     ct_tensor *const *ctl;
     ct_tensor *const *master;
     ct_tensor *found_inf;
+    const double *weight_decay;
 } cti_optim_list;
 
 /* SGD_STEP's hyperparameters, as ct_optim_sgd_new takes them. */

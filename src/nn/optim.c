@@ -38,7 +38,7 @@ typedef struct devctl {
 
 struct ct_optimizer {
     opt_kind kind;
-    double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
+    double lr, momentum, dampening, beta1, beta2, eps;
     bool nesterov;
     bool masters; /* float32 master weights for float16/bfloat16 parameters */
     int nbuf; /* state buffers per parameter besides the step */
@@ -51,6 +51,7 @@ struct ct_optimizer {
         **list_ctl;
     int64_t *list_step;
     bool *list_updated;
+    double *weight_decay; /* per parameter, n: the constructor's unless set */
 };
 
 /* Whether t's step count lives on its device (read and advanced by the kernels). */
@@ -76,6 +77,7 @@ void ct_optim_free(ct_optimizer *opt) {
     free(opt->list_param);
     free(opt->list_step);
     free(opt->list_updated);
+    free(opt->weight_decay);
     free(opt);
 }
 
@@ -135,7 +137,8 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
     opt->list_param = calloc(n * (5 + MAX_BUFS), sizeof *opt->list_param);
     opt->list_step = calloc(n, sizeof *opt->list_step);
     opt->list_updated = calloc(n, sizeof *opt->list_updated);
-    if (!opt->list_param || !opt->list_step || !opt->list_updated) {
+    opt->weight_decay = calloc(n, sizeof *opt->weight_decay);
+    if (!opt->list_param || !opt->list_step || !opt->list_updated || !opt->weight_decay) {
         ct_optim_free(opt);
         return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
     }
@@ -194,7 +197,7 @@ ct_optimizer *ct_optim_sgd_new(const ct_params *params, double lr, double moment
     if (!opt) return NULL;
     opt->momentum = momentum;
     opt->dampening = dampening;
-    opt->weight_decay = weight_decay;
+    for (int64_t k = 0; k < opt->n; k++) opt->weight_decay[k] = weight_decay;
     opt->nesterov = nesterov;
     return opt;
 }
@@ -221,7 +224,7 @@ ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta
     opt->beta1 = beta1;
     opt->beta2 = beta2;
     opt->eps = eps;
-    opt->weight_decay = weight_decay;
+    for (int64_t k = 0; k < opt->n; k++) opt->weight_decay[k] = weight_decay;
     return opt;
 }
 
@@ -284,7 +287,8 @@ static ct_status fused_update(const char *op, ct_optimizer *o, ct_tensor *found_
                         o->list_step_t,
                         o->list_ctl,
                         o->masters ? o->list_master : NULL,
-                        found_inf};
+                        found_inf,
+                        o->weight_decay};
     for (int64_t k = 0; k < o->n; k++) {
         slot *s = &o->slots[k];
         o->list_grad[k] = ct_grad(s->param);
@@ -305,10 +309,11 @@ static ct_status fused_update(const char *op, ct_optimizer *o, ct_tensor *found_
         o->list_step[k] = (int64_t)t + 1;
     }
     if (o->kind == OPT_SGD) {
-        cti_sgd_hparams h = {o->lr, o->momentum, o->dampening, o->weight_decay, o->nesterov};
+        /* the list's per-parameter weight decays replace h's */
+        cti_sgd_hparams h = {o->lr, o->momentum, o->dampening, 0.0, o->nesterov};
         return cti_sgd_step(op, &l, &h);
     }
-    cti_adamw_hparams h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay};
+    cti_adamw_hparams h = {o->lr, o->beta1, o->beta2, o->eps, 0.0};
     return cti_adamw_step(op, &l, &h);
 }
 
@@ -353,6 +358,33 @@ ct_status ct_optim_set_lr(ct_optimizer *opt, double lr) {
 }
 
 double ct_optim_get_lr(const ct_optimizer *opt) { return opt ? opt->lr : NAN; }
+
+ct_status ct_optim_set_weight_decay(ct_optimizer *opt, int64_t k, double weight_decay) {
+    static const char op[] = "ct_optim_set_weight_decay";
+    if (!opt) return cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
+    if (k < 0 || k >= opt->n)
+        return cti_error(CT_ERR_INDEX, "%s: index %lld is out of range for %lld parameters", op,
+                         (long long)k, (long long)opt->n);
+    if (bad_nonneg(weight_decay))
+        return cti_error(CT_ERR_INVALID_ARG, "%s: invalid weight_decay %g (expected >= 0)", op,
+                         weight_decay);
+    opt->weight_decay[k] = weight_decay;
+    return CT_OK;
+}
+
+double ct_optim_get_weight_decay(const ct_optimizer *opt, int64_t k) {
+    static const char op[] = "ct_optim_get_weight_decay";
+    if (!opt) {
+        cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
+        return NAN;
+    }
+    if (k < 0 || k >= opt->n) {
+        cti_error(CT_ERR_INDEX, "%s: index %lld is out of range for %lld parameters", op,
+                  (long long)k, (long long)opt->n);
+        return NAN;
+    }
+    return opt->weight_decay[k];
+}
 
 /* Parameter k's state tensors besides its count. */
 static int slot_states(const ct_optimizer *opt, const slot *s) {

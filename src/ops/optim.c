@@ -9,6 +9,7 @@
  * no allocation beyond this file's index arrays. Nothing here reads device
  * memory: a found_inf on a device and the step counts in memory go to the
  * kernels. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "autograd/autograd_impl.h"
@@ -102,6 +103,10 @@ static ct_status check_one(const char *op, const cti_optim_list *l, const opt_ki
     ct_tensor *p = l->param[k], *g = l->grad[k];
     int kind = kd->op == CT_OP_ADAMW_STEP;
     if (!p) return cti_error(CT_ERR_INVALID_ARG, "%s: parameter %lld is NULL", op, (long long)k);
+    if (l->weight_decay && !(l->weight_decay[k] >= 0 && isfinite(l->weight_decay[k])))
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: parameter %lld: invalid weight_decay %g (expected >= 0)", op,
+                         (long long)k, l->weight_decay[k]);
     if (!ct_dtype_is_floating(p->dtype))
         return cti_error(CT_ERR_DTYPE, "%s: parameter %lld (%s) is not floating", op,
                          (long long)k, cti_desc(p));
@@ -213,7 +218,7 @@ static bool is_written(const cti_storage *s, cti_storage *const *w, int64_t m) {
 }
 
 /* The working arrays of one dispatch: m entries of one (device, dtype,
- * masters or not). */
+ * masters or not, weight decay). */
 typedef struct group {
     int64_t m;
     ct_tensor **param, **grad, **state[2], **master, **step_t, **ctl;
@@ -301,6 +306,12 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         c.in[c.nin++] = p0;
         c.in[c.nin++] = g->grad[0];
         for (int b = 0; b < kd->nstate; b++) c.in[c.nin++] = g->state[b][0];
+        if (l->weight_decay) {
+            /* same_target grouped the entries of one weight decay */
+            double wd = l->weight_decay[g->index[0]];
+            if (kd->op == CT_OP_SGD_STEP) p.sgd.weight_decay = wd;
+            else p.adamw.weight_decay = wd;
+        }
         cti_call_params(&c, &p);
         st = cti_run(&c, dev_of(p0), p0->dtype);
     }
@@ -326,7 +337,8 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
 static bool same_target(const cti_optim_list *l, int64_t a, int64_t b) {
     const ct_tensor *x = l->param[a], *y = l->param[b];
     return x->dtype == y->dtype && ct_device_eq(dev_of(x), dev_of(y)) &&
-           (entry(l->master, a) != NULL) == (entry(l->master, b) != NULL);
+           (entry(l->master, a) != NULL) == (entry(l->master, b) != NULL) &&
+           (!l->weight_decay || l->weight_decay[a] == l->weight_decay[b]);
 }
 
 /* The list's shape: arrays present for the entries that need them. */

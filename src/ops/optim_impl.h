@@ -18,17 +18,18 @@
 
 /* Front ends. Parameters whose gradient is NULL are skipped (their states
  * untouched). The list may mix devices and dtypes: it is split into one
- * dispatch per (device, dtype, masters or not). Every tensor is checked
- * before any is written: parameters floating, gradients of the parameter's
- * shape, dtype and device, states likewise (float32 with masters), masters
- * float32 of the shape of a float16/bfloat16 parameter, counts in memory
- * 0-d float64 with a float64 [2] control tensor per device, no parameter or
- * state an expanded view or on the memory of another, no grad mode in
- * effect for tensors that require grad (as in-place ops). A found_inf on
- * the CPU is read here (not zero: nothing is dispatched, *updated all
- * false); one on a device goes to the kernels, and then every live entry
- * must be on that device with its count in memory. Each written tensor's
- * version counter is bumped once per dispatch. A failure names op
+ * dispatch per (device, dtype, masters or not, weight decay). Every tensor
+ * is checked before any is written: parameters floating, gradients of the
+ * parameter's shape, dtype and device, states likewise (float32 with
+ * masters), masters float32 of the shape of a float16/bfloat16 parameter,
+ * counts in memory 0-d float64 with a float64 [2] control tensor per
+ * device, no parameter or state an expanded view or on the memory of
+ * another, no grad mode in effect for tensors that require grad (as
+ * in-place ops), per-entry weight decays (when given) finite and >= 0. A
+ * found_inf on the CPU is read here (not zero: nothing is dispatched,
+ * *updated all false); one on a device goes to the kernels, and then every
+ * live entry must be on that device with its count in memory. Each written
+ * tensor's version counter is bumped once per dispatch. A failure names op
  * ("ct_optim_step", ...) and the parameter's index. */
 ct_status cti_sgd_step(const char *op, const cti_optim_list *l, const cti_sgd_hparams *h);
 ct_status cti_adamw_step(const char *op, const cti_optim_list *l, const cti_adamw_hparams *h);
