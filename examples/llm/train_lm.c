@@ -9,7 +9,15 @@
  * AdamW with weight decay on the 2-d weights only, linear warmup then cosine
  * decay, gradient clipping, gradient accumulation, validation every N steps,
  * checkpoints with the optimizer state and the data position, --resume,
- * Ctrl-C saves and exits. docs/LM.md describes the flags and the output. */
+ * Ctrl-C saves and exits. docs/LM.md describes the flags and the output.
+ *
+ * Data-parallel over the N processes of an MPI launch (docs/DISTRIBUTED.md):
+ *
+ *   mpirun -np N cten-train-lm --ddp [--device cuda] ...
+ *
+ * Each rank trains on its share of every step's windows (--batch-size per
+ * rank), the gradients averaged during backward: N ranks take the steps one
+ * process takes with N times the batch. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -43,6 +51,7 @@ typedef struct settings {
     double temperature;
     const char *prompt;
     const char *compare; /* directory for --compare, or NULL */
+    bool ddp;            /* --ddp: data-parallel over the ranks of an MPI launch */
 } settings;
 
 static settings defaults(void) {
@@ -112,7 +121,9 @@ static void usage(const char *prog) {
            "  --sample N           tokens to sample at the end, 0: none (default %" PRId64 ")\n"
            "  --prompt TEXT --temperature X --top-k N   (default \"%s\", %g, %" PRId64 ")\n"
            "  --compare DIR        write the initial weights, the batches and the losses to DIR\n"
-           "                       for examples/reference/train_lm.py --compare DIR\n",
+           "                       for examples/reference/train_lm.py --compare DIR\n"
+           "  --ddp                data-parallel over the processes of an MPI launch (mpirun -np N):\n"
+           "                       --batch-size per rank, rank 0 prints, saves and samples\n",
            prog, d.model.n_layer, d.model.n_embd, d.model.n_head, d.model.n_kv_head,
            d.model.context, LM_FORTUNES_DIR, d.val_fraction, d.batch, d.steps, d.lr, d.warmup,
            d.weight_decay, d.clip, d.seed, d.log_every, d.val_every, d.val_batches,
@@ -160,6 +171,10 @@ static int parse_args(int argc, char **argv, settings *s) {
         }
         if (!strcmp(a, "--resume")) {
             s->resume = true;
+            continue;
+        }
+        if (!strcmp(a, "--ddp")) {
+            s->ddp = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -229,6 +244,10 @@ static int parse_args(int argc, char **argv, settings *s) {
     if (s->min_lr < 0) s->min_lr = s->lr / 10;
     if (s->resume && !s->checkpoint) {
         fprintf(stderr, "%s: --resume needs --checkpoint PATH\n", argv[0]);
+        return -1;
+    }
+    if (s->ddp && s->compare) {
+        fprintf(stderr, "%s: --compare runs one process; leave out --ddp\n", argv[0]);
         return -1;
     }
     return 0;
@@ -319,7 +338,10 @@ typedef struct run {
     ct_generator *data_gen; /* the training windows: its offset is the data position */
     int64_t step;           /* optimizer steps done */
     ct_tensor *loss_sum;    /* the losses since the last progress line, on the device */
-    int64_t *starts;        /* a micro-batch's window starts */
+    int64_t *starts;        /* a micro-batch's window starts, every rank's */
+    ct_ddp *ddp;            /* --ddp */
+    bool stop;              /* --ddp: a rank was interrupted (agreed at the progress lines) */
+    int rank, world;        /* 0 and 1 without --ddp */
     int64_t *compare_x;     /* --compare: every step's windows, [steps, accum, batch] */
 } run;
 
@@ -367,11 +389,14 @@ static bool train_step(run *r, double *grad_norm) {
     for (int64_t micro = 0; micro < s->accum; micro++) {
         ct_scope *scope = ct_scope_begin();
         ct_tensor *x, *y;
-        lm_draw_starts(&r->train, s->model.context, s->batch, r->data_gen, r->starts);
+        /* every rank draws the windows of all ranks and takes its own: the
+         * batches of one process with world times the batch size */
+        lm_draw_starts(&r->train, s->model.context, s->batch * r->world, r->data_gen, r->starts);
+        const int64_t *mine = r->starts + (int64_t)r->rank * s->batch;
         if (r->compare_x)
-            memcpy(r->compare_x + (r->step * s->accum + micro) * s->batch, r->starts,
+            memcpy(r->compare_x + (r->step * s->accum + micro) * s->batch, mine,
                    (size_t)s->batch * sizeof *r->starts);
-        bool ok = lm_batch_at(&r->train, r->starts, s->batch, s->model.context, s->device, &x, &y);
+        bool ok = lm_batch_at(&r->train, mine, s->batch, s->model.context, s->device, &x, &y);
         autocast_begin(s);
         ct_tensor *loss = ok ? lm_model_loss(r->model, x, y) : NULL;
         autocast_end(s);
@@ -379,12 +404,20 @@ static bool train_step(run *r, double *grad_norm) {
         bool prev = ct_no_grad_begin();
         ok = scaled && ct_add_(r->loss_sum, scaled) == CT_OK;
         ct_no_grad_end(prev);
-        ok = ok && ct_backward(scaled, NULL, false) == CT_OK;
+        if (ok && r->ddp) {
+            /* model.no_sync() but for the last micro-batch: one all-reduce
+             * of the accumulated gradients per step */
+            ct_ddp_set_sync(r->ddp, micro == s->accum - 1);
+            ok = ct_ddp_backward(r->ddp, scaled, NULL) == CT_OK;
+        } else {
+            ok = ok && ct_backward(scaled, NULL, false) == CT_OK;
+        }
         ct_scope_end(scope);
         if (!ok) return false;
     }
     return ct_clip_grad_norm(r->model->params, s->clip, grad_norm) == CT_OK &&
-           ct_optim_set_lr(r->opt, lr_at(s, r->step)) == CT_OK && ct_optim_step(r->opt) == CT_OK &&
+           ct_optim_set_lr(r->opt, lr_at(s, r->step)) == CT_OK &&
+           (r->ddp ? ct_ddp_step(r->ddp, r->opt) : ct_optim_step(r->opt)) == CT_OK &&
            (ct_optim_zero_grad(r->opt), true);
 }
 
@@ -417,6 +450,7 @@ static bool evaluate(run *r, double *loss) {
 }
 
 static bool save_checkpoint(run *r) {
+    if (r->rank != 0) return true; /* every rank holds the same state */
     ct_metadata *md = ct_metadata_new();
     bool ok = md && put_settings(md, &r->s) && !ct_metadata_set_int(md, "step", r->step) &&
               !ct_metadata_set_uint(md, "data_offset", ct_generator_offset(r->data_gen)) &&
@@ -522,6 +556,22 @@ static bool setup(run *r, int argc, char **argv, int *status) {
     *status = pr > 0 ? 0 : 2;
     if (pr) return false;
     *status = 1;
+    r->world = 1;
+    if (s->ddp) {
+        if (ct_dist_init(NULL) != CT_OK) {
+            fprintf(stderr, "--ddp: %s\n", ct_last_error());
+            return false;
+        }
+        r->rank = ct_dist_rank();
+        r->world = ct_dist_world_size();
+        if (r->rank != 0 && !freopen("/dev/null", "w", stdout)) {
+            fprintf(stderr, "--ddp: rank %d cannot silence its output\n", r->rank);
+            return false;
+        }
+        /* one GPU per process on each machine: LOCAL_RANK's */
+        if (s->device.type == CT_DEVICE_CUDA && ct_cuda_device_count() > 0)
+            s->device.index = ct_dist_local_rank() % ct_cuda_device_count();
+    }
     if (s->resume) {
         ct_metadata *md = ct_load_safetensors_metadata(s->checkpoint);
         bool ok = md && get_settings(md, s);
@@ -552,15 +602,20 @@ static bool setup(run *r, int argc, char **argv, int *status) {
     r->model = init ? lm_model_new(&s->model, s->device, init) : NULL;
     ct_generator_free(init);
     r->data_gen = ct_generator_new(s->seed + 1);
-    r->starts = malloc((size_t)s->batch * sizeof *r->starts);
+    r->starts = malloc((size_t)(s->batch * r->world) * sizeof *r->starts);
     r->loss_sum = ct_tensor_zeros(CT_NONE, CT_F32, s->device);
     if (!r->model || !r->data_gen || !r->starts || !r->loss_sum) {
         fprintf(stderr, "creating the model: %s\n", ct_last_error());
         return false;
     }
+    /* model = DistributedDataParallel(model): rank 0's values everywhere */
+    if (s->ddp && !(r->ddp = ct_ddp_new(r->model->params, NULL))) {
+        fprintf(stderr, "--ddp: %s\n", ct_last_error());
+        return false;
+    }
     /* AdamW; weight decay on the matrices (and embeddings), not on norm gains and biases */
-    r->opt = ct_optim_adamw_new(r->model->params, s->lr, s->beta1, s->beta2, s->eps,
-                                s->weight_decay);
+    r->opt = ct_optim_adamw_new(r->ddp ? ct_ddp_optim_params(r->ddp) : r->model->params, s->lr,
+                                s->beta1, s->beta2, s->eps, s->weight_decay);
     bool ok = r->opt != NULL;
     for (int64_t k = 0; ok && k < ct_params_count(r->model->params); k++)
         if (ct_tensor_ndim(ct_params_get(r->model->params, k, NULL)) < 2)
@@ -577,6 +632,21 @@ static bool setup(run *r, int argc, char **argv, int *status) {
     return true;
 }
 
+/* With --ddp, Ctrl-C reaches the ranks at different moments: they agree at
+ * each progress line (where the loop waits for the device anyway) and stop
+ * together after it once any of them was interrupted, so no rank waits in a
+ * collective the others left. */
+static bool agree_on_stop(run *r) {
+    ct_tensor *flag = ct_tensor_full(CT_NONE, g_stop ? 1.0 : 0.0, CT_F32, r->s.device);
+    double any = 0;
+    bool ok = flag && ct_dist_all_reduce(flag, CT_DIST_MAX) == CT_OK &&
+              ct_tensor_item(flag, &any) == CT_OK;
+    ct_tensor_release(flag);
+    if (!ok) fprintf(stderr, "--ddp: %s\n", ct_last_error());
+    else r->stop = any != 0;
+    return ok;
+}
+
 static void print_header(const run *r) {
     const settings *s = &r->s;
     const lm_config *m = &s->model;
@@ -587,6 +657,10 @@ static void print_header(const run *r) {
            m->ffn_hidden, m->context, m->vocab, (double)lm_model_num_params(r->model) / 1e6);
     printf("data %s: %" PRId64 " bytes, %" PRId64 " for training, %" PRId64 " for validation\n",
            s->data, r->text.n, r->train.n, r->val.n);
+    if (r->ddp)
+        printf("data-parallel over %d processes: --batch-size %" PRId64 " each, %" PRId64
+               " windows a micro-batch in all; losses are the ranks' mean\n",
+               r->world, s->batch, s->batch * r->world);
     printf("training on %s%s: batch %" PRId64 " x %" PRId64 " x %" PRId64
            " tokens per step, %" PRId64 " steps, AdamW lr %g (warmup %" PRId64
            ", cosine to %g), weight decay %g, clip %g\n",
@@ -598,6 +672,7 @@ static void print_header(const run *r) {
 }
 
 static void run_free(run *r) {
+    ct_ddp_free(r->ddp);
     lm_model_free(r->model);
     ct_optim_free(r->opt);
     lm_text_free(&r->text);
@@ -626,11 +701,11 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/losses.txt", s->compare);
         losses = fopen(path, "w");
     }
-    int64_t first = r.step, tokens_per_step = s->accum * s->batch * s->model.context;
+    int64_t first = r.step, tokens_per_step = s->accum * s->batch * r.world * s->model.context;
     int64_t since = 0;
     double t_log = now_s();
     bool ok = true;
-    while (ok && r.step < s->steps && !g_stop &&
+    while (ok && r.step < s->steps && !(r.ddp ? r.stop : g_stop) &&
            !(s->stop_after && r.step - first >= s->stop_after)) {
         bool log = (r.step + 1) % s->log_every == 0 || r.step + 1 == s->steps || losses;
         double norm = 0;
@@ -643,7 +718,9 @@ int main(int argc, char **argv) {
         since++;
         if (log) {
             double sum = 0;
-            ok = ct_tensor_item(r.loss_sum, &sum) == CT_OK && ct_zero_(r.loss_sum) == CT_OK;
+            /* the ranks' mean: every rank logs at the same steps */
+            ok = (!r.ddp || ct_dist_all_reduce(r.loss_sum, CT_DIST_AVG) == CT_OK) &&
+                 ct_tensor_item(r.loss_sum, &sum) == CT_OK && ct_zero_(r.loss_sum) == CT_OK;
             double t = now_s(), dt = (t - t_log) / (double)since; /* item() waited for the device */
             printf("step %5" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  norm %.3f  %6.0f tok/s  "
                    "%7.1f ms/step  mem %.2f GiB\n",
@@ -662,14 +739,21 @@ int main(int argc, char **argv) {
         }
         if (ok && s->checkpoint && s->save_every && r.step % s->save_every == 0)
             ok = save_checkpoint(&r);
+        if (ok && r.ddp && log) ok = agree_on_stop(&r);
     }
     signal(SIGINT, SIG_DFL);
     if (losses) fclose(losses);
     if (ok && s->compare) ok = compare_write_batches(&r);
     if (ok && s->checkpoint && !(s->save_every && r.step % s->save_every == 0))
         ok = save_checkpoint(&r);
-    if (ok && g_stop && s->checkpoint) printf("continue with --resume\n");
-    if (ok && !g_stop && !s->compare && s->sample_tokens > 0) ok = sample_text(&r);
+    bool stopped = r.ddp ? r.stop : g_stop != 0;
+    if (ok && stopped && s->checkpoint) printf("continue with --resume\n");
+    if (ok && !stopped && !s->compare && s->sample_tokens > 0 && r.rank == 0) ok = sample_text(&r);
+    bool ddp = r.ddp != NULL;
     run_free(&r);
-    return !ok ? 1 : g_stop ? 130 : 0;
+    if (ddp && ct_dist_finalize() != CT_OK) {
+        fprintf(stderr, "--ddp: %s\n", ct_last_error());
+        ok = false;
+    }
+    return !ok ? 1 : stopped ? 130 : 0;
 }
