@@ -24,6 +24,6 @@ fi
 # The same losses at the steps both printed (step 6).
 grep "^step     6/6  loss" "$dir/whole.log" > "$dir/a"
 grep "^step     6/6  loss" "$dir/second.log" > "$dir/b"
-sed -i 's/ [0-9]* tok\/s.*//' "$dir/a" "$dir/b"
+sed -i 's/ *[0-9]* tok\/s.*//' "$dir/a" "$dir/b"
 cmp "$dir/a" "$dir/b"
 echo "resumed run matches: $(cat "$dir/a")"

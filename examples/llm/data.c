@@ -81,8 +81,9 @@ bool lm_text_load_dir(const char *dir, lm_text *out, char *why, size_t n) {
     }
     closedir(d);
     if (!ok) snprintf(why, n, "out of memory listing %s", dir);
-    /* readdir's order is the file system's: sorted, the text is the same everywhere */
-    qsort(names, count, sizeof *names, by_name);
+    /* readdir's order is the file system's: sorted, the text is the same
+     * everywhere (qsort takes no NULL array, even of none) */
+    if (count > 1) qsort(names, count, sizeof *names, by_name);
     for (size_t i = 0; i < count && ok; i++) {
         char path[4096];
         struct stat st;
