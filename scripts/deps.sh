@@ -27,10 +27,10 @@ cten_apt_update() {
     done
 }
 
-cten_deps() {
-    local pkgs="gcc g++ libc6-dev meson ninja-build pkg-config libcmocka-dev libopenblas-dev zlib1g-dev libzip-dev libdlpack-dev python3-numpy dataset-fashion-mnist fortunes libopenmpi-dev openmpi-bin"
+# Installs the packages named that are missing (apt-get, waiting for the locks).
+cten_install_missing() {
     local missing=""
-    for p in $pkgs; do
+    for p in "$@"; do
         dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
     done
     [ -z "$missing" ] && return 0
@@ -40,6 +40,19 @@ cten_deps() {
     cten_apt_update
     DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout="$cten_apt_lock_wait" \
         install -y -qq --no-install-recommends $missing
+}
+
+# What building and running cten and its examples needs.
+cten_deps() {
+    cten_install_missing gcc g++ libc6-dev meson ninja-build pkg-config libcmocka-dev \
+        libopenblas-dev zlib1g-dev libzip-dev libdlpack-dev python3-numpy dataset-fashion-mnist \
+        fortunes libopenmpi-dev openmpi-bin
+}
+
+# What the test suite needs besides: PyTorch (Debian's, CPU), the reference the
+# language model's twin test (tests/test_lm_twin.py) trains against.
+cten_test_deps() {
+    cten_install_missing python3-torch
 }
 
 # True when this machine has an NVIDIA GPU the driver can see.

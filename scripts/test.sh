@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 cten_deps
+cten_test_deps
 # Everything, the CUDA backend included wherever its toolkit is found, GPU
 # or not: CI compiles and links it, and its GPU tests are skipped.
 cten_configure auto
