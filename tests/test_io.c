@@ -1376,19 +1376,7 @@ static void test_fashion_mnist(void **state) {
     ct_tensor_release(lab);
 }
 
-static void rm_tmpdir(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
+static void rm_tmpdir(void) { tu_rm_dir(tmpdir); }
 
 /* Integers near INT64_MAX from a caller or a restored state: counted
  * without overflow, or refused by name. */

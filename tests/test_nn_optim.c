@@ -596,8 +596,9 @@ static void run_sgd_case(sgd_cfg c, ct_dtype dt, double rtol, double atol) {
 static void test_sgd_updates(void **state) {
     (void)state;
     const sgd_cfg cases[] = {
-        {0.1, 0, 0, 0, false},      {0.05, 0.9, 0, 0, false},   {0.05, 0.9, 0.1, 0.01, false},
-        {0.02, 0.8, 0, 0.05, true}, {0.1, 0.5, 0.5, 0, false},  {0.3, 0, 0, 0.2, false},
+        {0.1, 0, 0, 0, false, false},      {0.05, 0.9, 0, 0, false, false},
+        {0.05, 0.9, 0.1, 0.01, false, false}, {0.02, 0.8, 0, 0.05, true, false},
+        {0.1, 0.5, 0.5, 0, false, false},  {0.3, 0, 0, 0.2, false, false},
         {0.05, 0.9, 0, 0.2, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -672,10 +673,10 @@ static void run_adamw_case(adamw_cfg c, ct_dtype dt, double rtol, double atol) {
 static void test_adamw_updates(void **state) {
     (void)state;
     const adamw_cfg cases[] = {
-        {1e-3, 0.9, 0.999, 1e-8, 1e-2},
-        {0.01, 0.8, 0.99, 1e-6, 0},
-        {0.05, 0.5, 0.9, 1e-3, 0.1},
-        {0.1, 0, 0, 1e-8, 0.5},
+        {1e-3, 0.9, 0.999, 1e-8, 1e-2, false},
+        {0.01, 0.8, 0.99, 1e-6, 0, false},
+        {0.05, 0.5, 0.9, 1e-3, 0.1, false},
+        {0.1, 0, 0, 1e-8, 0.5, false},
         {0.05, 0.9, 0.99, 1e-8, 0.3, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -960,8 +961,8 @@ static void test_optim_low_precision(void **state) {
     (void)state;
     for (int di = 2; di < 4; di++) {
         ct_dtype dt = tu_float_dtypes[di];
-        run_sgd_case((sgd_cfg){0.05, 0.9, 0.1, 0.01, false}, dt, 4 * tu_rtol(dt), 1e-2);
-        run_adamw_case((adamw_cfg){0.01, 0.8, 0.99, 1e-6, 0.01}, dt, 4 * tu_rtol(dt), 2e-2);
+        run_sgd_case((sgd_cfg){0.05, 0.9, 0.1, 0.01, false, false}, dt, 4 * tu_rtol(dt), 1e-2);
+        run_adamw_case((adamw_cfg){0.01, 0.8, 0.99, 1e-6, 0.01, false}, dt, 4 * tu_rtol(dt), 2e-2);
     }
 }
 

@@ -554,19 +554,7 @@ static void test_npz_save_errors(void **state) {
     ct_tensor_release(t);
 }
 
-static void rm_tmpdir(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
+static void rm_tmpdir(void) { tu_rm_dir(tmpdir); }
 
 int main(void) {
     tu_seed();

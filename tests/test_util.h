@@ -3,6 +3,7 @@
 #ifndef CTEN_TEST_UTIL_H
 #define CTEN_TEST_UTIL_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,5 +218,20 @@ static inline double tu_rtol(ct_dtype dt) {
 
 static const ct_dtype tu_float_dtypes[] = {CT_F32, CT_F64, CT_F16, CT_BF16};
 static const ct_dtype tu_all_dtypes[] = {CT_F32, CT_F64, CT_F16, CT_BF16, CT_I32, CT_I64, CT_BOOL};
+
+/* Removes dir and the files in it (a test's temporary folder; no subfolders). */
+static inline void tu_rm_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
 
 #endif
