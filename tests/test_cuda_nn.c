@@ -517,6 +517,32 @@ static void test_cross_entropy_bad_target_fails_next_wait(void **state) {
     ct_scope_end(sc);
 }
 
+/* With the profile's device waits (CT_PROFILE=sync) a fault is the faulting
+ * op's own error: its wait is the first after the kernel. */
+static void test_profile_sync_reports_fault_at_op(void **state) {
+    (void)state;
+    NEED_GPU();
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *x = gpu(chk(tu_rand(CT_SHAPE(4, 5), CT_F32, -2, 2, NULL)));
+    int64_t tv[4] = {1, 7, 0, 2}, ts[1] = {4};
+    ct_tensor *t = gpu(ints(tv, 1, ts, CT_I64));
+    assert_int_equal(ct_cuda_synchronize(0), CT_OK);
+    ct_profile_reset();
+    ct_set_profile(true);
+    ct_set_profile_sync(true);
+    assert_true(ct_profile_sync_enabled());
+    ct_tensor *l = ct_cross_entropy(x, t, NULL, CT_REDUCTION_NONE, -100, 0);
+    ct_status s = ct_last_status();
+    ct_set_profile_sync(false);
+    ct_set_profile(false);
+    ct_profile_reset();
+    assert_null(l);
+    assert_int_equal(s, CT_ERR_INDEX);
+    assert_non_null(strstr(ct_last_error(), "target 7 is out of bounds for 5 classes"));
+    assert_int_equal(ct_cuda_synchronize(0), CT_OK);
+    ct_scope_end(sc);
+}
+
 /* ---- mse --------------------------------------------------------------------------------------------- */
 static void test_mse_reference(void **state) {
     (void)state;
@@ -864,6 +890,7 @@ int main(void) {
         T(test_nll_loss_reference),
         T(test_cross_entropy_deterministic),
         T(test_cross_entropy_bad_target_fails_next_wait),
+        T(test_profile_sync_reports_fault_at_op),
         T(test_mse_reference),
         T(test_embedding_reference),
         T(test_embedding_backward_reference),

@@ -28,8 +28,11 @@ const char *ct_kernel_name(ct_op op, ct_device_type device, ct_dtype dtype);
  * kernel ran (a bad argument, a missing kernel) gets a "[cten] FAILED" line
  * of its own. CT_TRACE may instead hold a filter, as ct_set_trace_filter
  * takes: CT_TRACE=matmul,conv2d or CT_TRACE=min=50us (or both). CT_PROFILE=1
- * aggregates per (op, device, dtype) and prints a table at exit. Both can be
- * switched here. */
+ * aggregates per (op, device, dtype) and prints a table at exit; CT_PROFILE=sync
+ * also makes the device wait before and after each timed op (trace and
+ * profile), so a GPU op's time is the device's, not its launch's (the waits
+ * serialize the host and the device: a step is slower, its shares are true).
+ * All can be switched here. */
 void ct_set_trace(bool on);
 bool ct_trace_enabled(void);
 /* Which traced lines show: a comma-separated list of op names ("matmul",
@@ -41,6 +44,11 @@ bool ct_trace_enabled(void);
 ct_status ct_set_trace_filter(const char *spec);
 void ct_set_profile(bool on);
 bool ct_profile_enabled(void);
+/* Device waits around each timed op (CT_PROFILE=sync); no effect on the CPU
+ * or on a thread capturing a CUDA graph. A wait's error (a fault a kernel
+ * found) is the op's. */
+void ct_set_profile_sync(bool on);
+bool ct_profile_sync_enabled(void);
 /* Prints the profile table (count, total, mean per op) to f (a FILE *; NULL
  * means stderr). */
 void ct_profile_print(void *file);

@@ -167,6 +167,10 @@ const char *cti_backend_missing(ct_device_type device) {
 
 /* ---- trace and profile -------------------------------------------------------- */
 static atomic_bool trace_on, profile_on;
+/* CT_PROFILE=sync / ct_set_profile_sync: the device waits before and after
+ * each timed kernel, so a GPU op's time is its device time rather than its
+ * launch's. */
+static atomic_bool timing_sync;
 
 /* The trace's filter: the ops shown (every op when trace_every), and the
  * shortest time a successful line needs; failures always show. */
@@ -352,6 +356,8 @@ static void init_impl(void) {
     cti_set_error_hook(trace_error_hook);
     atomic_store(&trace_on, tron);
     atomic_store(&profile_on, env_flag("CT_PROFILE"));
+    const char *pv = getenv("CT_PROFILE");
+    atomic_store(&timing_sync, pv && !strcmp(pv, "sync"));
     atexit(profile_at_exit);
     in_init = false;
     atomic_store_explicit(&initialized, true, memory_order_release);
@@ -379,6 +385,14 @@ bool ct_trace_enabled(void) {
 void ct_set_profile(bool on) {
     cti_init();
     atomic_store(&profile_on, on);
+}
+void ct_set_profile_sync(bool on) {
+    cti_init();
+    atomic_store(&timing_sync, on);
+}
+bool ct_profile_sync_enabled(void) {
+    cti_init();
+    return atomic_load(&timing_sync);
 }
 bool ct_profile_enabled(void) {
     cti_init();
@@ -542,9 +556,19 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
     bool tr = atomic_load_explicit(&trace_on, memory_order_relaxed);
     bool pr = atomic_load_explicit(&profile_on, memory_order_relaxed);
     if (!tr && !pr) return e->fn(c);
+    /* A capturing thread cannot wait (the wait would end its capture); an op
+     * nested in another is inside the outer one's waits already. */
+    const cti_backend *wait_on = NULL;
+    if (atomic_load_explicit(&timing_sync, memory_order_relaxed) && device.type != CT_DEVICE_CPU &&
+        !guard && dispatch_depth == 0)
+        wait_on = cti_backend_of(device.type);
+    ct_status st = CT_OK;
+    if (wait_on && wait_on->synchronize) st = wait_on->synchronize(device.index);
+    if (st != CT_OK) return st;
     uint64_t t0 = now_ns();
     dispatch_depth++;
-    ct_status st = e->fn(c);
+    st = e->fn(c);
+    if (st == CT_OK && wait_on && wait_on->synchronize) st = wait_on->synchronize(device.index);
     dispatch_depth--;
     uint64_t ns = now_ns() - t0;
     if (tr && traced_op(c->op) &&
