@@ -13,6 +13,7 @@
  * cache holds most blocks the capture asks for; what it lacks comes from
  * cudaMalloc during the capture. A test that fails with a capture open
  * leaves it to the teardown to end, so the next tests start clean. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -524,8 +525,9 @@ static void test_refused_host_syncs(void **state) {
     ct_tensor *one = checked(ct_tensor_full(CT_SHAPE(1), 3.0, CT_F32, DEV));
     ct_tensor *w = gpu_rand(CT_SHAPE(10, 4), -1, 1, NULL);
     ct_tensor *idx = checked(ct_tensor_zeros(CT_SHAPE(5), CT_I64, DEV));
+    ct_tensor *gidx = checked(ct_tensor_zeros(CT_SHAPE(10, 2), CT_I64, DEV));
     ct_scope *sc = ct_scope_begin();
-    checked(ct_embedding(w, idx)); /* warmup */
+    checked(ct_gather(w, 1, gidx)); /* warmup */
     ct_scope_end(sc);
     double v = 0;
     float buf[1];
@@ -545,17 +547,81 @@ static void test_refused_host_syncs(void **state) {
                     "waits for the device, which cannot be captured", "replay");
     assert_capture_failed(g, "ct_cuda_synchronize", "waits for the device");
 
-    /* The index check of embedding reads a flag back: a host sync. */
+    /* The index check of gather reads a flag back: a host sync. */
     g = begin_capture();
     sc = ct_scope_begin();
-    tu_assert_null_error(ct_embedding(w, idx), CT_ERR_CAPTURE, "ct_embedding",
+    tu_assert_null_error(ct_gather(w, 1, gidx), CT_ERR_CAPTURE, "ct_gather",
                          "checks its indices on the host", "cannot be captured");
     ct_scope_end(sc);
-    assert_capture_failed(g, "ct_embedding", "checks its indices");
+    assert_capture_failed(g, "ct_gather", "checks its indices");
 
     ct_tensor_release(one);
     ct_tensor_release(w);
     ct_tensor_release(idx);
+    ct_tensor_release(gidx);
+}
+
+/* Embedding and its backward are captured with their index check on the
+ * device: a replay with a bad index in the static input reports it at the
+ * first wait after it, and a later replay with good indices is clean. */
+static void test_embedding_replay_checks_indices(void **state) {
+    (void)state;
+    double *wv, *gv;
+    ct_tensor *w = gpu_rand(CT_SHAPE(10, 4), -1, 1, &wv);
+    ct_tensor *go = gpu_rand(CT_SHAPE(5, 4), -1, 1, &gv);
+    int64_t good[5] = {0, 9, 3, 3, 1}, other[5] = {2, 2, 8, 0, 7}, bad[5] = {1, 2, 10, 4, -1};
+    ct_tensor *idx = checked(ct_tensor_from_data_on(good, CT_I64, CT_SHAPE(5), DEV));
+    ct_scope *sc = ct_scope_begin();
+    checked(ct_embedding(w, idx)); /* warmup */
+    checked(ct_embedding_backward(go, idx, 10, -1));
+    ct_scope_end(sc);
+
+    ct_cuda_graph *g = begin_capture();
+    sc = ct_scope_begin();
+    ct_tensor *out = ct_keep(checked(ct_embedding(w, idx)));
+    ct_tensor *dw = ct_keep(checked(ct_embedding_backward(go, idx, 10, -1)));
+    ct_scope_end(sc);
+    ok(ct_cuda_graph_capture_end(g));
+
+    ct_tensor *src = checked(ct_tensor_from_data(other, CT_I64, CT_SHAPE(5)));
+    ok(ct_copy_(idx, src));
+    ct_tensor_release(src);
+    ok(ct_cuda_graph_replay(g));
+    float o[20], d[40];
+    ok(ct_tensor_copy_to_host(out, o, sizeof o));
+    ok(ct_tensor_copy_to_host(dw, d, sizeof d));
+    for (int i = 0; i < 5; i++)
+        for (int k = 0; k < 4; k++) assert_true(o[i * 4 + k] == (float)wv[other[i] * 4 + k]);
+    for (int r = 0; r < 10; r++)
+        for (int k = 0; k < 4; k++) {
+            double want = 0;
+            for (int i = 0; i < 5; i++)
+                if (other[i] == r) want += (float)gv[i * 4 + k];
+            assert_true(fabs(d[r * 4 + k] - want) <= 1e-6);
+        }
+
+    src = checked(ct_tensor_from_data(bad, CT_I64, CT_SHAPE(5)));
+    ok(ct_copy_(idx, src));
+    ct_tensor_release(src);
+    ok(ct_cuda_graph_replay(g));
+    tu_assert_error(ct_cuda_synchronize(0), CT_ERR_INDEX, "ct_embedding", "index 10 is out of range",
+                    "for 10 embeddings (expected 0..9)", "position 2", "CUDA graph replay",
+                    "ct_cuda_synchronize");
+    assert_int_equal(ct_cuda_synchronize(0), CT_OK);
+
+    src = checked(ct_tensor_from_data(good, CT_I64, CT_SHAPE(5)));
+    ok(ct_copy_(idx, src));
+    ct_tensor_release(src);
+    ok(ct_cuda_graph_replay(g));
+    ok(ct_cuda_synchronize(0));
+    graph_free(g);
+    ct_tensor_release(out);
+    ct_tensor_release(dw);
+    ct_tensor_release(w);
+    ct_tensor_release(go);
+    ct_tensor_release(idx);
+    free(wv);
+    free(gv);
 }
 
 static void test_refused_cpu_tensors(void **state) {
@@ -895,6 +961,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_random_ops_renew_draws, setup, teardown_graph),
         cmocka_unit_test_setup_teardown(test_reseed_during_capture, setup, teardown_graph),
         cmocka_unit_test_setup_teardown(test_refused_host_syncs, setup, teardown_graph),
+        cmocka_unit_test_setup_teardown(test_embedding_replay_checks_indices, setup, teardown_graph),
         cmocka_unit_test_setup_teardown(test_refused_cpu_tensors, setup, teardown_graph),
         cmocka_unit_test_setup_teardown(test_allocation_during_capture, setup, teardown_graph),
         cmocka_unit_test_setup_teardown(test_misuse, setup, teardown_graph),

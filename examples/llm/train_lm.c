@@ -17,7 +17,11 @@
  *
  * Each rank trains on its share of every step's windows (--batch-size per
  * rank), the gradients averaged during backward: N ranks take the steps one
- * process takes with N times the batch. */
+ * process takes with N times the batch.
+ *
+ * On a GPU, --cuda-graph records the whole step (every micro-batch's forward
+ * and backward, the clipping and the AdamW update) into a CUDA graph once
+ * and replays it, each step's windows copied into the graph's inputs. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -52,6 +56,7 @@ typedef struct settings {
     const char *prompt;
     const char *compare; /* directory for --compare, or NULL */
     bool ddp;            /* --ddp: data-parallel over the ranks of an MPI launch */
+    bool cuda_graph;     /* --cuda-graph: replay the step from a CUDA graph */
 } settings;
 
 static settings defaults(void) {
@@ -123,7 +128,9 @@ static void usage(const char *prog) {
            "  --compare DIR        write the initial weights, the batches and the losses to DIR\n"
            "                       for examples/reference/train_lm.py --compare DIR\n"
            "  --ddp                data-parallel over the processes of an MPI launch (mpirun -np N):\n"
-           "                       --batch-size per rank, rank 0 prints, saves and samples\n",
+           "                       --batch-size per rank, rank 0 prints, saves and samples\n"
+           "  --cuda-graph         on a GPU: record the step into a CUDA graph once and replay\n"
+           "                       it (the progress line then has no gradient norm)\n",
            prog, d.model.n_layer, d.model.n_embd, d.model.n_head, d.model.n_kv_head,
            d.model.context, LM_FORTUNES_DIR, d.val_fraction, d.batch, d.steps, d.lr, d.warmup,
            d.weight_decay, d.clip, d.seed, d.log_every, d.val_every, d.val_batches,
@@ -175,6 +182,10 @@ static int parse_args(int argc, char **argv, settings *s) {
         }
         if (!strcmp(a, "--ddp")) {
             s->ddp = true;
+            continue;
+        }
+        if (!strcmp(a, "--cuda-graph")) {
+            s->cuda_graph = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -248,6 +259,14 @@ static int parse_args(int argc, char **argv, settings *s) {
     }
     if (s->ddp && s->compare) {
         fprintf(stderr, "%s: --compare runs one process; leave out --ddp\n", argv[0]);
+        return -1;
+    }
+    if (s->cuda_graph && s->device.type != CT_DEVICE_CUDA) {
+        fprintf(stderr, "%s: --cuda-graph needs --device cuda\n", argv[0]);
+        return -1;
+    }
+    if (s->cuda_graph && s->ddp) {
+        fprintf(stderr, "%s: --cuda-graph runs one process; leave out --ddp\n", argv[0]);
         return -1;
     }
     return 0;
@@ -343,6 +362,11 @@ typedef struct run {
     bool stop;              /* --ddp: a rank was interrupted (agreed at the progress lines) */
     int rank, world;        /* 0 and 1 without --ddp */
     int64_t *compare_x;     /* --compare: every step's windows, [steps, accum, batch] */
+    /* --cuda-graph: the step's inputs and targets [accum, batch, context] on
+     * the device, and the graph, captured at the second step */
+    ct_tensor *graph_x, *graph_y;
+    ct_cuda_graph *graph;
+    bool graph_warm; /* the first step ran eagerly on graph_x, graph_y */
 } run;
 
 static double now_s(void) {
@@ -378,47 +402,111 @@ static void autocast_end(const settings *s) {
     if (s->amp != CT_F32) ct_autocast_end();
 }
 
-/* One optimizer step over accum micro-batches:
- *   for micro in range(accum):
- *       with autocast: loss = model(x, y) / accum
- *       loss.backward()
- *   clip_grad_norm_(params, clip); opt.step(); opt.zero_grad()
- * The step's loss is added to r->loss_sum on the device. */
-static bool train_step(run *r, double *grad_norm) {
+/* Micro-batch micro's windows (every rank draws every rank's and takes its
+ * own: the batches of one process with world times the batch size) as
+ * inputs and targets on the device; recorded for --compare. */
+static bool next_batch(run *r, int64_t micro, ct_tensor **x, ct_tensor **y) {
     const settings *s = &r->s;
-    for (int64_t micro = 0; micro < s->accum; micro++) {
+    lm_draw_starts(&r->train, s->model.context, s->batch * r->world, r->data_gen, r->starts);
+    const int64_t *mine = r->starts + (int64_t)r->rank * s->batch;
+    if (r->compare_x)
+        memcpy(r->compare_x + (r->step * s->accum + micro) * s->batch, mine,
+               (size_t)s->batch * sizeof *r->starts);
+    return lm_batch_at(&r->train, mine, s->batch, s->model.context, s->device, x, y);
+}
+
+/* Forward and backward of micro-batch micro of accum:
+ *   with autocast: loss = model(x, y) / accum
+ *   loss.backward()
+ * its loss added to r->loss_sum on the device. */
+static bool micro_step(run *r, int64_t micro, ct_tensor *x, ct_tensor *y) {
+    const settings *s = &r->s;
+    autocast_begin(s);
+    ct_tensor *loss = lm_model_loss(r->model, x, y);
+    autocast_end(s);
+    ct_tensor *scaled = ct_div_scalar(loss, (double)s->accum);
+    bool prev = ct_no_grad_begin();
+    bool ok = scaled && ct_add_(r->loss_sum, scaled) == CT_OK;
+    ct_no_grad_end(prev);
+    if (!ok) return false;
+    if (r->ddp) {
+        /* model.no_sync() but for the last micro-batch: one all-reduce of
+         * the accumulated gradients per step */
+        ct_ddp_set_sync(r->ddp, micro == s->accum - 1);
+        return ct_ddp_backward(r->ddp, scaled, NULL) == CT_OK;
+    }
+    return ct_backward(scaled, NULL, false) == CT_OK;
+}
+
+/* clip_grad_norm_(params, clip); opt.step(); opt.zero_grad() */
+static bool update(run *r, double *grad_norm) {
+    return ct_clip_grad_norm(r->model->params, r->s.clip, grad_norm) == CT_OK &&
+           (r->ddp ? ct_ddp_step(r->ddp, r->opt) : ct_optim_step(r->opt)) == CT_OK &&
+           (ct_optim_zero_grad(r->opt), true);
+}
+
+/* One optimizer step over accum micro-batches. */
+static bool train_step(run *r, double *grad_norm) {
+    for (int64_t micro = 0; micro < r->s.accum; micro++) {
         ct_scope *scope = ct_scope_begin();
         ct_tensor *x, *y;
-        /* every rank draws the windows of all ranks and takes its own: the
-         * batches of one process with world times the batch size */
-        lm_draw_starts(&r->train, s->model.context, s->batch * r->world, r->data_gen, r->starts);
-        const int64_t *mine = r->starts + (int64_t)r->rank * s->batch;
-        if (r->compare_x)
-            memcpy(r->compare_x + (r->step * s->accum + micro) * s->batch, mine,
-                   (size_t)s->batch * sizeof *r->starts);
-        bool ok = lm_batch_at(&r->train, mine, s->batch, s->model.context, s->device, &x, &y);
-        autocast_begin(s);
-        ct_tensor *loss = ok ? lm_model_loss(r->model, x, y) : NULL;
-        autocast_end(s);
-        ct_tensor *scaled = ct_div_scalar(loss, (double)s->accum);
-        bool prev = ct_no_grad_begin();
-        ok = scaled && ct_add_(r->loss_sum, scaled) == CT_OK;
-        ct_no_grad_end(prev);
-        if (ok && r->ddp) {
-            /* model.no_sync() but for the last micro-batch: one all-reduce
-             * of the accumulated gradients per step */
-            ct_ddp_set_sync(r->ddp, micro == s->accum - 1);
-            ok = ct_ddp_backward(r->ddp, scaled, NULL) == CT_OK;
-        } else {
-            ok = ok && ct_backward(scaled, NULL, false) == CT_OK;
-        }
+        bool ok = next_batch(r, micro, &x, &y) && micro_step(r, micro, x, y);
         ct_scope_end(scope);
         if (!ok) return false;
     }
-    return ct_clip_grad_norm(r->model->params, s->clip, grad_norm) == CT_OK &&
-           ct_optim_set_lr(r->opt, lr_at(s, r->step)) == CT_OK &&
-           (r->ddp ? ct_ddp_step(r->ddp, r->opt) : ct_optim_step(r->opt)) == CT_OK &&
-           (ct_optim_zero_grad(r->opt), true);
+    return ct_optim_set_lr(r->opt, lr_at(&r->s, r->step)) == CT_OK && update(r, grad_norm);
+}
+
+/* The step's micro-batches on the graph's inputs, then the update (no norm
+ * read back: the host cannot wait inside a capture). */
+static bool graph_body(run *r, double *grad_norm) {
+    for (int64_t micro = 0; micro < r->s.accum; micro++) {
+        ct_scope *scope = ct_scope_begin();
+        bool ok = micro_step(r, micro, ct_select(r->graph_x, 0, micro),
+                             ct_select(r->graph_y, 0, micro));
+        ct_scope_end(scope);
+        if (!ok) return false;
+    }
+    return update(r, grad_norm);
+}
+
+/* --cuda-graph: the step's windows into the graph's inputs; the first step
+ * runs eagerly on them (it fills the allocator's cache the capture draws on,
+ * and makes the first uses a capture refuses: cuBLAS handles, cuDNN plans),
+ * the second is captured, and every step replays the graph. The learning
+ * rate is the optimizer's device copy, set before the replay. */
+static bool graph_step(run *r, double *grad_norm) {
+    const settings *s = &r->s;
+    int64_t shape[3] = {s->accum, s->batch, s->model.context};
+    if (!r->graph_x) {
+        ct_tensor *gx = ct_tensor_zeros(3, shape, CT_I64, s->device);
+        ct_tensor *gy = ct_tensor_zeros(3, shape, CT_I64, s->device);
+        r->graph_x = gx ? ct_keep(gx) : NULL; /* the run's (run_free releases them) */
+        r->graph_y = gy ? ct_keep(gy) : NULL;
+        if (!r->graph_x || !r->graph_y) return false;
+    }
+    for (int64_t micro = 0; micro < s->accum; micro++) {
+        ct_scope *scope = ct_scope_begin();
+        ct_tensor *x, *y;
+        bool ok = next_batch(r, micro, &x, &y) &&
+                  ct_copy_(ct_select(r->graph_x, 0, micro), x) == CT_OK &&
+                  ct_copy_(ct_select(r->graph_y, 0, micro), y) == CT_OK;
+        ct_scope_end(scope);
+        if (!ok) return false;
+    }
+    if (ct_optim_set_lr(r->opt, lr_at(s, r->step)) != CT_OK) return false;
+    if (!r->graph_warm) {
+        r->graph_warm = true;
+        return graph_body(r, grad_norm);
+    }
+    if (!r->graph) {
+        r->graph = ct_cuda_graph_capture_begin(s->device.index);
+        if (!r->graph) return false;
+        bool ok = graph_body(r, NULL);
+        ct_status st = ct_cuda_graph_capture_end(r->graph);
+        if (!ok || st != CT_OK) return false;
+    }
+    return ct_cuda_graph_replay(r->graph) == CT_OK;
 }
 
 /* The mean loss over the validation text's first val_batches batches of
@@ -680,6 +768,9 @@ static void run_free(run *r) {
     ct_tensor_release(r->loss_sum);
     free(r->starts);
     free(r->compare_x);
+    ct_cuda_graph_free(r->graph);
+    ct_tensor_release(r->graph_x);
+    ct_tensor_release(r->graph_y);
 }
 
 int main(int argc, char **argv) {
@@ -708,8 +799,9 @@ int main(int argc, char **argv) {
     while (ok && r.step < s->steps && !(r.ddp ? r.stop : g_stop) &&
            !(s->stop_after && r.step - first >= s->stop_after)) {
         bool log = (r.step + 1) % s->log_every == 0 || r.step + 1 == s->steps || losses;
-        double norm = 0;
-        ok = train_step(&r, log ? &norm : NULL);
+        double norm = NAN;
+        ok = s->cuda_graph ? graph_step(&r, log && !r.graph_warm ? &norm : NULL)
+                           : train_step(&r, log ? &norm : NULL);
         if (!ok) {
             fprintf(stderr, "step %" PRId64 " failed: %s\n", r.step + 1, ct_last_error());
             break;
@@ -722,9 +814,11 @@ int main(int argc, char **argv) {
             ok = (!r.ddp || ct_dist_all_reduce(r.loss_sum, CT_DIST_AVG) == CT_OK) &&
                  ct_tensor_item(r.loss_sum, &sum) == CT_OK && ct_zero_(r.loss_sum) == CT_OK;
             double t = now_s(), dt = (t - t_log) / (double)since; /* item() waited for the device */
-            printf("step %5" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  norm %.3f  %6.0f tok/s  "
+            char norm_s[32] = "-"; /* a replayed step does not read it back */
+            if (!isnan(norm)) snprintf(norm_s, sizeof norm_s, "%.3f", norm);
+            printf("step %5" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  norm %s  %6.0f tok/s  "
                    "%7.1f ms/step  mem %.2f GiB\n",
-                   r.step, s->steps, sum / (double)since, lr_at(s, r.step - 1), norm,
+                   r.step, s->steps, sum / (double)since, lr_at(s, r.step - 1), norm_s,
                    (double)tokens_per_step / dt, 1e3 * dt, peak_gib(s->device));
             if (losses) fprintf(losses, "%.9g\n", sum);
             fflush(stdout);

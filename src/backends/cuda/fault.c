@@ -83,6 +83,13 @@ ct_status cti_cuda_take_fault(const char *waiter, int device) {
     const char *op = cti_cuda_op_label((ct_op)r.op, label, sizeof label);
     if (r.op == CT_OP_MULTINOMIAL || r.op == CT_OP_TOPK_BACKWARD)
         return cti_cuda_seq_fault(&r, op, waiter, device);
+    if (r.op == CT_OP_EMBEDDING || r.op == CT_OP_EMBEDDING_BACKWARD)
+        return cti_error(CT_ERR_INDEX,
+                         "%s: index %lld is out of range for %lld embeddings (expected 0..%lld); "
+                         "found at position %lld by the kernel on cuda:%d in a CUDA graph replay "
+                         "and reported by %s, the first wait for the device after it; the rows "
+                         "of %s for bad indices are not written",
+                         op, r.value, r.limit, r.limit - 1, r.position, device, waiter, op);
     return cti_error(CT_ERR_INDEX,
                      "%s: target %lld is out of bounds for %lld classes (expected 0..%lld or "
                      "ignore_index %lld); found at position %lld by the kernel on cuda:%d and "

@@ -7,7 +7,8 @@
  * nn.cu's launchers and queues the work without waiting, except embedding
  * and its backward: they read back the kernel's record of the first bad
  * index before returning, so a bad index fails the call with the CPU's
- * message. A loss's bad target fails the next wait for the device instead
+ * message (during a CUDA graph capture, where the host cannot wait, the
+ * kernels report it as a fault instead, like a loss's). A loss's bad target fails the next wait for the device instead
  * (a copy to the host, ct_tensor_item, ct_cuda_synchronize): checking it
  * in the call would make the host wait for every loss. */
 #include <limits.h>
@@ -154,6 +155,16 @@ static ct_status check_bad(const char *op, int dev, cudaStream_t st,
                      (long long)t, (long long)v, (long long)(v - 1));
 }
 
+/* The index check of a launch: during a capture the kernels also claim the
+ * fault record (the host cannot wait for them there; the first wait after a
+ * replay reports a bad index), else the host reads *bad after them. */
+static ct_status emb_check(const char *op, int dev, ct_op id, unsigned long long *bad,
+                           cti_nn_emb_check *chk) {
+    *chk = (cti_nn_emb_check){.bad = bad, .op = (int)id};
+    if (!cti_cuda_capturing(dev)) return CT_OK;
+    return cti_cuda_fault_slot_get(op, dev, &chk->fault);
+}
+
 static ct_status k_embedding(ct_call *c) {
     const char *op = "ct_embedding";
     const cti_embedding_params *p = CTI_PARAMS(c, cti_embedding_params);
@@ -166,16 +177,17 @@ static ct_status k_embedding(ct_call *c) {
     ct_tensor *flag = scratch(op, dev, sizeof(unsigned long long));
     if (!flag) return ct_last_status();
     unsigned long long *bad = (unsigned long long *)cti_data(flag);
-    ct_status s;
-    cudaError_t e = cudaMemsetAsync(bad, 0xFF, sizeof *bad, st);
-    if (e != cudaSuccess) {
+    cti_nn_emb_check chk;
+    ct_status s = emb_check(op, dev, c->op, bad, &chk);
+    cudaError_t e;
+    if (s == CT_OK && (e = cudaMemsetAsync(bad, 0xFF, sizeof *bad, st)) != cudaSuccess)
         s = cti_cuda_fail(op, dev, "cudaMemsetAsync", e);
-    } else {
+    if (s == CT_OK) {
         e = cti_nn_embedding((int)ct_dtype_size(w->dtype), idx->dtype == CT_I32, cti_data(w),
-                             cti_data(idx), cti_data(out), v, d, n, bad, st);
+                             cti_data(idx), cti_data(out), v, d, n, chk, st);
         c->routine = "cten_embedding_gather";
         s = finish(op, dev, c->op, e);
-        if (s == CT_OK) s = check_bad(op, dev, st, bad, idx, v);
+        if (s == CT_OK && !chk.fault.record) s = check_bad(op, dev, st, bad, idx, v);
     }
     ct_tensor_release(flag);
     return s;
@@ -201,16 +213,16 @@ static ct_status k_embedding_backward(ct_call *c) {
     ct_tensor *work = scratch(op, dev, 256 + wb);
     if (!work) return ct_last_status();
     unsigned long long *bad = (unsigned long long *)cti_data(work);
-    ct_status s;
-    e = cudaMemsetAsync(bad, 0xFF, sizeof *bad, st);
-    if (e != cudaSuccess) {
+    cti_nn_emb_check chk;
+    ct_status s = emb_check(op, dev, c->op, bad, &chk);
+    if (s == CT_OK && (e = cudaMemsetAsync(bad, 0xFF, sizeof *bad, st)) != cudaSuccess)
         s = cti_cuda_fail(op, dev, "cudaMemsetAsync", e);
-    } else {
+    if (s == CT_OK) {
         e = cti_nn_embedding_bwd((int)out->dtype, idx->dtype == CT_I32, cti_data(g), cti_data(idx),
-                                 cti_data(out), v, d, n, pad, cti_data(work) + 256, bad, st);
+                                 cti_data(out), v, d, n, pad, cti_data(work) + 256, chk, st);
         c->routine = "cub::DeviceRadixSort::SortPairs+cten_embedding_bwd_segments";
         s = finish(op, dev, c->op, e);
-        if (s == CT_OK && n > 0) s = check_bad(op, dev, st, bad, idx, v);
+        if (s == CT_OK && n > 0 && !chk.fault.record) s = check_bad(op, dev, st, bad, idx, v);
     }
     ct_tensor_release(work);
     return s;

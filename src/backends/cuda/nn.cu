@@ -1603,20 +1603,26 @@ template <> struct Bits<2> { typedef uint16_t T; };
 template <> struct Bits<4> { typedef uint32_t T; };
 template <> struct Bits<8> { typedef unsigned long long T; };
 
-// out[i, k] = w[idx[i], k], copied as bits. A bad index records its
-// position (the smallest wins, the first in index order as the CPU reports)
-// and its row is left unwritten: the call fails. With d == 0 the indices are
-// still checked.
+// A bad index at position i: the smallest position wins (the first in index
+// order, as the CPU reports), and under a capture the fault record too.
+__device__ __forceinline__ void emb_bad(const cti_nn_emb_check &c, int64_t i, int64_t t,
+                                        int64_t v) {
+    atomicMin(c.bad, (unsigned long long)i);
+    if (c.fault.record) report_bad_target_(c.fault.record, c.fault.flag, c.op, v, -1, i, t);
+}
+
+// out[i, k] = w[idx[i], k], copied as bits. A bad index's row is left
+// unwritten: the call fails. With d == 0 the indices are still checked.
 template <class E, class I>
 __global__ void __launch_bounds__(kThreads256)
 emb_fwd(const E *__restrict__ w, const I *__restrict__ idx, E *__restrict__ out, int64_t v,
-        int64_t d, int64_t n, unsigned long long *bad) {
+        int64_t d, int64_t n, const cti_nn_emb_check chk) {
     const int64_t dd = d > 0 ? d : 1, total = n * dd, step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
         int64_t i = e / dd, k = e - i * dd;
         int64_t t = (int64_t)idx[i];
         if (t < 0 || t >= v) {
-            atomicMin(bad, (unsigned long long)i);
+            if (k == 0) emb_bad(chk, i, t, v);
             continue;
         }
         if (d > 0) out[e] = w[t * d + k];
@@ -1625,15 +1631,15 @@ emb_fwd(const E *__restrict__ w, const I *__restrict__ idx, E *__restrict__ out,
 
 template <class I>
 cudaError_t emb_fwd_idx(int esize, const void *w, const I *idx, void *out, int64_t v, int64_t d,
-                        int64_t n, unsigned long long *bad, cudaStream_t st) {
+                        int64_t n, const cti_nn_emb_check &chk, cudaStream_t st) {
     unsigned g = blocks_for(n * (d > 0 ? d : 1), kThreads256, 8192);
     switch (esize) {
-    case 1: emb_fwd<<<g, kThreads256, 0, st>>>((const uint8_t *)w, idx, (uint8_t *)out, v, d, n, bad); break;
-    case 2: emb_fwd<<<g, kThreads256, 0, st>>>((const uint16_t *)w, idx, (uint16_t *)out, v, d, n, bad); break;
-    case 4: emb_fwd<<<g, kThreads256, 0, st>>>((const uint32_t *)w, idx, (uint32_t *)out, v, d, n, bad); break;
+    case 1: emb_fwd<<<g, kThreads256, 0, st>>>((const uint8_t *)w, idx, (uint8_t *)out, v, d, n, chk); break;
+    case 2: emb_fwd<<<g, kThreads256, 0, st>>>((const uint16_t *)w, idx, (uint16_t *)out, v, d, n, chk); break;
+    case 4: emb_fwd<<<g, kThreads256, 0, st>>>((const uint32_t *)w, idx, (uint32_t *)out, v, d, n, chk); break;
     case 8:
         emb_fwd<<<g, kThreads256, 0, st>>>((const unsigned long long *)w, idx,
-                                           (unsigned long long *)out, v, d, n, bad);
+                                           (unsigned long long *)out, v, d, n, chk);
         break;
     default: return cudaErrorInvalidValue;
     }
@@ -1648,12 +1654,12 @@ cudaError_t emb_fwd_idx(int esize, const void *w, const I *idx, void *out, int64
 template <class I>
 __global__ void __launch_bounds__(kThreads256)
 emb_keys(const I *__restrict__ idx, int64_t n, int64_t v, unsigned long long *__restrict__ keys,
-         int *__restrict__ pos, unsigned long long *bad) {
+         int *__restrict__ pos, const cti_nn_emb_check chk) {
     const int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
         int64_t t = (int64_t)idx[i];
         bool ok = t >= 0 && t < v;
-        if (!ok) atomicMin(bad, (unsigned long long)i);
+        if (!ok) emb_bad(chk, i, t, v);
         keys[i] = (unsigned long long)(ok ? t : v);
         pos[i] = (int)i;
     }
@@ -1724,7 +1730,7 @@ cudaError_t emb_work(int64_t n, int64_t v, EmbWork *w) {
 
 template <int DT, class I>
 cudaError_t emb_bwd_dt(const void *g, const I *idx, void *out, int64_t v, int64_t d, int64_t n,
-                       int64_t pad, void *work, unsigned long long *bad, cudaStream_t st) {
+                       int64_t pad, void *work, const cti_nn_emb_check &chk, cudaStream_t st) {
     typedef typename dtype<DT>::T T;
     EmbWork w;
     cudaError_t e = emb_work(n, v, &w);
@@ -1734,7 +1740,7 @@ cudaError_t emb_bwd_dt(const void *g, const I *idx, void *out, int64_t v, int64_
     unsigned long long *kout = (unsigned long long *)(base + w.keys_out);
     int *pin = (int *)(base + w.pos_in), *pout = (int *)(base + w.pos_out);
     if (n > 0) {
-        emb_keys<<<blocks_for(n, kThreads256, 8192), kThreads256, 0, st>>>(idx, n, v, kin, pin, bad);
+        emb_keys<<<blocks_for(n, kThreads256, 8192), kThreads256, 0, st>>>(idx, n, v, kin, pin, chk);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     if (v * d == 0) return cudaSuccess;
@@ -1872,10 +1878,10 @@ cudaError_t cti_nn_mse(int dt, int bwd, const void *a, const void *b, const void
 }
 
 cudaError_t cti_nn_embedding(int esize, int idx_i32, const void *w, const void *idx, void *out,
-                             int64_t v, int64_t d, int64_t n, unsigned long long *bad,
+                             int64_t v, int64_t d, int64_t n, cti_nn_emb_check chk,
                              cudaStream_t st) {
-    if (idx_i32) return cti::emb_fwd_idx(esize, w, (const int32_t *)idx, out, v, d, n, bad, st);
-    return cti::emb_fwd_idx(esize, w, (const int64_t *)idx, out, v, d, n, bad, st);
+    if (idx_i32) return cti::emb_fwd_idx(esize, w, (const int32_t *)idx, out, v, d, n, chk, st);
+    return cti::emb_fwd_idx(esize, w, (const int64_t *)idx, out, v, d, n, chk, st);
 }
 
 cudaError_t cti_nn_embedding_bwd_work(int64_t n, int64_t v, size_t *bytes) {
@@ -1887,12 +1893,12 @@ cudaError_t cti_nn_embedding_bwd_work(int64_t n, int64_t v, size_t *bytes) {
 
 cudaError_t cti_nn_embedding_bwd(int dt, int idx_i32, const void *g, const void *idx, void *out,
                                  int64_t v, int64_t d, int64_t n, int64_t pad, void *work,
-                                 unsigned long long *bad, cudaStream_t st) {
+                                 cti_nn_emb_check chk, cudaStream_t st) {
     if (idx_i32)
         CTI_NN_FLOAT_SWITCH(dt, (cti::emb_bwd_dt<DTV, int32_t>(g, (const int32_t *)idx, out, v, d, n,
-                                                               pad, work, bad, st)))
+                                                               pad, work, chk, st)))
     CTI_NN_FLOAT_SWITCH(dt, (cti::emb_bwd_dt<DTV, int64_t>(g, (const int64_t *)idx, out, v, d, n, pad,
-                                                           work, bad, st)))
+                                                           work, chk, st)))
 }
 
 cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_t *mask_in,

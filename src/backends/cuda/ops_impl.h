@@ -246,13 +246,23 @@ cudaError_t cti_nn_cls_launch(const cti_nn_cls *r, cudaStream_t st, const char *
 size_t cti_nn_mse_work(int64_t n, int reduction);
 cudaError_t cti_nn_mse(int dt, int bwd, const void *a, const void *b, const void *g, void *out,
                        int64_t n, int reduction, void *work, cudaStream_t st, const char **routine);
+/* Embedding's index check: the kernels record the smallest position of an
+ * index outside [0, v) in *bad (all ones: none), which the host reads after
+ * them; during a CUDA graph capture, where the host cannot wait, they also
+ * claim the device's fault record (fault.record non-NULL) with op, for the
+ * first wait after a replay to report. */
+typedef struct cti_nn_emb_check {
+    unsigned long long *bad;
+    cti_cuda_fault_slot fault;
+    int op;
+} cti_nn_emb_check;
 cudaError_t cti_nn_embedding(int esize, int idx_i32, const void *w, const void *idx, void *out,
-                             int64_t v, int64_t d, int64_t n, unsigned long long *bad,
+                             int64_t v, int64_t d, int64_t n, cti_nn_emb_check chk,
                              cudaStream_t st);
 cudaError_t cti_nn_embedding_bwd_work(int64_t n, int64_t v, size_t *bytes);
 cudaError_t cti_nn_embedding_bwd(int dt, int idx_i32, const void *g, const void *idx, void *out,
                                  int64_t v, int64_t d, int64_t n, int64_t pad, void *work,
-                                 unsigned long long *bad, cudaStream_t st);
+                                 cti_nn_emb_check chk, cudaStream_t st);
 cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_t *mask_in,
                            uint8_t *mask_out, int64_t n, uint64_t seed, uint64_t first,
                            const uint64_t *state, double p, cudaStream_t st);
