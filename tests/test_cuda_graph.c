@@ -462,7 +462,7 @@ static void test_random_ops_renew_draws(void **state) {
         }
         for (int i = 0; i < R_SDPA + 1; i++) {
             ct_tensor_release(prev[i]);
-            prev[i] = checked(ct_clone(out[i]));
+            prev[i] = ct_keep(checked(ct_clone(out[i]))); /* past this scope's end */
             ct_tensor_release(ref[i]);
         }
         ct_scope_end(sc);
