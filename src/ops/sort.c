@@ -146,10 +146,10 @@ static ct_tensor *sorted_at(ct_tensor *s, ct_tensor *si, int d, ct_tensor *pos, 
 }
 
 /* x viewed as [1] when 0-d (the kernels' rule: a 0-d tensor is a slice of
- * one), else a new handle on x. */
+ * one; a handle of the caller's scope), else x itself. */
 static ct_tensor *at_least_1d(ct_tensor *x) {
     int64_t one = 1;
-    return x->ndim ? ct_tensor_retain(x) : ct_reshape(x, 1, &one);
+    return x->ndim ? x : ct_reshape(x, 1, &one);
 }
 
 /* The result of a 0-d x's dim-reduction: back to 0-d, keepdim or not. */
@@ -323,7 +323,7 @@ ct_tensor *ct_logsumexp(ct_tensor *x, int ndims, const int64_t *dims, bool keepd
     const char *op = "ct_logsumexp";
     if (cti_check_not_null(op, 1, &x)) return NULL;
     ct_scope *sc = ct_scope_begin();
-    ct_tensor *xf = ct_dtype_is_floating(x->dtype) ? ct_tensor_retain(x) : ct_to_dtype(x, CT_F32);
+    ct_tensor *xf = ct_dtype_is_floating(x->dtype) ? x : ct_to_dtype(x, CT_F32);
     ct_tensor *out = NULL;
     if (!xf) return end_keep(sc, NULL);
     bool empty = cti_numel(x->ndim, x->shape) == 0;
