@@ -55,52 +55,82 @@ static uint64_t key_at(const char *x, ct_dtype dt, int64_t i) {
     }
 }
 
-typedef struct kv {
-    uint64_t key;
-    int64_t idx;
-} kv;
+/* A 32-bit key for the dtypes of at most 4 bytes: the same order as
+ * key_at's, in half the width, so a pair is 8 bytes. */
+static uint32_t f32_key(float v) {
+    if (v != v) return UINT32_MAX;
+    if (v == 0) v = 0.0f;
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return b >> 31 ? ~b : b | (UINT32_C(1) << 31);
+}
+
+static uint32_t key32_at(const char *x, ct_dtype dt, int64_t i) {
+    switch (dt) {
+    case CT_F32: return f32_key(((const float *)x)[i]);
+    case CT_F16:
+    case CT_BF16: return f32_key(half_at(x, dt, i)); /* exact: f32 holds every half */
+    case CT_I32: return (uint32_t)((const int32_t *)x)[i] ^ (UINT32_C(1) << 31);
+    default: return ((const uint8_t *)x)[i] != 0;
+    }
+}
 
 /* Below this many elements a row is insertion-sorted. */
 #define SORT_INSERTION_MAX 32
 
-static void insertion_sort(kv *a, int64_t n) {
-    for (int64_t i = 1; i < n; i++) {
-        kv e = a[i];
-        int64_t j = i;
-        while (j > 0 && a[j - 1].key > e.key) { /* strict: equal keys stay in order */
-            a[j] = a[j - 1];
-            j--;
-        }
-        a[j] = e;
+/* The row sorts, once per pair type: KV {key, idx} with an unsigned key of
+ * KB bytes. Insertion sort for short rows; else an LSD radix sort of 8 bits
+ * a pass, skipping the bytes every key of the row shares; stable either
+ * way. NAME_radix returns the buffer holding the result (a or tmp); hist:
+ * KB x 256 counts of scratch. */
+#define SORT_FUNCS(NAME, KV, KB)                                                             \
+    static void NAME##_insertion(KV *a, int64_t n) {                                         \
+        for (int64_t i = 1; i < n; i++) {                                                    \
+            KV e = a[i];                                                                     \
+            int64_t j = i;                                                                   \
+            while (j > 0 && a[j - 1].key > e.key) { /* strict: equal keys keep order */      \
+                a[j] = a[j - 1];                                                             \
+                j--;                                                                         \
+            }                                                                                \
+            a[j] = e;                                                                        \
+        }                                                                                    \
+    }                                                                                        \
+    static KV *NAME##_radix(KV *a, KV *tmp, int64_t n, int64_t (*hist)[256]) {               \
+        memset(hist, 0, KB * sizeof *hist);                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            uint64_t k = a[i].key;                                                           \
+            for (int b = 0; b < KB; b++) hist[b][(k >> (8 * b)) & 255]++;                    \
+        }                                                                                    \
+        KV *src = a, *dst = tmp;                                                             \
+        for (int b = 0; b < KB; b++) {                                                       \
+            int64_t *h = hist[b];                                                            \
+            if (h[(src[0].key >> (8 * b)) & 255] == n) continue; /* a byte all keys share */ \
+            int64_t sum = 0;                                                                 \
+            for (int v = 0; v < 256; v++) {                                                  \
+                int64_t c = h[v];                                                            \
+                h[v] = sum;                                                                  \
+                sum += c;                                                                    \
+            }                                                                                \
+            for (int64_t i = 0; i < n; i++) dst[h[(src[i].key >> (8 * b)) & 255]++] = src[i]; \
+            KV *t = src;                                                                     \
+            src = dst;                                                                       \
+            dst = t;                                                                         \
+        }                                                                                    \
+        return src;                                                                          \
     }
-}
 
-/* Sorts a[0..n) stably by key with tmp of n and hist (8 x 256 counts) as
- * scratch; returns the buffer holding the result (a or tmp). */
-static kv *radix_sort(kv *a, kv *tmp, int64_t n, int64_t (*hist)[256]) {
-    enum { B = 8 };
-    memset(hist, 0, B * sizeof *hist);
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t k = a[i].key;
-        for (int b = 0; b < B; b++) hist[b][(k >> (8 * b)) & 255]++;
-    }
-    kv *src = a, *dst = tmp;
-    for (int b = 0; b < B; b++) {
-        int64_t *h = hist[b];
-        if (h[(src[0].key >> (8 * b)) & 255] == n) continue; /* every key shares this byte */
-        int64_t sum = 0;
-        for (int v = 0; v < 256; v++) {
-            int64_t c = h[v];
-            h[v] = sum;
-            sum += c;
-        }
-        for (int64_t i = 0; i < n; i++) dst[h[(src[i].key >> (8 * b)) & 255]++] = src[i];
-        kv *t = src;
-        src = dst;
-        dst = t;
-    }
-    return src;
-}
+typedef struct kv64 {
+    uint64_t key;
+    int64_t idx;
+} kv64;
+
+typedef struct kv32 {
+    uint32_t key;
+    uint32_t idx;
+} kv32;
+
+SORT_FUNCS(sort64, kv64, 8)
+SORT_FUNCS(sort32, kv32, 4)
 
 typedef struct sort_ctx {
     const char *x;
@@ -109,14 +139,37 @@ typedef struct sort_ctx {
     ct_dtype dt;
     size_t es;
     int64_t n;
-    bool descending;
+    bool descending, narrow; /* narrow: 32-bit keys and indices */
     atomic_bool oom;
 } sort_ctx;
+
+/* Writes row r's values and indices from its sorted order, idx(j). */
+#define SORT_EMIT(s, x, r, IDX)                                                              \
+    do {                                                                                     \
+        char *v_ = (s)->vals + (size_t)((r) * (s)->n) * (s)->es;                             \
+        int64_t *ix_ = (s)->idx + (r) * (s)->n;                                              \
+        int64_t n_ = (s)->n;                                                                 \
+        switch ((s)->es) { /* by size, so the compiler moves words, not bytes */             \
+        case 8:                                                                              \
+            for (int64_t j = 0; j < n_; j++) ((uint64_t *)v_)[j] = ((const uint64_t *)(x))[IDX]; \
+            break;                                                                           \
+        case 4:                                                                              \
+            for (int64_t j = 0; j < n_; j++) ((uint32_t *)v_)[j] = ((const uint32_t *)(x))[IDX]; \
+            break;                                                                           \
+        case 2:                                                                              \
+            for (int64_t j = 0; j < n_; j++) ((uint16_t *)v_)[j] = ((const uint16_t *)(x))[IDX]; \
+            break;                                                                           \
+        default:                                                                             \
+            for (int64_t j = 0; j < n_; j++) ((uint8_t *)v_)[j] = ((const uint8_t *)(x))[IDX]; \
+        }                                                                                    \
+        for (int64_t j = 0; j < n_; j++) ix_[j] = (IDX);                                     \
+    } while (0)
 
 static void sort_task(int64_t r0, int64_t r1, void *pv) {
     sort_ctx *s = pv;
     int64_t n = s->n;
-    kv *buf = malloc((size_t)n * 2 * sizeof *buf);
+    size_t pair = s->narrow ? sizeof(kv32) : sizeof(kv64);
+    void *buf = malloc((size_t)n * 2 * pair);
     int64_t(*hist)[256] = malloc(8 * sizeof *hist);
     if (!buf || !hist) {
         free(buf);
@@ -124,29 +177,23 @@ static void sort_task(int64_t r0, int64_t r1, void *pv) {
         atomic_store(&s->oom, true);
         return;
     }
-    uint64_t flip = s->descending ? UINT64_MAX : 0;
     for (int64_t r = r0; r < r1; r++) {
         const char *x = s->x + (size_t)(r * n) * s->es;
-        for (int64_t i = 0; i < n; i++) buf[i] = (kv){key_at(x, s->dt, i) ^ flip, i};
-        kv *res = buf;
-        if (n <= SORT_INSERTION_MAX) insertion_sort(buf, n);
-        else res = radix_sort(buf, buf + n, n, hist);
-        char *v = s->vals + (size_t)(r * n) * s->es;
-        int64_t *ix = s->idx + r * n;
-        switch (s->es) { /* the copies by size, so the compiler moves words, not bytes */
-        case 8:
-            for (int64_t j = 0; j < n; j++) ((uint64_t *)v)[j] = ((const uint64_t *)x)[res[j].idx];
-            break;
-        case 4:
-            for (int64_t j = 0; j < n; j++) ((uint32_t *)v)[j] = ((const uint32_t *)x)[res[j].idx];
-            break;
-        case 2:
-            for (int64_t j = 0; j < n; j++) ((uint16_t *)v)[j] = ((const uint16_t *)x)[res[j].idx];
-            break;
-        default:
-            for (int64_t j = 0; j < n; j++) ((uint8_t *)v)[j] = ((const uint8_t *)x)[res[j].idx];
+        if (s->narrow) {
+            uint32_t flip = s->descending ? UINT32_MAX : 0;
+            kv32 *a = buf, *res = a;
+            for (int64_t i = 0; i < n; i++) a[i] = (kv32){key32_at(x, s->dt, i) ^ flip, (uint32_t)i};
+            if (n <= SORT_INSERTION_MAX) sort32_insertion(a, n);
+            else res = sort32_radix(a, a + n, n, hist);
+            SORT_EMIT(s, x, r, res[j].idx);
+        } else {
+            uint64_t flip = s->descending ? UINT64_MAX : 0;
+            kv64 *a = buf, *res = a;
+            for (int64_t i = 0; i < n; i++) a[i] = (kv64){key_at(x, s->dt, i) ^ flip, i};
+            if (n <= SORT_INSERTION_MAX) sort64_insertion(a, n);
+            else res = sort64_radix(a, a + n, n, hist);
+            SORT_EMIT(s, x, r, res[j].idx);
         }
-        for (int64_t j = 0; j < n; j++) ix[j] = res[j].idx;
     }
     free(hist);
     free(buf);
@@ -155,7 +202,7 @@ static void sort_task(int64_t r0, int64_t r1, void *pv) {
 static ct_status k_sort(ct_call *c) {
     const cti_sort_params *p = CTI_PARAMS(c, cti_sort_params);
     if (p->outer == 0 || p->n == 0) return CT_OK;
-    if ((uint64_t)p->n > SIZE_MAX / (2 * sizeof(kv)))
+    if ((uint64_t)p->n > SIZE_MAX / (2 * sizeof(kv64)))
         return cti_error(CT_ERR_OOM, "ct_sort: a row of %lld elements does not fit in memory",
                          (long long)p->n);
     sort_ctx s = {.x = cti_data(c->in[0]),
@@ -164,7 +211,8 @@ static ct_status k_sort(ct_call *c) {
                   .dt = c->in[0]->dtype,
                   .es = ct_dtype_size(c->in[0]->dtype),
                   .n = p->n,
-                  .descending = p->descending};
+                  .descending = p->descending,
+                  .narrow = ct_dtype_size(c->in[0]->dtype) <= 4 && p->n <= UINT32_MAX};
     atomic_init(&s.oom, false);
     int64_t grain = CTI_GRAIN / (8 * p->n) > 0 ? CTI_GRAIN / (8 * p->n) : 1;
     cti_parallel_for(p->outer, grain, sort_task, &s);
