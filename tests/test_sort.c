@@ -742,6 +742,27 @@ static void test_unique(void **state) {
     release_all(2, (ct_tensor *[]){x, u});
 }
 
+/* ---- autocast ------------------------------------------------------------------------------ */
+
+/* logsumexp and cumprod are on PyTorch's float32 lists: a region casts
+ * float16/bfloat16 input up, and leaves float64 as it is. */
+static void test_autocast(void **state) {
+    (void)state;
+    ct_tensor *h = chk(tu_rand(2, (const int64_t[]){3, 4}, CT_BF16, -2, 2, NULL));
+    ct_tensor *d = chk(tu_rand(2, (const int64_t[]){3, 4}, CT_F64, -2, 2, NULL));
+    assert_int_equal(ct_autocast_begin(CT_CPU, CT_BF16), CT_OK);
+    ct_tensor *a = chk(ct_logsumexp(h, 1, (const int64_t[]){1}, false));
+    ct_tensor *b = chk(ct_cumprod(h, 0));
+    ct_tensor *c = chk(ct_cumprod(d, 1));
+    assert_int_equal(ct_autocast_end(), CT_OK);
+    assert_int_equal(ct_tensor_dtype(a), CT_F32);
+    assert_int_equal(ct_tensor_dtype(b), CT_F32);
+    assert_int_equal(ct_tensor_dtype(c), CT_F64);
+    ct_tensor *a2 = chk(ct_logsumexp(h, 1, (const int64_t[]){1}, false));
+    assert_int_equal(ct_tensor_dtype(a2), CT_BF16);
+    release_all(6, (ct_tensor *[]){h, d, a, b, c, a2});
+}
+
 /* ---- errors ----------------------------------------------------------------------------------- */
 
 static void test_errors(void **state) {
@@ -797,6 +818,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_all_any_count_nonzero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nonzero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unique, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_autocast, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

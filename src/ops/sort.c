@@ -322,6 +322,9 @@ ct_tensor *ct_any(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
 ct_tensor *ct_logsumexp(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
     const char *op = "ct_logsumexp";
     if (cti_check_not_null(op, 1, &x)) return NULL;
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_LOGSUMEXP, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_logsumexp(ac.in[0], ndims, dims, keepdim) : NULL);
     ct_scope *sc = ct_scope_begin();
     ct_tensor *xf = ct_dtype_is_floating(x->dtype) ? x : ct_to_dtype(x, CT_F32);
     ct_tensor *out = NULL;
@@ -360,6 +363,9 @@ ct_tensor *ct_logsumexp(ct_tensor *x, int ndims, const int64_t *dims, bool keepd
 ct_tensor *ct_cumprod(ct_tensor *x, int dim) {
     const char *op = "ct_cumprod";
     if (cti_check_not_null(op, 1, &x)) return NULL;
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_CUMPROD, 1, &x))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_cumprod(ac.in[0], dim) : NULL);
     int d = cti_wrap_dim(op, dim, x->ndim);
     if (d < 0) return NULL;
     ct_dtype odt = ct_dtype_is_floating(x->dtype) ? x->dtype : CT_I64;
