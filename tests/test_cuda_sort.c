@@ -1,6 +1,6 @@
 /* The CUDA kernels and composites of sort, argsort, kthvalue, median,
  * cumprod, nonzero, unique, logsumexp, all/any, count_nonzero and amax/amin
- * against the CPU's, which test_sort checks against float64 references:
+ * and mode against the CPU's, which test_sort checks against float64 references:
  * every dtype, random shapes with size-1 dims, non-contiguous inputs, every
  * dim, ties, NaN, +-0 and infinities; sort's three paths (the block sort of
  * rows up to 4096 at each of its sizes, the segmented sort of several long
@@ -153,7 +153,7 @@ static void test_sort_parity(void **state) {
 
 /* ---- kthvalue, median --------------------------------------------------------------------- */
 
-static void test_kthvalue_median_parity(void **state) {
+static void test_kthvalue_median_mode_parity(void **state) {
     (void)state;
     NEED_GPU();
     for (size_t di = 0; di < sizeof tu_all_dtypes / sizeof tu_all_dtypes[0]; di++) {
@@ -177,6 +177,12 @@ static void test_kthvalue_median_parity(void **state) {
             g = chk(ct_median_dim(xg, dim, keep, &ig));
             check_equal("median_dim", g, w);
             check_equal("median_dim indices", ig, ic);
+            release3(w, g, ic);
+            ct_tensor_release(ig);
+            w = chk(ct_mode(xc, dim, keep, &ic));
+            g = chk(ct_mode(xg, dim, keep, &ig));
+            check_equal("mode", g, w);
+            check_equal("mode indices", ig, ic);
             release3(w, g, ic);
             ct_tensor_release(ig);
             w = chk(ct_median(xc));
@@ -342,7 +348,7 @@ int main(void) {
         fprintf(stderr, "[ cuda_sort ] no CUDA sort kernel registered\n");
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_sort_parity),           T(test_kthvalue_median_parity),
+        T(test_sort_parity),           T(test_kthvalue_median_mode_parity),
         T(test_cumprod_parity),        T(test_nonzero_unique_parity),
         T(test_reductions_parity),     T(test_grad_parity),
     };

@@ -303,6 +303,96 @@ static void test_kthvalue_median_grad(void **state) {
     ct_tensor_release(x);
 }
 
+/* ---- mode ------------------------------------------------------------------------------------ */
+
+static void mode_case(ct_dtype dt, int nd, const int64_t *shape, int dim, bool keepdim, bool nc) {
+    int64_t n = tu_numel(nd, shape);
+    double *v = special_vals(n, dt);
+    ct_tensor *x = make(v, nd, shape, dt, nc);
+    int d = wrap(dim, nd);
+    lines L = lines_of(nd, shape, d);
+    poison(n * 16);
+    ct_tensor *idx = NULL;
+    ct_tensor *y = chk(ct_mode(x, dim, keepdim, &idx));
+    assert_int_equal(ct_tensor_dtype(y), dt);
+    assert_int_equal(ct_tensor_numel(y), L.rows);
+    double *gv = tu_values(y), *gi = tu_values(idx);
+    double *row = malloc((size_t)L.len * sizeof *row);
+    for (int64_t r = 0; r < L.rows; r++) {
+        for (int64_t j = 0; j < L.len; j++) row[j] = v[at(L, r, j)];
+        /* the most frequent value, the smallest among ties; each NaN alone */
+        double best = NAN;
+        int64_t best_n = 0;
+        for (int64_t j = 0; j < L.len; j++) {
+            int64_t c = 0;
+            for (int64_t k = 0; k < L.len; k++) c += row[k] == row[j];
+            bool nan = isnan(row[j]);
+            if (nan) c = 1;
+            bool smaller = isnan(best) ? !nan : !nan && row[j] < best;
+            if (c > best_n || (c == best_n && smaller)) {
+                best = row[j];
+                best_n = c;
+            }
+        }
+        if (!(isnan(best) ? isnan(gv[r]) : gv[r] == best)) {
+            fprintf(stderr, "mode %s row %lld: got %g, expected %g (%lld times)\n",
+                    ct_dtype_name(dt), (long long)r, gv[r], best, (long long)best_n);
+            fail();
+        }
+        assert_true(gi[r] >= 0 && gi[r] < (double)L.len);
+        double at_i = row[(int64_t)gi[r]];
+        assert_true(isnan(best) ? isnan(at_i) : at_i == best);
+    }
+    free(row);
+    free(gv);
+    free(gi);
+    free(v);
+    release_all(3, (ct_tensor *[]){x, y, idx});
+}
+
+static void test_mode(void **state) {
+    (void)state;
+    for (size_t di = 0; di < sizeof tu_all_dtypes / sizeof tu_all_dtypes[0]; di++) {
+        for (int rep = 0; rep < 6; rep++) {
+            int nd = 1 + rep % 3;
+            int64_t shape[4];
+            rand_shape(nd, 1, 9, shape);
+            mode_case(tu_all_dtypes[di], nd, shape, (int)tu_randint(-nd, nd), rep & 1, rep % 3 == 2);
+        }
+        mode_case(tu_all_dtypes[di], 0, NULL, 0, false, false);
+    }
+    /* [1, 2, 2, 3, 3]: 2 and 3 twice, the smaller wins */
+    double v[5] = {3, 2, 1, 3, 2};
+    ct_tensor *x = chk(tu_from_f64(v, 1, (const int64_t[]){5}, CT_I64));
+    ct_tensor *idx = NULL;
+    ct_tensor *m = chk(ct_mode(x, 0, false, &idx));
+    expect_values(m, (const double[]){2}, 1, 0, 0);
+    double *gi = tu_values(idx);
+    assert_true(gi[0] == 1 || gi[0] == 4);
+    free(gi);
+    release_all(3, (ct_tensor *[]){x, m, idx});
+    /* the gradient lands on the returned place (ties make finite differences meaningless) */
+    double w[12] = {1, 2, 2, 5, 0.5, 0.5, 0.5, 1, 7, 8, 9, 7};
+    x = leaf_of(w, 2, (const int64_t[]){3, 4}, CT_F64);
+    m = chk(ct_mode(x, 1, false, &idx));
+    expect_values(m, (const double[]){2, 0.5, 7}, 3, 0, 0);
+    backward_ones(m);
+    gi = tu_values(idx);
+    double want[12] = {0}, modes[3] = {2, 0.5, 7};
+    for (int r = 0; r < 3; r++) {
+        assert_true(w[r * 4 + (int)gi[r]] == modes[r]);
+        want[r * 4 + (int)gi[r]] = 1;
+    }
+    expect_values(ct_grad(x), want, 12, 0, 0);
+    free(gi);
+    release_all(3, (ct_tensor *[]){x, m, idx});
+    tu_assert_null_error(ct_mode(NULL, 0, false, NULL), CT_ERR_INVALID_ARG, "ct_mode");
+    ct_tensor *e = chk(ct_tensor_zeros(2, (const int64_t[]){2, 0}, CT_F32, CT_CPU));
+    tu_assert_null_error(ct_mode(e, 1, false, NULL), CT_ERR_SHAPE, "ct_mode", "zero-size dim 1");
+    tu_assert_null_error(ct_mode(e, 2, false, NULL), CT_ERR_INDEX, "ct_mode");
+    ct_tensor_release(e);
+}
+
 /* ---- cumprod -------------------------------------------------------------------------------- */
 
 static void cumprod_case(ct_dtype dt, int nd, const int64_t *shape, int dim, bool nc) {
@@ -810,6 +900,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sort_grad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kthvalue_median, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kthvalue_median_grad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cumprod_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cumprod_grad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_logsumexp_values, setup, teardown),

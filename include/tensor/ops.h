@@ -490,6 +490,10 @@ ct_tensor *ct_median(ct_tensor *x);
 /* New tensor: the lower median along dim and its int64 index into *indices when not NULL;
  * a slice holding NaN gives its first NaN and that NaN's index, as PyTorch. */
 ct_tensor *ct_median_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices);
+/* New tensor: the most frequent value along dim (the smallest among equally frequent ones;
+ * each NaN counts apart) and the int64 index of one of its places into *indices when not
+ * NULL (torch.mode). Differentiable for floating x, to that place. */
+ct_tensor *ct_mode(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices);
 /* New int64 tensor [count, ndim]: the coordinates of x's non-zero elements in row-major
  * order (torch.nonzero). On the GPU the count is read back to the host (a sync), as PyTorch. */
 ct_tensor *ct_nonzero(ct_tensor *x);

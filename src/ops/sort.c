@@ -1,5 +1,5 @@
 /* Front ends of the reductions, scans and sorts of issue 20: sort, argsort,
- * kthvalue, median, nonzero, unique and cumprod on their own kernels
+ * kthvalue, median, mode, nonzero, unique and cumprod on their own kernels
  * (schema.h, "sort, cumprod, nonzero"), and logsumexp, all, any and
  * count_nonzero made of public ops (so they run, and differentiate, on
  * every device). kthvalue and median take their values from a stable sort
@@ -234,6 +234,56 @@ ct_tensor *ct_median(ct_tensor *x) {
     ct_tensor *out = ct_median_dim(flat, 0, false, NULL);
     ct_tensor_release(flat);
     return out;
+}
+
+/* The most frequent value of each slice: a stable sort, the runs of equal
+ * values numbered along dim (a running count of where a run starts), each
+ * run's length (a scatter_add of ones), the first longest run (argmax: the
+ * smallest value among the most frequent, as PyTorch) and its last element
+ * (the running sum of the lengths). Its index is that element's, one of
+ * the value's positions, as PyTorch's (which does not say which). */
+ct_tensor *ct_mode(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
+    const char *op = "ct_mode";
+    if (cti_check_not_null(op, 1, &x)) return NULL;
+    int d = cti_wrap_dim(op, dim, x->ndim);
+    if (d < 0) return NULL;
+    int64_t n = x->ndim ? x->shape[d] : 1;
+    if (n == 0)
+        return cti_error_null(CT_ERR_SHAPE, "%s: cannot compute the mode over the zero-size dim "
+                              "%d of %s", op, d, cti_desc(x));
+    ct_scope *sc = ct_scope_begin();
+    bool was_0d = x->ndim == 0;
+    ct_tensor *x1 = at_least_1d(x), *si = NULL, *ii = NULL, *out = NULL, *pos = NULL;
+    ct_tensor *s = x1 ? ct_sort(x1, d, false, true, &si) : NULL;
+    if (s) {
+        bool prev = ct_no_grad_begin();
+        int64_t shape[CT_MAX_DIMS];
+        for (int i = 0; i < s->ndim; i++) shape[i] = i == d ? 1 : s->shape[i];
+        ct_tensor *head = ct_tensor_full(s->ndim, shape, 1, CT_BOOL, dev(x));
+        ct_tensor *a = head ? ct_narrow(s, d, 1, n - 1) : NULL;
+        ct_tensor *b = a ? ct_narrow(s, d, 0, n - 1) : NULL;
+        ct_tensor *ch = b ? ct_ne(a, b) : NULL;
+        ct_tensor *parts[2] = {head, ch};
+        ct_tensor *start = ch ? ct_cat(2, parts, d) : NULL;
+        ct_tensor *gid = start ? ct_cumsum(start, d) : NULL;
+        ct_tensor *g0 = gid ? ct_sub_scalar(gid, 1) : NULL;
+        ct_tensor *zeros = g0 ? ct_tensor_zeros(s->ndim, s->shape, CT_I64, dev(x)) : NULL;
+        ct_tensor *ones = zeros ? ct_tensor_full(s->ndim, s->shape, 1, CT_I64, dev(x)) : NULL;
+        ct_tensor *len = ones ? ct_scatter_add(zeros, d, g0, ones) : NULL;
+        ct_tensor *best = len ? ct_argmax(len, d, true) : NULL;
+        ct_tensor *ends = best ? ct_cumsum(len, d) : NULL;
+        ct_tensor *end = ends ? ct_gather(ends, d, best) : NULL;
+        pos = end ? ct_sub_scalar(end, 1) : NULL;
+        ct_no_grad_end(prev);
+    }
+    if (pos) out = sorted_at(s, si, d, pos, keepdim, indices ? &ii : NULL);
+    out = back_to_0d(out, was_0d);
+    if (out && indices) {
+        ii = back_to_0d(ii, was_0d);
+        if (!ii) out = NULL;
+        else *indices = ct_keep(ii);
+    }
+    return end_keep(sc, out);
 }
 
 /* ---- nonzero / count_nonzero ----------------------------------------------------------------- */
