@@ -2,9 +2,10 @@
  * cumprod, nonzero, unique, logsumexp, all/any, count_nonzero and amax/amin
  * and mode against the CPU's, which test_sort checks against float64 references:
  * every dtype, random shapes with size-1 dims, non-contiguous inputs, every
- * dim, ties, NaN, +-0 and infinities; sort's three paths (the block sort of
- * rows up to 4096 at each of its sizes, the segmented sort of several long
- * rows, the device-wide sort of one long row); gradients through autograd.
+ * dim, ties, NaN, +-0 and infinities; sort's paths (the block sort of rows
+ * up to 4096 at each of its sizes, the segmented sort of several long rows,
+ * the device-wide sort of one long row, and of a few very long rows one by
+ * one); gradients through autograd.
  * Sorts, selections, cumprod (the same order of products), nonzero and the
  * logical reductions must match exactly; logsumexp, whose sums the devices
  * add in different orders, within rounding. Skipped without a usable GPU. */
@@ -130,7 +131,7 @@ static void test_sort_parity(void **state) {
             ct_tensor_release(x);
         }
         /* each block size of the shared-memory sort, the segmented and the device sort */
-        static const int64_t lens[] = {1, 100, 129, 500, 1024, 2000, 4096, 4097, 9000};
+        static const int64_t lens[] = {1, 100, 129, 500, 1024, 2000, 4096, 4097, 9000, 140000};
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             int64_t shape[2] = {tu_randint(1, 5), lens[li]};
             ct_tensor *x = special(2, shape, dt);

@@ -6,8 +6,9 @@
 //    with CUB's radix sorts, which are stable, as the contract asks. Rows of
 //    up to kBlockMax elements: one block per row sorts them in shared memory
 //    (cub::BlockRadixSort, as PyTorch's sort of short rows), so many short
-//    rows take one launch; longer rows: cub::DeviceRadixSort for one row,
-//    cub::DeviceSegmentedRadixSort for several, the index of each element
+//    rows take one launch; longer rows: cub::DeviceSegmentedRadixSort, or
+//    cub::DeviceRadixSort row by row for a few very long rows (one row per
+//    CUB call fills the device; a segment gets one block), the index of each element
 //    (int64) as the payload, written straight into the indices. The values
 //    are then gathered from x by index, so every bit (NaN payloads, -0)
 //    comes through.
@@ -150,8 +151,12 @@ __global__ void take_kernel(const T *x, const int64_t *idx, T *vals, int64_t tot
         vals[e] = x[e - e % n + idx[e]];
 }
 
-// Rows per CUB call: at most 2^30 items (its counts are int).
-int64_t group_rows(int64_t n) {
+// Rows per CUB call: at most 2^30 items (its counts are int). A few very
+// long rows go one at a time to the device-wide sort instead of the
+// segmented one, which gives each row one block per pass (PyTorch sorts
+// such rows one by one too).
+int64_t group_rows(int64_t rows, int64_t n, int sms) {
+    if (n >= ((int64_t)1 << 17) && rows <= 2 * (int64_t)(sms > 0 ? sms : 1)) return 1;
     int64_t g = ((int64_t)1 << 30) / (n > 0 ? n : 1);
     return g > 0 ? g : 1;
 }
@@ -161,9 +166,9 @@ struct layout {
     size_t keys, keys_out, pos, off, temp, total, temp_bytes; // byte offsets; temp_bytes: CUB's
 };
 
-template <class K> layout layout_for(int64_t rows, int64_t n) {
+template <class K> layout layout_for(int64_t rows, int64_t n, int sms) {
     layout L{};
-    L.g = group_rows(n);
+    L.g = group_rows(rows, n, sms);
     if (L.g > rows) L.g = rows;
     L.items = L.g * n;
     size_t temp = 0;
@@ -191,7 +196,7 @@ template <int DT> cudaError_t launch_device_sort(const cti_cuda_sort &a, cudaStr
     typedef typename dtype<DT>::T T;
     typedef typename sort_key<DT>::K K;
     const cti_sort_params &p = a.p;
-    layout L = layout_for<K>(p.outer, p.n);
+    layout L = layout_for<K>(p.outer, p.n, a.sms);
     char *w = (char *)a.work;
     K *keys = (K *)(w + L.keys), *keys_out = (K *)(w + L.keys_out);
     int64_t *pos = (int64_t *)(w + L.pos);
@@ -224,7 +229,8 @@ template <int DT> cudaError_t launch_sort_t(const cti_cuda_sort &a, cudaStream_t
                                             const char **routine) {
     int64_t n = a.p.n;
     if (n > kBlockMax) {
-        *routine = a.p.outer == 1 ? "cuda_sort_device_radix" : "cuda_sort_segmented_radix";
+        *routine = group_rows(a.p.outer, n, a.sms) == 1 ? "cuda_sort_device_radix"
+                                                         : "cuda_sort_segmented_radix";
         return launch_device_sort<DT>(a, st);
     }
     *routine = "cuda_sort_block_radix";
@@ -237,7 +243,7 @@ template <int DT> cudaError_t launch_sort_t(const cti_cuda_sort &a, cudaStream_t
 
 template <int DT> size_t sort_work_t(const cti_cuda_sort &a) {
     if (a.p.n <= kBlockMax || a.p.outer == 0) return 0;
-    return layout_for<typename sort_key<DT>::K>(a.p.outer, a.p.n).total;
+    return layout_for<typename sort_key<DT>::K>(a.p.outer, a.p.n, a.sms).total;
 }
 
 // ---- cumprod --------------------------------------------------------------------------------
