@@ -900,6 +900,69 @@ static bool train_describe(bcase *c, int i) {
     return true;
 }
 
+/* ==== sort, topk, cumsum, logsumexp (rows of the last dim) ===================================
+ * p = rows, cols, which (0 sort, 1 topk of 50, 2 cumsum, 3 logsumexp). Rates
+ * are bytes moved, each tensor read or written once (sort: x read, values
+ * and int64 indices written); the anchor copies the input. */
+enum { SQ_SORT, SQ_TOPK, SQ_CUMSUM, SQ_LSE, SQ_COUNT };
+static const char *const sq_names[SQ_COUNT] = {"sort", "topk", "cumsum", "logsumexp"};
+#define SQ_TOPK_K 50
+
+static ct_status seqred_setup(bcase *c) {
+    int64_t R = c->p[0], C = c->p[1];
+    c->nsets = sets_for(c->d, (size_t)(R * C) * sizeof(float));
+    for (int s = 0; s < c->nsets; s++) {
+        c->in[s][0] = s ? ct_clone(c->in[0][0]) : rnd(c, CT_SHAPE(R, C), CT_F32);
+        if (!c->in[s][0]) return set_error(c, "inputs");
+    }
+    return copy_dst(c, (size_t)(R * C) * sizeof(float));
+}
+
+static ct_status seqred_run(bcase *c) {
+    int s = next_set(c);
+    ct_tensor *x = c->in[s][0], *idx = NULL, *y = NULL;
+    switch (c->p[2]) {
+    case SQ_SORT: y = ct_sort(x, -1, false, false, &idx); break;
+    case SQ_TOPK: y = ct_topk(x, SQ_TOPK_K, -1, true, true, &idx); break;
+    case SQ_CUMSUM: y = ct_cumsum(x, -1); break;
+    default: y = ct_logsumexp(x, 1, (const int64_t[]){-1}, false); break;
+    }
+    if (!y) return ct_last_status();
+    ct_tensor_release(y);
+    ct_tensor_release(idx);
+    return CT_OK;
+}
+
+static bool seqred_describe(bcase *c, int i) {
+    if (i >= SQ_COUNT) return false;
+    bool gpu = is_gpu(c->d);
+    /* sort and topk: many rows of a vocabulary-like width; scans: rows_for x 4096 */
+    int64_t R = i <= SQ_TOPK ? (gpu ? 4096 : 1024) : rows_for(c->d);
+    int64_t C = i == SQ_SORT ? 1024 : 4096;
+    c->p[0] = R, c->p[1] = C, c->p[2] = i;
+    c->dtype = CT_F32;
+    snprintf(c->variant, sizeof c->variant, "%s", sq_names[i]);
+    snprintf(c->name, sizeof c->name, "%s %lldx%lld f32", sq_names[i], (long long)R, (long long)C);
+    snprintf(c->key, sizeof c->key, "%s f32", sq_names[i]);
+    param(c, "rows", R), param(c, "cols", C);
+    c->op = sq_names[i];
+    static const ct_op needs[SQ_COUNT] = {CT_OP_SORT, CT_OP_TOPK, CT_OP_CUMSUM, CT_OP_SUM};
+    c->need[c->nneed++] = needs[i];
+    double in = (double)(R * C) * 4;
+    double out = i == SQ_SORT ? (double)(R * C) * 12
+                 : i == SQ_TOPK ? (double)(R * SQ_TOPK_K) * 12
+                 : i == SQ_CUMSUM ? in : (double)R * 4;
+    c->rate = RATE_BYTES;
+    c->work = in + out;
+    c->anchor_work = 2 * in;
+    c->ceil = CEIL_COPY;
+    anchor_label(c, gpu ? "cudaMemcpy D2D" : "memcpy");
+    c->setup = seqred_setup;
+    c->run = seqred_run;
+    c->anchor = copy_anchor;
+    return true;
+}
+
 /* ==== the families, in the order they run ===================================================== */
 typedef struct family {
     const char *name;
@@ -917,6 +980,7 @@ static const family families[] = {
     {"cross_entropy", xent_describe, "cross-entropy forward + backward, f32"},
     {"overhead", overhead_describe, "per-op overhead: add of 1-element tensors"},
     {"train", train_describe, "Fashion-MNIST training step: MLP and CNN, AdamW"},
+    {"sort", seqred_describe, "sort, topk (k 50), cumsum, logsumexp along rows, f32"},
 };
 #define NFAMILIES ((int)(sizeof families / sizeof families[0]))
 

@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 FAMILIES = ["matmul", "conv2d", "rms_norm", "add", "softmax", "cross_entropy", "overhead",
-            "train"]
+            "train", "sort"]
 MAX_SETS = 8
 OOM = getattr(torch.cuda, "OutOfMemoryError", MemoryError)
 
@@ -417,9 +417,36 @@ def train_cases(dev):
                        flop, "gemm_f32", setup, run)
 
 
+def sort_cases(dev):
+    """sort, topk (k 50), cumsum and logsumexp along rows, as cten-bench's sort family."""
+    k = 50
+    for i, op in enumerate(["sort", "topk", "cumsum", "logsumexp"]):
+        R = (4096 if dev.is_gpu else 1024) if i <= 1 else rows_for(dev)
+        C = 1024 if i == 0 else 4096
+
+        def setup(c, R=R, C=C):
+            c.sets = [rnd(c, R, C) for _ in range(sets_for(c.dev, R * C * 4))]
+
+        def run(c, op=op):
+            x = c.next_set()
+            if op == "sort":
+                torch.sort(x, -1)
+            elif op == "topk":
+                torch.topk(x, k, -1)
+            elif op == "cumsum":
+                torch.cumsum(x, -1)
+            else:
+                torch.logsumexp(x, -1)
+
+        out = {"sort": R * C * 12, "topk": R * k * 12, "cumsum": R * C * 4,
+               "logsumexp": R * 4}[op]
+        yield Case("sort", dev, f"{op} {R}x{C} f32", f"{op} f32", op, torch.float32,
+                   {"rows": R, "cols": C}, "bytes", R * C * 4.0 + out, "copy", setup, run)
+
+
 CASES = {"matmul": matmul_cases, "conv2d": conv_cases, "rms_norm": rms_cases,
          "add": add_cases, "softmax": softmax_cases, "cross_entropy": xent_cases,
-         "overhead": overhead_cases, "train": train_cases}
+         "overhead": overhead_cases, "train": train_cases, "sort": sort_cases}
 
 
 # ---- tracing one call ---------------------------------------------------------------------------

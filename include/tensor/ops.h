@@ -451,6 +451,58 @@ bool ct_autocast_enabled(ct_device device);
  * (float16 for CUDA, bfloat16 for the CPU); CT_NUM_DTYPES for an unknown type. */
 ct_dtype ct_autocast_dtype(ct_device device);
 
+/* ---- reductions, scans and sorting (issue 20) -----------------------------------------------
+ * As PyTorch's. dims lists follow the reductions' rule above (CT_NONE: every dim); dim < 0
+ * counts from the end; a 0-d tensor takes dim 0 or -1. Values are ordered as < orders them,
+ * with NaN above everything (sort puts NaN last ascending, first descending; kthvalue counts
+ * it as the largest) and -0 equal to +0. Every dtype works unless a line says otherwise. */
+/* New tensor: log(sum(exp(x))) over dims, computed stably (the max is taken out first; a slice
+ * of -inf gives -inf). Integer and bool x give float32, as PyTorch. */
+ct_tensor *ct_logsumexp(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+/* New bool tensor: whether every element over dims is non-zero (NaN is non-zero); true over
+ * an empty slice (torch.all with a dim tuple; CT_NONE: the whole tensor). */
+ct_tensor *ct_all(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+/* New bool tensor: whether any element over dims is non-zero; false over an empty slice. */
+ct_tensor *ct_any(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+/* New tensor of x's dtype: the max (amax) or min (amin) over dims; NaN propagates; the
+ * gradient is split evenly among the elements equal to the result, per slice. A zero-size
+ * reduced dim is an error (no identity). */
+ct_tensor *ct_amax(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+ct_tensor *ct_amin(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim);
+/* New int64 tensor: the number of non-zero elements over dims (no keepdim, as PyTorch). */
+ct_tensor *ct_count_nonzero(ct_tensor *x, int ndims, const int64_t *dims);
+/* New tensor: the running product along dim (torch.cumprod); int64 for bool and integer x
+ * (wrapping), x's dtype otherwise. The gradient is PyTorch's, zeros included. */
+ct_tensor *ct_cumprod(ct_tensor *x, int dim);
+/* New tensor of x's shape and dtype: x sorted along dim, ascending (descending), and the
+ * int64 positions the values came from into *indices when not NULL. The sort is always
+ * stable (equal values keep their order), which stable = false allows too. Differentiable
+ * for floating x. */
+ct_tensor *ct_sort(ct_tensor *x, int dim, bool descending, bool stable, ct_tensor **indices);
+/* New int64 tensor: the indices ct_sort returns (torch.argsort). */
+ct_tensor *ct_argsort(ct_tensor *x, int dim, bool descending, bool stable);
+/* New tensor: the k-th smallest element (1-based, 1 <= k <= size) along dim, its int64 index
+ * (the first such in a stable sort) into *indices when not NULL. */
+ct_tensor *ct_kthvalue(ct_tensor *x, int64_t k, int dim, bool keepdim, ct_tensor **indices);
+/* New 0-d tensor: the lower median of all elements (the ((n - 1) / 2)-th smallest); NaN when
+ * any element is NaN. An empty x is an error. */
+ct_tensor *ct_median(ct_tensor *x);
+/* New tensor: the lower median along dim and its int64 index into *indices when not NULL;
+ * a slice holding NaN gives its first NaN and that NaN's index, as PyTorch. */
+ct_tensor *ct_median_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices);
+/* New tensor: the most frequent value along dim (the smallest among equally frequent ones;
+ * each NaN counts apart) and the int64 index of one of its places into *indices when not
+ * NULL (torch.mode). Differentiable for floating x, to that place. */
+ct_tensor *ct_mode(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices);
+/* New int64 tensor [count, ndim]: the coordinates of x's non-zero elements in row-major
+ * order (torch.nonzero). On the GPU the count is read back to the host (a sync), as PyTorch. */
+ct_tensor *ct_nonzero(ct_tensor *x);
+/* New 1-d tensor: the distinct values of x (flattened, as dim=None), ascending (sorted =
+ * false is allowed and sorts too). *inverse (x's shape, int64: where each element of x went)
+ * and *counts (int64, the number of each value) are set when not NULL. NaNs are each their
+ * own value. Syncs with the host on the GPU (the count sizes the result). */
+ct_tensor *ct_unique(ct_tensor *x, bool sorted, ct_tensor **inverse, ct_tensor **counts);
+
 #ifdef __cplusplus
 }
 #endif

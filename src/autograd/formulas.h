@@ -104,4 +104,9 @@ CTI_BW(cti_bw_linear_cross_entropy);
  * rounded to a half; with no counted target every gradient is 0. */
 ct_tensor *cti_linear_ce_factor(ct_tensor *grad_loss, ct_tensor *count, int reduction);
 
+/* formulas_sort.c
+ * amax/amin: one input x; saved x and the result; params the forward's
+ * cti_reduce_params (the reduced dims, keepdim). */
+CTI_BW(cti_bw_amax);
+
 #endif

@@ -431,6 +431,32 @@ typedef struct cti_ce_fused_params {
     bool grad;
 } cti_ce_fused_params;
 
+/* sort, cumprod, nonzero ----------------------------------------------------------------
+ * SORT: in x [outer, n] contiguous (the front end moves dim last); out
+ *   values [outer, n] (x's dtype) and indices [outer, n] int64: each row in
+ *   ascending order of its keys (descending: descending), always stable
+ *   (equal keys keep their index order, either way). The key orders values
+ *   as < does, NaN above everything and -0 == +0 (so ascending puts NaN
+ *   last and descending first, as PyTorch). dim: the user's dim, wrapped
+ *   (messages and the backward).
+ * NONZERO: in[0] x contiguous (any dtype; an element counts when it is not
+ *   zero, NaN counting), in[1] int64 [numel], the inclusive running count of
+ *   x's non-zero elements in row-major order (the front end's cumsum; its
+ *   last entry, synced to the host, sized the result); out [count, ndim]
+ *   int64: row r the coordinates (in shape[0..ndim)) of the r-th non-zero
+ *   element. ndim 0 gives out [count, 0], which needs no kernel.
+ * CUMPROD: cti_seq_params as CUMSUM (outer, n, inner, dim), the running
+ *   product along n in index order: int64 for bool and integer x (wrapping
+ *   as two's complement), x's dtype otherwise (f16/bf16 multiply in f32, f32
+ *   in f32, f64 in f64). */
+typedef struct cti_sort_params {
+    int64_t outer, n;
+    int dim;
+    bool descending;
+    int ndim;                      /* nonzero */
+    int64_t shape[CT_MAX_DIMS];    /* nonzero */
+} cti_sort_params;
+
 /* ---- the rows ------------------------------------------------------------------------ */
 #define CTI_OP_SCHEMA(X)                                                                     \
     X(COPY, "copy", cti_no_params, CTI_NODIFF, NONE)                                         \
@@ -550,7 +576,11 @@ typedef struct cti_ce_fused_params {
     /* indexing */                                                                           \
     X(GATHER, "gather", cti_index_params, CTI_F(cti_bw_gather), NONE)                        \
     X(INDEX_SELECT, "index_select", cti_index_params, CTI_F(cti_bw_index_select), NONE)      \
-    X(SCATTER_ADD, "scatter_add", cti_index_params, CTI_F(cti_bw_scatter_add), NONE)
+    X(SCATTER_ADD, "scatter_add", cti_index_params, CTI_F(cti_bw_scatter_add), NONE)      \
+    /* sort, cumprod, nonzero */                                                             \
+    X(SORT, "sort", cti_sort_params, CTI_F(cti_bw_sort), NONE)                               \
+    X(CUMPROD, "cumprod", cti_seq_params, CTI_F(cti_bw_cumprod), NONE)                       \
+    X(NONZERO, "nonzero", cti_sort_params, CTI_NODIFF, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

@@ -87,7 +87,10 @@ typedef enum cti_autocast_policy {
     /* cten's: PyTorch's rms_norm computes in float32 and returns its input's dtype; a rope     \
      * is written there as products with tables cast to x's dtype (LLaMA's) */                  \
     X(RMS_NORM, "ct_rms_norm", FIRST)                                                           \
-    X(ROPE, "ct_rope", FIRST)
+    X(ROPE, "ct_rope", FIRST)                                                                   \
+    /* reductions and scans: PyTorch's fp32 list, then its fp32_set_opt_dtype list */         \
+    X(LOGSUMEXP, "ct_logsumexp", FP32)                                                          \
+    X(CUMPROD, "ct_cumprod", FP32)
 
 typedef enum cti_autocast_op {
 #define CTI_AUTOCAST_ENUM_(id, name, policy) CTI_AC_##id,

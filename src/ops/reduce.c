@@ -253,3 +253,32 @@ ct_tensor *ct_argmax_all(ct_tensor *x) {
 ct_tensor *ct_argmin_all(ct_tensor *x) {
     return reduce("ct_argmin_all", RK_ARGMIN, x, 0, NULL, false, 0, NULL, false);
 }
+
+/* ---- amax / amin ------------------------------------------------------------------------
+ * The MAX/MIN kernels over any dims, run without grad, and a node of their
+ * own: the gradient is split among the ties of each slice (max()'s formula
+ * splits among the ties of the whole tensor). */
+static ct_tensor *amax_amin(const char *op, bool mx, ct_tensor *x, int ndims, const int64_t *dims,
+                            bool keepdim) {
+    if (cti_check_not_null(op, 1, &x) != CT_OK) return NULL;
+    uint32_t mask = 0;
+    if (parse_dims(op, x, ndims, dims, &mask) != CT_OK) return NULL;
+    bool prev = ct_no_grad_begin();
+    ct_tensor *out = reduce(op, mx ? RK_MAX : RK_MIN, x, ndims, dims, keepdim, 0, NULL, false);
+    ct_no_grad_end(prev);
+    if (!out || !ct_dtype_is_floating(x->dtype) || !cti_ag_needed(1, &x)) return out;
+    cti_reduce_params p = {.mask = mask, .keepdim = keepdim};
+    if (record_node(mx ? "AmaxBackward" : "AminBackward", cti_bw_amax, x, out, 2, x, out, &p) ==
+        CT_OK)
+        return out;
+    ct_tensor_release(out);
+    return NULL;
+}
+
+ct_tensor *ct_amax(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
+    return amax_amin("ct_amax", true, x, ndims, dims, keepdim);
+}
+
+ct_tensor *ct_amin(ct_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
+    return amax_amin("ct_amin", false, x, ndims, dims, keepdim);
+}
