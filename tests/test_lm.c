@@ -92,7 +92,7 @@ static void test_windows(void **state) {
 }
 
 static void write_file(const char *dir, const char *name, const char *text) {
-    char path[512];
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
