@@ -58,13 +58,19 @@ static ct_tensor *into_shape(cti_node *n, int k, ct_tensor *g) {
     return z;
 }
 
-/* t narrowed to index's shape in every dim (a new reference). */
+/* Releases t unless it is keep (a handle the caller does not own). */
+static void drop(ct_tensor *t, ct_tensor *keep) {
+    if (t && t != keep) ct_tensor_release(t);
+}
+
+/* t narrowed to index's shape in every dim: t itself when it has that
+ * shape, else a new view. */
 static ct_tensor *narrow_to(ct_tensor *t, ct_tensor *index) {
-    ct_tensor *v = ct_tensor_retain(t);
+    ct_tensor *v = t;
     for (int j = 0; v && j < ct_tensor_ndim(index); j++) {
         if (ct_tensor_shape(v)[j] == ct_tensor_shape(index)[j]) continue;
         ct_tensor *nx = ct_narrow(v, j, 0, ct_tensor_shape(index)[j]);
-        rel(v);
+        drop(v, t);
         v = nx;
     }
     return v;
@@ -100,10 +106,8 @@ CTI_BW(cti_bw_scatter_reduce) {
     int dim = rp->p.dim;
     ct_tensor *g = go[0], *gx = NULL, *gs = NULL;
     if (rp->p.reduce == CTI_SCATTER_SUM) {
-        ct_tensor *gm = rp->mean ? ct_div(g, count) : ct_tensor_retain(g);
-        gx = gm ? ct_tensor_retain(gm) : NULL;
-        gs = gm ? ct_gather(gm, dim, index) : NULL;
-        rel(gm);
+        gx = rp->mean ? ct_div(g, count) : ct_clone(g);
+        gs = gx ? ct_gather(gx, dim, index) : NULL;
     } else {
         ct_tensor *value = ct_gather(result, dim, index);
         ct_tensor *sn = narrow_to(src, index);
@@ -114,7 +118,8 @@ CTI_BW(cti_bw_scatter_reduce) {
         ct_tensor *gg = gd ? ct_gather(gd, dim, index) : NULL;
         gx = gd ? ct_mul(self_is, gd) : NULL;
         gs = gg ? ct_mul(src_is, gg) : NULL;
-        rel(value), rel(sn), rel(self_is), rel(src_is), rel(cnt), rel(gd), rel(gg);
+        drop(sn, src);
+        rel(value), rel(self_is), rel(src_is), rel(cnt), rel(gd), rel(gg);
     }
     if (gx && !rp->include_self) {
         ct_tensor *z = ct_scatter_value(gx, dim, index, 0);
@@ -164,13 +169,12 @@ static int64_t source_of(int mode, int64_t o, int64_t lo, int64_t size) {
 }
 
 /* g (nd dims) with dim k's coordinates added back onto the size input
- * coordinates they were read from (mode, lo). Takes g's reference. */
+ * coordinates they were read from (mode, lo): a new tensor. */
 static ct_tensor *fold_dim(ct_tensor *g, int k, int mode, int64_t lo, int64_t size) {
     int nd = ct_tensor_ndim(g);
     int64_t on = ct_tensor_shape(g)[k];
     int64_t *src = malloc(sizeof(int64_t) * (size_t)(on > 0 ? on : 1));
     if (!src) {
-        rel(g);
         cti_error(CT_ERR_OOM, "backward of a pad or repeat: out of memory");
         return NULL;
     }
@@ -185,7 +189,7 @@ static ct_tensor *fold_dim(ct_tensor *g, int k, int mode, int64_t lo, int64_t si
     ct_tensor *ie = idx ? ct_expand(idx, nd, ct_tensor_shape(g)) : NULL;
     ct_tensor *z = ie ? ct_tensor_zeros(nd, zs, ct_tensor_dtype(g), ct_tensor_device(g)) : NULL;
     ct_tensor *r = z ? ct_scatter_add(z, k, ie, g) : NULL;
-    rel(idx), rel(ie), rel(z), rel(g);
+    rel(idx), rel(ie), rel(z);
     return r;
 }
 
@@ -200,9 +204,13 @@ CTI_BW(cti_bw_pad) {
         for (int k = 0; k < nd; k++) q.lo[k] = -p->lo[k];
         return put(&gi[0], cti_remap_run("ct_pad", CT_OP_PAD, go[0], n->in_shape[0], &q));
     }
-    ct_tensor *g = ct_tensor_retain(go[0]);
-    for (int k = nd - 1; g && k >= 0; k--)
-        if (p->mode[k] != CTI_REMAP_IDENT) g = fold_dim(g, k, p->mode[k], p->lo[k], n->in_shape[0][k]);
+    ct_tensor *g = go[0];
+    for (int k = nd - 1; g && k >= 0; k--) {
+        if (p->mode[k] == CTI_REMAP_IDENT) continue;
+        ct_tensor *f = fold_dim(g, k, p->mode[k], p->lo[k], n->in_shape[0][k]);
+        drop(g, go[0]);
+        g = f;
+    }
     return put(&gi[0], g);
 }
 
@@ -210,7 +218,7 @@ CTI_BW(cti_bw_repeat) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     const cti_repeat_params *p = CTI_NODE_PARAMS(n, cti_repeat_params);
     int lead = p->n - n->in_ndim[0];
-    ct_tensor *g = ct_tensor_retain(go[0]);
+    ct_tensor *g = go[0];
     for (int k = p->n - 1; g && k >= 0; k--) {
         if (p->repeats[k] == 1) continue;
         int64_t size = k < lead ? 1 : n->in_shape[0][k - lead];
@@ -219,14 +227,16 @@ CTI_BW(cti_bw_repeat) {
             memcpy(zs, ct_tensor_shape(g), sizeof(int64_t) * (size_t)p->n);
             zs[k] = size;
             ct_tensor *z = ct_tensor_zeros(p->n, zs, ct_tensor_dtype(g), ct_tensor_device(g));
-            rel(g);
+            drop(g, go[0]);
             g = z;
             continue;
         }
-        g = fold_dim(g, k, CTI_REMAP_WRAP, 0, size);
+        ct_tensor *f = fold_dim(g, k, CTI_REMAP_WRAP, 0, size);
+        drop(g, go[0]);
+        g = f;
     }
     ct_tensor *r = g ? ct_reshape(g, n->in_ndim[0], n->in_shape[0]) : NULL;
-    rel(g);
+    drop(g, go[0]);
     return put(&gi[0], r);
 }
 

@@ -472,6 +472,7 @@ typedef struct cti_scatter_params {
     int dim;
     int64_t size;
     int reduce;
+    bool from_reduce; /* messages name ct_scatter_reduce (its include_self pass runs SCATTER) */
 } cti_scatter_params;
 
 enum {

@@ -255,19 +255,6 @@ ct_tensor *ct_scatter_value(ct_tensor *x, int dim, ct_tensor *index, double valu
                                 CTI_AG_PARAMS(&p)});
 }
 
-/* The value no element loses to under reduce r in dt (sum: 0, amax: the
- * lowest, amin: the highest). */
-static double identity_of(int r, ct_dtype dt) {
-    if (r == CTI_SCATTER_SUM) return 0;
-    bool max = r == CTI_SCATTER_AMAX;
-    switch (dt) {
-    case CT_BOOL: return max ? 0 : 1;
-    case CT_I32: return max ? (double)INT32_MIN : (double)INT32_MAX;
-    case CT_I64: return max ? -9223372036854775808.0 : 9223372036854775807.0;
-    default: return max ? -INFINITY : INFINITY;
-    }
-}
-
 /* a / b rounded down, for integer a and b >= 1 (b of a's dtype), through
  * float64: trunc, then one less where that overshot. */
 static ct_tensor *floor_divide(ct_tensor *a, ct_tensor *b) {
@@ -301,17 +288,19 @@ ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor 
                               op, reduce);
     if (mean && x->dtype == CT_BOOL)
         return cti_error_null(CT_ERR_DTYPE, "%s: reduce \"mean\" takes no bool tensors", op);
-    cti_scatter_params p = {.dim = d, .size = x->ndim ? x->shape[d] : 1, .reduce = r};
+    cti_scatter_params p = {.dim = d, .size = x->ndim ? x->shape[d] : 1, .reduce = r,
+                            .from_reduce = true};
     ct_tensor *out = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
     if (!out) return NULL;
     ct_status s = ct_copy_(out, x);
     if (s == CT_OK && !include_self) {
-        /* the positions index reaches start from the reduction's identity */
+        /* the positions index reaches start from 0 (sum) or from one of
+         * the values they reduce (amax, amin: src itself assigned first) */
         cti_scatter_params pa = p;
         pa.reduce = CTI_SCATTER_ASSIGN;
-        ct_tensor *v = value_src(x, index, identity_of(r, x->dtype));
+        ct_tensor *v = r == CTI_SCATTER_SUM ? value_src(x, index, 0) : src;
         s = v ? scatter_dispatch(CT_OP_SCATTER, x, index, v, out, &pa) : ct_last_status();
-        rel(v);
+        drop_view(v, src);
     }
     if (s == CT_OK) s = scatter_dispatch(CT_OP_SCATTER_REDUCE, x, index, src, out, &p);
     ct_tensor *count = NULL;
@@ -408,7 +397,7 @@ ct_tensor *ct_index_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *sour
     ct_tensor *src = NULL;
     if (x1 && s1) {
         if (alpha == 1) {
-            src = ct_tensor_retain(s1);
+            src = s1;
         } else {
             ct_tensor *a = ct_tensor_scalar(alpha, x->dtype, dev(x));
             src = a ? ct_mul(s1, a) : NULL;
@@ -417,7 +406,8 @@ ct_tensor *ct_index_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *sour
     }
     ct_tensor *ie = src ? expanded_index(index, d, nd, s1->shape) : NULL;
     ct_tensor *r = ie ? ct_scatter_add(x1, d, ie, src) : NULL;
-    rel(ie), rel(src);
+    rel(ie);
+    drop_view(src, s1);
     if (s1 && s1 != source) rel(s1);
     if (x1 && x1 != x) rel(x1);
     if (r && x->ndim == 0) {
@@ -471,8 +461,9 @@ ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tenso
         ct_tensor *w = wrap_negative(indices[j], size);
         ct_tensor *m = ct_tensor_scalar((double)P, CT_I64, dev(x));
         ct_tensor *wm = w && m ? ct_mul(w, m) : NULL;
-        ct_tensor *nl = wm ? (lin ? ct_add(lin, wm) : ct_tensor_retain(wm)) : NULL;
-        rel(w), rel(m), rel(wm), rel(lin);
+        ct_tensor *nl = wm ? (lin ? ct_add(lin, wm) : wm) : NULL;
+        rel(w), rel(m), rel(lin);
+        if (nl != wm) rel(wm);
         lin = nl;
         if (!lin) return NULL;
         P *= size;
@@ -526,12 +517,13 @@ ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tenso
 static ct_tensor *take_flat(const char *op, ct_tensor *x, ct_tensor *idx, bool wrap) {
     int64_t n = ct_tensor_numel(x), m = ct_tensor_numel(idx);
     if (wrap && check_range(op, idx, -n, n, 0)) return NULL;
-    ct_tensor *w = wrap ? wrap_negative(idx, n) : ct_tensor_retain(idx);
+    ct_tensor *w = wrap ? wrap_negative(idx, n) : idx;
     ct_tensor *wf = w ? ct_reshape(w, 1, &m) : NULL;
     ct_tensor *xf = ct_reshape(x, 1, &n);
     ct_tensor *sel = wf && xf ? ct_index_select(xf, 0, wf) : NULL;
     ct_tensor *out = sel ? ct_reshape(sel, idx->ndim, idx->shape) : NULL;
-    rel(w), rel(wf), rel(xf), rel(sel);
+    drop_view(w, idx);
+    rel(wf), rel(xf), rel(sel);
     return out;
 }
 

@@ -43,8 +43,8 @@ static inline void store_f(char *p, ct_dtype dt, double v) {
 
 /* ---- scatter -------------------------------------------------------------------------------- */
 
-static const char *scatter_label(ct_op op) {
-    return op == CT_OP_SCATTER ? "ct_scatter" : "ct_scatter_reduce";
+static const char *scatter_label(const cti_scatter_params *p) {
+    return p->from_reduce ? "ct_scatter_reduce" : "ct_scatter";
 }
 
 /* Element offset of row-major position p of shape (nd dims) with strides st. */
@@ -144,7 +144,7 @@ static void scatter_task(int64_t l0, int64_t l1, void *ctx) {
 static ct_status k_scatter(ct_call *c) {
     const cti_scatter_params *p = CTI_PARAMS(c, cti_scatter_params);
     ct_tensor *idx = c->in[1];
-    ct_status s = scatter_check(scatter_label(c->op), idx, p->dim, p->size);
+    ct_status s = scatter_check(scatter_label(p), idx, p->dim, p->size);
     if (s != CT_OK) return s;
     int64_t n = cti_numel(idx->ndim, idx->shape), len = idx->shape[p->dim];
     if (n == 0) return CT_OK;
