@@ -475,23 +475,17 @@ ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tenso
     fshape[0] = M, xshape[0] = P;
     memcpy(fshape + 1, x->shape + n, sizeof(int64_t) * (size_t)rest);
     memcpy(xshape + 1, x->shape + n, sizeof(int64_t) * (size_t)rest);
-    int vb;
-    int64_t vbs[CT_MAX_DIMS];
-    if (cti_broadcast_shapes(op, values->ndim, values->shape, bn + rest, vshape, &vb, vbs) ||
-        vb != bn + rest) {
-        if (vb != bn + rest && ct_last_status() == CT_OK)
-            cti_error(CT_ERR_SHAPE, "%s: values %s do not broadcast to the indexed shape %s", op,
-                      cti_desc(values), cti_shape_s(bn + rest, vshape));
-        rel(lin);
-        return NULL;
+    /* values broadcast to the indexed shape, which they may not enlarge */
+    bool fits = values->ndim <= bn + rest;
+    for (int k = 0; fits && k < values->ndim; k++) {
+        int64_t vsz = values->shape[values->ndim - 1 - k], want = vshape[bn + rest - 1 - k];
+        fits = vsz == want || vsz == 1;
     }
-    for (int k = 0; k < vb; k++)
-        if (vbs[k] != vshape[k]) {
-            rel(lin);
-            return cti_error_null(CT_ERR_SHAPE,
-                                  "%s: values %s do not broadcast to the indexed shape %s", op,
-                                  cti_desc(values), cti_shape_s(bn + rest, vshape));
-        }
+    if (!fits) {
+        rel(lin);
+        return cti_error_null(CT_ERR_SHAPE, "%s: values %s do not broadcast to the indexed shape %s",
+                              op, cti_desc(values), cti_shape_s(bn + rest, vshape));
+    }
     ct_tensor *le = ct_expand(lin, bn, bs);
     ct_tensor *lf = le ? ct_reshape(le, 1, &M) : NULL;
     ct_tensor *ve = ct_expand(values, bn + rest, vshape);

@@ -205,11 +205,21 @@ static void splat(char *dst, const char *src, int64_t n, size_t es) {
 /* dst[k] = src[k * st] for k < n (st in elements, may be negative). */
 #define STRIDED(T)                                                                           \
     for (int64_t k = 0; k < n; k++) ((T *)dst)[k] = ((const T *)src)[k * st];
+#define REVERSED(T)                                                                          \
+    for (int64_t k = 0; k < n; k++) ((T *)dst)[k] = ((const T *)src)[-k];
 static void copy_run(char *dst, const char *src, int64_t n, int64_t st, size_t es) {
     if (n <= 0) return;
     if (st == 1) {
         memcpy(dst, src, (size_t)n * es);
         return;
+    }
+    if (st == -1) { /* flip's rows: a loop the compiler vectorizes with shuffles */
+        switch (es) {
+        case 1: REVERSED(uint8_t) return;
+        case 2: REVERSED(uint16_t) return;
+        case 4: REVERSED(uint32_t) return;
+        default: REVERSED(uint64_t) return;
+        }
     }
     switch (es) {
     case 1: STRIDED(uint8_t) break;
