@@ -635,6 +635,39 @@ static void test_unfold_fold(void **state) {
         }
 }
 
+
+/* 0-d and empty tensors: PyTorch's shapes and values. */
+static void test_zero_d_and_empty(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    double v = 2.5;
+    ct_tensor *x0 = tu_from_f64(&v, 0, NULL, CT_F64);
+    expect(ct_flip(x0, 0, NULL), 0, NULL, CT_F64, &v, 0);
+    int64_t s1 = 3, zero = 0;
+    expect(ct_roll(x0, 1, &s1, 0, NULL), 0, NULL, CT_F64, &v, 0);
+    double six[6] = {v, v, v, v, v, v};
+    expect(ct_repeat(x0, 2, (int64_t[]){2, 3}), 2, (int64_t[]){2, 3}, CT_F64, six, 0);
+    expect(ct_pad(x0, 0, (int64_t[]){0}, CT_PAD_CONSTANT, 1), 0, NULL, CT_F64, &v, 0);
+    ct_tensor *i0 = ints(&zero, 0, NULL);
+    double w = -1;
+    ct_tensor *s0 = tu_from_f64(&w, 0, NULL, CT_F64);
+    expect(ct_scatter(x0, 0, i0, s0), 0, NULL, CT_F64, &w, 0);
+    expect(ct_take(x0, i0), 0, NULL, CT_F64, &v, 0);
+    int64_t three[1] = {3};
+    double oh[3] = {1, 0, 0};
+    expect(ct_one_hot(i0, 3), 1, three, CT_I64, oh, 0);
+    /* empty: a padded empty dim is all fill; zero repeats; an empty roll */
+    ct_tensor *e = ct_tensor_zeros(2, (int64_t[]){2, 0}, CT_F32, CT_CPU);
+    double fill[10] = {7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+    expect(ct_pad(e, 2, (int64_t[]){2, 3}, CT_PAD_CONSTANT, 7), 2, (int64_t[]){2, 5}, CT_F32, fill, 0);
+    ct_tensor *x = tu_rand(2, (int64_t[]){2, 3}, CT_F32, -1, 1, NULL);
+    expect(ct_repeat(x, 2, (int64_t[]){0, 2}), 2, (int64_t[]){0, 6}, CT_F32, NULL, 0);
+    expect(ct_roll(e, 1, &s1, 1, (int64_t[]){1}), 2, (int64_t[]){2, 0}, CT_F32, NULL, 0);
+    expect(ct_flip(e, 1, (int64_t[]){1}), 2, (int64_t[]){2, 0}, CT_F32, NULL, 0);
+    expect(ct_masked_select(x, ct_gt_scalar(x, 5)), 1, &zero, CT_F32, NULL, 0);
+    ct_scope_end(sc);
+}
+
 /* ---- gradients --------------------------------------------------------------------------------- */
 
 typedef struct gctx {
@@ -926,7 +959,7 @@ int main(void) {
         T(test_index_put),         T(test_take_masked_select), T(test_flip_roll_repeat),
         T(test_pad),               T(test_large_copies),   T(test_diag_unbind_one_hot),
         T(test_interpolate),       T(test_unfold_fold),    T(test_gradcheck),
-        T(test_bad_inputs),
+        T(test_bad_inputs),        T(test_zero_d_and_empty),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
