@@ -249,16 +249,18 @@ static void remap_row(const remap_ctx *g, char *dst, const char *xr, int64_t n, 
     /* ident, reflect, clamp: [0, a) left of the input, [a, b) inside, [b, on) right */
     int64_t a = lo < 0 ? 0 : lo > on ? on : lo;
     int64_t b = lo + n < a ? a : lo + n > on ? on : lo + n;
-    copy_run(dst + a * (int64_t)es, xr + (a - lo) * bst, b - a, st, es);
+    /* (each source address is formed only for a run that reads it) */
+    if (b > a) copy_run(dst + a * (int64_t)es, xr + (a - lo) * bst, b - a, st, es);
     if (mode == CTI_REMAP_IDENT) {
         splat(dst, g->fill, a, es);
         splat(dst + b * (int64_t)es, g->fill, on - b, es);
     } else if (mode == CTI_REMAP_CLAMP) {
         splat(dst, xr, a, es);
-        splat(dst + b * (int64_t)es, xr + (n - 1) * bst, on - b, es);
+        if (on > b) splat(dst + b * (int64_t)es, xr + (n - 1) * bst, on - b, es);
     } else { /* reflect: o < lo reads lo - o, o >= lo + n reads 2 (n - 1) - (o - lo) */
-        copy_run(dst, xr + lo * bst, a, -st, es);
-        copy_run(dst + b * (int64_t)es, xr + (2 * (n - 1) - (b - lo)) * bst, on - b, -st, es);
+        if (a > 0) copy_run(dst, xr + lo * bst, a, -st, es);
+        if (on > b)
+            copy_run(dst + b * (int64_t)es, xr + (2 * (n - 1) - (b - lo)) * bst, on - b, -st, es);
     }
 }
 
