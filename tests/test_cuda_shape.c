@@ -27,6 +27,15 @@ static int ngpu;
 static ct_tensor *chk(ct_tensor *t) { return checked(t); }
 static ct_tensor *gpu(ct_tensor *t) { return checked(ct_to_device(t, CT_CUDA(0))); }
 
+/* Fills freed device blocks of about `bytes` with NaN bits, so an output
+ * the caching allocator hands out next from them starts poisoned. */
+static void poison(int64_t bytes) {
+    int64_t n = bytes / 4 + 1;
+    ct_tensor *t = checked(ct_tensor_empty(1, &n, CT_F32, CT_CUDA(0)));
+    ok(ct_fill_(t, NAN));
+    ct_tensor_release(t);
+}
+
 /* got (on the GPU) holds ref's shape and dtype, and its values within rtol. */
 static void check_close(ct_tensor *got, ct_tensor *ref, double rtol) {
     assert_non_null(got);
@@ -125,11 +134,16 @@ static void test_large_copies(void **state) {
         ct_scope *sc = ct_scope_begin();
         ct_tensor *x = rnd(CT_SHAPE(1024, 2051), dts[t]), *gx = gpu(x);
         int64_t d1 = 1, d0 = 0, s[2] = {1000, -77}, dims[2] = {1, 0}, pad[4] = {3, 5, 1, 2};
-        int64_t reps[2] = {2, 1};
+        int64_t reps[2] = {2, 1}, bytes = 1024 * 2051 * (int64_t)ct_dtype_size(dts[t]);
+        poison(bytes);
         check_close(chk(ct_flip(gx, 1, &d1)), chk(ct_flip(x, 1, &d1)), 0);
+        poison(bytes);
         check_close(chk(ct_flip(gx, 1, &d0)), chk(ct_flip(x, 1, &d0)), 0);
+        poison(bytes);
         check_close(chk(ct_roll(gx, 2, s, 2, dims)), chk(ct_roll(x, 2, s, 2, dims)), 0);
+        poison(2 * bytes);
         check_close(chk(ct_repeat(gx, 2, reps)), chk(ct_repeat(x, 2, reps)), 0);
+        poison(bytes + 8 * 2051 * 8);
         check_close(chk(ct_pad(gx, 4, pad, CT_PAD_CONSTANT, 0)), chk(ct_pad(x, 4, pad, CT_PAD_CONSTANT, 0)), 0);
         ct_scope_end(sc);
     }
