@@ -959,6 +959,58 @@ static bool seqred_describe(bcase *c, int i) {
     anchor_label(c, gpu ? "cudaMemcpy D2D" : "memcpy");
     c->setup = seqred_setup;
     c->run = seqred_run;
+    return true;
+}
+
+/* p[0] = rows, p[1] = cols, p[2] = which (0 flip, 1 roll, 2 repeat, 3 pad): the
+ * indexing and shape ops that are pure copies, against the copy. */
+static ct_status shape_setup(bcase *c) {
+    int64_t shape[2] = {c->p[0], c->p[1]};
+    c->nsets = sets_for(c->d, (size_t)(shape[0] * shape[1]) * 3 * sizeof(float));
+    for (int s = 0; s < c->nsets; s++) {
+        c->in[s][0] = s ? ct_clone(c->in[0][0]) : rnd(c, 2, shape, CT_F32);
+        if (!c->in[s][0]) return set_error(c, "inputs");
+    }
+    return copy_dst(c, (size_t)(shape[0] * shape[1]) * sizeof(float));
+}
+
+static ct_status shape_run(bcase *c) {
+    int s = next_set(c);
+    ct_tensor *x = c->in[s][0], *y = NULL;
+    int64_t d1 = 1, shifts[2] = {3, 1000}, dims[2] = {0, 1}, reps[2] = {1, 2}, pad[4] = {1, 1, 1, 1};
+    switch (c->p[2]) {
+    case 0: y = ct_flip(x, 1, &d1); break;
+    case 1: y = ct_roll(x, 2, shifts, 2, dims); break;
+    case 2: y = ct_repeat(x, 2, reps); break;
+    default: y = ct_pad(x, 4, pad, CT_PAD_CONSTANT, 0); break;
+    }
+    if (!y) return ct_last_status();
+    ct_tensor_release(y);
+    return CT_OK;
+}
+
+static bool shape_describe(bcase *c, int i) {
+    static const char *names[4] = {"flip", "roll", "repeat", "pad"};
+    static const ct_op ops[4] = {CT_OP_FLIP, CT_OP_ROLL, CT_OP_REPEAT, CT_OP_PAD};
+    if (i >= 4) return false;
+    int64_t n = is_gpu(c->d) ? (int64_t)256 << 20 : (int64_t)16 << 20, cols = 4096;
+    c->p[0] = n / cols, c->p[1] = cols, c->p[2] = i;
+    c->dtype = CT_F32;
+    snprintf(c->variant, sizeof c->variant, "%s", names[i]);
+    snprintf(c->name, sizeof c->name, "%s %lldx%lld f32", names[i], (long long)c->p[0],
+             (long long)cols);
+    snprintf(c->key, sizeof c->key, "%s f32", names[i]);
+    param(c, "rows", c->p[0]), param(c, "cols", cols);
+    c->op = names[i];
+    c->need[c->nneed++] = ops[i];
+    c->rate = RATE_BYTES;
+    /* one read and one write of each output element (repeat writes twice what it reads) */
+    c->work = (i == 2 ? 3.0 : 2.0) * (double)n * 4;
+    c->anchor_work = 2.0 * (double)n * 4;
+    c->ceil = CEIL_COPY;
+    anchor_label(c, is_gpu(c->d) ? "cudaMemcpy D2D" : "memcpy");
+    c->setup = shape_setup;
+    c->run = shape_run;
     c->anchor = copy_anchor;
     return true;
 }
@@ -981,6 +1033,7 @@ static const family families[] = {
     {"overhead", overhead_describe, "per-op overhead: add of 1-element tensors"},
     {"train", train_describe, "Fashion-MNIST training step: MLP and CNN, AdamW"},
     {"sort", seqred_describe, "sort, topk (k 50), cumsum, logsumexp along rows, f32"},
+    {"shape", shape_describe, "flip, roll, repeat, constant pad: pure copies, f32 (bandwidth)"},
 };
 #define NFAMILIES ((int)(sizeof families / sizeof families[0]))
 

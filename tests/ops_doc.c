@@ -80,6 +80,8 @@ static const op_names names[] = {
     {"swiglu", NULL, "F.silu(a) * b"},
     {"cross_entropy_fused", "ct_linear_cross_entropy", "(Liger's fused linear cross-entropy)"},
     {"scaled_dot_product_attention", NULL, "F.scaled_dot_product_attention"},
+    {"interpolate", NULL, "F.interpolate"},
+    {"interpolate_backward", "ct_interpolate", NULL},
 };
 
 static const op_names *lookup(const char *op) {

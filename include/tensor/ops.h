@@ -502,6 +502,91 @@ ct_tensor *ct_nonzero(ct_tensor *x);
  * and *counts (int64, the number of each value) are set when not NULL. NaNs are each their
  * own value. Syncs with the host on the GPU (the count sizes the result). */
 ct_tensor *ct_unique(ct_tensor *x, bool sorted, ct_tensor **inverse, ct_tensor **counts);
+/* ---- indexing and shape ops (torch and torch.nn.functional names) ------------------------
+ * Every result is a new tensor the caller owns (ct_diagonal and ct_unbind's pieces are
+ * views of x). index tensors are int64 unless stated; an index out of range fails with
+ * CT_ERR_INDEX on every device (the GPU kernels check on the device, then the host reads
+ * the check back). */
+/* x with src[p] written at x[p with dim replaced by index[p]] (torch.scatter, reduce none;
+ * duplicate positions take the last in index order). Shapes as ct_scatter_add; src has
+ * x's dtype. */
+ct_tensor *ct_scatter(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src);
+/* torch.scatter with a scalar value (which must fit x's dtype). */
+ct_tensor *ct_scatter_value(ct_tensor *x, int dim, ct_tensor *index, double value);
+/* torch.scatter_reduce: reduce "sum", "mean", "amax" or "amin" of src into x at index;
+ * include_self false leaves x's own value out of the positions index reaches. mean of
+ * integers rounds down (floor division). bool only with "amax"/"amin"/"sum". */
+ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src,
+                             const char *reduce, bool include_self);
+/* torch.index_add: x with alpha * source[.., k, ..] added at x[.., index[k], ..] along dim;
+ * index 1-d (int64 or int32), source x's shape but index's length along dim. */
+ct_tensor *ct_index_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *source,
+                        double alpha);
+/* torch.index_put (out of place): x[indices[0], .., indices[n-1]] = values (+= with
+ * accumulate); the n <= x.ndim int64 index tensors broadcast together and index the
+ * leading n dims (negative entries count from the end); values broadcast to the indexed
+ * shape, broadcast shape + x.shape[n:], and have x's dtype. Duplicates without accumulate
+ * take the last. */
+ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tensor *values,
+                        bool accumulate);
+/* torch.masked_select: 1-d, the elements of x where mask (bool) is true, x and mask
+ * broadcast together; waits for the device to learn the count. */
+ct_tensor *ct_masked_select(ct_tensor *x, ct_tensor *mask);
+/* torch.take: x read as 1-d at index (any shape; negatives count from the end), index's
+ * shape. */
+ct_tensor *ct_take(ct_tensor *x, ct_tensor *index);
+/* torch.flip: x reversed along the ndims dims (distinct). */
+ct_tensor *ct_flip(ct_tensor *x, int ndims, const int64_t *dims);
+/* torch.roll: x shifted by shifts[k] along dims[k] (elements wrap round); ndims 0 rolls
+ * the flattened x by shifts[0] (nshifts 1) and keeps its shape. */
+ct_tensor *ct_roll(ct_tensor *x, int nshifts, const int64_t *shifts, int ndims,
+                   const int64_t *dims);
+/* torch.Tensor.repeat: x tiled repeats[k] (>= 0) times along dim k; n >= x.ndim, leading
+ * dims added. */
+ct_tensor *ct_repeat(ct_tensor *x, int n, const int64_t *repeats);
+/* torch.tile: ct_repeat with reps padded with leading ones to x.ndim. */
+ct_tensor *ct_tile(ct_tensor *x, int n, const int64_t *reps);
+/* torch.unbind: views of x with dim removed, one per index along dim (*n_out of them,
+ * each a new handle); out NULL only counts; fails when more than max_out. */
+ct_status ct_unbind(ct_tensor *x, int dim, int max_out, ct_tensor **out, int *n_out);
+/* torch.diagonal (a view): the elements (i, i + offset) of dims dim1 and dim2, which go
+ * and a last dim of the diagonal's length comes. */
+ct_tensor *ct_diagonal(ct_tensor *x, int64_t offset, int dim1, int dim2);
+/* torch.diag: a 1-d x gives the square matrix with x on diagonal `diagonal`, a 2-d x
+ * gives a copy of that diagonal (1-d). */
+ct_tensor *ct_diag(ct_tensor *x, int64_t diagonal);
+/* torch.nn.functional.one_hot: int64 x -> int64 [..., num_classes]; num_classes -1 takes
+ * max(x) + 1 (waits for the device). Entries outside [0, num_classes) fail. */
+ct_tensor *ct_one_hot(ct_tensor *x, int64_t num_classes);
+
+typedef enum ct_pad_mode {
+    CT_PAD_CONSTANT = 0,
+    CT_PAD_REFLECT = 1,
+    CT_PAD_REPLICATE = 2,
+    CT_PAD_CIRCULAR = 3,
+} ct_pad_mode;
+/* torch.nn.functional.pad: npad (even) sizes, last dim first: (left, right) of the last
+ * dim, then of the one before. Constant pads with value (negative sizes crop); reflect,
+ * replicate and circular pad the last 1, 2 or 3 dims of a batched tensor (npad/2 + 1 or
+ * npad/2 + 2 dims), reflect needing pad < size, circular pad <= size. */
+ct_tensor *ct_pad(ct_tensor *x, int npad, const int64_t *pad, ct_pad_mode mode, double value);
+
+typedef enum ct_interp_mode {
+    CT_INTERP_NEAREST = 0,
+    CT_INTERP_BILINEAR = 1,
+} ct_interp_mode;
+/* torch.nn.functional.interpolate of x [N, C, H, W] (floating): size [2] (out H, W) or
+ * scale_factor [2], exactly one non-NULL; align_corners only with bilinear. */
+ct_tensor *ct_interpolate(ct_tensor *x, const int64_t *size, const double *scale_factor,
+                          ct_interp_mode mode, bool align_corners);
+/* torch.nn.functional.unfold (im2col): x [N, C, H, W] or [C, H, W] (floating) ->
+ * [N, C kh kw, L] (or [C kh kw, L]), L the number of blocks. */
+ct_tensor *ct_unfold(ct_tensor *x, const int64_t kernel_size[2], const int64_t dilation[2],
+                     const int64_t padding[2], const int64_t stride[2]);
+/* torch.nn.functional.fold (col2im): x [N, C kh kw, L] or [C kh kw, L] -> [N, C, H, W]
+ * (or [C, H, W]) with output_size (H, W), overlapping blocks summed. */
+ct_tensor *ct_fold(ct_tensor *x, const int64_t output_size[2], const int64_t kernel_size[2],
+                   const int64_t dilation[2], const int64_t padding[2], const int64_t stride[2]);
 
 #ifdef __cplusplus
 }

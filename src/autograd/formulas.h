@@ -109,4 +109,28 @@ ct_tensor *cti_linear_ce_factor(ct_tensor *grad_loss, ct_tensor *count, int redu
  * cti_reduce_params (the reduced dims, keepdim). */
 CTI_BW(cti_bw_amax);
 
+/* formulas_shape.c: the indexing and shape ops of src/ops/shape.c.
+ *   scatter:        in (x[, src]); saved index; cti_scatter_params
+ *   scatter_reduce: in (x, src); saved index, x, src, result, count (mean);
+ *                   cti_scatter_reduce_params
+ *   flip, roll, pad: in x; the forward's cti_remap_params
+ *   repeat:         in x; cti_repeat_params
+ *   interpolate:    in x; cti_interp_params
+ *   unfold, fold:   in x; cti_fold_params */
+typedef struct cti_scatter_reduce_params {
+    cti_scatter_params p; /* reduce: SUM for sum and mean */
+    bool mean, include_self;
+} cti_scatter_reduce_params;
+typedef struct cti_repeat_params {
+    int n;
+    int64_t repeats[CT_MAX_DIMS];
+} cti_repeat_params;
+/* What FLIP / ROLL / REPEAT / PAD (id) make of x with p: a new contiguous
+ * tensor of oshape (x's ndim), not recorded. */
+ct_tensor *cti_remap_run(const char *op, ct_op id, ct_tensor *x, const int64_t *oshape,
+                         const cti_remap_params *p);
+/* INTERPOLATE_BACKWARD of grad_out [N, C, OH, OW] with the forward's p. */
+ct_tensor *cti_interpolate_backward(ct_tensor *grad_out, const cti_interp_params *p);
+CTI_BW(cti_bw_diagonal);
+
 #endif

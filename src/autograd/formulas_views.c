@@ -80,3 +80,12 @@ CTI_BW(cti_bw_expand) {
     gi[0] = ct_tensor_retain(go[0]);
     return CT_OK;
 }
+
+static ct_tensor *diagonal_part(ct_tensor *z, const cti_view_params *p) {
+    return ct_diagonal(z, p->index, p->dim0, p->dim1);
+}
+
+CTI_BW(cti_bw_diagonal) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    return scatter_into_zeros(n, go[0], diagonal_part, &gi[0]);
+}

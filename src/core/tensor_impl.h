@@ -152,6 +152,7 @@ ct_tensor *cti_squeeze_dim(ct_tensor *t, int dim);
 ct_tensor *cti_unsqueeze(ct_tensor *t, int dim);
 ct_tensor *cti_slice(ct_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
 ct_tensor *cti_narrow(ct_tensor *t, int dim, int64_t start, int64_t length);
+ct_tensor *cti_diagonal(ct_tensor *t, int64_t offset, int dim1, int dim2);
 ct_tensor *cti_select(ct_tensor *t, int dim, int64_t index);
 ct_tensor *cti_expand(ct_tensor *t, int ndim, const int64_t *shape);
 ct_tensor *cti_expand_as(ct_tensor *t, const ct_tensor *other);

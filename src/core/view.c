@@ -347,3 +347,34 @@ ct_tensor *cti_expand_as(ct_tensor *t, const ct_tensor *other) {
     if (!other) return cti_error_null(CT_ERR_INVALID_ARG, "ct_expand_as: other is NULL");
     return cti_expand(t, other->ndim, other->shape);
 }
+
+/* The diagonal (i, i + offset) of dims d1 and d2: both dims go, a last dim
+ * of the diagonal's length comes, stepping both strides at once. */
+ct_tensor *cti_diagonal(ct_tensor *t, int64_t offset, int dim1, int dim2) {
+    const char *op = "ct_diagonal";
+    CHECK_T(op, t);
+    if (t->ndim < 2)
+        return cti_error_null(CT_ERR_SHAPE, "%s: expected at least a 2-d tensor, got %s", op,
+                              cti_desc(t));
+    int d1 = cti_wrap_dim(op, dim1, t->ndim), d2 = d1 < 0 ? -1 : cti_wrap_dim(op, dim2, t->ndim);
+    if (d1 < 0 || d2 < 0) return NULL;
+    if (d1 == d2)
+        return cti_error_null(CT_ERR_INVALID_ARG, "%s: dim1 and dim2 are both dim %d of %s", op,
+                              d1, cti_desc(t));
+    int64_t n1 = t->shape[d1], n2 = t->shape[d2], len;
+    if (offset >= 0) len = offset >= n2 ? 0 : (n1 < n2 - offset ? n1 : n2 - offset);
+    else len = -offset >= n1 ? 0 : (n1 + offset < n2 ? n1 + offset : n2);
+    int64_t off = t->offset;
+    if (len > 0 && !offset_at(op, t, offset >= 0 ? d2 : d1, offset >= 0 ? offset : -offset, &off))
+        return NULL;
+    int64_t sh[CT_MAX_DIMS], st[CT_MAX_DIMS];
+    int k = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (i == d1 || i == d2) continue;
+        sh[k] = t->shape[i];
+        st[k++] = t->stride[i];
+    }
+    sh[k] = len;
+    st[k++] = len > 0 ? t->stride[d1] + t->stride[d2] : 1;
+    return cti_tensor_view(t, k, sh, st, off);
+}

@@ -456,6 +456,77 @@ typedef struct cti_sort_params {
     int ndim;                      /* nonzero */
     int64_t shape[CT_MAX_DIMS];    /* nonzero */
 } cti_sort_params;
+/* indexing and shape ops ----------------------------------------------------------------
+ * SCATTER, SCATTER_REDUCE: in x (for the trace), index, src; out out (x's
+ *   shape, contiguous), which holds a copy of x already (the front end's).
+ *   For every p of index's shape, in increasing order along dim, out[p with
+ *   coordinate dim replaced by index[p]] = reduce(that element, src[p]):
+ *   CTI_SCATTER_ASSIGN stores src[p] (the last in order wins), _SUM adds
+ *   (rounded to the dtype each time, integers wrap, bool is or), _AMAX /
+ *   _AMIN keep the larger / smaller (NaN wins, as PyTorch's). src may be an
+ *   expanded 0-d value (stride 0). index is int64; the tensors have the same
+ *   ndim >= 1 and the kernels read their strides; indices outside [0, size)
+ *   fail with CT_ERR_INDEX as GATHER's do. scatter_reduce's mean is the sum
+ *   divided by counts by the front end.
+ * FLIP, ROLL, REPEAT, PAD: one gather-style copy kernel. in x; out out
+ *   (contiguous, ndim dims as x, or 1-d views of both for 0-d). Along dim k,
+ *   output coordinate o reads input coordinate i = f(o - lo[k]) of x's size
+ *   n there: CTI_REMAP_IDENT i = o - lo, the fill value where i is outside
+ *   [0, n) (constant pad, and lo = 0 with equal sizes: a plain copy);
+ *   _FLIP i = n - 1 - o; _WRAP i = (o - lo) mod n (roll, repeat, circular
+ *   pad); _REFLECT reflect about the ends without repeating them; _CLAMP the
+ *   nearest end (replicate). value is the fill value.
+ * INTERPOLATE, INTERPOLATE_BACKWARD: x [N, C, H, W] -> [N, C, OH, OW] as
+ *   PyTorch's upsample_nearest2d / upsample_bilinear2d; scale_h, scale_w
+ *   the source-per-destination ratios (1 / scale_factor when the user gave
+ *   one, else in / out; align_corners' (in - 1) / (out - 1) is the kernels'),
+ *   the coordinates computed in double for float64 and float otherwise. The
+ *   backward op: in grad_out; out grad_x (N, C, H, W), accumulated.
+ * UNFOLD (im2col), FOLD (col2im): x [N, C, H, W] <-> cols [N, C kh kw, L],
+ *   L = OH OW blocks; block (oh, ow), kernel element (i, j) reads pixel
+ *   (oh stride0 - pad0 + i dil0, ow stride1 - pad1 + j dil1), zero outside.
+ *   FOLD sums every column element into its pixel (in the order of c kh kw,
+ *   then blocks, so every backend sums alike). */
+enum {
+    CTI_SCATTER_ASSIGN = 0,
+    CTI_SCATTER_SUM = 1,
+    CTI_SCATTER_AMAX = 2,
+    CTI_SCATTER_AMIN = 3,
+};
+typedef struct cti_scatter_params {
+    int dim;
+    int64_t size;
+    int reduce;
+    bool from_reduce; /* messages name ct_scatter_reduce (its include_self pass runs SCATTER) */
+} cti_scatter_params;
+
+enum {
+    CTI_REMAP_IDENT = 0,
+    CTI_REMAP_FLIP = 1,
+    CTI_REMAP_WRAP = 2,
+    CTI_REMAP_REFLECT = 3,
+    CTI_REMAP_CLAMP = 4,
+};
+typedef struct cti_remap_params {
+    int nd;
+    int mode[CT_MAX_DIMS];
+    int64_t lo[CT_MAX_DIMS];
+    double value;
+} cti_remap_params;
+
+enum { CTI_INTERP_NEAREST = 0, CTI_INTERP_BILINEAR = 1 };
+typedef struct cti_interp_params {
+    int64_t N, C, H, W, OH, OW;
+    int mode;
+    bool align_corners;
+    double scale_h, scale_w;
+} cti_interp_params;
+
+typedef struct cti_fold_params {
+    int64_t N, C, H, W;
+    int64_t kernel[2], dilation[2], padding[2], stride[2];
+    int64_t OH, OW;
+} cti_fold_params;
 
 /* ---- the rows ------------------------------------------------------------------------ */
 #define CTI_OP_SCHEMA(X)                                                                     \
@@ -580,7 +651,20 @@ typedef struct cti_sort_params {
     /* sort, cumprod, nonzero */                                                             \
     X(SORT, "sort", cti_sort_params, CTI_F(cti_bw_sort), NONE)                               \
     X(CUMPROD, "cumprod", cti_seq_params, CTI_F(cti_bw_cumprod), NONE)                       \
-    X(NONZERO, "nonzero", cti_sort_params, CTI_NODIFF, NONE)
+    X(NONZERO, "nonzero", cti_sort_params, CTI_NODIFF, NONE)                                 \
+    /* indexing and shape ops */                                                             \
+    X(SCATTER, "scatter", cti_scatter_params, CTI_F(cti_bw_scatter), NONE)                   \
+    X(SCATTER_REDUCE, "scatter_reduce", cti_scatter_params, CTI_F(cti_bw_scatter_reduce),    \
+      NONE)                                                                                  \
+    X(FLIP, "flip", cti_remap_params, CTI_F(cti_bw_flip), NONE)                              \
+    X(ROLL, "roll", cti_remap_params, CTI_F(cti_bw_roll), NONE)                              \
+    X(REPEAT, "repeat", cti_remap_params, CTI_F(cti_bw_repeat), NONE)                        \
+    X(PAD, "pad", cti_remap_params, CTI_F(cti_bw_pad), NONE)                                 \
+    X(INTERPOLATE, "interpolate", cti_interp_params, CTI_F(cti_bw_interpolate),              \
+      INTERPOLATE_BACKWARD)                                                                  \
+    X(INTERPOLATE_BACKWARD, "interpolate_backward", cti_interp_params, CTI_NOFORMULA, NONE)  \
+    X(UNFOLD, "unfold", cti_fold_params, CTI_F(cti_bw_unfold), NONE)                         \
+    X(FOLD, "fold", cti_fold_params, CTI_F(cti_bw_fold), NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

@@ -105,3 +105,12 @@ ct_tensor *ct_expand(ct_tensor *t, int ndim, const int64_t *shape) {
 ct_tensor *ct_expand_as(ct_tensor *t, const ct_tensor *other) {
     return recorded(t, cti_expand_as(t, other), "ExpandBackward", cti_bw_expand, NULL);
 }
+
+ct_tensor *ct_diagonal(ct_tensor *t, int64_t offset, int dim1, int dim2) {
+    ct_tensor *v = cti_diagonal(t, offset, dim1, dim2);
+    if (!v) return NULL;
+    cti_view_params p = {.dim0 = cti_wrap_dim("ct_diagonal", dim1, t->ndim),
+                         .dim1 = cti_wrap_dim("ct_diagonal", dim2, t->ndim),
+                         .index = offset};
+    return recorded(t, v, "DiagonalBackward", cti_bw_diagonal, &p);
+}

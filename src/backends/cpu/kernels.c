@@ -21,4 +21,5 @@ void cti_cpu_register_kernels(void) {
     cti_cpu_register_attention();
     cti_cpu_register_indexing();
     cti_cpu_register_sort();
+    cti_cpu_register_shape();
 }

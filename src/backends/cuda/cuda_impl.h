@@ -212,6 +212,14 @@ void cti_cuda_register_linear_ce(void);   /* cross_entropy_fused (ct_linear_cros
 void cti_cuda_register_attention(void);   /* scaled dot-product attention and backward */
 void cti_cuda_register_indexing(void);    /* gather, index_select, scatter_add */
 void cti_cuda_register_sort(void);        /* sort, cumprod, nonzero */
+/* Waits for the work queued on st, then fails (CT_ERR_INDEX, the CPU
+ * kernels' message naming op, dim and size) when *bad, a device word a
+ * kernel set with atomicMin, holds a row-major position of idx (int64 or
+ * int32) rather than all ones. */
+ct_status cti_cuda_index_check_bad(const char *op, int dev, cudaStream_t st,
+                                   const unsigned long long *bad, const ct_tensor *idx, int dim,
+                                   int64_t size);
+void cti_cuda_register_shape(void);       /* scatter(_reduce), flip/roll/repeat/pad, interpolate, fold */
 
 #endif /* !__cplusplus */
 #endif

@@ -46,8 +46,8 @@ static void fill(cti_cuda_index *a, const ct_call *c, const ct_tensor *t, const 
 }
 
 /* Waits for the queued work, then turns a recorded bad position into the
- * CPU kernel's error. */
-static ct_status check_bad(const char *op, int dev, cudaStream_t st,
+ * CPU kernel's error (shape.c's scatter kernels use it too). */
+ct_status cti_cuda_index_check_bad(const char *op, int dev, cudaStream_t st,
                            const unsigned long long *bad, const ct_tensor *idx, int dim,
                            int64_t size) {
     unsigned long long pos = 0;
@@ -106,7 +106,7 @@ static ct_status launch(ct_call *c, const ct_tensor *t, const ct_tensor *src, in
                     : cti_cuda_gather(&a, n, sms, st, &c->routine);
         s = e != cudaSuccess ? cti_cuda_fail(op, dev, "a kernel launch", e)
                              : cti_cuda_launched(op, dev, ct_op_name(c->op));
-        if (s == CT_OK) s = check_bad(op, dev, st, bad, c->in[1], p->dim, p->size);
+        if (s == CT_OK) s = cti_cuda_index_check_bad(op, dev, st, bad, c->in[1], p->dim, p->size);
     }
     ct_tensor_release(flag);
     return s;

@@ -1,0 +1,386 @@
+// Kernels of the indexing and shape ops (shape_impl.h; the contracts are
+// schema.h's). Each computes what the CPU kernel (src/backends/cpu/shape.c)
+// computes, in the same order where order matters:
+//
+//   scatter_lines   one thread per line along dim, so each element is
+//                   reduced in index order (bit for bit the CPU's); an index
+//                   outside [0, size) is recorded with atomicMin and skipped
+//   remap_copy      flip / roll / repeat / pad: each thread makes 16 bytes of
+//                   consecutive output (one vector store), reading x through
+//                   the per-dim map; the outer dims' offset is decoded once per
+//                   thread and carried along, with 32-bit division when the
+//                   sizes allow, so large copies run at memory speed
+//   interpolate     one thread per output; the coordinates and weights in the
+//                   CPU's float (double for float64) arithmetic with no
+//                   contraction into FMA, so results match the CPU's; the
+//                   backward scatters with atomicAdd (float32 accumulators for
+//                   the halves)
+//   unfold / fold   one thread per output; fold gathers each pixel's column
+//                   elements in the CPU's order, so no atomics are needed
+#include <cstdint>
+
+#include "kernels.cuh"
+#include "shape_impl.h"
+
+namespace cti {
+namespace {
+
+template <int ES> struct Bits;
+template <> struct Bits<1> { typedef uint8_t T; };
+template <> struct Bits<2> { typedef uint16_t T; };
+template <> struct Bits<4> { typedef uint32_t T; };
+template <> struct Bits<8> { typedef unsigned long long T; };
+
+// ---- scatter -------------------------------------------------------------------------
+
+template <int DT>
+__device__ __forceinline__ typename dtype<DT>::T reduce_one(int r, typename dtype<DT>::T cur,
+                                                            typename dtype<DT>::T s) {
+    if (r == CTI_SCATTER_ASSIGN) return s;
+    auto c = dtype<DT>::dec(cur), v = dtype<DT>::dec(s);
+    if constexpr (DT == CT_I32 || DT == CT_I64 || DT == CT_BOOL) {
+        if (r == CTI_SCATTER_SUM) return dtype<DT>::enc((int64_t)((uint64_t)c + (uint64_t)v));
+        if (r == CTI_SCATTER_AMAX) return v > c ? s : cur;
+        return v < c ? s : cur;
+    } else {
+        if (r == CTI_SCATTER_SUM) return dtype<DT>::enc(c + v);
+        if (r == CTI_SCATTER_AMAX) return (v != v || v > c) ? s : cur;
+        return (v != v || v < c) ? s : cur;
+    }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads) scatter_kernel(const cti_cuda_scatter a, int64_t lines) {
+    typedef typename dtype<DT>::T E;
+    const int64_t *idx = (const int64_t *)a.idx;
+    const E *src = (const E *)a.src;
+    E *out = (E *)a.out;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; l < lines; l += step) {
+        int64_t o = 0, i = 0, s = 0, r = 0, p = l;
+        for (int k = a.nd - 1; k >= 0; k--) {
+            int64_t n = a.shape[k] > 0 ? a.shape[k] : 1, c = p % n;
+            p /= n;
+            o += c * a.os[k], i += c * a.is[k], s += c * a.ss[k], r += c * a.cs[k];
+        }
+        for (int64_t j = 0; j < a.len; j++) {
+            int64_t v = idx[i + j * a.idim];
+            if (v < 0 || v >= a.size) {
+                atomicMin(a.bad, (unsigned long long)(r + j * a.cdim));
+                continue;
+            }
+            E *d = out + o + v * a.odim;
+            *d = reduce_one<DT>(a.reduce, *d, src[s + j * a.sdim]);
+        }
+    }
+}
+
+template <int DT>
+cudaError_t scatter_launch(const cti_cuda_scatter *a, int64_t n, unsigned g, cudaStream_t st) {
+    scatter_kernel<DT><<<g, kThreads, 0, st>>>(*a, n);
+    return cudaGetLastError();
+}
+
+// ---- flip, roll, repeat, pad -----------------------------------------------------------
+
+__device__ __forceinline__ int64_t remap_coord(int mode, int64_t o, int64_t lo, int64_t n) {
+    int64_t i = o - lo;
+    switch (mode) {
+    case CTI_REMAP_FLIP: return n - 1 - o;
+    case CTI_REMAP_WRAP: i %= n; return i < 0 ? i + n : i;
+    case CTI_REMAP_REFLECT:
+        if (i < 0) i = -i;
+        return i >= n ? 2 * (n - 1) - i : i;
+    case CTI_REMAP_CLAMP: return i < 0 ? 0 : i >= n ? n - 1 : i;
+    default: return i < 0 || i >= n ? -1 : i;
+    }
+}
+
+// The x offset of the row at outer coordinates c[0..nd-1) (-1: fill).
+__device__ __forceinline__ int64_t outer_offset(const cti_cuda_remap &a, const int64_t *c) {
+    int64_t off = 0;
+    for (int k = 0; k < a.nd - 1; k++) {
+        int64_t i = remap_coord(a.mode[k], c[k], a.lo[k], a.xshape[k]);
+        if (i < 0) return -1;
+        off += i * a.xstride[k];
+    }
+    return off;
+}
+
+// I: the index type of the decode (uint32_t when numel < 2^31).
+template <int ES, class I>
+__global__ void __launch_bounds__(kThreads) remap_kernel(const cti_cuda_remap a, int64_t chunks) {
+    typedef typename Bits<ES>::T E;
+    constexpr int V = 16 / ES;
+    const E *x = (const E *)a.x;
+    E *out = (E *)a.out;
+    const int l = a.nd - 1;
+    const int64_t on = a.oshape[l], xn = a.xshape[l], xs = a.xstride[l], lo = a.lo[l];
+    const int mode = a.mode[l];
+    const E fill = (E)a.fill;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ch < chunks; ch += step) {
+        int64_t p0 = ch * V, c[CT_MAX_DIMS];
+        I rest = (I)p0;
+        for (int k = l; k >= 0; k--) {
+            I n = (I)a.oshape[k];
+            I q = rest / n;
+            c[k] = (int64_t)(rest - q * n);
+            rest = q;
+        }
+        int64_t base = outer_offset(a, c);
+        union {
+            uint4 v;
+            E e[V];
+        } u;
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            if (p0 + v >= a.numel) break;
+            int64_t i = base < 0 ? -1 : remap_coord(mode, c[l], lo, xn);
+            u.e[v] = i < 0 ? fill : x[base + i * xs];
+            if (++c[l] == on && p0 + v + 1 < a.numel) { // next row: carry into the outer dims
+                c[l] = 0;
+                for (int k = l - 1; k >= 0 && ++c[k] == a.oshape[k]; k--) c[k] = 0;
+                base = outer_offset(a, c);
+            }
+        }
+        if (p0 + V <= a.numel) {
+            *(uint4 *)(out + p0) = u.v;
+        } else {
+            for (int v = 0; p0 + v < a.numel; v++) out[p0 + v] = u.e[v];
+        }
+    }
+}
+
+template <int ES>
+cudaError_t remap_launch(const cti_cuda_remap *a, int sm_count, cudaStream_t st) {
+    constexpr int V = 16 / ES;
+    int64_t chunks = (a->numel + V - 1) / V;
+    unsigned g = grid_for(chunks, sm_count);
+    if (a->numel < ((int64_t)1 << 31)) remap_kernel<ES, uint32_t><<<g, kThreads, 0, st>>>(*a, chunks);
+    else remap_kernel<ES, uint64_t><<<g, kThreads, 0, st>>>(*a, chunks);
+    return cudaGetLastError();
+}
+
+// ---- interpolate -----------------------------------------------------------------------------
+
+struct Tap {
+    int64_t i0, i1;
+    double l0, l1; // float values for the non-float64 dtypes
+};
+
+// tap_of of the CPU kernel, with every rounding spelled out.
+template <bool F64>
+__device__ __forceinline__ Tap tap_of(const cti_interp_params &p, int64_t o, int64_t in,
+                                      int64_t out, double sf) {
+    Tap t = {0, 0, 1, 0};
+    if (p.mode == CTI_INTERP_NEAREST) {
+        if (out == in) t.i0 = o;
+        else if (out == 2 * in) t.i0 = o >> 1;
+        else {
+            float sc = sf > 0 ? (float)(1.0 / sf) : __fdiv_rn((float)in, (float)out);
+            int64_t i = (int64_t)floorf(__fmul_rn((float)o, sc));
+            t.i0 = i < in - 1 ? i : in - 1;
+        }
+        t.i1 = t.i0;
+        return t;
+    }
+    double src;
+    if (F64) {
+        double sc = p.align_corners ? (out > 1 ? __ddiv_rn((double)(in - 1), (double)(out - 1)) : 0)
+                    : sf > 0        ? __ddiv_rn(1.0, sf)
+                                    : __ddiv_rn((double)in, (double)out);
+        src = p.align_corners ? __dmul_rn(sc, (double)o)
+                              : __dadd_rn(__dmul_rn(sc, __dadd_rn((double)o, 0.5)), -0.5);
+        if (!p.align_corners && src < 0) src = 0;
+    } else {
+        float sc = p.align_corners ? (out > 1 ? __fdiv_rn((float)(in - 1), (float)(out - 1)) : 0.f)
+                   : sf > 0        ? (float)(1.0 / sf)
+                                   : __fdiv_rn((float)in, (float)out);
+        float s = p.align_corners ? __fmul_rn(sc, (float)o)
+                                  : __fadd_rn(__fmul_rn(sc, __fadd_rn((float)o, 0.5f)), -0.5f);
+        if (!p.align_corners && s < 0) s = 0;
+        src = s;
+    }
+    int64_t i0 = (int64_t)floor(src);
+    if (i0 > in - 1) i0 = in - 1;
+    double l1 = F64 ? __dadd_rn(src, -(double)i0) : (double)__fadd_rn((float)src, -(float)i0);
+    l1 = l1 < 0 ? 0 : l1 > 1 ? 1 : l1;
+    t.i0 = i0;
+    t.i1 = i0 + (i0 < in - 1 ? 1 : 0);
+    t.l1 = l1;
+    t.l0 = F64 ? __dadd_rn(1.0, -l1) : (double)__fadd_rn(1.0f, -(float)l1);
+    return t;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads) interp_kernel(const cti_cuda_resample a, int64_t n) {
+    typedef typename dtype<DT>::T E;
+    constexpr bool F64 = DT == CT_F64;
+    const cti_interp_params &p = a.ip;
+    const E *x = (const E *)a.in;
+    E *y = (E *)a.out;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += step) {
+        int64_t ow = q % p.OW, oh = q / p.OW % p.OH, plane = q / (p.OW * p.OH);
+        Tap h = tap_of<F64>(p, oh, p.H, p.OH, p.scale_h);
+        Tap w = tap_of<F64>(p, ow, p.W, p.OW, p.scale_w);
+        const E *x0 = x + (plane * p.H + h.i0) * p.W, *x1 = x + (plane * p.H + h.i1) * p.W;
+        if (p.mode == CTI_INTERP_NEAREST) {
+            y[q] = x0[w.i0];
+        } else if (F64) {
+            double a0 = __dadd_rn(__dmul_rn(w.l0, (double)dtype<DT>::dec(x0[w.i0])),
+                                  __dmul_rn(w.l1, (double)dtype<DT>::dec(x0[w.i1])));
+            double a1 = __dadd_rn(__dmul_rn(w.l0, (double)dtype<DT>::dec(x1[w.i0])),
+                                  __dmul_rn(w.l1, (double)dtype<DT>::dec(x1[w.i1])));
+            y[q] = dtype<DT>::enc(__dadd_rn(__dmul_rn(h.l0, a0), __dmul_rn(h.l1, a1)));
+        } else {
+            float w0 = (float)w.l0, w1 = (float)w.l1;
+            float a0 = __fadd_rn(__fmul_rn(w0, (float)dtype<DT>::dec(x0[w.i0])),
+                                 __fmul_rn(w1, (float)dtype<DT>::dec(x0[w.i1])));
+            float a1 = __fadd_rn(__fmul_rn(w0, (float)dtype<DT>::dec(x1[w.i0])),
+                                 __fmul_rn(w1, (float)dtype<DT>::dec(x1[w.i1])));
+            y[q] = dtype<DT>::enc(__fadd_rn(__fmul_rn((float)h.l0, a0), __fmul_rn((float)h.l1, a1)));
+        }
+    }
+}
+
+// A: the accumulator type (float, or double for float64).
+template <int DT, class A>
+__global__ void __launch_bounds__(kThreads) interp_bw_kernel(const cti_cuda_resample a, int64_t n) {
+    typedef typename dtype<DT>::T E;
+    constexpr bool F64 = DT == CT_F64;
+    const cti_interp_params &p = a.ip;
+    const E *g = (const E *)a.in;
+    A *acc = (A *)a.acc;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += step) {
+        int64_t ow = q % p.OW, oh = q / p.OW % p.OH, plane = q / (p.OW * p.OH);
+        Tap h = tap_of<F64>(p, oh, p.H, p.OH, p.scale_h);
+        Tap w = tap_of<F64>(p, ow, p.W, p.OW, p.scale_w);
+        A v = (A)dtype<DT>::dec(g[q]);
+        A *r0 = acc + (plane * p.H + h.i0) * p.W, *r1 = acc + (plane * p.H + h.i1) * p.W;
+        if (p.mode == CTI_INTERP_NEAREST) {
+            atomicAdd(r0 + w.i0, v);
+            continue;
+        }
+        A h0 = (A)h.l0, h1 = (A)h.l1, w0 = (A)w.l0, w1 = (A)w.l1;
+        atomicAdd(r0 + w.i0, h0 * w0 * v);
+        atomicAdd(r0 + w.i1, h0 * w1 * v);
+        atomicAdd(r1 + w.i0, h1 * w0 * v);
+        atomicAdd(r1 + w.i1, h1 * w1 * v);
+    }
+}
+
+// ---- unfold, fold --------------------------------------------------------------------------------
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads) unfold_kernel(const cti_cuda_resample a, int64_t n) {
+    typedef typename dtype<DT>::T E;
+    const cti_fold_params &p = a.fp;
+    const E *x = (const E *)a.in;
+    E *out = (E *)a.out;
+    const int64_t L = p.OH * p.OW, kk = p.kernel[0] * p.kernel[1];
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += step) {
+        int64_t l = q % L, r = q / L, k = r % kk, plane = r / kk;
+        int64_t i = k / p.kernel[1], j = k % p.kernel[1];
+        int64_t h = l / p.OW * p.stride[0] - p.padding[0] + i * p.dilation[0];
+        int64_t w = l % p.OW * p.stride[1] - p.padding[1] + j * p.dilation[1];
+        bool in = h >= 0 && h < p.H && w >= 0 && w < p.W;
+        out[q] = in ? x[(plane * p.H + h) * p.W + w] : dtype<DT>::enc(0.0f);
+    }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads) fold_kernel(const cti_cuda_resample a, int64_t n) {
+    typedef typename dtype<DT>::T E;
+    typedef typename std::conditional<DT == CT_F64, double, float>::type A;
+    const cti_fold_params &p = a.fp;
+    const E *cols = (const E *)a.in;
+    E *out = (E *)a.out;
+    const int64_t L = p.OH * p.OW, kk = p.kernel[0] * p.kernel[1];
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += step) {
+        int64_t w = q % p.W, h = q / p.W % p.H, plane = q / (p.W * p.H);
+        A acc = 0;
+        for (int64_t i = 0; i < p.kernel[0]; i++) {
+            int64_t th = h + p.padding[0] - i * p.dilation[0];
+            if (th < 0 || th % p.stride[0]) continue;
+            int64_t oh = th / p.stride[0];
+            if (oh >= p.OH) continue;
+            for (int64_t j = 0; j < p.kernel[1]; j++) {
+                int64_t tw = w + p.padding[1] - j * p.dilation[1];
+                if (tw < 0 || tw % p.stride[1]) continue;
+                int64_t ow = tw / p.stride[1];
+                if (ow >= p.OW) continue;
+                acc += (A)dtype<DT>::dec(cols[(plane * kk + i * p.kernel[1] + j) * L + oh * p.OW + ow]);
+            }
+        }
+        out[q] = dtype<DT>::enc(acc);
+    }
+}
+
+template <int DT>
+cudaError_t resample_launch(const cti_cuda_resample *a, int which, int64_t n, unsigned g,
+                            cudaStream_t st) {
+    switch (which) {
+    case 0: interp_kernel<DT><<<g, kThreads, 0, st>>>(*a, n); break;
+    case 1:
+        if constexpr (DT == CT_F64) interp_bw_kernel<DT, double><<<g, kThreads, 0, st>>>(*a, n);
+        else interp_bw_kernel<DT, float><<<g, kThreads, 0, st>>>(*a, n);
+        break;
+    case 2: unfold_kernel<DT><<<g, kThreads, 0, st>>>(*a, n); break;
+    default: fold_kernel<DT><<<g, kThreads, 0, st>>>(*a, n); break;
+    }
+    return cudaGetLastError();
+}
+
+} // namespace
+} // namespace cti
+
+using namespace cti;
+
+extern "C" cudaError_t cti_cuda_scatter_lines(const cti_cuda_scatter *a, int64_t lines,
+                                              int sm_count, cudaStream_t st,
+                                              const char **routine) {
+    *routine = "cten_scatter_lines";
+    unsigned g = grid_for(lines, sm_count);
+    switch (a->dt) {
+    case CT_BOOL: return scatter_launch<CT_BOOL>(a, lines, g, st);
+    case CT_I32: return scatter_launch<CT_I32>(a, lines, g, st);
+    case CT_I64: return scatter_launch<CT_I64>(a, lines, g, st);
+    case CT_F16: return scatter_launch<CT_F16>(a, lines, g, st);
+    case CT_BF16: return scatter_launch<CT_BF16>(a, lines, g, st);
+    case CT_F32: return scatter_launch<CT_F32>(a, lines, g, st);
+    case CT_F64: return scatter_launch<CT_F64>(a, lines, g, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t cti_cuda_remap_copy(const cti_cuda_remap *a, int sm_count, cudaStream_t st,
+                                           const char **routine) {
+    *routine = "cten_remap_copy_vec16";
+    switch (a->es) {
+    case 1: return remap_launch<1>(a, sm_count, st);
+    case 2: return remap_launch<2>(a, sm_count, st);
+    case 4: return remap_launch<4>(a, sm_count, st);
+    case 8: return remap_launch<8>(a, sm_count, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t cti_cuda_resample_run(const cti_cuda_resample *a, int which, int64_t n,
+                                             int sm_count, cudaStream_t st, const char **routine) {
+    static const char *names[] = {"cten_interpolate", "cten_interpolate_backward_atomic",
+                                  "cten_im2col", "cten_col2im_gather"};
+    *routine = names[which & 3];
+    unsigned g = grid_for(n, sm_count);
+    switch (a->dt) {
+    case CT_F16: return resample_launch<CT_F16>(a, which, n, g, st);
+    case CT_BF16: return resample_launch<CT_BF16>(a, which, n, g, st);
+    case CT_F32: return resample_launch<CT_F32>(a, which, n, g, st);
+    case CT_F64: return resample_launch<CT_F64>(a, which, n, g, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
