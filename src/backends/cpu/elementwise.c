@@ -655,7 +655,7 @@ static double erfinv_d(double y) {
     X(ELU, elu, U_FLOAT,                                                                \
       x > 0 ? p_escale * x : p_escale * p_ealpha * F32_OR_F64(vm_expm1(x * p_einscale), expm1(x * p_einscale)))\
     X(MISH, mish, U_FLOAT,                                                              \
-      x * F32_OR_F64(vm_tanh(vm_softplus(x)), tanh(log1p(exp(x)))))                     \
+      F32_OR_F64(vm_mish(x), x * tanh(log1p(exp(x)))))                     \
     X(HARDTANH, hardtanh, U_FLOAT, CLAMP_F(x))                                          \
     /* NaN passes through both, as PyTorch's min(max(x + 3, 0), 6) */                   \
     X(HARDSIGMOID, hardsigmoid, U_FLOAT, HSIG6(x) / (cT)6)                              \

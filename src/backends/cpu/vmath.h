@@ -505,7 +505,7 @@ VM_INLINE float vm_exp2(float x) {
  * (exact), atanh(a) = log1p(2a / (1 - a)) / 2; past 2^12, asinh and acosh are log(2a). */
 VM_INLINE float vm_sinh(float x) {
     float a = fabsf(x);
-    float e = vm_expm1(a < 88.0f ? a : 88.0f);
+    float e = vm_expm1(a > 88.0f ? 88.0f : a); /* NaN stays */
     float small = 0.5f * (e + e / (e + 1.0f));
     float h = vm_exp(0.5f * a);
     float big = (0.5f * h) * h;
@@ -514,7 +514,7 @@ VM_INLINE float vm_sinh(float x) {
 }
 VM_INLINE float vm_cosh(float x) {
     float a = fabsf(x);
-    float e = vm_exp(a < 88.0f ? a : 88.0f);
+    float e = vm_exp(a > 88.0f ? 88.0f : a); /* NaN stays */
     float small = 0.5f * (e + 1.0f / e);
     float h = vm_exp(0.5f * a);
     float big = (0.5f * h) * h;
@@ -543,6 +543,16 @@ VM_INLINE float vm_atanh(float x) {
     return copysignf(r, x);
 }
 
+/* mish: x tanh(softplus(x)); below -20, where tanh(softplus(x)) is e^x to 2e-9, x e^x
+ * with e^x lifted by 2^64 as silu does, so results past the float32 exp's flush (x < -87)
+ * keep their digits. */
+VM_INLINE float vm_mish(float x) {
+    float t = vm_tanh(vm_softplus(x));
+    float e64 = vm_exp_ftz(x < -20.0f ? x : -20.0f, 0.0f, 64);
+    float tail = (x * e64) * 0x1p-64f;
+    return x < -20.0f ? tail : x * t; /* NaN: x * t */
+}
+
 /* ---- atan, atan2, asin, acos ---------------------------------------------------------------
  * Cephes' atanf: |x| reduced to [0, tan(pi/8)] by atan(a) = pi/4 + atan((a - 1) / (a + 1))
  * (a > tan(pi/8)) or pi/2 + atan(-1 / a) (a > tan(3pi/8)), one division either way, then
@@ -553,14 +563,16 @@ VM_INLINE float vm_atan_pos(float a) {
     int big = a > 2.414213562373095f, mid = a > 0.4142135623730950f;
     float num = big ? -1.0f : (mid ? a - 1.0f : a);
     float den = big ? a : (mid ? a + 1.0f : 1.0f);
+    /* pi/2 and pi/4 as float plus the rest they round away */
     float y0 = big ? 1.57079632679489662f : (mid ? 0.785398163397448310f : 0.0f);
+    float y0lo = big ? -4.371139000186241e-08f : (mid ? -2.1855695000931204e-08f : 0.0f);
     float xr = num / den;
     float z = xr * xr;
     float p = 8.05374449538e-2f;
     p = VM_FMA(p, z, -1.38776856032E-1f);
     p = VM_FMA(p, z, 1.99777106478E-1f);
     p = VM_FMA(p, z, -3.33329491539E-1f);
-    return y0 + VM_FMA(p * z, xr, xr);
+    return y0 + (VM_FMA(p * z, xr, xr) + y0lo);
 }
 VM_INLINE float vm_atan(float x) { return copysignf(vm_atan_pos(fabsf(x)), x); }
 
