@@ -347,10 +347,7 @@ static ct_tensor *binary_scalar(const bin_spec *sp, ct_tensor *a, double s, bool
     ct_dtype cd = compute_dtype(sp->kind, rt);
     ct_dtype od = sp->kind == BK_COMPARE ? CT_BOOL : cd;
     if (sp->op == CT_OP_SUB && check_bool_sub(sp->name, a->dtype, a->dtype) != CT_OK) return NULL;
-    if (check_operand_dtype(sp, cd) != CT_OK) return NULL;
-    if (is_bitwise(sp->op) && scalar_dtype(s) != CT_I64)
-        return cti_error_null(CT_ERR_DTYPE, "%s: expected an integral scalar, got %g", sp->name,
-                              s);
+    if (check_operand_dtype(sp, cd) != CT_OK) return NULL; /* a float s makes cd floating */
     if (sp->op == CT_OP_POW && !ct_dtype_is_floating(cd) && s < 0)
         return cti_error_null(CT_ERR_INVALID_ARG,
                               "%s: integers to negative integer powers are not allowed "
