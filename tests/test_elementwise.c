@@ -183,6 +183,7 @@ static double u_gelu_tanh(double x) { /* x sigmoid(2u): no cancellation in the r
 }
 static double u_mish(double x) { return x * tanh(ut_softplus1(x)); }
 static double u_logsigmoid(double x) { return ut_logsigmoid(x); }
+static double u_erfinv(double x) { return ut_erfinv(x); }
 static double u_elu(double x) { return x > 0 ? x : expm1(x); }
 static ct_tensor *c_elu(ct_tensor *x) { return ct_elu(x, 1); }
 static ct_tensor *c_softplus(ct_tensor *x) { return ct_softplus(x, 1, 1e30); }
@@ -225,6 +226,7 @@ static const struct {
     {"mish", ct_mish, u_mish, -110, 110, 4},
     {"logsigmoid", ct_logsigmoid, u_logsigmoid, -110, 110, 3},
     {"elu", c_elu, u_elu, -110, 110, 2},
+    {"erfinv", ct_erfinv, u_erfinv, -1, 1, 4.5},
 };
 
 /* float32 in order of value <-> unsigned keys */

@@ -506,10 +506,10 @@ IPOW_FN(ipow_i64, int64_t, uint64_t)
 #define SHL(a, b) ((uT)(b) >= NBITS ? (cT)0 : (cT)((uT)(a) << (b)))
 #define SHR(a, b) ((uT)(b) >= NBITS - 1 ? (cT)((a) >> (NBITS - 1)) : (cT)((a) >> (b)))
 
-/* erfinv in float64 for every floating dtype: Giles' single-precision
- * approximation (Approximating the erfinv function, 2010), then two Newton
- * steps on erf(x) = y, as PyTorch's calc_erfinv refines its own start. Not
- * vectorized: neither is PyTorch's. */
+/* erfinv of float64: Giles' single-precision approximation (Approximating
+ * the erfinv function, 2010), then two Newton steps on erf(x) = y, as
+ * PyTorch's calc_erfinv refines its own start. float32 and the halves take
+ * vm_erfinv, the approximation alone, vectorized. */
 static double erfinv_d(double y) {
     if (!(fabs(y) < 1.0)) return y == 1.0 ? INFINITY : y == -1.0 ? -INFINITY : NAN;
     double w = -log((1.0 - y) * (1.0 + y)), p;
@@ -640,7 +640,7 @@ static double erfinv_d(double y) {
     X(FRAC, frac, U_FLOAT, x - trunc(x))                                                \
     X(ERF, erf, U_FLOAT, F32_OR_F64(vm_erf(x), erf(x)))                                 \
     X(ERFC, erfc, U_FLOAT, F32_OR_F64(vm_erfc(x), erfc(x)))                             \
-    X(ERFINV, erfinv, U_FLOAT, (cT)erfinv_d((double)x))                                 \
+    X(ERFINV, erfinv, U_FLOAT, F32_OR_F64(vm_erfinv(x), erfinv_d(x)))                                 \
     X(TAN, tan, U_TRIG, tan)                                                            \
     X(ASIN, asin, U_FLOAT, F32_OR_F64(vm_asin(x), asin(x)))                             \
     X(ACOS, acos, U_FLOAT, F32_OR_F64(vm_acos(x), acos(x)))                             \

@@ -693,4 +693,36 @@ VM_INLINE float vm_erfc(float x) {
     return x != x ? x : r;
 }
 
+
+/* ---- erfinv -----------------------------------------------------------------------------------
+ * Giles' single-precision approximation (Approximating the erfinv function, GPU Computing
+ * Gems, 2010): with w = -log((1 - y)(1 + y)), a polynomial in w - 2.5 below w = 5 and one
+ * in sqrt(w) - 3 above, times y; both computed, one selected. +-1 give +-inf, |y| > 1 NaN. */
+VM_INLINE float vm_erfinv(float y) {
+    float w = -vm_log((1.0f - y) * (1.0f + y));
+    float a = w - 2.5f;
+    float p = 2.81022636e-08f;
+    p = VM_FMA(p, a, 3.43273939e-07f);
+    p = VM_FMA(p, a, -3.5233877e-06f);
+    p = VM_FMA(p, a, -4.39150654e-06f);
+    p = VM_FMA(p, a, 0.00021858087f);
+    p = VM_FMA(p, a, -0.00125372503f);
+    p = VM_FMA(p, a, -0.00417768164f);
+    p = VM_FMA(p, a, 0.246640727f);
+    p = VM_FMA(p, a, 1.50140941f);
+    float b = sqrtf(w) - 3.0f;
+    float q = -0.000200214257f;
+    q = VM_FMA(q, b, 0.000100950558f);
+    q = VM_FMA(q, b, 0.00134934322f);
+    q = VM_FMA(q, b, -0.00367342844f);
+    q = VM_FMA(q, b, 0.00573950773f);
+    q = VM_FMA(q, b, -0.0076224613f);
+    q = VM_FMA(q, b, 0.00943887047f);
+    q = VM_FMA(q, b, 1.00167406f);
+    q = VM_FMA(q, b, 2.83297682f);
+    float r = (w < 5.0f ? p : q) * y;
+    r = fabsf(y) == 1.0f ? y * INFINITY : r;
+    return fabsf(y) <= 1.0f ? r : NAN; /* also for NaN */
+}
+
 #endif
