@@ -14,6 +14,9 @@
  *   add, sub: out = a + alpha * b (sub's front end passes -alpha)
  *   clamp:    out = min(max(x, lo), hi), NaN bounds giving NaN
  *   softplus: out = log(1 + exp(beta x)) / beta, or x where beta x > threshold
+ *   leaky_relu (negative_slope), elu/selu/celu (alpha, scale, input_scale),
+ *   hardtanh (lo, hi), nan_to_num (the three replacements), round with
+ *   decimals (decimals), lerp's scalar weight (a 0-d third operand)
  * The rest take none; each row below is its element expression. */
 #pragma GCC optimize("O3", "no-math-errno")
 
