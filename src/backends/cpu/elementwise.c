@@ -345,6 +345,38 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
         }                                                                              \
     }
 
+/* fmod and remainder (REM) of float32, float16 and bfloat16 in blocks: vm_fmod
+ * for every element, then libm's fmodf for those it does not cover (only in a
+ * block that has one). Python's remainder moves fmod into b's sign. */
+#define FMOD_BLOCK(o, x, y, m, REM)                                                    \
+    do {                                                                               \
+        int other = 0;                                                                 \
+        for (int64_t i = 0; i < (m); i++) {                                            \
+            float r = vm_fmod(x[i], y[i]);                                             \
+            if (REM) r = (r != 0 && (y[i] < 0) != (r < 0)) ? r + y[i] : r;            \
+            o[i] = r;                                                                  \
+            other |= !(fabsf(x[i]) < 0x1p28f * fabsf(y[i]));                           \
+        }                                                                              \
+        for (int64_t i = 0; other && i < (m); i++) {                                   \
+            if (fabsf(x[i]) < 0x1p28f * fabsf(y[i])) continue;                         \
+            float r = fmodf(x[i], y[i]);                                               \
+            o[i] = (REM) && r != 0 && (y[i] < 0) != (r < 0) ? r + y[i] : r;            \
+        }                                                                              \
+    } while (0)
+#define FMOD_LOOP(name, REM)                                                           \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_ctx *P = ctx;                                                         \
+        float fa[BLK], fb[BLK], fo[BLK];                                               \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(fa, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
+            load_lp(fb, p[2] + off * s[2], s[2], m, P->dt[2]);                         \
+            FMOD_BLOCK(fo, fa, fb, m, REM);                                            \
+            if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], fo, m);         \
+            else store_lp(p[0] + off * s[0], s[0], fo, m, P->dt[0]);                   \
+        }                                                                              \
+    }
+
 /* ---- kernels: the call's operands and parameters into the iterator --------------- */
 #define KERNEL(kname, loop, nin)                                                       \
     static ct_status kname(ct_call *c) {                                               \
@@ -424,6 +456,14 @@ typedef struct ew_reg {
     B_NATIVE(op, i64, int64_t, uint64_t, uint8_t, IPARAMS, EXPR)                       \
     B_NATIVE(op, b8, uint8_t, uint8_t, uint8_t, BPARAMS, EXPR)
 #define B_BOOL(op, EXPR) B_NATIVE(op, b8, uint8_t, uint8_t, uint8_t, BPARAMS, EXPR)
+/* fmod (EXPR 0) and remainder (EXPR 1): float64 through libm, the rest
+ * through FMOD_LOOP. */
+#define B_FMOD(op, EXPR)                                                               \
+    B_NATIVE(op, f64, double, uint64_t, double, FPARAMS, (EXPR) ? FREM(a, b) : fmod(a, b)) \
+    FMOD_LOOP(loop_##op##_f32, EXPR)                                                   \
+    KERNEL(k_##op##_f32, loop_##op##_f32, 2)                                           \
+    KERNEL(k_##op##_f16, loop_##op##_f32, 2)                                           \
+    KERNEL(k_##op##_bf16, loop_##op##_f32, 2)
 #define T_FLOAT(op, EXPR)                                                              \
     TERNARY_LOOP(loop_##op##_f32, float, FPARAMS, EXPR)                                \
     KERNEL(k_##op##_f32, loop_##op##_f32, 3)                                           \
@@ -455,6 +495,7 @@ typedef struct ew_reg {
 #define REG_B_INT_TO_BOOL(OP, op) R_INT(OP, op) R_BOOL(OP, op)
 #define REG_B_BOOL R_BOOL
 #define REG_T_FLOAT R_FLOAT
+#define REG_B_FMOD R_FLOAT
 
 /* VEC for float32 (and the halves, computed in float32), REF for float64:
  * the vectorizable functions of vmath.h where libm would be called per
@@ -682,9 +723,9 @@ static double erfinv_d(double y) {
     X(BITWISE_NOT, bitwise_not, U_INT, (cT)~x)                                          \
     X(BITWISE_NOT, bitwise_not, U_BOOL, (cT)!x)                                         \
     X(ATAN2, atan2, B_FLOAT, F32_OR_F64(vm_atan2(a, b), atan2(a, b)))                   \
-    X(FMOD, fmod, B_FLOAT, fmod(a, b))                                                  \
+    X(FMOD, fmod, B_FMOD, 0)                                                          \
     X(FMOD, fmod, B_INT, IFMOD(a, b))                                                   \
-    X(REMAINDER, remainder, B_FLOAT, FREM(a, b))                                        \
+    X(REMAINDER, remainder, B_FMOD, 1)                                        \
     X(REMAINDER, remainder, B_INT, IREM(a, b))                                          \
     X(BITWISE_AND, bitwise_and, B_INT, (cT)(a & b))                                     \
     X(BITWISE_AND, bitwise_and, B_BOOL, (cT)(a & b))                                    \

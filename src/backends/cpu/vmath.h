@@ -732,4 +732,19 @@ VM_INLINE float vm_erfinv(float y) {
     return fabsf(y) <= 1.0f ? r : NAN; /* also for NaN */
 }
 
+
+/* ---- fmod -----------------------------------------------------------------------------------
+ * fmod(a, b) exactly for |a / b| < 2^28, in float64: t = trunc(a / b) has at most 28 bits
+ * and b 24, so t b and a - t b are exact; where the division rounded up to the next
+ * integer, a - t b has the wrong sign and b goes back in. A zero keeps a's sign. The caller
+ * takes libm's fmodf elsewhere (larger quotients, b = 0, infinities, NaN). */
+VM_INLINE float vm_fmod(float a, float b) {
+    double ad = a, bd = b;
+    double t = trunc(ad / bd);
+    double r = t == 0.0 ? ad : ad - t * bd; /* |a| < |b|: a, also for b infinite */
+    r = (r != 0.0 && (r < 0.0) != (ad < 0.0)) ? r + copysign(fabs(bd), ad) : r;
+    float rf = (float)r;
+    return rf == 0.0f ? copysignf(0.0f, a) : rf;
+}
+
 #endif
