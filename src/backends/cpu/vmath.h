@@ -28,7 +28,7 @@
  *   vm_exp2 0.9, vm_log2 1.7, vm_log10 1.9, vm_log1p 1.5, vm_expm1 1.4,
  *   vm_tan 1.8, vm_asin 2.2, vm_acos 1.2, vm_atan 2.2, vm_sinh 1.9, vm_cosh 1.4,
  *   vm_asinh 1.8, vm_acosh 1.7, vm_atanh 2.2, vm_erf 2.9, vm_erfc 5.1,
- *   vm_erfinv 3.4, vm_mish 3.6 (x tanh(softplus x)), and -vm_softplus(-x)
+ *   vm_erfinv 3.4, vm_mish 3.5 (x n / (n + 2), n = e^x (e^x + 2)), and -vm_softplus(-x)
  *   (logsigmoid) 2.1.
  * That is within a few roundings of glibc (1 to 2 ulp) and of the fast exp
  * the softmax kernels always used (1 ulp), far inside the 1e-5 relative
@@ -415,7 +415,7 @@ VM_INLINE float vm_gelu_tanh(float x) {
  * the rounding of u lost (exact for tiny x, where u = 1). expm1: x = n ln 2 + r as in exp,
  * expm1(r) by its Taylor polynomial to r^8 (|r| <= ln 2 / 2: the rest below 2^-31 of r),
  * then 2^n (expm1(r) + 1) - 1 = 2^n expm1(r) + (2^n - 1), exact for n = 0, so tiny x keeps
- * its digits. log2 and log10 take vm_log's exponent and mantissa apart, so that log2 of a
+ * its digits (up to n = 24; exp beyond). log2 and log10 take vm_log's exponent and mantissa apart, so that log2 of a
  * power of two is exact. exp2: n = round(x), r = x - n exact, 2^r = exp(r ln 2). */
 VM_INLINE float vm_log1p(float x) {
     float u = 1.0f + x;
@@ -426,7 +426,7 @@ VM_INLINE float vm_log1p(float x) {
 }
 
 VM_INLINE float vm_expm1(float x) {
-    float xc = x < -30.0f ? -30.0f : (x > 12.0f ? 12.0f : x);
+    float xc = x < -30.0f ? -30.0f : (x > 89.0f ? 89.0f : x);
     VM_EXP_REDUCE(xc, t, n, r);
     float p = 1.0f / 40320.0f;
     p = VM_FMA(p, r, 1.0f / 5040.0f);
@@ -437,10 +437,15 @@ VM_INLINE float vm_expm1(float x) {
     p = VM_FMA(p, r, 0.5f);
     float em = VM_FMA(p * r, r, r); /* expm1(r) */
     int32_t ni = (int32_t)(vm_bits(t) - 0x4B400000u);
-    float s = vm_from_bits((uint32_t)(ni + 127) << 23); /* 2^n, n in [-44, 18] */
+    float s = vm_from_bits((uint32_t)(ni + 127) << 23); /* 2^n, n in [-44, 128] */
     float small = VM_FMA(s, em, s - 1.0f);
-    float big = vm_exp(x) - 1.0f;
-    float res = x > 12.0f ? big : (x < -30.0f ? -1.0f : small);
+    /* past n = 24 the - 1 is below the rounding: exp, 2^n in two factors (2^128 would
+     * overflow where (em + 1) 2^128 does not) */
+    int32_t n1 = ni >> 1;
+    float s1 = vm_from_bits((uint32_t)(n1 + 127) << 23);
+    float s2 = vm_from_bits((uint32_t)(ni - n1 + 127) << 23);
+    float big = ((em + 1.0f) * s1) * s2 - 1.0f;
+    float res = ni > 24 ? big : (x < -30.0f ? -1.0f : small);
     return x == 0.0f ? x : res; /* keeps -0; NaN stays NaN through small */
 }
 
@@ -567,10 +572,15 @@ VM_INLINE float vm_atanh(float x) {
  * with e^x lifted by 2^64 as silu does, so results past the float32 exp's flush (x < -87)
  * keep their digits. */
 VM_INLINE float vm_mish(float x) {
-    float t = vm_tanh(vm_softplus(x));
-    float e64 = vm_exp_ftz(x < -20.0f ? x : -20.0f, 0.0f, 64);
-    float tail = (x * e64) * 0x1p-64f;
-    return x < -20.0f ? tail : x * t; /* NaN: x * t */
+    /* tanh(log(1 + u)) = n / (n + 2) with u = e^x, n = u (u + 2): one exp, one division;
+     * 1 to float32 precision past x = 9 */
+    float xc = x > 20.0f ? 20.0f : x;
+    float u64 = vm_exp_ftz(xc, 0.0f, 64); /* e^x 2^64 */
+    float tail = (x * u64) * 0x1p-64f;
+    float u = u64 * 0x1p-64f;
+    float n = u * (u + 2.0f);
+    float mid = x * (n / (n + 2.0f));
+    return x < -20.0f ? tail : (x > 20.0f ? x : mid); /* NaN: mid is NaN */
 }
 
 /* ---- atan, atan2, asin, acos ---------------------------------------------------------------
