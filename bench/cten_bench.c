@@ -652,15 +652,27 @@ typedef struct unary_op {
     const char *name;
     ct_op id;
     bool bwd; /* also run a forward + backward case */
+    double shift; /* added to the inputs, for the op's domain: log's (0, 2) */
 } unary_op;
 
 static const unary_op unary_ops[] = {
-    {"exp", CT_OP_EXP, false},   {"log", CT_OP_LOG, false},
-    {"sin", CT_OP_SIN, false},   {"cos", CT_OP_COS, false},
-    {"tanh", CT_OP_TANH, true},
-    {"sigmoid", CT_OP_SIGMOID, true}, {"silu", CT_OP_SILU, true},
-    {"softplus", CT_OP_SOFTPLUS, false}, {"gelu", CT_OP_GELU, true},
-    {"gelu_tanh", CT_OP_GELU_TANH, true},
+    {"exp", CT_OP_EXP, false, 0},   {"log", CT_OP_LOG, false, 1},
+    {"sin", CT_OP_SIN, false, 0},   {"cos", CT_OP_COS, false, 0},
+    {"tanh", CT_OP_TANH, true, 0},
+    {"sigmoid", CT_OP_SIGMOID, true, 0}, {"silu", CT_OP_SILU, true, 0},
+    {"softplus", CT_OP_SOFTPLUS, false, 0}, {"gelu", CT_OP_GELU, true, 0},
+    {"gelu_tanh", CT_OP_GELU_TANH, true, 0},
+    /* issue 20's elementwise ops (bench/torch_ref.py has the same rows) */
+    {"log1p", CT_OP_LOG1P, false, 0}, {"expm1", CT_OP_EXPM1, false, 0},
+    {"log2", CT_OP_LOG2, false, 1}, {"exp2", CT_OP_EXP2, false, 0},
+    {"erf", CT_OP_ERF, false, 0}, {"erfc", CT_OP_ERFC, false, 0},
+    {"erfinv", CT_OP_ERFINV, false, 0}, {"tan", CT_OP_TAN, false, 0},
+    {"asin", CT_OP_ASIN, false, 0}, {"atan", CT_OP_ATAN, false, 0},
+    {"sinh", CT_OP_SINH, false, 0}, {"asinh", CT_OP_ASINH, false, 0},
+    {"atanh", CT_OP_ATANH, false, 0}, {"floor", CT_OP_FLOOR, false, 0},
+    {"round", CT_OP_ROUND, false, 0}, {"leaky_relu", CT_OP_LEAKY_RELU, false, 0},
+    {"elu", CT_OP_ELU, false, 0}, {"mish", CT_OP_MISH, false, 0},
+    {"hardswish", CT_OP_HARDSWISH, false, 0}, {"logsigmoid", CT_OP_LOGSIGMOID, false, 0},
 };
 #define N_UNARY ((int)(sizeof unary_ops / sizeof unary_ops[0]))
 
@@ -675,6 +687,26 @@ static ct_tensor *unary_call(int k, ct_tensor *x) {
     case CT_OP_SILU: return ct_silu(x);
     case CT_OP_SOFTPLUS: return ct_softplus(x, 1.0, 20.0);
     case CT_OP_GELU: return ct_gelu(x, CT_GELU_NONE);
+    case CT_OP_LOG1P: return ct_log1p(x);
+    case CT_OP_EXPM1: return ct_expm1(x);
+    case CT_OP_LOG2: return ct_log2(x);
+    case CT_OP_EXP2: return ct_exp2(x);
+    case CT_OP_ERF: return ct_erf(x);
+    case CT_OP_ERFC: return ct_erfc(x);
+    case CT_OP_ERFINV: return ct_erfinv(x);
+    case CT_OP_TAN: return ct_tan(x);
+    case CT_OP_ASIN: return ct_asin(x);
+    case CT_OP_ATAN: return ct_atan(x);
+    case CT_OP_SINH: return ct_sinh(x);
+    case CT_OP_ASINH: return ct_asinh(x);
+    case CT_OP_ATANH: return ct_atanh(x);
+    case CT_OP_FLOOR: return ct_floor(x);
+    case CT_OP_ROUND: return ct_round(x);
+    case CT_OP_LEAKY_RELU: return ct_leaky_relu(x, 0.01);
+    case CT_OP_ELU: return ct_elu(x, 1.0);
+    case CT_OP_MISH: return ct_mish(x);
+    case CT_OP_HARDSWISH: return ct_hardswish(x);
+    case CT_OP_LOGSIGMOID: return ct_logsigmoid(x);
     default: return ct_gelu(x, CT_GELU_TANH);
     }
 }
@@ -684,10 +716,10 @@ static ct_status unary_setup(bcase *c) {
     bool bwd = c->p[2] != 0;
     c->nsets = sets_for(c->d, (size_t)n * sizeof(float) * (bwd ? 2 : 1));
     for (int s = 0; s < c->nsets; s++) {
-        /* log's domain: (0, 2) instead of [-1, 1) */
+        /* the op's domain: log's (0, 2) instead of [-1, 1) */
         ct_tensor *x = s ? ct_clone(c->in[0][0]) : rnd(c, 1, &n, CT_F32);
-        if (x && !s && unary_ops[c->p[1]].id == CT_OP_LOG) {
-            ct_tensor *y = ct_add_scalar(x, 1.0);
+        if (x && !s && unary_ops[c->p[1]].shift != 0) {
+            ct_tensor *y = ct_add_scalar(x, unary_ops[c->p[1]].shift);
             ct_tensor_release(x);
             x = y;
         }

@@ -28,8 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-FAMILIES = ["matmul", "conv2d", "rms_norm", "add", "softmax", "cross_entropy", "overhead",
-            "train", "sort"]
+FAMILIES = ["matmul", "conv2d", "rms_norm", "add", "unary", "softmax", "cross_entropy",
+            "overhead", "train", "sort"]
 MAX_SETS = 8
 OOM = getattr(torch.cuda, "OutOfMemoryError", MemoryError)
 
@@ -314,6 +314,56 @@ def add_cases(dev):
                {"numel": n}, "bytes", 3.0 * n * 4, "copy", setup, run)
 
 
+# cten-bench's unary rows: name, the function, whether a forward + backward case runs, and the
+# shift of the inputs into the op's domain (log's (0, 2)).
+UNARY_OPS = [
+    ("exp", torch.exp, False, 0), ("log", torch.log, False, 1), ("sin", torch.sin, False, 0),
+    ("cos", torch.cos, False, 0), ("tanh", torch.tanh, True, 0),
+    ("sigmoid", torch.sigmoid, True, 0), ("silu", F.silu, True, 0),
+    ("softplus", F.softplus, False, 0), ("gelu", F.gelu, True, 0),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), True, 0),
+    ("log1p", torch.log1p, False, 0), ("expm1", torch.expm1, False, 0),
+    ("log2", torch.log2, False, 1), ("exp2", torch.exp2, False, 0),
+    ("erf", torch.erf, False, 0), ("erfc", torch.erfc, False, 0),
+    ("erfinv", torch.erfinv, False, 0), ("tan", torch.tan, False, 0),
+    ("asin", torch.asin, False, 0), ("atan", torch.atan, False, 0),
+    ("sinh", torch.sinh, False, 0), ("asinh", torch.asinh, False, 0),
+    ("atanh", torch.atanh, False, 0), ("floor", torch.floor, False, 0),
+    ("round", torch.round, False, 0), ("leaky_relu", F.leaky_relu, False, 0),
+    ("elu", F.elu, False, 0), ("mish", F.mish, False, 0),
+    ("hardswish", F.hardswish, False, 0), ("logsigmoid", F.logsigmoid, False, 0),
+]
+
+
+def unary_cases(dev):
+    """As cten-bench: 16M float32 elements, forward (x in, y out) and, for some, forward +
+    backward (x, dy in, dx out: 5 tensors counted)."""
+    n = 16 << 20
+    for bwd in (False, True):
+        for name, fn, has_bwd, shift in UNARY_OPS:
+            if bwd and not has_bwd:
+                continue
+
+            def setup(c, bwd=bwd, shift=shift):
+                c.sets = [((rnd(c, n) + shift), rnd(c, n) if bwd else None)
+                          for _ in range(sets_for(c.dev, n * 4 * (2 if bwd else 1)))]
+
+            def run_fwd(c, fn=fn):
+                x, _ = c.next_set()
+                with torch.no_grad():
+                    fn(x)
+
+            def run_bwd(c, fn=fn):
+                x, g = c.next_set()
+                x = x.detach().requires_grad_(True)
+                torch.autograd.grad(fn(x), (x,), g)
+
+            variant = "fwd+bwd" if bwd else "fwd"
+            yield Case("unary", dev, f"{name} 16M f32 {variant}", f"{name} f32 {variant}", variant,
+                       torch.float32, {"numel": n}, "bytes", (5.0 if bwd else 2.0) * n * 4, "copy",
+                       setup, run_bwd if bwd else run_fwd)
+
+
 def rowwise_cases(dev, xent):
     N, C = rows_for(dev), 4096
     family = "cross_entropy" if xent else "softmax"
@@ -445,8 +495,9 @@ def sort_cases(dev):
 
 
 CASES = {"matmul": matmul_cases, "conv2d": conv_cases, "rms_norm": rms_cases,
-         "add": add_cases, "softmax": softmax_cases, "cross_entropy": xent_cases,
-         "overhead": overhead_cases, "train": train_cases, "sort": sort_cases}
+         "add": add_cases, "unary": unary_cases, "softmax": softmax_cases,
+         "cross_entropy": xent_cases, "overhead": overhead_cases, "train": train_cases,
+         "sort": sort_cases}
 
 
 # ---- tracing one call ---------------------------------------------------------------------------

@@ -81,6 +81,17 @@ static const op_names names[] = {
     {"cross_entropy_fused", "ct_linear_cross_entropy", "(Liger's fused linear cross-entropy)"},
     {"scaled_dot_product_attention", NULL, "F.scaled_dot_product_attention"},
     {"interpolate", NULL, "F.interpolate"},
+    {"log_sigmoid", "ct_logsigmoid", "F.logsigmoid"},
+    {"leaky_relu", NULL, "F.leaky_relu"},
+    {"elu", NULL, "F.elu, F.selu, F.celu"},
+    {"mish", NULL, "F.mish"},
+    {"hardtanh", NULL, "F.hardtanh"},
+    {"hardsigmoid", NULL, "F.hardsigmoid"},
+    {"hardswish", NULL, "F.hardswish"},
+    {"round_decimals", "ct_round_decimals", "torch.round(decimals=)"},
+    {"pad", NULL, "F.pad"},
+    {"unfold", NULL, "F.unfold"},
+    {"fold", NULL, "F.fold"},
     {"interpolate_backward", "ct_interpolate", NULL},
 };
 

@@ -454,6 +454,7 @@ static int fill_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tenso
 #include "parity_indexing.inc"
 #include "parity_sort.inc"
 #include "parity_shape.inc"
+#include "parity_pointwise.inc"
 
 static const pcase cases[] = {
     PARITY_CONV_CASES
@@ -467,6 +468,7 @@ static const pcase cases[] = {
     PARITY_INDEXING_CASES
     PARITY_SORT_CASES
     PARITY_SHAPE_CASES
+    PARITY_POINTWISE_CASES
     CT_UNARY_OPS(UNARY_ROW_)
     UNARY(LOGICAL_NOT, ct_logical_not, -1, 1),
     {CT_OP_CLAMP, 2, unary_inputs, clamp_run, NULL, NULL, NULL, -3, 3, -9, 10, 1},

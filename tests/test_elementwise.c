@@ -181,6 +181,11 @@ static double u_gelu(double x) { return 0.5 * x * erfc(-x * M_SQRT1_2); }
 static double u_gelu_tanh(double x) { /* x sigmoid(2u): no cancellation in the reference either */
     return x / (1 + exp(-2 * sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
+static double u_mish(double x) { return x * tanh(ut_softplus1(x)); }
+static double u_logsigmoid(double x) { return ut_logsigmoid(x); }
+static double u_erfinv(double x) { return ut_erfinv(x); }
+static double u_elu(double x) { return x > 0 ? x : expm1(x); }
+static ct_tensor *c_elu(ct_tensor *x) { return ct_elu(x, 1); }
 static ct_tensor *c_softplus(ct_tensor *x) { return ct_softplus(x, 1, 1e30); }
 static ct_tensor *c_gelu(ct_tensor *x) { return ct_gelu(x, CT_GELU_NONE); }
 static ct_tensor *c_gelu_tanh(ct_tensor *x) { return ct_gelu(x, CT_GELU_TANH); }
@@ -202,6 +207,26 @@ static const struct {
     {"softplus", c_softplus, u_softplus, -110, 110, 3},
     {"gelu", c_gelu, u_gelu, -20, 20, 7},
     {"gelu_tanh", c_gelu_tanh, u_gelu_tanh, -20, 20, 4},
+    {"log1p", ct_log1p, log1p, -1, INFINITY, 2},
+    {"expm1", ct_expm1, expm1, -110, 90, 2},
+    {"log2", ct_log2, log2, 0, INFINITY, 2},
+    {"log10", ct_log10, log10, 0, INFINITY, 2},
+    {"exp2", ct_exp2, exp2, -160, 130, 1.5},
+    {"erf", ct_erf, erf, -10, 10, 3.5},
+    {"erfc", ct_erfc, erfc, -10, 12, 6},
+    {"tan", ct_tan, tan, -3e7f, 3e7f, 2.5},
+    {"asin", ct_asin, asin, -1.5f, 1.5f, 2.5},
+    {"acos", ct_acos, acos, -1.5f, 1.5f, 2},
+    {"atan", ct_atan, atan, -INFINITY, INFINITY, 2.5},
+    {"sinh", ct_sinh, sinh, -95, 95, 2.5},
+    {"cosh", ct_cosh, cosh, -95, 95, 2.5},
+    {"asinh", ct_asinh, asinh, -INFINITY, INFINITY, 2.5},
+    {"acosh", ct_acosh, acosh, 0, INFINITY, 2},
+    {"atanh", ct_atanh, atanh, -1.5f, 1.5f, 2.5},
+    {"mish", ct_mish, u_mish, -110, 110, 4},
+    {"logsigmoid", ct_logsigmoid, u_logsigmoid, -110, 110, 3},
+    {"elu", c_elu, u_elu, -110, 110, 2},
+    {"erfinv", ct_erfinv, u_erfinv, -1, 1, 4.5},
 };
 
 /* float32 in order of value <-> unsigned keys */
@@ -280,7 +305,7 @@ static void test_unary_f32_ulp(void **state) {
             double worst = ulp_worst(ulp_cases[k].name, ulp_cases[k].ref, xs, v, n, &worst_x,
                                      &worst_tiny);
             if (!strided)
-                fprintf(stderr, "[ ulp      ] %-9s max %.2f ulp at %a (bound %g), subnormal results within %.2g FLT_MIN\n",
+                fprintf(stderr, "[ ulp      ] %-10s max %.2f ulp at %a (bound %g), subnormal results within %.2g FLT_MIN\n",
                         ulp_cases[k].name, worst, worst_x, ulp_cases[k].max_ulp, worst_tiny);
             assert_true(worst <= ulp_cases[k].max_ulp);
             assert_true(worst_tiny <= 1.0);

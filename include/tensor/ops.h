@@ -587,6 +587,111 @@ ct_tensor *ct_unfold(ct_tensor *x, const int64_t kernel_size[2], const int64_t d
  * (or [C, H, W]) with output_size (H, W), overlapping blocks summed. */
 ct_tensor *ct_fold(ct_tensor *x, const int64_t output_size[2], const int64_t kernel_size[2],
                    const int64_t dilation[2], const int64_t padding[2], const int64_t stride[2]);
+/* ---- elementwise: math, activations, rounding, binary, bitwise, lerp ----------------------
+ * PyTorch's names, defaults and dtype rules. Unary float math (log1p .. atanh) takes integer
+ * and bool input to float32; the activations and frac take floating dtypes only; the
+ * rounding ops keep integer input as it is. Every function returns a new tensor, or NULL
+ * with the error set. */
+/* log(1 + x), accurate for small x. */
+ct_tensor *ct_log1p(ct_tensor *x);
+/* exp(x) - 1, accurate for small x. */
+ct_tensor *ct_expm1(ct_tensor *x);
+/* Base-2 logarithm. */
+ct_tensor *ct_log2(ct_tensor *x);
+/* Base-10 logarithm. */
+ct_tensor *ct_log10(ct_tensor *x);
+/* 2^x. */
+ct_tensor *ct_exp2(ct_tensor *x);
+/* Rounds down; integer input is returned as a copy, bool refused. */
+ct_tensor *ct_floor(ct_tensor *x);
+/* Rounds up; integer input is returned as a copy, bool refused. */
+ct_tensor *ct_ceil(ct_tensor *x);
+/* Rounds half to even; integer input is returned as a copy, bool refused. */
+ct_tensor *ct_round(ct_tensor *x);
+/* torch.round(x, decimals=d): nearbyint(x * 10^d) / 10^d (d < 0: nearbyint(x / 10^-d) *
+ * 10^-d), half to even; floating dtypes only. */
+ct_tensor *ct_round_decimals(ct_tensor *x, int64_t decimals);
+/* Rounds toward zero; integer input is returned as a copy, bool refused. */
+ct_tensor *ct_trunc(ct_tensor *x);
+/* x - trunc(x), with x's sign; floating dtypes only. */
+ct_tensor *ct_frac(ct_tensor *x);
+/* Error function, complementary error function, and the inverse error function (erfinv(+-1)
+ * is +-inf, NaN outside [-1, 1]). */
+ct_tensor *ct_erf(ct_tensor *x);
+ct_tensor *ct_erfc(ct_tensor *x);
+ct_tensor *ct_erfinv(ct_tensor *x);
+/* Trigonometric and hyperbolic functions and their inverses (NaN outside the domain:
+ * asin/acos beyond [-1, 1], acosh below 1, atanh beyond [-1, 1]). */
+ct_tensor *ct_tan(ct_tensor *x);
+ct_tensor *ct_asin(ct_tensor *x);
+ct_tensor *ct_acos(ct_tensor *x);
+ct_tensor *ct_atan(ct_tensor *x);
+ct_tensor *ct_sinh(ct_tensor *x);
+ct_tensor *ct_cosh(ct_tensor *x);
+ct_tensor *ct_asinh(ct_tensor *x);
+ct_tensor *ct_acosh(ct_tensor *x);
+ct_tensor *ct_atanh(ct_tensor *x);
+/* x where x > 0, negative_slope * x elsewhere (F.leaky_relu, default slope 0.01). */
+ct_tensor *ct_leaky_relu(ct_tensor *x, double negative_slope);
+/* x where x > 0, alpha (exp(x) - 1) elsewhere (F.elu, default alpha 1). */
+ct_tensor *ct_elu(ct_tensor *x, double alpha);
+/* scale * elu(x, alpha) with PyTorch's constants alpha = 1.6732632423543772,
+ * scale = 1.0507009873554805 (F.selu). */
+ct_tensor *ct_selu(ct_tensor *x);
+/* max(0, x) + min(0, alpha (exp(x / alpha) - 1)) (F.celu, default alpha 1); alpha must not
+ * be 0. */
+ct_tensor *ct_celu(ct_tensor *x, double alpha);
+/* x tanh(softplus(x)). */
+ct_tensor *ct_mish(ct_tensor *x);
+/* min(max(x, min_val), max_val) with gradient only strictly inside (F.hardtanh, defaults
+ * -1 and 1). */
+ct_tensor *ct_hardtanh(ct_tensor *x, double min_val, double max_val);
+/* relu6(x + 3) / 6. */
+ct_tensor *ct_hardsigmoid(ct_tensor *x);
+/* x relu6(x + 3) / 6. */
+ct_tensor *ct_hardswish(ct_tensor *x);
+/* log(sigmoid(x)) = -softplus(-x), without overflow. */
+ct_tensor *ct_logsigmoid(ct_tensor *x);
+/* NaN, +inf and -inf replaced by nan, posinf and neginf; pass NAN for posinf/neginf to get
+ * PyTorch's defaults (the dtype's largest and lowest finite values; nan defaults to 0).
+ * Integer and bool input is returned as a copy. */
+ct_tensor *ct_nan_to_num(ct_tensor *x, double nan, double posinf, double neginf);
+/* Bool tensors: which elements are NaN, +-inf, finite (integers: false, false, true). */
+ct_tensor *ct_isnan(ct_tensor *x);
+ct_tensor *ct_isinf(ct_tensor *x);
+ct_tensor *ct_isfinite(ct_tensor *x);
+/* atan2(a, b), the angle of (b, a), broadcasting; integers give float32. */
+ct_tensor *ct_atan2(ct_tensor *a, ct_tensor *b);
+/* a - trunc(a / b) b: C's fmod, the result takes a's sign. Integer division by zero gives 0
+ * (PyTorch raises on the CPU). */
+ct_tensor *ct_fmod(ct_tensor *a, ct_tensor *b);
+ct_tensor *ct_fmod_scalar(ct_tensor *a, double s);
+/* a - floor(a / b) b: Python's %, the result takes b's sign. Integer division by zero gives
+ * 0 (PyTorch raises on the CPU). */
+ct_tensor *ct_remainder(ct_tensor *a, ct_tensor *b);
+ct_tensor *ct_remainder_scalar(ct_tensor *a, double s);
+/* Bitwise ops on integer and bool tensors (floating refused), broadcasting and promoting as
+ * PyTorch; shifts on integers only: a left shift by a count outside [0, bits) gives 0, a
+ * right shift by one gives the sign fill (0 or -1). The _scalar forms take an integral s. */
+ct_tensor *ct_bitwise_and(ct_tensor *a, ct_tensor *b);
+ct_tensor *ct_bitwise_or(ct_tensor *a, ct_tensor *b);
+ct_tensor *ct_bitwise_xor(ct_tensor *a, ct_tensor *b);
+ct_tensor *ct_bitwise_left_shift(ct_tensor *a, ct_tensor *b);
+ct_tensor *ct_bitwise_right_shift(ct_tensor *a, ct_tensor *b);
+ct_tensor *ct_bitwise_and_scalar(ct_tensor *a, double s);
+ct_tensor *ct_bitwise_or_scalar(ct_tensor *a, double s);
+ct_tensor *ct_bitwise_xor_scalar(ct_tensor *a, double s);
+ct_tensor *ct_bitwise_left_shift_scalar(ct_tensor *a, double s);
+ct_tensor *ct_bitwise_right_shift_scalar(ct_tensor *a, double s);
+/* ~x on integer and bool (logical not) tensors. */
+ct_tensor *ct_bitwise_not(ct_tensor *x);
+/* start + weight (end - start), broadcasting the three; start, end and weight must share one
+ * floating dtype (as PyTorch, no promotion). */
+ct_tensor *ct_lerp(ct_tensor *start, ct_tensor *end, ct_tensor *weight);
+ct_tensor *ct_lerp_scalar(ct_tensor *start, ct_tensor *end, double weight);
+/* clamp with tensor bounds, min and/or max NULL when absent (not both): min(max(x, min),
+ * max), broadcasting the three and promoting as PyTorch; NaN in any gives NaN. */
+ct_tensor *ct_clamp_tensor(ct_tensor *x, ct_tensor *min, ct_tensor *max);
 
 #ifdef __cplusplus
 }

@@ -472,3 +472,298 @@ CTI_BW(cti_bw_sign) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     return put(&gi[0], ct_tensor_zeros_like(go[0]));
 }
+
+/* ---- math, activations, rounding, binary, lerp ----------------------------------------------
+ * As derivatives.yaml. Each derivative is formed in float32 for float16/bfloat16 inputs (up)
+ * and multiplies the incoming gradient once. TRY names a temporary and returns the failing
+ * op's status (the engine's scope frees what is left). */
+#define TRY(var, expr)                                                                     \
+    ct_tensor *var = (expr);                                                               \
+    if (!var) return ct_last_status()
+
+/* Saved: x. 1 / (1 + x). */
+CTI_BW(cti_bw_log1p) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(d, drop(ct_add_scalar(x, 1.0), x));
+    return put(&gi[0], drop(ct_div(go[0], d), d));
+}
+
+/* Saved: out. out + 1. */
+CTI_BW(cti_bw_expm1) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    TRY(y, up(out));
+    return chain(go, drop(ct_add_scalar(y, 1.0), y), &gi[0]);
+}
+
+/* Saved: x. 1 / (x ln b), b the base. */
+static ct_status log_base_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi, double ln_b) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(d, drop(ct_mul_scalar(x, ln_b), x));
+    return put(&gi[0], drop(ct_div(go[0], d), d));
+}
+CTI_BW(cti_bw_log2) { return log_base_bw(n, go, gi, M_LN2); }
+CTI_BW(cti_bw_log10) { return log_base_bw(n, go, gi, M_LN10); }
+
+/* Saved: out. out ln 2. */
+CTI_BW(cti_bw_exp2) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    TRY(y, up(out));
+    return chain(go, drop(ct_mul_scalar(y, M_LN2), y), &gi[0]);
+}
+
+/* exp(-x^2) * c, in float32 for the halves. */
+static ct_tensor *gauss(ct_tensor *x0, double c) {
+    ct_tensor *x = up(x0);
+    if (!x) return NULL;
+    ct_tensor *sq = drop(ct_square(x), x);
+    if (!sq) return NULL;
+    ct_tensor *e = drop(ct_mul_scalar(sq, -1.0), sq);
+    if (!e) return NULL;
+    ct_tensor *g = drop(ct_exp(e), e);
+    if (!g) return NULL;
+    return drop(ct_mul_scalar(g, c), g);
+}
+
+/* Saved: x. erf: 2 / sqrt(pi) exp(-x^2); erfc: its negation. */
+CTI_BW(cti_bw_erf) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return chain(go, gauss(x, M_2_SQRTPI), &gi[0]);
+}
+CTI_BW(cti_bw_erfc) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return chain(go, gauss(x, -M_2_SQRTPI), &gi[0]);
+}
+
+/* Saved: out. sqrt(pi) / 2 exp(out^2). */
+CTI_BW(cti_bw_erfinv) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    TRY(y, up(out));
+    TRY(sq, drop(ct_square(y), y));
+    TRY(e, drop(ct_exp(sq), sq));
+    return chain(go, drop(ct_mul_scalar(e, 1.0 / M_2_SQRTPI), e), &gi[0]);
+}
+
+/* Saved: out. 1 + out^2. */
+CTI_BW(cti_bw_tan) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(out, 0);
+    TRY(y, up(out));
+    TRY(sq, drop(ct_square(y), y));
+    return chain(go, drop(ct_add_scalar(sq, 1.0), sq), &gi[0]);
+}
+
+/* go / sqrt(s x^2 + c) (s, c = -1, 1: asin; 1, 1: asinh; 1, -1: acosh), negated for acos. */
+static ct_status rsqrt_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi, double s, double c,
+                          bool negate) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(sq, drop(ct_square(x), x));
+    TRY(a, drop(ct_mul_scalar(sq, s), sq));
+    TRY(b, drop(ct_add_scalar(a, c), a));
+    TRY(r, drop(ct_rsqrt(b), b));
+    if (negate) {
+        TRY(nr, drop(ct_neg(r), r));
+        return chain(go, nr, &gi[0]);
+    }
+    return chain(go, r, &gi[0]);
+}
+/* Saved: x. */
+CTI_BW(cti_bw_asin) { return rsqrt_bw(n, go, gi, -1, 1, false); }
+CTI_BW(cti_bw_acos) { return rsqrt_bw(n, go, gi, -1, 1, true); }
+CTI_BW(cti_bw_asinh) { return rsqrt_bw(n, go, gi, 1, 1, false); }
+CTI_BW(cti_bw_acosh) { return rsqrt_bw(n, go, gi, 1, -1, false); }
+
+/* go / (s x^2 + 1): atan (s = 1), atanh (s = -1). */
+static ct_status recip_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi, double s) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(sq, drop(ct_square(x), x));
+    TRY(a, drop(ct_mul_scalar(sq, s), sq));
+    TRY(b, drop(ct_add_scalar(a, 1.0), a));
+    return put(&gi[0], drop(ct_div(go[0], b), b));
+}
+/* Saved: x. */
+CTI_BW(cti_bw_atan) { return recip_bw(n, go, gi, 1); }
+CTI_BW(cti_bw_atanh) { return recip_bw(n, go, gi, -1); }
+
+/* Saved: x. sinh' = cosh, cosh' = sinh. */
+CTI_BW(cti_bw_sinh) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return chain(go, ct_cosh(x), &gi[0]);
+}
+CTI_BW(cti_bw_cosh) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    return chain(go, ct_sinh(x), &gi[0]);
+}
+
+/* Saved: x; params negative_slope. go where x > 0, slope go elsewhere. */
+CTI_BW(cti_bw_leaky_relu) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    TRY(pos, ct_gt_scalar(x, 0.0));
+    TRY(neg, ct_mul_scalar(go[0], PARAMS(n)->negative_slope));
+    return put(&gi[0], drop2(ct_where(pos, go[0], neg), pos, neg));
+}
+
+/* Saved: x; params alpha, scale, input_scale. scale where x > 0, input_scale scale alpha
+ * exp(input_scale x) elsewhere (PyTorch's elu_backward on the input). */
+CTI_BW(cti_bw_elu) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    const cti_pointwise_params *p = PARAMS(n);
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(pos, ct_gt_scalar(x, 0.0));
+    TRY(xs, drop(ct_mul_scalar(x, p->elu_input_scale), x));
+    TRY(e, drop(ct_exp(xs), xs));
+    TRY(neg, drop(ct_mul_scalar(e, p->elu_input_scale * p->elu_scale * p->elu_alpha), e));
+    TRY(sc, ct_tensor_scalar(p->elu_scale, ct_tensor_dtype(neg), ct_tensor_device(neg)));
+    TRY(d, drop(drop2(ct_where(pos, sc, neg), sc, neg), pos));
+    return chain(go, d, &gi[0]);
+}
+
+/* Saved: x. t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)). */
+CTI_BW(cti_bw_mish) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(sp, ct_softplus(x, 1.0, 20.0));
+    TRY(t, drop(ct_tanh(sp), sp));
+    TRY(s, ct_sigmoid(x));
+    TRY(t2, ct_square(t));
+    TRY(u, drop(ct_rsub_scalar(t2, 1.0), t2));
+    TRY(xs, drop2(ct_mul(x, s), x, s));
+    TRY(v, drop2(ct_mul(xs, u), xs, u));
+    return chain(go, drop2(ct_add(t, v), t, v), &gi[0]);
+}
+
+/* Saved: x; params lo, hi. 0 where x <= min or x >= max (strictly inside keeps it, and NaN),
+ * as PyTorch's hardtanh_backward. */
+CTI_BW(cti_bw_hardtanh) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    const cti_pointwise_params *p = PARAMS(n);
+    SAVED(x, 0);
+    TRY(lo, ct_le_scalar(x, p->lo));
+    TRY(hi, ct_ge_scalar(x, p->hi));
+    TRY(off, drop2(ct_logical_or(lo, hi), lo, hi));
+    return put(&gi[0], drop(zero_where(off, go[0]), off));
+}
+
+/* Saved: x. go / 6 strictly inside (-3, 3), 0 elsewhere. */
+CTI_BW(cti_bw_hardsigmoid) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    TRY(lo, ct_gt_scalar(x, -3.0));
+    TRY(hi, ct_lt_scalar(x, 3.0));
+    TRY(in, drop2(ct_logical_and(lo, hi), lo, hi));
+    TRY(g, ct_div_scalar(go[0], 6.0));
+    return put(&gi[0], drop2(keep_where(in, g), in, g));
+}
+
+/* Saved: x. 0 below -3, x / 3 + 1/2 up to 3, 1 above (PyTorch's hardswish_backward). */
+CTI_BW(cti_bw_hardswish) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(lo, ct_lt_scalar(x, -3.0));
+    TRY(hi, ct_gt_scalar(x, 3.0));
+    TRY(a, drop(ct_div_scalar(x, 3.0), x));
+    TRY(mid, drop(ct_add_scalar(a, 0.5), a));
+    TRY(one, ct_tensor_scalar(1.0, ct_tensor_dtype(mid), ct_tensor_device(mid)));
+    TRY(d1, drop(drop2(ct_where(hi, one, mid), one, mid), hi));
+    TRY(d, drop(zero_where(lo, d1), d1));
+    ct_tensor_release(lo);
+    return chain(go, d, &gi[0]);
+}
+
+/* Saved: x. sigmoid(-x). */
+CTI_BW(cti_bw_logsigmoid) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x0, 0);
+    TRY(x, up(x0));
+    TRY(nx, drop(ct_neg(x), x));
+    return chain(go, drop(ct_sigmoid(nx), nx), &gi[0]);
+}
+
+/* Saved: x. go where x is finite, 0 where it was replaced. */
+CTI_BW(cti_bw_nan_to_num) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    SAVED(x, 0);
+    TRY(fin, ct_isfinite(x));
+    return put(&gi[0], drop(keep_where(fin, go[0]), fin));
+}
+
+/* Inputs (a, b); saved a, b. d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2). */
+CTI_BW(cti_bw_atan2) {
+    if (!go[0]) return CT_OK;
+    SAVED(a, 0);
+    SAVED(b, 1);
+    TRY(a2, ct_square(a));
+    TRY(b2, ct_square(b));
+    TRY(r2, drop2(ct_add(a2, b2), a2, b2));
+    TRY(q, drop(ct_div(go[0], r2), r2));
+    ct_status st = CT_OK;
+    if (n->needs[0] && (st = put(&gi[0], ct_mul(q, b))) != CT_OK) return st;
+    if (n->needs[1]) {
+        TRY(qa, ct_mul(q, a));
+        st = put(&gi[1], drop(ct_neg(qa), qa));
+    }
+    ct_tensor_release(q);
+    return st;
+}
+
+/* Inputs (a, b); saved a, b. a - k b with k = trunc(a / b) (fmod) or floor(a / b)
+ * (remainder): go for a, -k go for b. */
+static ct_status mod_bw(cti_node *n, ct_tensor *const *go, ct_tensor **gi, bool floor_div) {
+    if (!go[0]) return CT_OK;
+    SAVED(a, 0);
+    SAVED(b, 1);
+    if (n->needs[0]) gi[0] = ct_tensor_retain(go[0]);
+    if (!n->needs[1]) return CT_OK;
+    TRY(q, ct_div(a, b));
+    TRY(k, drop(floor_div ? ct_floor(q) : ct_trunc(q), q));
+    TRY(nk, drop(ct_neg(k), k));
+    return chain(go, nk, &gi[1]);
+}
+CTI_BW(cti_bw_fmod) { return mod_bw(n, go, gi, false); }
+CTI_BW(cti_bw_remainder) { return mod_bw(n, go, gi, true); }
+
+/* Inputs (start, end, weight) or (start, end) with the weight in params' scalar; saved
+ * start, end, weight (NULL for the number). d/dstart = 1 - w, d/dend = w,
+ * d/dweight = end - start. */
+CTI_BW(cti_bw_lerp) {
+    if (!go[0]) return CT_OK;
+    SAVED(start, 0);
+    SAVED(end, 1);
+    SAVED(w, 2);
+    double ws = PARAMS(n)->scalar;
+    ct_status st = CT_OK;
+    if (n->needs[0]) {
+        TRY(c, w ? ct_rsub_scalar(w, 1.0) : ct_mul_scalar(go[0], 1.0 - ws));
+        if (w) st = chain(go, c, &gi[0]);
+        else st = put(&gi[0], c);
+        if (st != CT_OK) return st;
+    }
+    if (n->needs[1]) {
+        st = put(&gi[1], w ? ct_mul(go[0], w) : ct_mul_scalar(go[0], ws));
+        if (st != CT_OK) return st;
+    }
+    if (n->nin > 2 && n->needs[2]) {
+        TRY(d, ct_sub(end, start));
+        st = chain(go, d, &gi[2]);
+    }
+    return st;
+}
+#undef TRY

@@ -75,6 +75,14 @@ typedef struct cti_pointwise_params {
     int64_t ilo, ihi;
     double scalar;
     double beta, threshold;
+    /* leaky_relu's negative_slope. elu, selu, celu: x > 0 ? scale x :
+     * scale alpha (exp(input_scale x) - 1), as PyTorch's elu kernel. hardtanh
+     * reads lo/hi. nan_to_num: the replacements of NaN, +inf and -inf.
+     * round with decimals: the number of decimal places (negative: tens). */
+    double negative_slope;
+    double elu_alpha, elu_scale, elu_input_scale;
+    double nan_val, posinf_val, neginf_val;
+    int64_t decimals;
 } cti_pointwise_params;
 
 /* SUM ... ARGMIN, and the nodes of their formulas. mask: the reduced dims of
@@ -664,7 +672,52 @@ typedef struct cti_fold_params {
       INTERPOLATE_BACKWARD)                                                                  \
     X(INTERPOLATE_BACKWARD, "interpolate_backward", cti_interp_params, CTI_NOFORMULA, NONE)  \
     X(UNFOLD, "unfold", cti_fold_params, CTI_F(cti_bw_unfold), NONE)                         \
-    X(FOLD, "fold", cti_fold_params, CTI_F(cti_bw_fold), NONE)
+    X(FOLD, "fold", cti_fold_params, CTI_F(cti_bw_fold), NONE)                               \
+    /* elementwise: unary math, activations, rounding, binary, bitwise, lerp */              \
+    X(LOG1P, "log1p", cti_pointwise_params, CTI_F(cti_bw_log1p), NONE)                       \
+    X(EXPM1, "expm1", cti_pointwise_params, CTI_F(cti_bw_expm1), NONE)                       \
+    X(LOG2, "log2", cti_pointwise_params, CTI_F(cti_bw_log2), NONE)                          \
+    X(LOG10, "log10", cti_pointwise_params, CTI_F(cti_bw_log10), NONE)                       \
+    X(EXP2, "exp2", cti_pointwise_params, CTI_F(cti_bw_exp2), NONE)                          \
+    X(FLOOR, "floor", cti_pointwise_params, CTI_F(cti_bw_sign), NONE)                        \
+    X(CEIL, "ceil", cti_pointwise_params, CTI_F(cti_bw_sign), NONE)                          \
+    X(ROUND, "round", cti_pointwise_params, CTI_F(cti_bw_sign), NONE)                        \
+    X(ROUND_DECIMALS, "round_decimals", cti_pointwise_params, CTI_F(cti_bw_sign), NONE)      \
+    X(TRUNC, "trunc", cti_pointwise_params, CTI_F(cti_bw_sign), NONE)                        \
+    X(FRAC, "frac", cti_pointwise_params, CTI_F(cti_bw_add), NONE)                           \
+    X(ERF, "erf", cti_pointwise_params, CTI_F(cti_bw_erf), NONE)                             \
+    X(ERFC, "erfc", cti_pointwise_params, CTI_F(cti_bw_erfc), NONE)                          \
+    X(ERFINV, "erfinv", cti_pointwise_params, CTI_F(cti_bw_erfinv), NONE)                    \
+    X(TAN, "tan", cti_pointwise_params, CTI_F(cti_bw_tan), NONE)                             \
+    X(ASIN, "asin", cti_pointwise_params, CTI_F(cti_bw_asin), NONE)                          \
+    X(ACOS, "acos", cti_pointwise_params, CTI_F(cti_bw_acos), NONE)                          \
+    X(ATAN, "atan", cti_pointwise_params, CTI_F(cti_bw_atan), NONE)                          \
+    X(SINH, "sinh", cti_pointwise_params, CTI_F(cti_bw_sinh), NONE)                          \
+    X(COSH, "cosh", cti_pointwise_params, CTI_F(cti_bw_cosh), NONE)                          \
+    X(ASINH, "asinh", cti_pointwise_params, CTI_F(cti_bw_asinh), NONE)                       \
+    X(ACOSH, "acosh", cti_pointwise_params, CTI_F(cti_bw_acosh), NONE)                       \
+    X(ATANH, "atanh", cti_pointwise_params, CTI_F(cti_bw_atanh), NONE)                       \
+    X(LEAKY_RELU, "leaky_relu", cti_pointwise_params, CTI_F(cti_bw_leaky_relu), NONE)        \
+    X(ELU, "elu", cti_pointwise_params, CTI_F(cti_bw_elu), NONE)                             \
+    X(MISH, "mish", cti_pointwise_params, CTI_F(cti_bw_mish), NONE)                          \
+    X(HARDTANH, "hardtanh", cti_pointwise_params, CTI_F(cti_bw_hardtanh), NONE)              \
+    X(HARDSIGMOID, "hardsigmoid", cti_pointwise_params, CTI_F(cti_bw_hardsigmoid), NONE)     \
+    X(HARDSWISH, "hardswish", cti_pointwise_params, CTI_F(cti_bw_hardswish), NONE)           \
+    X(LOGSIGMOID, "log_sigmoid", cti_pointwise_params, CTI_F(cti_bw_logsigmoid), NONE)       \
+    X(NAN_TO_NUM, "nan_to_num", cti_pointwise_params, CTI_F(cti_bw_nan_to_num), NONE)        \
+    X(ISNAN, "isnan", cti_pointwise_params, CTI_NODIFF, NONE)                                \
+    X(ISINF, "isinf", cti_pointwise_params, CTI_NODIFF, NONE)                                \
+    X(ISFINITE, "isfinite", cti_pointwise_params, CTI_NODIFF, NONE)                          \
+    X(BITWISE_NOT, "bitwise_not", cti_pointwise_params, CTI_NODIFF, NONE)                    \
+    X(ATAN2, "atan2", cti_pointwise_params, CTI_F(cti_bw_atan2), NONE)                       \
+    X(FMOD, "fmod", cti_pointwise_params, CTI_F(cti_bw_fmod), NONE)                          \
+    X(REMAINDER, "remainder", cti_pointwise_params, CTI_F(cti_bw_remainder), NONE)           \
+    X(BITWISE_AND, "bitwise_and", cti_pointwise_params, CTI_NODIFF, NONE)                    \
+    X(BITWISE_OR, "bitwise_or", cti_pointwise_params, CTI_NODIFF, NONE)                      \
+    X(BITWISE_XOR, "bitwise_xor", cti_pointwise_params, CTI_NODIFF, NONE)                    \
+    X(BITWISE_LEFT_SHIFT, "bitwise_left_shift", cti_pointwise_params, CTI_NODIFF, NONE)      \
+    X(BITWISE_RIGHT_SHIFT, "bitwise_right_shift", cti_pointwise_params, CTI_NODIFF, NONE)    \
+    X(LERP, "lerp", cti_pointwise_params, CTI_F(cti_bw_lerp), NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

@@ -108,6 +108,23 @@ static ct_status check_bool_sub(const char *name, ct_dtype da, ct_dtype db) {
     return CT_OK;
 }
 
+static bool is_bitwise(ct_op op) {
+    return op == CT_OP_BITWISE_AND || op == CT_OP_BITWISE_OR || op == CT_OP_BITWISE_XOR ||
+           op == CT_OP_BITWISE_LEFT_SHIFT || op == CT_OP_BITWISE_RIGHT_SHIFT;
+}
+
+/* The dtypes PyTorch has kernels for: the bitwise ops take integers (and
+ * bool, but for the shifts), fmod and remainder refuse bool. */
+static ct_status check_operand_dtype(const bin_spec *sp, ct_dtype cd) {
+    bool shift = sp->op == CT_OP_BITWISE_LEFT_SHIFT || sp->op == CT_OP_BITWISE_RIGHT_SHIFT;
+    if (is_bitwise(sp->op) && (ct_dtype_is_floating(cd) || (shift && cd == CT_BOOL)))
+        return cti_error(CT_ERR_DTYPE, "%s: expected integer%s operands, got %s", sp->name,
+                         shift ? "" : " or bool", ct_dtype_name(cd));
+    if ((sp->op == CT_OP_FMOD || sp->op == CT_OP_REMAINDER) && cd == CT_BOOL)
+        return cti_error(CT_ERR_DTYPE, "%s: not supported for bool tensors", sp->name);
+    return CT_OK;
+}
+
 /* The parameters of a binary call: add/sub's alpha (sub passes -alpha; the
  * integer form serves integer and bool results, the other ops ignore both)
  * and the number s of a tensor-scalar form, which its formula reads. */
@@ -196,6 +213,15 @@ static ct_status binary_record(const bin_spec *sp, ct_tensor *a, ct_tensor *b, c
         r.saved[0] = a;
         r.saved[1] = b;
         break;
+    case CT_OP_ATAN2:
+    case CT_OP_FMOD:
+    case CT_OP_REMAINDER:
+        r.name = sp->op == CT_OP_ATAN2 ? "Atan2Backward"
+                 : sp->op == CT_OP_FMOD ? "FmodBackward" : "RemainderBackward";
+        r.nsaved = 2;
+        r.saved[0] = a;
+        r.saved[1] = b;
+        break;
     default: return CT_OK; /* no other binary op has a formula */
     }
     return cti_ag_record(&r);
@@ -211,6 +237,7 @@ static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
     ct_dtype cd = compute_dtype(sp->kind, rt);
     ct_dtype od = sp->kind == BK_COMPARE ? CT_BOOL : cd;
     if (sp->op == CT_OP_SUB && check_bool_sub(sp->name, a->dtype, b->dtype) != CT_OK) return NULL;
+    if (check_operand_dtype(sp, cd) != CT_OK) return NULL;
     if ((sp->op == CT_OP_ADD || sp->op == CT_OP_SUB) && check_alpha(sp->name, cd, sp->op == CT_OP_SUB ? -alpha : alpha) != CT_OK)
         return NULL;
     int nd;
@@ -298,6 +325,11 @@ static ct_status scalar_record(const bin_spec *sp, ct_tensor *a, bool reverse, c
     case CT_OP_POW: r.name = "PowBackward", r.backward = cti_bw_pow_scalar; break;
     case CT_OP_MAXIMUM: r.name = "MaximumBackward", r.backward = cti_bw_maximum_scalar; break;
     case CT_OP_MINIMUM: r.name = "MinimumBackward", r.backward = cti_bw_minimum_scalar; break;
+    case CT_OP_FMOD: /* a - k s with k piecewise constant: the identity's gradient */
+    case CT_OP_REMAINDER:
+        r.name = sp->op == CT_OP_FMOD ? "FmodBackward" : "RemainderBackward";
+        r.backward = cti_bw_add;
+        break;
     default: return CT_OK; /* no other scalar form has a formula */
     }
     if (sp->op == CT_OP_POW || sp->op == CT_OP_MAXIMUM || sp->op == CT_OP_MINIMUM) {
@@ -315,6 +347,7 @@ static ct_tensor *binary_scalar(const bin_spec *sp, ct_tensor *a, double s, bool
     ct_dtype cd = compute_dtype(sp->kind, rt);
     ct_dtype od = sp->kind == BK_COMPARE ? CT_BOOL : cd;
     if (sp->op == CT_OP_SUB && check_bool_sub(sp->name, a->dtype, a->dtype) != CT_OK) return NULL;
+    if (check_operand_dtype(sp, cd) != CT_OK) return NULL; /* a float s makes cd floating */
     if (sp->op == CT_OP_POW && !ct_dtype_is_floating(cd) && s < 0)
         return cti_error_null(CT_ERR_INVALID_ARG,
                               "%s: integers to negative integer powers are not allowed "
@@ -580,6 +613,7 @@ typedef enum un_kind {
     UK_KEEP,       /* keeps the dtype (integers too) */
     UK_LOGICAL,    /* any dtype in, bool out */
     UK_FLOAT_ONLY, /* floating dtypes only: integers and bool refused, as PyTorch does */
+    UK_INTEGRAL,   /* integers and bool only (bitwise_not): floating refused */
 } un_kind;
 
 /* What a unary node saves for its formula: x, out (where the derivative is
@@ -606,9 +640,13 @@ static ct_status unary_dtype(const un_spec *sp, const ct_tensor *x, ct_dtype *cd
         return CT_OK;
     }
     *cd = dt;
-    if (sp->kind == UK_LOGICAL || dt != CT_BOOL) return CT_OK;
+    if (sp->kind == UK_INTEGRAL && ct_dtype_is_floating(dt))
+        return cti_error(CT_ERR_DTYPE, "%s: expected an integer or bool tensor, got %s", sp->name,
+                         ct_dtype_name(dt));
+    if (sp->kind == UK_LOGICAL || sp->kind == UK_INTEGRAL || dt != CT_BOOL) return CT_OK;
     switch (sp->op) {
-    case CT_OP_SIGN: return CT_OK;
+    case CT_OP_SIGN:
+    case CT_OP_NAN_TO_NUM: return CT_OK; /* bool stays bool, as in PyTorch */
     case CT_OP_SQUARE: *cd = CT_I64; return CT_OK; /* square is pow(x, 2): int64 */
     case CT_OP_NEG:
         return cti_error(CT_ERR_DTYPE,
@@ -904,4 +942,268 @@ ct_status ct_clamp_(ct_tensor *a, double min, double max) {
     st = cti_run(&c, dev_of(a), a->dtype);
     if (st == CT_OK) cti_bump_version(a);
     return st;
+}
+
+/* ---- math, activations, rounding, bitwise, lerp ------------------------------------------------ */
+USPEC(u_log1p, "ct_log1p", LOG1P, UK_FLOAT, "Log1PBackward", SAVE_X);
+USPEC(u_expm1, "ct_expm1", EXPM1, UK_FLOAT, "Expm1Backward", SAVE_OUT);
+USPEC(u_log2, "ct_log2", LOG2, UK_FLOAT, "Log2Backward", SAVE_X);
+USPEC(u_log10, "ct_log10", LOG10, UK_FLOAT, "Log10Backward", SAVE_X);
+USPEC(u_exp2, "ct_exp2", EXP2, UK_FLOAT, "Exp2Backward", SAVE_OUT);
+USPEC(u_floor, "ct_floor", FLOOR, UK_KEEP, "FloorBackward", SAVE_NONE);
+USPEC(u_ceil, "ct_ceil", CEIL, UK_KEEP, "CeilBackward", SAVE_NONE);
+USPEC(u_round, "ct_round", ROUND, UK_KEEP, "RoundBackward", SAVE_NONE);
+USPEC(u_round_decimals, "ct_round_decimals", ROUND_DECIMALS, UK_FLOAT_ONLY, "RoundBackward",
+      SAVE_NONE);
+USPEC(u_trunc, "ct_trunc", TRUNC, UK_KEEP, "TruncBackward", SAVE_NONE);
+USPEC(u_frac, "ct_frac", FRAC, UK_FLOAT_ONLY, "FracBackward", SAVE_NONE);
+USPEC(u_erf, "ct_erf", ERF, UK_FLOAT, "ErfBackward", SAVE_X);
+USPEC(u_erfc, "ct_erfc", ERFC, UK_FLOAT, "ErfcBackward", SAVE_X);
+USPEC(u_erfinv, "ct_erfinv", ERFINV, UK_FLOAT, "ErfinvBackward", SAVE_OUT);
+USPEC(u_tan, "ct_tan", TAN, UK_FLOAT, "TanBackward", SAVE_OUT);
+USPEC(u_asin, "ct_asin", ASIN, UK_FLOAT, "AsinBackward", SAVE_X);
+USPEC(u_acos, "ct_acos", ACOS, UK_FLOAT, "AcosBackward", SAVE_X);
+USPEC(u_atan, "ct_atan", ATAN, UK_FLOAT, "AtanBackward", SAVE_X);
+USPEC(u_sinh, "ct_sinh", SINH, UK_FLOAT, "SinhBackward", SAVE_X);
+USPEC(u_cosh, "ct_cosh", COSH, UK_FLOAT, "CoshBackward", SAVE_X);
+USPEC(u_asinh, "ct_asinh", ASINH, UK_FLOAT, "AsinhBackward", SAVE_X);
+USPEC(u_acosh, "ct_acosh", ACOSH, UK_FLOAT, "AcoshBackward", SAVE_X);
+USPEC(u_atanh, "ct_atanh", ATANH, UK_FLOAT, "AtanhBackward", SAVE_X);
+USPEC(u_leaky_relu, "ct_leaky_relu", LEAKY_RELU, UK_FLOAT_ONLY, "LeakyReluBackward", SAVE_X);
+USPEC(u_elu, "ct_elu", ELU, UK_FLOAT_ONLY, "EluBackward", SAVE_X);
+USPEC(u_selu, "ct_selu", ELU, UK_FLOAT_ONLY, "EluBackward", SAVE_X);
+USPEC(u_celu, "ct_celu", ELU, UK_FLOAT_ONLY, "EluBackward", SAVE_X);
+USPEC(u_mish, "ct_mish", MISH, UK_FLOAT_ONLY, "MishBackward", SAVE_X);
+USPEC(u_hardtanh, "ct_hardtanh", HARDTANH, UK_FLOAT_ONLY, "HardtanhBackward", SAVE_X);
+USPEC(u_hardsigmoid, "ct_hardsigmoid", HARDSIGMOID, UK_FLOAT_ONLY, "HardsigmoidBackward",
+      SAVE_X);
+USPEC(u_hardswish, "ct_hardswish", HARDSWISH, UK_FLOAT_ONLY, "HardswishBackward", SAVE_X);
+USPEC(u_logsigmoid, "ct_logsigmoid", LOGSIGMOID, UK_FLOAT_ONLY, "LogSigmoidBackward", SAVE_X);
+USPEC(u_nan_to_num, "ct_nan_to_num", NAN_TO_NUM, UK_KEEP, "NanToNumBackward", SAVE_X);
+USPEC(u_isnan, "ct_isnan", ISNAN, UK_LOGICAL, NULL, SAVE_NONE);
+USPEC(u_isinf, "ct_isinf", ISINF, UK_LOGICAL, NULL, SAVE_NONE);
+USPEC(u_isfinite, "ct_isfinite", ISFINITE, UK_LOGICAL, NULL, SAVE_NONE);
+USPEC(u_bitwise_not, "ct_bitwise_not", BITWISE_NOT, UK_INTEGRAL, NULL, SAVE_NONE);
+
+ct_tensor *ct_log1p(ct_tensor *x) { return unary(&u_log1p, x); }
+ct_tensor *ct_expm1(ct_tensor *x) { return unary(&u_expm1, x); }
+ct_tensor *ct_log2(ct_tensor *x) { return unary(&u_log2, x); }
+ct_tensor *ct_log10(ct_tensor *x) { return unary(&u_log10, x); }
+ct_tensor *ct_exp2(ct_tensor *x) { return unary(&u_exp2, x); }
+ct_tensor *ct_floor(ct_tensor *x) { return unary(&u_floor, x); }
+ct_tensor *ct_ceil(ct_tensor *x) { return unary(&u_ceil, x); }
+ct_tensor *ct_round(ct_tensor *x) { return unary(&u_round, x); }
+ct_tensor *ct_round_decimals(ct_tensor *x, int64_t decimals) {
+    if (decimals == 0) {
+        if (x && !ct_dtype_is_floating(x->dtype))
+            return cti_error_null(CT_ERR_DTYPE, "ct_round_decimals: expected a floating dtype "
+                                                "for x, got %s", ct_dtype_name(x->dtype));
+        return ct_round(x);
+    }
+    /* 10^d is inf in float64 past 308 (PyTorch's too); keep |d| in a range pow takes */
+    if (decimals > 400 || decimals < -400)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "ct_round_decimals: decimals must be within [-400, 400], got %lld",
+                              (long long)decimals);
+    cti_pointwise_params p = {.decimals = decimals};
+    return unary_p(&u_round_decimals, x, &p);
+}
+ct_tensor *ct_trunc(ct_tensor *x) { return unary(&u_trunc, x); }
+ct_tensor *ct_frac(ct_tensor *x) { return unary(&u_frac, x); }
+ct_tensor *ct_erf(ct_tensor *x) { return unary(&u_erf, x); }
+ct_tensor *ct_erfc(ct_tensor *x) { return unary(&u_erfc, x); }
+ct_tensor *ct_erfinv(ct_tensor *x) { return unary(&u_erfinv, x); }
+ct_tensor *ct_tan(ct_tensor *x) { return unary(&u_tan, x); }
+ct_tensor *ct_asin(ct_tensor *x) { return unary(&u_asin, x); }
+ct_tensor *ct_acos(ct_tensor *x) { return unary(&u_acos, x); }
+ct_tensor *ct_atan(ct_tensor *x) { return unary(&u_atan, x); }
+ct_tensor *ct_sinh(ct_tensor *x) { return unary(&u_sinh, x); }
+ct_tensor *ct_cosh(ct_tensor *x) { return unary(&u_cosh, x); }
+ct_tensor *ct_asinh(ct_tensor *x) { return unary(&u_asinh, x); }
+ct_tensor *ct_acosh(ct_tensor *x) { return unary(&u_acosh, x); }
+ct_tensor *ct_atanh(ct_tensor *x) { return unary(&u_atanh, x); }
+ct_tensor *ct_leaky_relu(ct_tensor *x, double negative_slope) {
+    cti_pointwise_params p = {.negative_slope = negative_slope};
+    return unary_p(&u_leaky_relu, x, &p);
+}
+ct_tensor *ct_elu(ct_tensor *x, double alpha) {
+    cti_pointwise_params p = {.elu_alpha = alpha, .elu_scale = 1, .elu_input_scale = 1};
+    return unary_p(&u_elu, x, &p);
+}
+ct_tensor *ct_selu(ct_tensor *x) {
+    cti_pointwise_params p = {.elu_alpha = 1.6732632423543772848170429916717,
+                              .elu_scale = 1.0507009873554804934193349852946,
+                              .elu_input_scale = 1};
+    return unary_p(&u_selu, x, &p);
+}
+ct_tensor *ct_celu(ct_tensor *x, double alpha) {
+    if (alpha == 0)
+        return cti_error_null(CT_ERR_INVALID_ARG, "ct_celu: alpha must not be 0 (it divides x)");
+    cti_pointwise_params p = {.elu_alpha = alpha, .elu_scale = 1, .elu_input_scale = 1 / alpha};
+    return unary_p(&u_celu, x, &p);
+}
+ct_tensor *ct_mish(ct_tensor *x) { return unary(&u_mish, x); }
+ct_tensor *ct_hardtanh(ct_tensor *x, double min_val, double max_val) {
+    if (min_val > max_val)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "ct_hardtanh: min_val (%g) cannot be greater than max_val (%g)",
+                              min_val, max_val);
+    cti_pointwise_params p = {.lo = min_val, .hi = max_val};
+    return unary_p(&u_hardtanh, x, &p);
+}
+ct_tensor *ct_hardsigmoid(ct_tensor *x) { return unary(&u_hardsigmoid, x); }
+ct_tensor *ct_hardswish(ct_tensor *x) { return unary(&u_hardswish, x); }
+ct_tensor *ct_logsigmoid(ct_tensor *x) { return unary(&u_logsigmoid, x); }
+
+/* The largest finite value of a floating dtype (nan_to_num's default for +inf). */
+static double dtype_max(ct_dtype dt) {
+    switch (dt) {
+    case CT_F16: return 65504.0;
+    case CT_BF16: return 3.3895313892515355e38;
+    case CT_F32: return 3.4028234663852886e38;
+    default: return 1.7976931348623157e308;
+    }
+}
+
+ct_tensor *ct_nan_to_num(ct_tensor *x, double nan, double posinf, double neginf) {
+    if (!x) return (cti_check_not_null("ct_nan_to_num", 1, &x), NULL);
+    double top = dtype_max(x->dtype);
+    cti_pointwise_params p = {.nan_val = nan, .posinf_val = isnan(posinf) ? top : posinf,
+                              .neginf_val = isnan(neginf) ? -top : neginf};
+    return unary_p(&u_nan_to_num, x, &p);
+}
+ct_tensor *ct_isnan(ct_tensor *x) { return unary(&u_isnan, x); }
+ct_tensor *ct_isinf(ct_tensor *x) { return unary(&u_isinf, x); }
+ct_tensor *ct_isfinite(ct_tensor *x) { return unary(&u_isfinite, x); }
+ct_tensor *ct_bitwise_not(ct_tensor *x) { return unary(&u_bitwise_not, x); }
+
+SPEC(s_atan2, "ct_atan2", ATAN2, BK_DIV);
+SPEC(s_fmod, "ct_fmod", FMOD, BK_ARITH);
+SPEC(s_remainder, "ct_remainder", REMAINDER, BK_ARITH);
+SPEC(s_bitwise_and, "ct_bitwise_and", BITWISE_AND, BK_ARITH);
+SPEC(s_bitwise_or, "ct_bitwise_or", BITWISE_OR, BK_ARITH);
+SPEC(s_bitwise_xor, "ct_bitwise_xor", BITWISE_XOR, BK_ARITH);
+SPEC(s_bitwise_left_shift, "ct_bitwise_left_shift", BITWISE_LEFT_SHIFT, BK_ARITH);
+SPEC(s_bitwise_right_shift, "ct_bitwise_right_shift", BITWISE_RIGHT_SHIFT, BK_ARITH);
+SPEC(s_fmod_scalar, "ct_fmod_scalar", FMOD, BK_ARITH);
+SPEC(s_remainder_scalar, "ct_remainder_scalar", REMAINDER, BK_ARITH);
+SPEC(s_bitwise_and_scalar, "ct_bitwise_and_scalar", BITWISE_AND, BK_ARITH);
+SPEC(s_bitwise_or_scalar, "ct_bitwise_or_scalar", BITWISE_OR, BK_ARITH);
+SPEC(s_bitwise_xor_scalar, "ct_bitwise_xor_scalar", BITWISE_XOR, BK_ARITH);
+SPEC(s_bitwise_left_shift_scalar, "ct_bitwise_left_shift_scalar", BITWISE_LEFT_SHIFT, BK_ARITH);
+SPEC(s_bitwise_right_shift_scalar, "ct_bitwise_right_shift_scalar", BITWISE_RIGHT_SHIFT,
+     BK_ARITH);
+
+ct_tensor *ct_atan2(ct_tensor *a, ct_tensor *b) { return binary(&s_atan2, a, b, 1.0); }
+ct_tensor *ct_fmod(ct_tensor *a, ct_tensor *b) { return binary(&s_fmod, a, b, 1.0); }
+ct_tensor *ct_remainder(ct_tensor *a, ct_tensor *b) { return binary(&s_remainder, a, b, 1.0); }
+ct_tensor *ct_bitwise_and(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_and, a, b, 1.0); }
+ct_tensor *ct_bitwise_or(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_or, a, b, 1.0); }
+ct_tensor *ct_bitwise_xor(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_xor, a, b, 1.0); }
+ct_tensor *ct_bitwise_left_shift(ct_tensor *a, ct_tensor *b) {
+    return binary(&s_bitwise_left_shift, a, b, 1.0);
+}
+ct_tensor *ct_bitwise_right_shift(ct_tensor *a, ct_tensor *b) {
+    return binary(&s_bitwise_right_shift, a, b, 1.0);
+}
+SCALAR_OP(ct_fmod_scalar, s_fmod_scalar)
+SCALAR_OP(ct_remainder_scalar, s_remainder_scalar)
+SCALAR_OP(ct_bitwise_and_scalar, s_bitwise_and_scalar)
+SCALAR_OP(ct_bitwise_or_scalar, s_bitwise_or_scalar)
+SCALAR_OP(ct_bitwise_xor_scalar, s_bitwise_xor_scalar)
+SCALAR_OP(ct_bitwise_left_shift_scalar, s_bitwise_left_shift_scalar)
+SCALAR_OP(ct_bitwise_right_shift_scalar, s_bitwise_right_shift_scalar)
+
+/* ---- lerp -------------------------------------------------------------------------------------- */
+/* start + weight (end - start) into a new tensor; w is a tensor, or NULL with
+ * the number ws (held in a 0-d tensor of the dtype, the node reading ws from
+ * the parameters). PyTorch requires one floating dtype of all three. */
+static ct_tensor *lerp_impl(const char *name, ct_tensor *start, ct_tensor *end, ct_tensor *w,
+                            double ws) {
+    ct_tensor *ts[3] = {start, end, w};
+    int nt = w ? 3 : 2;
+    if (cti_check_not_null(name, nt, ts) != CT_OK) return NULL;
+    if (cti_check_same_device(name, nt, ts) != CT_OK) return NULL;
+    if (cti_check_floating(name, start, "start") != CT_OK) return NULL;
+    static const char *const what[3] = {"start", "end", "weight"};
+    for (int k = 1; k < nt; k++)
+        if (ts[k]->dtype != start->dtype)
+            return cti_error_null(CT_ERR_DTYPE, "%s: expected dtype %s for %s, got %s", name,
+                                  ct_dtype_name(start->dtype), what[k],
+                                  ct_dtype_name(ts[k]->dtype));
+    int n1, nd = 0;
+    int64_t s1[CT_MAX_DIMS], shape[CT_MAX_DIMS];
+    if (cti_broadcast_shapes(name, start->ndim, start->shape, end->ndim, end->shape, &n1, s1) !=
+        CT_OK)
+        return NULL;
+    if (w) {
+        if (cti_broadcast_shapes(name, n1, s1, w->ndim, w->shape, &nd, shape) != CT_OK)
+            return NULL;
+    } else {
+        nd = n1;
+        memcpy(shape, s1, sizeof(int64_t) * (size_t)n1);
+    }
+    ct_tensor *sc = NULL;
+    if (!w && !(sc = make_scalar(name, ws, start->dtype, dev_of(start)))) return NULL;
+    ct_tensor *out = cti_tensor_new(name, nd, shape, start->dtype, dev_of(start));
+    if (!out) {
+        ct_tensor_release(sc);
+        return NULL;
+    }
+    cti_pointwise_params p = {.scalar = ws};
+    ct_call c;
+    cti_call_init(&c, CT_OP_LERP);
+    c.nin = 3;
+    c.nout = 1;
+    c.in[0] = start;
+    c.in[1] = end;
+    c.in[2] = w ? w : sc;
+    c.out[0] = out;
+    cti_call_params(&c, &p);
+    ct_status st = cti_run(&c, dev_of(out), start->dtype);
+    ct_tensor_release(sc);
+    if (st == CT_OK && cti_ag_needed(nt, ts))
+        st = cti_ag_record(&(cti_ag_rec){.name = "LerpBackward", .backward = cti_bw_lerp,
+                                         .nin = nt, .in = {start, end, w}, .nout = 1,
+                                         .out = {out}, .nsaved = 3, .saved = {start, end, w},
+                                         CTI_AG_PARAMS(&p)});
+    if (st != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+ct_tensor *ct_lerp(ct_tensor *start, ct_tensor *end, ct_tensor *weight) {
+    if (!weight) {
+        ct_tensor *ts[3] = {start, end, weight};
+        return (cti_check_not_null("ct_lerp", 3, ts), NULL);
+    }
+    return lerp_impl("ct_lerp", start, end, weight, 0);
+}
+ct_tensor *ct_lerp_scalar(ct_tensor *start, ct_tensor *end, double weight) {
+    return lerp_impl("ct_lerp_scalar", start, end, NULL, weight);
+}
+
+/* ---- clamp with tensor bounds ------------------------------------------------------------------- */
+/* maximum, then minimum: PyTorch's promotion of the three (result_type is
+ * associative over these categories), broadcasting, and NaN from any of them
+ * (as PyTorch's kernel, which gives NaN for a NaN bound). The gradient is
+ * that of maximum and minimum: where x equals a bound, the two share it. */
+ct_tensor *ct_clamp_tensor(ct_tensor *x, ct_tensor *min, ct_tensor *max) {
+    static const char *name = "ct_clamp_tensor";
+    if (!x) return (cti_check_not_null(name, 1, &x), NULL);
+    if (!min && !max)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: at least one of min and max must be given (not NULL)", name);
+    ct_tensor *ts[3] = {x, min ? min : x, max ? max : x};
+    if (cti_check_same_device(name, 3, ts) != CT_OK) return NULL;
+    ct_tensor *all[3] = {x, min ? min : x, max ? max : x};
+    if (cti_result_type(3, all) == CT_BOOL)
+        return cti_error_null(CT_ERR_DTYPE, "%s: not supported for bool tensors", name);
+    ct_tensor *lo = min ? ct_maximum(x, min) : ct_tensor_retain(x);
+    if (!lo || !max) return lo;
+    ct_tensor *r = ct_minimum(lo, max);
+    ct_tensor_release(lo);
+    return r;
 }

@@ -14,6 +14,9 @@
  *   add, sub: out = a + alpha * b (sub's front end passes -alpha)
  *   clamp:    out = min(max(x, lo), hi), NaN bounds giving NaN
  *   softplus: out = log(1 + exp(beta x)) / beta, or x where beta x > threshold
+ *   leaky_relu (negative_slope), elu/selu/celu (alpha, scale, input_scale),
+ *   hardtanh (lo, hi), nan_to_num (the three replacements), round with
+ *   decimals (decimals), lerp's scalar weight (a 0-d third operand)
  * The rest take none; each row below is its element expression. */
 #pragma GCC optimize("O3", "no-math-errno")
 
@@ -39,7 +42,19 @@ typedef struct ew_ctx {
 #define FPARAMS(T)                                                               \
     const T p_alpha = (T)P->p->alpha, p_lo = (T)P->p->lo, p_hi = (T)P->p->hi;    \
     const T p_beta = (T)P->p->beta, p_threshold = (T)P->p->threshold;            \
-    (void)p_alpha; (void)p_lo; (void)p_hi; (void)p_beta; (void)p_threshold;
+    (void)p_alpha; (void)p_lo; (void)p_hi; (void)p_beta; (void)p_threshold;      \
+    FPARAMS_MORE(T)
+/* The parameters of leaky_relu, elu, nan_to_num and round with decimals (10^|d|
+ * as PyTorch forms it: a double power rounded to the compute type). */
+#define FPARAMS_MORE(T)                                                          \
+    const T p_slope = (T)P->p->negative_slope, p_ealpha = (T)P->p->elu_alpha;    \
+    const T p_escale = (T)P->p->elu_scale, p_einscale = (T)P->p->elu_input_scale; \
+    const T p_nan = (T)P->p->nan_val, p_posinf = (T)P->p->posinf_val;            \
+    const T p_neginf = (T)P->p->neginf_val;                                      \
+    const bool p_negdec = P->p->decimals < 0;                                    \
+    const T p_tenpow = (T)pow(10.0, (double)(p_negdec ? -P->p->decimals : P->p->decimals)); \
+    (void)p_slope; (void)p_ealpha; (void)p_escale; (void)p_einscale; (void)p_nan; \
+    (void)p_posinf; (void)p_neginf; (void)p_negdec; (void)p_tenpow;
 #define IPARAMS(T)                                                               \
     const T p_alpha = (T)P->p->ialpha, p_lo = (T)P->p->ilo, p_hi = (T)P->p->ihi; \
     (void)p_alpha; (void)p_lo; (void)p_hi;
@@ -232,6 +247,58 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
         }                                                                              \
     }
 
+/* Three operands (lerp: start a, end b, weight w): contiguous, a broadcast
+ * weight (the scalar form), and strided. */
+#define TERNARY_LOOP(name, T, PARAMS, EXPR)                                            \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_ctx *P = ctx;                                                         \
+        typedef T cT;                                                                  \
+        PARAMS(T)                                                                      \
+        const int64_t st = (int64_t)sizeof(T);                                         \
+        if (s[0] == st && s[1] == st && s[2] == st && (s[3] == st || s[3] == 0)) {     \
+            T *restrict o = (T *)p[0];                                                 \
+            const T *restrict x = (const T *)p[1], *restrict y = (const T *)p[2];      \
+            const T *restrict z = (const T *)p[3];                                     \
+            if (s[3] == 0) {                                                           \
+                const cT w = z[0];                                                     \
+                for (int64_t i = 0; i < n; i++) {                                      \
+                    const cT a = x[i], b = y[i];                                       \
+                    o[i] = (T)(EXPR);                                                  \
+                }                                                                      \
+            } else {                                                                   \
+                for (int64_t i = 0; i < n; i++) {                                      \
+                    const cT a = x[i], b = y[i], w = z[i];                             \
+                    o[i] = (T)(EXPR);                                                  \
+                }                                                                      \
+            }                                                                          \
+        } else {                                                                       \
+            char *po = p[0];                                                           \
+            const char *pa = p[1], *pb = p[2], *pw = p[3];                             \
+            for (int64_t i = 0; i < n; i++, po += s[0], pa += s[1], pb += s[2], pw += s[3]) { \
+                const cT a = *(const T *)pa, b = *(const T *)pb, w = *(const T *)pw;   \
+                *(T *)po = (T)(EXPR);                                                  \
+            }                                                                          \
+        }                                                                              \
+    }
+#define LP_TERNARY_LOOP(name, ODT, EXPR)                                               \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_ctx *P = ctx;                                                         \
+        typedef float cT;                                                              \
+        FPARAMS(float)                                                                 \
+        float fa[BLK], fb[BLK], fw[BLK];                                               \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(fa, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
+            load_lp(fb, p[2] + off * s[2], s[2], m, P->dt[2]);                         \
+            load_lp(fw, p[3] + off * s[3], s[3], m, P->dt[3]);                         \
+            for (int64_t i = 0; i < m; i++) {                                          \
+                const cT a = fa[i], b = fb[i], w = fw[i];                              \
+                fa[i] = (float)(EXPR);                                                 \
+            }                                                                          \
+            store_lp(p[0] + off * s[0], s[0], fa, m, ODT);                             \
+        }                                                                              \
+    }
+
 /* sin and cos of float32, float16 and bfloat16 (in and out of one dtype) in
  * blocks: VF (vmath.h, float32) for every element; only in a block with an
  * element beyond VM_TRIG_FAST_MAX (or NaN), VF##_wide (float64 reduction)
@@ -275,6 +342,38 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
             TRIG_BLOCK(out, in, m, VF, DF);                                            \
             if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], out, m);        \
             else store_lp(p[0] + off * s[0], s[0], out, m, P->dt[0]);                  \
+        }                                                                              \
+    }
+
+/* fmod and remainder (REM) of float32, float16 and bfloat16 in blocks: vm_fmod
+ * for every element, then libm's fmodf for those it does not cover (only in a
+ * block that has one). Python's remainder moves fmod into b's sign. */
+#define FMOD_BLOCK(o, x, y, m, REM)                                                    \
+    do {                                                                               \
+        int other = 0;                                                                 \
+        for (int64_t i = 0; i < (m); i++) {                                            \
+            float r = vm_fmod(x[i], y[i]);                                             \
+            if (REM) r = (r != 0 && (y[i] < 0) != (r < 0)) ? r + y[i] : r;            \
+            o[i] = r;                                                                  \
+            other |= !(fabsf(x[i]) < 0x1p28f * fabsf(y[i]));                           \
+        }                                                                              \
+        for (int64_t i = 0; other && i < (m); i++) {                                   \
+            if (fabsf(x[i]) < 0x1p28f * fabsf(y[i])) continue;                         \
+            float r = fmodf(x[i], y[i]);                                               \
+            o[i] = (REM) && r != 0 && (y[i] < 0) != (r < 0) ? r + y[i] : r;            \
+        }                                                                              \
+    } while (0)
+#define FMOD_LOOP(name, REM)                                                           \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_ctx *P = ctx;                                                         \
+        float fa[BLK], fb[BLK], fo[BLK];                                               \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(fa, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
+            load_lp(fb, p[2] + off * s[2], s[2], m, P->dt[2]);                         \
+            FMOD_BLOCK(fo, fa, fb, m, REM);                                            \
+            if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], fo, m);         \
+            else store_lp(p[0] + off * s[0], s[0], fo, m, P->dt[0]);                   \
         }                                                                              \
     }
 
@@ -357,6 +456,23 @@ typedef struct ew_reg {
     B_NATIVE(op, i64, int64_t, uint64_t, uint8_t, IPARAMS, EXPR)                       \
     B_NATIVE(op, b8, uint8_t, uint8_t, uint8_t, BPARAMS, EXPR)
 #define B_BOOL(op, EXPR) B_NATIVE(op, b8, uint8_t, uint8_t, uint8_t, BPARAMS, EXPR)
+/* fmod (EXPR 0) and remainder (EXPR 1): float64 through libm, the rest
+ * through FMOD_LOOP. */
+#define B_FMOD(op, EXPR)                                                               \
+    B_NATIVE(op, f64, double, uint64_t, double, FPARAMS, (EXPR) ? FREM(a, b) : fmod(a, b)) \
+    FMOD_LOOP(loop_##op##_f32, EXPR)                                                   \
+    KERNEL(k_##op##_f32, loop_##op##_f32, 2)                                           \
+    KERNEL(k_##op##_f16, loop_##op##_f32, 2)                                           \
+    KERNEL(k_##op##_bf16, loop_##op##_f32, 2)
+#define T_FLOAT(op, EXPR)                                                              \
+    TERNARY_LOOP(loop_##op##_f32, float, FPARAMS, EXPR)                                \
+    KERNEL(k_##op##_f32, loop_##op##_f32, 3)                                           \
+    TERNARY_LOOP(loop_##op##_f64, double, FPARAMS, EXPR)                               \
+    KERNEL(k_##op##_f64, loop_##op##_f64, 3)                                           \
+    LP_TERNARY_LOOP(loop_##op##_f16, CT_F16, EXPR)                                     \
+    KERNEL(k_##op##_f16, loop_##op##_f16, 3)                                           \
+    LP_TERNARY_LOOP(loop_##op##_bf16, CT_BF16, EXPR)                                   \
+    KERNEL(k_##op##_bf16, loop_##op##_bf16, 3)
 
 /* Registration rows. */
 #define R(OP, op, sfx, DT) {CT_OP_##OP, DT, k_##op##_##sfx, #op "_" #sfx},
@@ -378,6 +494,8 @@ typedef struct ew_reg {
 #define REG_B_INT R_INT
 #define REG_B_INT_TO_BOOL(OP, op) R_INT(OP, op) R_BOOL(OP, op)
 #define REG_B_BOOL R_BOOL
+#define REG_T_FLOAT R_FLOAT
+#define REG_B_FMOD R_FLOAT
 
 /* VEC for float32 (and the halves, computed in float32), REF for float64:
  * the vectorizable functions of vmath.h where libm would be called per
@@ -391,6 +509,8 @@ typedef struct ew_reg {
  * min(max(x, lo), hi). */
 #define CLAMP_F(x) ((((x) < p_lo || p_lo != p_lo) ? p_lo : (x)) > p_hi || p_hi != p_hi \
                         ? p_hi : (((x) < p_lo || p_lo != p_lo) ? p_lo : (x)))
+#define HSIG6(x)                                                                       \
+    ((((x) + 3 < 0 ? (cT)0 : (x) + 3) > 6) ? (cT)6 : ((x) + 3 < 0 ? (cT)0 : (x) + 3))
 #define CLAMP_I(x) ((((x) < p_lo) ? p_lo : (x)) > p_hi ? p_hi : (((x) < p_lo) ? p_lo : (x)))
 
 /* Integer power by repeated squaring, wrapping; negative exponents give
@@ -413,6 +533,57 @@ typedef struct ew_reg {
 IPOW_FN(ipow_i32, int32_t, uint32_t)
 IPOW_FN(ipow_i64, int64_t, uint64_t)
 #define IPOW(a, b) _Generic((a), int32_t: ipow_i32, int64_t: ipow_i64)(a, b)
+
+/* Integer fmod and remainder: C's % (the sign of a), and Python's (the sign
+ * of b). A zero divisor gives 0 (PyTorch raises on the CPU; C's % would be
+ * undefined), and so does -1, where INT_MIN % -1 would overflow. */
+#define IFMOD(a, b) ((b) == 0 || (b) == -1 ? (cT)0 : (cT)((a) % (b)))
+#define IREM(a, b)                                                                     \
+    (IFMOD(a, b) != 0 && ((IFMOD(a, b) < 0) != ((b) < 0)) ? (cT)(IFMOD(a, b) + (b))    \
+                                                          : IFMOD(a, b))
+/* Python's % on floats, as PyTorch: fmod moved into b's sign. */
+#define FREM(a, b)                                                                     \
+    (fmod(a, b) != 0 && ((b) < 0) != (fmod(a, b) < 0) ? fmod(a, b) + (b) : fmod(a, b))
+/* Shifts as PyTorch: counts outside [0, bits) (negative ones too, read as
+ * unsigned) give 0 to the left and the sign fill to the right. */
+#define NBITS ((uT)(sizeof(cT) * 8))
+#define SHL(a, b) ((uT)(b) >= NBITS ? (cT)0 : (cT)((uT)(a) << (b)))
+#define SHR(a, b) ((uT)(b) >= NBITS - 1 ? (cT)((a) >> (NBITS - 1)) : (cT)((a) >> (b)))
+
+/* erfinv of float64: Giles' single-precision approximation (Approximating
+ * the erfinv function, 2010), then two Newton steps on erf(x) = y, as
+ * PyTorch's calc_erfinv refines its own start. float32 and the halves take
+ * vm_erfinv, the approximation alone, vectorized. */
+static double erfinv_d(double y) {
+    if (!(fabs(y) < 1.0)) return y == 1.0 ? INFINITY : y == -1.0 ? -INFINITY : NAN;
+    double w = -log((1.0 - y) * (1.0 + y)), p;
+    if (w < 5.0) {
+        w -= 2.5;
+        p = 2.81022636e-08;
+        p = 3.43273939e-07 + p * w;
+        p = -3.5233877e-06 + p * w;
+        p = -4.39150654e-06 + p * w;
+        p = 0.00021858087 + p * w;
+        p = -0.00125372503 + p * w;
+        p = -0.00417768164 + p * w;
+        p = 0.246640727 + p * w;
+        p = 1.50140941 + p * w;
+    } else {
+        w = sqrt(w) - 3.0;
+        p = -0.000200214257;
+        p = 0.000100950558 + p * w;
+        p = 0.00134934322 + p * w;
+        p = -0.00367342844 + p * w;
+        p = 0.00573950773 + p * w;
+        p = -0.0076224613 + p * w;
+        p = 0.00943887047 + p * w;
+        p = 1.00167406 + p * w;
+        p = 2.83297682 + p * w;
+    }
+    double x = p * y;
+    for (int k = 0; k < 2; k++) x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+    return x;
+}
 
 /* ---- the ops ---------------------------------------------------------------------
  * X(ID, op, FAMILY, EXPR): kernels k_<op>_<dtype> of CT_OP_<ID> computing EXPR
@@ -492,7 +663,81 @@ IPOW_FN(ipow_i64, int64_t, uint64_t)
     X(LOGICAL_AND, logical_and, B_FLOAT_TO_BOOL, (a != 0) & (b != 0))                  \
     X(LOGICAL_AND, logical_and, B_INT_TO_BOOL, (a != 0) & (b != 0))                    \
     X(LOGICAL_OR, logical_or, B_FLOAT_TO_BOOL, (a != 0) | (b != 0))                    \
-    X(LOGICAL_OR, logical_or, B_INT_TO_BOOL, (a != 0) | (b != 0))
+    X(LOGICAL_OR, logical_or, B_INT_TO_BOOL, (a != 0) | (b != 0))                       \
+    /* ---- math, activations, rounding, bitwise, lerp ---- */                          \
+    X(LOG1P, log1p, U_FLOAT, F32_OR_F64(vm_log1p(x), log1p(x)))                         \
+    X(EXPM1, expm1, U_FLOAT, F32_OR_F64(vm_expm1(x), expm1(x)))                         \
+    X(LOG2, log2, U_FLOAT, F32_OR_F64(vm_log2(x), log2(x)))                             \
+    X(LOG10, log10, U_FLOAT, F32_OR_F64(vm_log10(x), log10(x)))                         \
+    X(EXP2, exp2, U_FLOAT, F32_OR_F64(vm_exp2(x), exp2(x)))                             \
+    X(FLOOR, floor, U_FLOAT, floor(x))                                                  \
+    X(FLOOR, floor, U_INT, x)                                                           \
+    X(CEIL, ceil, U_FLOAT, ceil(x))                                                     \
+    X(CEIL, ceil, U_INT, x)                                                             \
+    /* rint: half to even in the default rounding mode */                               \
+    X(ROUND, round, U_FLOAT, rint(x))                                                   \
+    X(ROUND, round, U_INT, x)                                                           \
+    X(ROUND_DECIMALS, round_decimals, U_FLOAT,                                          \
+      p_negdec ? rint(x / p_tenpow) * p_tenpow : rint(x * p_tenpow) / p_tenpow)         \
+    X(TRUNC, trunc, U_FLOAT, trunc(x))                                                  \
+    X(TRUNC, trunc, U_INT, x)                                                           \
+    X(FRAC, frac, U_FLOAT, x - trunc(x))                                                \
+    X(ERF, erf, U_FLOAT, F32_OR_F64(vm_erf(x), erf(x)))                                 \
+    X(ERFC, erfc, U_FLOAT, F32_OR_F64(vm_erfc(x), erfc(x)))                             \
+    X(ERFINV, erfinv, U_FLOAT, F32_OR_F64(vm_erfinv(x), erfinv_d(x)))                                 \
+    X(TAN, tan, U_TRIG, tan)                                                            \
+    X(ASIN, asin, U_FLOAT, F32_OR_F64(vm_asin(x), asin(x)))                             \
+    X(ACOS, acos, U_FLOAT, F32_OR_F64(vm_acos(x), acos(x)))                             \
+    X(ATAN, atan, U_FLOAT, F32_OR_F64(vm_atan(x), atan(x)))                             \
+    X(SINH, sinh, U_FLOAT, F32_OR_F64(vm_sinh(x), sinh(x)))                             \
+    X(COSH, cosh, U_FLOAT, F32_OR_F64(vm_cosh(x), cosh(x)))                             \
+    X(ASINH, asinh, U_FLOAT, F32_OR_F64(vm_asinh(x), asinh(x)))                         \
+    X(ACOSH, acosh, U_FLOAT, F32_OR_F64(vm_acosh(x), acosh(x)))                         \
+    X(ATANH, atanh, U_FLOAT, F32_OR_F64(vm_atanh(x), atanh(x)))                         \
+    X(LEAKY_RELU, leaky_relu, U_FLOAT, x > 0 ? x : x * p_slope)                         \
+    /* elu, selu, celu: PyTorch's scale, alpha and input_scale */                       \
+    X(ELU, elu, U_FLOAT,                                                                \
+      x > 0 ? p_escale * x : p_escale * p_ealpha * F32_OR_F64(vm_expm1(x * p_einscale), expm1(x * p_einscale)))\
+    X(MISH, mish, U_FLOAT,                                                              \
+      F32_OR_F64(vm_mish(x), x * tanh(log1p(exp(x)))))                     \
+    X(HARDTANH, hardtanh, U_FLOAT, CLAMP_F(x))                                          \
+    /* NaN passes through both, as PyTorch's min(max(x + 3, 0), 6) */                   \
+    X(HARDSIGMOID, hardsigmoid, U_FLOAT, HSIG6(x) / (cT)6)                              \
+    X(HARDSWISH, hardswish, U_FLOAT, x * HSIG6(x) / (cT)6)                              \
+    X(LOGSIGMOID, logsigmoid, U_FLOAT,                                                  \
+      F32_OR_F64(-vm_softplus(-x), (x < 0 ? x : (cT)0) - log1p(exp(-fabs(x)))))         \
+    X(NAN_TO_NUM, nan_to_num, U_FLOAT,                                                  \
+      x != x ? p_nan : x == (cT)INFINITY ? p_posinf : x == -(cT)INFINITY ? p_neginf : x)\
+    X(NAN_TO_NUM, nan_to_num, U_INT, x)                                                 \
+    X(NAN_TO_NUM, nan_to_num, U_BOOL, x)                                                \
+    /* x - x: 0 for finite x, NaN for inf and NaN (integers: always 0) */               \
+    X(ISNAN, isnan, U_FLOAT_TO_BOOL, x != x)                                            \
+    X(ISNAN, isnan, U_INT_TO_BOOL, x != x)                                              \
+    X(ISNAN, isnan, U_BOOL, x != x)                                                     \
+    X(ISINF, isinf, U_FLOAT_TO_BOOL, x == x && x - x != 0)                              \
+    X(ISINF, isinf, U_INT_TO_BOOL, x - x != 0)                                          \
+    X(ISINF, isinf, U_BOOL, x != x)                                                     \
+    X(ISFINITE, isfinite, U_FLOAT_TO_BOOL, x - x == 0)                                  \
+    X(ISFINITE, isfinite, U_INT_TO_BOOL, x - x == 0)                                    \
+    X(ISFINITE, isfinite, U_BOOL, x == x)                                               \
+    X(BITWISE_NOT, bitwise_not, U_INT, (cT)~x)                                          \
+    X(BITWISE_NOT, bitwise_not, U_BOOL, (cT)!x)                                         \
+    X(ATAN2, atan2, B_FLOAT, F32_OR_F64(vm_atan2(a, b), atan2(a, b)))                   \
+    X(FMOD, fmod, B_FMOD, 0)                                                          \
+    X(FMOD, fmod, B_INT, IFMOD(a, b))                                                   \
+    X(REMAINDER, remainder, B_FMOD, 1)                                        \
+    X(REMAINDER, remainder, B_INT, IREM(a, b))                                          \
+    X(BITWISE_AND, bitwise_and, B_INT, (cT)(a & b))                                     \
+    X(BITWISE_AND, bitwise_and, B_BOOL, (cT)(a & b))                                    \
+    X(BITWISE_OR, bitwise_or, B_INT, (cT)(a | b))                                       \
+    X(BITWISE_OR, bitwise_or, B_BOOL, (cT)(a | b))                                      \
+    X(BITWISE_XOR, bitwise_xor, B_INT, (cT)(a ^ b))                                     \
+    X(BITWISE_XOR, bitwise_xor, B_BOOL, (cT)(a ^ b))                                    \
+    X(BITWISE_LEFT_SHIFT, bitwise_left_shift, B_INT, SHL(a, b))                         \
+    X(BITWISE_RIGHT_SHIFT, bitwise_right_shift, B_INT, SHR(a, b))                       \
+    /* lerp as PyTorch: from the nearer end, so weight 1 gives end exactly */           \
+    X(LERP, lerp, T_FLOAT,                                                              \
+      fabs(w) < (cT)0.5 ? a + w * (b - a) : b - (b - a) * ((cT)1 - w))
 
 #define DEFINE_(ID, op, FAMILY, EXPR) FAMILY(op, EXPR)
 EW_OPS(DEFINE_)

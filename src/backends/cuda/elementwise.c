@@ -1,4 +1,4 @@
-/* CT_OP_NEG ... CT_OP_CLAMP for CUDA tensors: the call record into a launch
+/* CT_OP_NEG ... CT_OP_CLAMP and CT_OP_LOG1P ... CT_OP_LERP for CUDA tensors: the call record into a launch
  * of elementwise.cu.
  *
  * The front ends (src/ops/elementwise.c) are device-agnostic, so these
@@ -57,7 +57,8 @@ static ct_tensor *converted(const char *op, ct_tensor *t, ct_dtype dt, int dev) 
  * results (comparisons, logical ops), which take their operands' dtype: that
  * of the largest operand, a tensor rather than a wrapped scalar on ties. */
 static ct_dtype kernel_dtype(const ct_call *c) {
-    bool to_bool = (c->op >= CT_OP_EQ && c->op <= CT_OP_LOGICAL_OR) || c->op == CT_OP_LOGICAL_NOT;
+    bool to_bool = (c->op >= CT_OP_EQ && c->op <= CT_OP_LOGICAL_OR) || c->op == CT_OP_LOGICAL_NOT ||
+                   c->op == CT_OP_ISNAN || c->op == CT_OP_ISINF || c->op == CT_OP_ISFINITE;
     if (!to_bool) return c->out[0]->dtype;
     const ct_tensor *best = c->in[0];
     for (int k = 1; k < c->nin; k++) {
@@ -141,10 +142,16 @@ static ct_status k_elementwise(ct_call *c) {
     return st;
 }
 
-void cti_cuda_register_elementwise(void) {
-    for (int op = CT_OP_NEG; op <= CT_OP_CLAMP; op++)
+/* The schema's two blocks of elementwise ops: NEG .. CLAMP, and LOG1P .. LERP. */
+static void register_range(int first, int last) {
+    for (int op = first; op <= last; op++)
         for (int d = 0; d < CT_NUM_DTYPES; d++)
             if (cti_cuda_ew_supported(op, (ct_dtype)d))
                 cti_register_kernel((ct_op)op, CT_DEVICE_CUDA, (ct_dtype)d, k_elementwise,
                                     "cuda_elementwise");
+}
+
+void cti_cuda_register_elementwise(void) {
+    register_range(CT_OP_NEG, CT_OP_CLAMP);
+    register_range(CT_OP_LOG1P, CT_OP_LERP);
 }

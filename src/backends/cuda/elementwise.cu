@@ -51,6 +51,33 @@ __device__ __forceinline__ float mfabs(float x) { return fabsf(x); }
 __device__ __forceinline__ double mfabs(double x) { return fabs(x); }
 __device__ __forceinline__ float mpow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double mpow(double x, double y) { return pow(x, y); }
+#define MF1(name, f, d)                                                                     \
+    __device__ __forceinline__ float name(float x) { return f(x); }                          \
+    __device__ __forceinline__ double name(double x) { return d(x); }
+MF1(mexpm1, expm1f, expm1)
+MF1(mlog2, log2f, log2)
+MF1(mlog10, log10f, log10)
+MF1(mexp2, exp2f, exp2)
+MF1(mfloor, floorf, floor)
+MF1(mceil, ceilf, ceil)
+MF1(mrint, rintf, rint)
+MF1(mtrunc, truncf, trunc)
+MF1(merfc, erfcf, erfc)
+MF1(merfinv, erfinvf, erfinv)
+MF1(mtan, tanf, tan)
+MF1(masin, asinf, asin)
+MF1(macos, acosf, acos)
+MF1(matan, atanf, atan)
+MF1(msinh, sinhf, sinh)
+MF1(mcosh, coshf, cosh)
+MF1(masinh, asinhf, asinh)
+MF1(macosh, acoshf, acosh)
+MF1(matanh, atanhf, atanh)
+#undef MF1
+__device__ __forceinline__ float matan2(float y, float x) { return atan2f(y, x); }
+__device__ __forceinline__ double matan2(double y, double x) { return atan2(y, x); }
+__device__ __forceinline__ float mfmod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double mfmod(double a, double b) { return fmod(a, b); }
 // a + alpha * b rounded twice, as the CPU computes it (no fused multiply-add).
 __device__ __forceinline__ float madd(float a, float al, float b) {
     return __fadd_rn(a, __fmul_rn(al, b));
@@ -62,6 +89,9 @@ __device__ __forceinline__ double madd(double a, double al, double b) {
 // The op's parameters in its compute type (cti_pointwise_params' names).
 template <class V> struct Prm {
     V alpha, lo, hi, beta, threshold;
+    // leaky_relu, elu, nan_to_num, round with decimals (10^|decimals|)
+    V slope, ealpha, escale, einscale, nanv, posinf, neginf, tenpow;
+    bool negdec;
 };
 
 // Integer power by repeated squaring, wrapping; negative exponents give
@@ -106,6 +136,17 @@ template <int OP> struct Op {
             typedef typename std::make_unsigned<IV>::type U;                                \
             (void)p;                                                                        \
             (void)sizeof(U);                                                                \
+            __VA_ARGS__                                                                     \
+        }                                                                                   \
+    };
+#define TOP(ID, FAM, R, ...)                                                                \
+    template <> struct Op<CT_OP_##ID> {                                                     \
+        static constexpr bool defined = true;                                               \
+        static constexpr int nin = 3, fam = FAM;                                            \
+        static constexpr bool to_bool = false;                                              \
+        template <class V>                                                                  \
+        __device__ __forceinline__ static R<V> f(V a, V b, V w, const Prm<V> &p) {          \
+            (void)p;                                                                        \
             __VA_ARGS__                                                                     \
         }                                                                                   \
     };
@@ -189,8 +230,97 @@ BOP(GE, F_ALL, Bool, return a >= b;)
 BOP(LOGICAL_AND, F_ALL, Bool, return (a != 0) & (b != 0);)
 BOP(LOGICAL_OR, F_ALL, Bool, return (a != 0) | (b != 0);)
 
+
+// ---- math, activations, rounding, bitwise, lerp (the CPU table's rows) ----
+UOP(LOG1P, F_FLOAT, Same, return mlog1p(x);)
+UOP(EXPM1, F_FLOAT, Same, return mexpm1(x);)
+UOP(LOG2, F_FLOAT, Same, return mlog2(x);)
+UOP(LOG10, F_FLOAT, Same, return mlog10(x);)
+UOP(EXP2, F_FLOAT, Same, return mexp2(x);)
+UOP(FLOOR, F_FI, Same, if constexpr (isf<V>) return mfloor(x); else return x;)
+UOP(CEIL, F_FI, Same, if constexpr (isf<V>) return mceil(x); else return x;)
+UOP(ROUND, F_FI, Same, if constexpr (isf<V>) return mrint(x); else return x;)
+UOP(ROUND_DECIMALS, F_FLOAT, Same,
+    return p.negdec ? mrint(x / p.tenpow) * p.tenpow : mrint(x * p.tenpow) / p.tenpow;)
+UOP(TRUNC, F_FI, Same, if constexpr (isf<V>) return mtrunc(x); else return x;)
+UOP(FRAC, F_FLOAT, Same, return x - mtrunc(x);)
+UOP(ERF, F_FLOAT, Same, return merf(x);)
+UOP(ERFC, F_FLOAT, Same, return merfc(x);)
+UOP(ERFINV, F_FLOAT, Same, return merfinv(x);)
+UOP(TAN, F_FLOAT, Same, return mtan(x);)
+UOP(ASIN, F_FLOAT, Same, return masin(x);)
+UOP(ACOS, F_FLOAT, Same, return macos(x);)
+UOP(ATAN, F_FLOAT, Same, return matan(x);)
+UOP(SINH, F_FLOAT, Same, return msinh(x);)
+UOP(COSH, F_FLOAT, Same, return mcosh(x);)
+UOP(ASINH, F_FLOAT, Same, return masinh(x);)
+UOP(ACOSH, F_FLOAT, Same, return macosh(x);)
+UOP(ATANH, F_FLOAT, Same, return matanh(x);)
+UOP(LEAKY_RELU, F_FLOAT, Same, return x > 0 ? x : x * p.slope;)
+UOP(ELU, F_FLOAT, Same,
+    return x > 0 ? p.escale * x : p.escale * p.ealpha * mexpm1(x * p.einscale);)
+UOP(MISH, F_FLOAT, Same, return x * mtanh(mlog1p(mexp(x)));)
+UOP(HARDTANH, F_FLOAT, Same,
+    V y = (x < p.lo || p.lo != p.lo) ? p.lo : x;
+    return (y > p.hi || p.hi != p.hi) ? p.hi : y;)
+// NaN passes through both, as PyTorch's min(max(x + 3, 0), 6)
+UOP(HARDSIGMOID, F_FLOAT, Same,
+    V t = x + (V)3;
+    t = t < 0 ? (V)0 : t;
+    t = t > 6 ? (V)6 : t;
+    return t / (V)6;)
+UOP(HARDSWISH, F_FLOAT, Same,
+    V t = x + (V)3;
+    t = t < 0 ? (V)0 : t;
+    t = t > 6 ? (V)6 : t;
+    return x * t / (V)6;)
+UOP(LOGSIGMOID, F_FLOAT, Same, return (x < 0 ? x : (V)0) - mlog1p(mexp(-mfabs(x)));)
+UOP(NAN_TO_NUM, F_ALL, Same,
+    if constexpr (isf<V>)
+        return x != x ? p.nanv : x == (V)INFINITY ? p.posinf : x == -(V)INFINITY ? p.neginf : x;
+    else return x;)
+UOP(ISNAN, F_ALL, Bool, if constexpr (isf<V>) return x != x; else return false;)
+UOP(ISINF, F_ALL, Bool, if constexpr (isf<V>) return x == x && x - x != 0; else return false;)
+UOP(ISFINITE, F_ALL, Bool, if constexpr (isf<V>) return x - x == 0; else return true;)
+UOP(BITWISE_NOT, F_INT | F_BOOL, Same, if constexpr (isb<V>) return (V)!x; else return (V)~x;)
+
+// Integer fmod/remainder: a zero divisor gives 0 (as the CPU's), -1 too (no overflow).
+BOP(ATAN2, F_FLOAT, Same, return matan2(a, b);)
+BOP(FMOD, F_FI, Same,
+    if constexpr (isf<V>) return mfmod(a, b);
+    else return (b == 0 || b == -1) ? (V)0 : (V)(a % b);)
+BOP(REMAINDER, F_FI, Same,
+    if constexpr (isf<V>) {
+        V m = mfmod(a, b);
+        return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+    } else {
+        V m = (b == 0 || b == -1) ? (V)0 : (V)(a % b);
+        return (m != 0 && ((m < 0) != (b < 0))) ? (V)(m + b) : m;
+    })
+BOP(BITWISE_AND, F_INT | F_BOOL, Same, return (V)(a & b);)
+BOP(BITWISE_OR, F_INT | F_BOOL, Same, return (V)(a | b);)
+BOP(BITWISE_XOR, F_INT | F_BOOL, Same, return (V)(a ^ b);)
+// counts outside [0, bits) (negative ones read as unsigned): 0 to the left, the sign fill
+// to the right, as PyTorch
+BOP(BITWISE_LEFT_SHIFT, F_INT, Same,
+    if constexpr (isf<V>) return a;
+    else {
+        constexpr U bits = sizeof(V) * 8;
+        return (U)b >= bits ? (V)0 : (V)((U)a << b);
+    })
+BOP(BITWISE_RIGHT_SHIFT, F_INT, Same,
+    if constexpr (isf<V>) return a;
+    else {
+        constexpr U bits = sizeof(V) * 8;
+        return (U)b >= bits - 1 ? (V)(a >> (bits - 1)) : (V)(a >> b);
+    })
+// lerp as PyTorch: from the nearer end, so weight 1 gives end exactly
+TOP(LERP, F_FLOAT, Same,
+    return mfabs(w) < (V)0.5 ? a + w * (b - a) : b - (b - a) * ((V)1 - w);)
+
 #undef UOP
 #undef BOP
+#undef TOP
 
 constexpr int fam_of(int dt) {
     return dt == CT_BOOL ? F_BOOL : (dt == CT_I32 || dt == CT_I64) ? F_INT : F_FLOAT;
@@ -233,13 +363,22 @@ template <class V> __device__ __forceinline__ V scalar_value(const KArgs &a, int
 // the floating fields, integer ops the integer ones.
 template <class V> __device__ __forceinline__ Prm<V> params(const KArgs &a) {
     const cti_pointwise_params &q = a.prm;
-    Prm<V> p;
+    Prm<V> p = {};
     if constexpr (isf<V>) {
         p.alpha = (V)q.alpha;
         p.lo = (V)q.lo;
         p.hi = (V)q.hi;
         p.beta = (V)q.beta;
         p.threshold = (V)q.threshold;
+        p.slope = (V)q.negative_slope;
+        p.ealpha = (V)q.elu_alpha;
+        p.escale = (V)q.elu_scale;
+        p.einscale = (V)q.elu_input_scale;
+        p.nanv = (V)q.nan_val;
+        p.posinf = (V)q.posinf_val;
+        p.neginf = (V)q.neginf_val;
+        p.negdec = q.decimals < 0;
+        p.tenpow = (V)pow(10.0, (double)(p.negdec ? -q.decimals : q.decimals));
     } else if constexpr (isb<V>) {
         p.alpha = q.ialpha != 0;
         p.lo = 0;
@@ -257,7 +396,8 @@ template <class V> __device__ __forceinline__ Prm<V> params(const KArgs &a) {
 template <int OP, class V>
 __device__ __forceinline__ auto apply(const V (&x)[CTI_EW_MAX_IN], const Prm<V> &p) {
     if constexpr (Op<OP>::nin == 1) return Op<OP>::template f<V>(x[0], p);
-    else return Op<OP>::template f<V>(x[0], x[1], p);
+    else if constexpr (Op<OP>::nin == 2) return Op<OP>::template f<V>(x[0], x[1], p);
+    else return Op<OP>::template f<V>(x[0], x[1], x[2], p);
 }
 
 // Storage of the result.
