@@ -312,6 +312,43 @@ double ct_lr_cosine_warmup(double base_lr, int64_t warmup_steps, int64_t total_s
  * several devices wait once per gradient. */
 ct_status ct_clip_grad_norm(const ct_params *params, double max_norm, double *total_norm);
 
+/* ---- more optimizers (torch.optim, single-tensor formulas, maximize=False,
+ * foreach/fused as the kernels choose) -------------------------------------------------------
+ * As SGD and AdamW above: fused multi-tensor kernels per (device, dtype),
+ * capturable on a GPU, master weights, per-parameter weight decay, state
+ * through ct_optim_state_get ("<k>.step" first, then the buffers named
+ * below, then "<k>.master_param"). g is the gradient, t the step count
+ * including this update. NULL with an error on bad hyperparameters. */
+
+/* torch.optim.Adam (weight decay added to the gradient, not decoupled):
+ *   g += weight_decay * p; m = beta1 m + (1 - beta1) g;
+ *   v = beta2 v + (1 - beta2) g^2; amsgrad: vmax = max(vmax, v), used as v;
+ *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+ * States "exp_avg", "exp_avg_sq" and, with amsgrad, "max_exp_avg_sq".
+ * torch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.
+ * lr, eps, weight_decay >= 0; 0 <= beta < 1. */
+ct_optimizer *ct_optim_adam_new(const ct_params *params, double lr, double beta1, double beta2,
+                                double eps, double weight_decay, bool amsgrad);
+/* torch.optim.RMSprop:
+ *   g += weight_decay * p; sq = alpha sq + (1 - alpha) g^2;
+ *   centered: ga = alpha ga + (1 - alpha) g, avg = sqrt(sq - ga^2) + eps,
+ *   else avg = sqrt(sq) + eps; momentum > 0: buf = momentum buf + g / avg,
+ *   p -= lr buf; else p -= lr g / avg.
+ * States "square_avg", then "momentum_buffer" (momentum > 0) and
+ * "grad_avg" (centered). torch's defaults: lr 1e-2, alpha 0.99, eps 1e-8,
+ * weight_decay 0, momentum 0, centered false. All >= 0. */
+ct_optimizer *ct_optim_rmsprop_new(const ct_params *params, double lr, double alpha, double eps,
+                                   double weight_decay, double momentum, bool centered);
+/* torch.optim.Adagrad:
+ *   g += weight_decay * p; clr = lr / (1 + (t - 1) lr_decay); sum += g^2;
+ *   p -= clr g / (sqrt(sum) + eps).
+ * State "sum", starting at initial_accumulator_value. torch's defaults:
+ * lr 1e-2, lr_decay 0, weight_decay 0, initial_accumulator_value 0,
+ * eps 1e-10. All >= 0. */
+ct_optimizer *ct_optim_adagrad_new(const ct_params *params, double lr, double lr_decay,
+                                   double weight_decay, double initial_accumulator_value,
+                                   double eps);
+
 /* ---- more learning-rate schedules (torch.optim.lr_scheduler) ------------------------------- */
 /* LinearLR's closed form: base_lr * (start_factor + (end_factor -
  * start_factor) * min(step, total_iters) / total_iters); start_factor in
