@@ -500,7 +500,9 @@ static void test_cross_entropy_prob(void **state) {
     tu_assert_null_error(ct_cross_entropy(x, t, NULL, CT_REDUCTION_MEAN, 1, 0),
                          CT_ERR_INVALID_ARG, "ct_cross_entropy", "ignore_index");
     ct_tensor *t2 = tu_rand(2, s2, CT_F64, 0, 1, NULL);
-    tu_assert_null_error(ct_cross_entropy(x, t2, NULL, CT_REDUCTION_MEAN, -100, 0), CT_ERR_SHAPE,
+    tu_assert_null_error(ct_cross_entropy(x, t2, NULL, CT_REDUCTION_MEAN, -100, 0), CT_ERR_DTYPE,
+                         "ct_cross_entropy", "int64");
+    tu_assert_null_error(ct_cross_entropy_prob(x, t2, NULL, CT_REDUCTION_MEAN, 0), CT_ERR_SHAPE,
                          "ct_cross_entropy_prob", "target size");
     tu_assert_null_error(ct_cross_entropy_prob(x, t, NULL, CT_REDUCTION_MEAN, 1.5),
                          CT_ERR_INVALID_ARG, "ct_cross_entropy_prob", "label_smoothing");

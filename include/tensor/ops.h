@@ -500,8 +500,8 @@ ct_tensor *ct_margin_ranking_loss(ct_tensor *input1, ct_tensor *input2, ct_tenso
  * shape ([C] or [N, C, d1, ...]); loss = -sum_c w_c log_softmax(x)_c t'_c,
  * t' = t (1 - label_smoothing) + label_smoothing / C; mean divides by the
  * number of positions (N d1 ...), not by the weights. ct_cross_entropy
- * takes this path for a floating target (ignore_index must be < 0 then, as
- * PyTorch's -100). */
+ * takes this path for a floating target of the logits' shape
+ * (ignore_index must be < 0 then, as PyTorch's -100). */
 ct_tensor *ct_cross_entropy_prob(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                                  ct_reduction reduction, double label_smoothing);
 

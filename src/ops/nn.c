@@ -569,7 +569,11 @@ static cti_loss_params cls_params(ct_reduction reduction, int64_t ignore_index, 
  * reduction left in it. */
 ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                             ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
-    if (target && ct_dtype_is_floating(target->dtype)) { /* class probabilities, as PyTorch */
+    /* Class probabilities where PyTorch takes them: a floating target of the
+     * logits' shape (another shape is refused below as indices of the wrong
+     * dtype, as PyTorch does). */
+    if (logits && target && ct_dtype_is_floating(target->dtype) && logits->ndim == target->ndim &&
+        memcmp(logits->shape, target->shape, sizeof(int64_t) * (size_t)logits->ndim) == 0) {
         if (ignore_index >= 0)
             return cti_error_null(CT_ERR_INVALID_ARG,
                                   "ct_cross_entropy: ignore_index is not supported for floating "
