@@ -172,7 +172,7 @@ static void test_plateau(void **state) {
         /* A noisy metric that improves, then stalls: the rate must fall. */
         for (int e = 0; e < 60; e++) {
             double m = (e < 15 ? 10 - 0.5 * e : 3) + tu_uniform(-0.2, 0.2);
-            if (r.mode_max) m = -m;
+            if (r.mode_max) m = 20 - m; /* positive, rising, then flat */
             double before = r.lr;
             ref_step(&r, m);
             changes += r.lr != before;
