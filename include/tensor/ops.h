@@ -451,6 +451,16 @@ bool ct_autocast_enabled(ct_device device);
  * (float16 for CUDA, bfloat16 for the CPU); CT_NUM_DTYPES for an unknown type. */
 ct_dtype ct_autocast_dtype(ct_device device);
 
+/* ---- in-place ops and autograd --------------------------------------------------------------
+ * The in-place ops above (ct_add_ ... ct_clamp_, ct_neg_ ... ct_relu_), in
+ * grad mode, when the destination has history or an operand requires grad,
+ * are recorded as PyTorch records them: the destination's grad_fn becomes
+ * the op's node over its old history, its dtype stays. Refused (status
+ * CT_ERR_AUTOGRAD, nothing written): a leaf that requires grad, and a
+ * destination whose memory another tensor shares (a view of it, the tensor
+ * it views, a tensor saved for backward): clone it first. In no-grad mode
+ * they write plainly. */
+
 /* ---- losses (torch.nn.functional), composed from the ops above ----------------------------
  * Floating inputs on one device; reduction none / mean / sum as PyTorch's
  * (kl_div also batchmean); results are new tensors: the pointwise loss
