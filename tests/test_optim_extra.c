@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "test_util.h"
@@ -291,6 +292,57 @@ static void test_state_restore(void **state) {
     }
 }
 
+/* A checkpoint (ct_checkpoint_save / ct_checkpoint_load) of each new
+ * optimizer restores it: the loaded one continues exactly as the original,
+ * and another option set (a different state count) is refused. */
+static void test_checkpoint_round_trip(void **state) {
+    (void)state;
+    tu_seed();
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/cten_optx_%d.safetensors", (int)getpid());
+    int64_t s[2] = {3, 4};
+    for (size_t ci = 0; ci < 8; ci++) {
+        const cfg *c = &cfgs[ci];
+        ct_tensor *a = tu_rand(2, s, CT_F64, -1, 1, NULL), *b = ct_tensor_zeros(2, s, CT_F64, CT_CPU);
+        ct_requires_grad_(a, true);
+        ct_requires_grad_(b, true);
+        ct_params *pa = ct_params_new(), *pb = ct_params_new();
+        ct_params_add(pa, "w", a);
+        ct_params_add(pb, "w", b);
+        ct_optimizer *oa = make(c, pa), *ob = make(c, pb);
+        for (int step = 0; step < 2; step++) {
+            ct_tensor *g = tu_rand(2, s, CT_F64, -1, 1, NULL);
+            ct_set_grad(a, g);
+            assert_int_equal(ct_optim_step(oa), CT_OK);
+            ct_tensor_release(g);
+        }
+        assert_int_equal(ct_checkpoint_save(path, pa, oa, NULL, NULL), CT_OK);
+        assert_int_equal(ct_checkpoint_load(path, pb, ob, NULL, NULL), CT_OK);
+        /* Adam with and without amsgrad keep different state counts */
+        if (c->kind == ADAM) {
+            cfg other = *c;
+            other.flag = !c->flag;
+            ct_optimizer *oc = make(&other, pb);
+            tu_assert_error(ct_checkpoint_load(path, pb, oc, NULL, NULL), CT_ERR_FORMAT,
+                            "ct_checkpoint_load", "state tensors");
+            ct_optim_free(oc);
+        }
+        ct_tensor *g = tu_rand(2, s, CT_F64, -1, 1, NULL);
+        ct_set_grad(a, g);
+        ct_set_grad(b, g);
+        assert_int_equal(ct_optim_step(oa), CT_OK);
+        assert_int_equal(ct_optim_step(ob), CT_OK);
+        double *va = tu_values(a), *vb = tu_values(b);
+        assert_memory_equal(va, vb, 12 * sizeof(double));
+        free(va), free(vb);
+        ct_tensor_release(g);
+        ct_optim_free(oa), ct_optim_free(ob);
+        ct_params_free(pa), ct_params_free(pb);
+        ct_tensor_release(a), ct_tensor_release(b);
+    }
+    remove(path);
+}
+
 /* Per-parameter weight decay replaces the constructor's for that one. */
 static void test_weight_decay_per_param(void **state) {
     (void)state;
@@ -379,6 +431,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_updates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_states, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoint_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weight_decay_per_param, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
     };
