@@ -31,8 +31,9 @@ void cti_call_release_outputs(ct_call *c);
  * cti_ag_inplace_mode after the op's own checks): fn(src, ctx) computes
  * the new values out of place, recorded, from src, a copy of a with its
  * history; they are cast to a's dtype, written into a, and a's history
- * becomes theirs. On failure a may be unchanged or written, never with a
- * history that does not match its values. */
+ * becomes theirs. A failure before the write leaves a unchanged; only
+ * running out of memory while recording the rebase, after it, leaves a
+ * written with its old history (and the error). */
 typedef ct_tensor *(*cti_inplace_fn)(ct_tensor *src, const void *ctx);
 ct_status cti_inplace_record(const char *op, ct_tensor *a, cti_inplace_fn fn, const void *ctx);
 
