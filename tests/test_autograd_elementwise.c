@@ -825,19 +825,33 @@ static void test_inplace_rules(void **state) {
                         "[2, 3] float64 cpu");
         assert_unchanged(a, av, v0);
 
-        /* a tensor with history */
+        /* a tensor with history is updated and recorded (test_autograd_inplace
+         * checks the gradients); one whose memory a view shares is refused */
         ct_tensor *h = ct_mul_scalar(a, 1.0);
         unsigned vh = version_of(h);
-        tu_assert_error(ic->fn(h, b), CT_ERR_AUTOGRAD, ic->name, "history", "MulBackward");
+        ct_tensor *hv = ct_narrow(h, 0, 0, 1);
+        tu_assert_error(ic->fn(h, b), CT_ERR_AUTOGRAD, ic->name, "shares its memory",
+                        "MulBackward");
         assert_unchanged(h, av, vh);
+        ct_tensor_release(hv);
+        assert_int_equal(ic->fn(h, b), CT_OK);
+        assert_int_equal(version_of(h), vh + 1);
+        assert_non_null(ct_grad_fn_name(h));
 
-        /* an operand that requires grad would lose its gradient */
+        /* a plain tensor updated from an operand that requires grad joins the
+         * graph, unless another tensor shares its memory */
         ct_tensor *p = tu_from_f64(av, CT_SHAPE(2, 3), CT_F64);
         unsigned vp = version_of(p);
         if (ic->binary) {
             assert_int_equal(ct_requires_grad_(b, true), CT_OK);
-            tu_assert_error(ic->fn(p, b), CT_ERR_AUTOGRAD, ic->name, "requires grad", "[3]");
+            ct_tensor *pv0 = ct_detach(p);
+            tu_assert_error(ic->fn(p, b), CT_ERR_AUTOGRAD, ic->name, "shares its memory");
             assert_unchanged(p, av, vp);
+            ct_tensor_release(pv0);
+            ct_tensor *q = tu_from_f64(av, CT_SHAPE(2, 3), CT_F64);
+            assert_int_equal(ic->fn(q, b), CT_OK);
+            assert_true(ct_requires_grad(q) && !ct_is_leaf(q));
+            ct_tensor_release(q);
             assert_int_equal(ct_requires_grad_(b, false), CT_OK);
         }
 

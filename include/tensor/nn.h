@@ -312,6 +312,89 @@ double ct_lr_cosine_warmup(double base_lr, int64_t warmup_steps, int64_t total_s
  * several devices wait once per gradient. */
 ct_status ct_clip_grad_norm(const ct_params *params, double max_norm, double *total_norm);
 
+/* ---- more optimizers (torch.optim, single-tensor formulas, maximize=False,
+ * foreach/fused as the kernels choose) -------------------------------------------------------
+ * As SGD and AdamW above: fused multi-tensor kernels per (device, dtype),
+ * capturable on a GPU, master weights, per-parameter weight decay, state
+ * through ct_optim_state_get ("<k>.step" first, then the buffers named
+ * below, then "<k>.master_param"). g is the gradient, t the step count
+ * including this update. NULL with an error on bad hyperparameters. */
+
+/* torch.optim.Adam (weight decay added to the gradient, not decoupled):
+ *   g += weight_decay * p; m = beta1 m + (1 - beta1) g;
+ *   v = beta2 v + (1 - beta2) g^2; amsgrad: vmax = max(vmax, v), used as v;
+ *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+ * States "exp_avg", "exp_avg_sq" and, with amsgrad, "max_exp_avg_sq".
+ * torch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.
+ * lr, eps, weight_decay >= 0; 0 <= beta < 1. */
+ct_optimizer *ct_optim_adam_new(const ct_params *params, double lr, double beta1, double beta2,
+                                double eps, double weight_decay, bool amsgrad);
+/* torch.optim.RMSprop:
+ *   g += weight_decay * p; sq = alpha sq + (1 - alpha) g^2;
+ *   centered: ga = alpha ga + (1 - alpha) g, avg = sqrt(sq - ga^2) + eps,
+ *   else avg = sqrt(sq) + eps; momentum > 0: buf = momentum buf + g / avg,
+ *   p -= lr buf; else p -= lr g / avg.
+ * States "square_avg", then "momentum_buffer" (momentum > 0) and
+ * "grad_avg" (centered). torch's defaults: lr 1e-2, alpha 0.99, eps 1e-8,
+ * weight_decay 0, momentum 0, centered false. All >= 0. */
+ct_optimizer *ct_optim_rmsprop_new(const ct_params *params, double lr, double alpha, double eps,
+                                   double weight_decay, double momentum, bool centered);
+/* torch.optim.Adagrad:
+ *   g += weight_decay * p; clr = lr / (1 + (t - 1) lr_decay); sum += g^2;
+ *   p -= clr g / (sqrt(sum) + eps).
+ * State "sum", starting at initial_accumulator_value. torch's defaults:
+ * lr 1e-2, lr_decay 0, weight_decay 0, initial_accumulator_value 0,
+ * eps 1e-10. All >= 0. */
+ct_optimizer *ct_optim_adagrad_new(const ct_params *params, double lr, double lr_decay,
+                                   double weight_decay, double initial_accumulator_value,
+                                   double eps);
+
+/* ---- more learning-rate schedules (torch.optim.lr_scheduler) ------------------------------- */
+/* LinearLR's closed form: base_lr * (start_factor + (end_factor -
+ * start_factor) * min(step, total_iters) / total_iters); start_factor in
+ * (0, 1], end_factor in [0, 1], total_iters >= 1, step >= 0 (torch's
+ * defaults 1/3, 1, 5). NAN with an error on bad arguments. */
+double ct_lr_linear(double base_lr, double start_factor, double end_factor, int64_t total_iters,
+                    int64_t step);
+/* OneCycleLR's learning rate after step steps (0 <= step <= total_steps,
+ * as torch refuses stepping past total_steps): from max_lr / div_factor up
+ * to max_lr over the first pct_start of the steps, then down to
+ * max_lr / div_factor / final_div_factor (three_phase: back to the initial
+ * rate first, then down), annealed by cosine (anneal_cos) or linearly.
+ * torch's defaults: pct_start 0.3, cos, div_factor 25, final_div_factor
+ * 1e4, three_phase false. Momentum cycling is not part of it. NAN with an
+ * error on bad arguments or a phase of no length. */
+double ct_lr_one_cycle(double max_lr, int64_t total_steps, double pct_start, bool anneal_cos,
+                       double div_factor, double final_div_factor, bool three_phase,
+                       int64_t step);
+
+/* torch.optim.lr_scheduler.ReduceLROnPlateau over one optimizer's learning
+ * rate (borrowed: free the scheduler before the optimizer). mode_max:
+ * 'max' (else 'min'); threshold_abs: threshold_mode 'abs' (else 'rel').
+ * torch's defaults: min, factor 0.1, patience 10, threshold 1e-4, rel,
+ * cooldown 0, min_lr 0, eps 1e-8. factor in [0, 1); patience, cooldown >= 0;
+ * threshold, min_lr, eps finite and >= 0. NULL with an error. */
+typedef struct ct_lr_plateau ct_lr_plateau;
+ct_lr_plateau *ct_lr_plateau_new(ct_optimizer *opt, bool mode_max, double factor,
+                                 int64_t patience, double threshold, bool threshold_abs,
+                                 int64_t cooldown, double min_lr, double eps);
+void ct_lr_plateau_free(ct_lr_plateau *s);
+/* torch's step(metrics): counts a bad epoch unless metric is better than
+ * the best by the threshold (NaN never is); after more than patience bad
+ * epochs outside a cooldown sets lr = max(lr * factor, min_lr) when that
+ * lowers it by more than eps (ct_optim_set_lr), then cools down. */
+ct_status ct_lr_plateau_step(ct_lr_plateau *s, double metric);
+/* What a checkpoint keeps (torch's state_dict fields of the same names). */
+typedef struct ct_lr_plateau_state {
+    double best;              /* +inf (min) / -inf (max) before the first step */
+    int64_t num_bad_epochs;
+    int64_t cooldown_counter;
+    int64_t last_epoch;
+} ct_lr_plateau_state;
+ct_status ct_lr_plateau_get_state(const ct_lr_plateau *s, ct_lr_plateau_state *state);
+/* Refuses negative counters and a NaN best. */
+ct_status ct_lr_plateau_set_state(ct_lr_plateau *s, const ct_lr_plateau_state *state);
+
 #ifdef __cplusplus
 }
 #endif

@@ -692,6 +692,69 @@ ct_tensor *ct_lerp_scalar(ct_tensor *start, ct_tensor *end, double weight);
 /* clamp with tensor bounds, min and/or max NULL when absent (not both): min(max(x, min),
  * max), broadcasting the three and promoting as PyTorch; NaN in any gives NaN. */
 ct_tensor *ct_clamp_tensor(ct_tensor *x, ct_tensor *min, ct_tensor *max);
+/* ---- in-place ops and autograd --------------------------------------------------------------
+ * The in-place ops above (ct_add_ ... ct_clamp_, ct_neg_ ... ct_relu_), in
+ * grad mode, when the destination has history or an operand requires grad,
+ * are recorded as PyTorch records them: the destination's grad_fn becomes
+ * the op's node over its old history, its dtype stays. Refused (status
+ * CT_ERR_AUTOGRAD, nothing written): a leaf that requires grad, and a
+ * destination whose memory another tensor shares (a view of it, the tensor
+ * it views, a tensor saved for backward): clone it first. In no-grad mode
+ * they write plainly. */
+
+/* ---- losses (torch.nn.functional), composed from the ops above ----------------------------
+ * Floating inputs on one device; reduction none / mean / sum as PyTorch's
+ * (kl_div also batchmean); results are new tensors: the pointwise loss
+ * (broadcast shape) for none, 0-d otherwise. Differentiable in every
+ * floating argument. NULL with an error naming the op. */
+/* kl_div only: the sum over input.size(0) (the sum for a 0-d input). */
+#define CT_REDUCTION_BATCHMEAN ((ct_reduction)3)
+/* -w (t max(log x, -100) + (1 - t) max(log(1 - x), -100)); target of input's
+ * shape, weight (or NULL) broadcast to it; x in [0, 1] is not checked (the
+ * check would wait for the device): outside it the loss is NaN. */
+ct_tensor *ct_binary_cross_entropy(ct_tensor *input, ct_tensor *target, ct_tensor *weight,
+                                   ct_reduction reduction);
+/* w ((1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)), softplus(-x) =
+ * log1p(exp(-|x|)) + max(-x, 0); target of input's shape; weight and
+ * pos_weight (NULL for none) broadcast, pos_weight [C] over the last (class)
+ * dim. */
+ct_tensor *ct_binary_cross_entropy_with_logits(ct_tensor *input, ct_tensor *target,
+                                               ct_tensor *weight, ct_tensor *pos_weight,
+                                               ct_reduction reduction);
+/* |input - target|, the two broadcast. */
+ct_tensor *ct_l1_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction);
+/* z = |input - target|: z < beta ? 0.5 z^2 / beta : z - 0.5 beta; beta >= 0
+ * (0: l1_loss; PyTorch's default 1). */
+ct_tensor *ct_smooth_l1_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction,
+                             double beta);
+/* z < delta ? 0.5 z^2 : delta (z - 0.5 delta); delta > 0 (default 1). */
+ct_tensor *ct_huber_loss(ct_tensor *input, ct_tensor *target, ct_reduction reduction,
+                         double delta);
+/* input: log-probabilities. log_target: exp(t) (t - input), else
+ * xlogy(t, t) - t input (0 where t is 0); reduction also
+ * CT_REDUCTION_BATCHMEAN (PyTorch's "mean" averages over every element). */
+ct_tensor *ct_kl_div(ct_tensor *input, ct_tensor *target, ct_reduction reduction,
+                     bool log_target);
+/* sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)) along dim of the two
+ * broadcast (eps 1e-8, dim 1 in PyTorch); the norms' clamp is not
+ * differentiated, as PyTorch's. New tensor without dim. */
+ct_tensor *ct_cosine_similarity(ct_tensor *x1, ct_tensor *x2, int dim, double eps);
+/* input1, input2 [N, D] (or [D]), target [N] (or 0-d) of 1 / -1 (any dtype):
+ * 1 - cos for 1, max(0, cos - margin) for -1, 0 otherwise, cos over D with
+ * PyTorch's 1e-12 in each squared norm. */
+ct_tensor *ct_cosine_embedding_loss(ct_tensor *input1, ct_tensor *input2, ct_tensor *target,
+                                    double margin, ct_reduction reduction);
+/* max(0, -target (input1 - input2) + margin), the three broadcast. */
+ct_tensor *ct_margin_ranking_loss(ct_tensor *input1, ct_tensor *input2, ct_tensor *target,
+                                  double margin, ct_reduction reduction);
+/* cross_entropy with class probabilities: target floating, of logits'
+ * shape ([C] or [N, C, d1, ...]); loss = -sum_c w_c log_softmax(x)_c t'_c,
+ * t' = t (1 - label_smoothing) + label_smoothing / C; mean divides by the
+ * number of positions (N d1 ...), not by the weights. ct_cross_entropy
+ * takes this path for a floating target of the logits' shape
+ * (ignore_index must be < 0 then, as PyTorch's -100). */
+ct_tensor *ct_cross_entropy_prob(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
+                                 ct_reduction reduction, double label_smoothing);
 
 #ifdef __cplusplus
 }

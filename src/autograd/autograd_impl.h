@@ -123,4 +123,17 @@ ct_tensor *cti_sum_to_shape(ct_tensor *g, int ndim, const int64_t *shape);
  * grad, or a tensor with history) in grad mode; op names the caller. */
 ct_status cti_ag_check_inplace(const char *op, const ct_tensor *t);
 
+/* In-place ops recorded by autograd (src/ops/inplace.c). What updating t in
+ * place with an operand other (NULL for none) needs in grad mode: 0 a plain
+ * update (nothing requires grad), 1 a recorded one (t or other requires
+ * grad), -1 refused with an error naming op: t a leaf that requires grad
+ * (PyTorch's message), or t's memory held by another tensor handle too (a
+ * view of t, t's base, or a tensor an earlier node saved for backward):
+ * that tensor's history would not see the update, which PyTorch tracks
+ * through views (CopySlices) and cten does not. */
+int cti_ag_inplace_mode(const char *op, const ct_tensor *t, ct_tensor *other);
+/* PyTorch's rebase: t's history becomes src's (src computed t's new values
+ * out of place, from a copy of t that carries t's old history). */
+ct_status cti_ag_rebase(ct_tensor *t, const ct_tensor *src);
+
 #endif

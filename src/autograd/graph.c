@@ -275,6 +275,46 @@ const char *ct_grad_fn_name(const ct_tensor *t) {
     return t && t->autograd && t->autograd->grad_fn ? t->autograd->grad_fn->name : NULL;
 }
 
+int cti_ag_inplace_mode(const char *op, const ct_tensor *t, ct_tensor *other) {
+    if (grad_disabled) return 0;
+    struct ct_autograd_meta *m = t->autograd;
+    bool has_grad = m && m->requires_grad;
+    if (has_grad && !m->grad_fn) {
+        cti_error(CT_ERR_AUTOGRAD,
+                  "%s: a leaf Variable that requires grad (%s) is being used in an in-place "
+                  "operation; wrap the update in ct_no_grad_begin/ct_no_grad_end",
+                  op, cti_desc(t));
+        return -1;
+    }
+    if (!has_grad && (!other || !cti_ag_needed(1, &other))) return 0;
+    /* Every tensor handle holds its storage once: another holder is a view
+     * of t, its base, or a saved copy whose history would not see the
+     * update (a saved one would refuse its backward later; this refuses now). */
+    if (atomic_load(&t->storage->refcount) > 1) {
+        cti_error(CT_ERR_AUTOGRAD,
+                  "%s: %s%s%s shares its memory with other tensors (a view of it, the tensor it "
+                  "views, or a tensor saved for backward) whose history would not record this "
+                  "in-place update; clone it first or use the out-of-place op",
+                  op, cti_desc(t), has_grad ? ", produced by " : "",
+                  has_grad ? m->grad_fn->name : "");
+        return -1;
+    }
+    return 1;
+}
+
+ct_status cti_ag_rebase(ct_tensor *t, const ct_tensor *src) {
+    struct ct_autograd_meta *s = src->autograd;
+    if (!s || !s->grad_fn) return CT_OK;
+    struct ct_autograd_meta *m = meta_get(t);
+    if (!m) return cti_error(CT_ERR_OOM, "out of memory recording the graph");
+    atomic_fetch_add(&s->grad_fn->refcount, 1);
+    if (m->grad_fn) node_release(m->grad_fn);
+    m->grad_fn = s->grad_fn;
+    m->output_nr = s->output_nr;
+    m->requires_grad = true;
+    return CT_OK;
+}
+
 ct_status cti_ag_check_inplace(const char *op, const ct_tensor *t) {
     if (grad_disabled || !t->autograd || !t->autograd->requires_grad) return CT_OK;
     if (!t->autograd->grad_fn)

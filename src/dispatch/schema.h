@@ -190,10 +190,14 @@ typedef struct cti_dropout_params {
     double p;
 } cti_dropout_params;
 
-/* SGD_STEP, ADAMW_STEP: n parameters with their gradients and states, all
- * of the dispatch dtype, on the dispatch device and contiguous. state[0]
- * holds SGD's momentum buffers (NULL without momentum) or AdamW's exp_avg,
- * state[1] AdamW's exp_avg_sq. updated (NULL: not wanted) receives which
+/* SGD_STEP, ADAMW_STEP, ADAM_STEP, RMSPROP_STEP, ADAGRAD_STEP: n
+ * parameters with their gradients and states, all of the dispatch dtype, on
+ * the dispatch device and contiguous. state[0] holds SGD's momentum buffers
+ * (NULL without momentum), AdamW's and Adam's exp_avg, RMSprop's
+ * square_avg or Adagrad's sum; state[1] AdamW's and Adam's exp_avg_sq or
+ * RMSprop's momentum_buffer (NULL without momentum); state[2] Adam's
+ * max_exp_avg_sq (NULL without amsgrad) or RMSprop's grad_avg (NULL unless
+ * centered); the states not named are NULL. updated (NULL: not wanted) receives which
  * parameters the call dispatched.
  *
  * Each parameter's step count comes in one of two forms:
@@ -227,7 +231,7 @@ typedef struct cti_optim_list {
     int64_t n;
     ct_tensor *const *param;
     ct_tensor *const *grad;
-    ct_tensor *const *state[2];
+    ct_tensor *const *state[3];
     const int64_t *step;
     bool *updated;
     ct_tensor *const *step_t;
@@ -248,10 +252,34 @@ typedef struct cti_adamw_hparams {
     double lr, beta1, beta2, eps, weight_decay;
 } cti_adamw_hparams;
 
+/* ADAM_STEP's (torch.optim.Adam: weight decay added to the gradient). */
+typedef struct cti_adam_hparams {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad;
+} cti_adam_hparams;
+
+/* RMSPROP_STEP's (torch.optim.RMSprop). */
+typedef struct cti_rmsprop_hparams {
+    double lr, alpha, eps, weight_decay, momentum;
+    bool centered;
+} cti_rmsprop_hparams;
+
+/* ADAGRAD_STEP's (torch.optim.Adagrad; initial_accumulator_value is the
+ * state's first value, not the kernels'). */
+typedef struct cti_adagrad_hparams {
+    double lr, lr_decay, eps, weight_decay;
+} cti_adagrad_hparams;
+
+/* The hyperparameters of the op dispatched: one member of the union. */
 typedef struct cti_optim_params {
     cti_optim_list list;
-    cti_sgd_hparams sgd;     /* SGD_STEP */
-    cti_adamw_hparams adamw; /* ADAMW_STEP */
+    union {
+        cti_sgd_hparams sgd;         /* SGD_STEP */
+        cti_adamw_hparams adamw;     /* ADAMW_STEP */
+        cti_adam_hparams adam;       /* ADAM_STEP */
+        cti_rmsprop_hparams rmsprop; /* RMSPROP_STEP */
+        cti_adagrad_hparams adagrad; /* ADAGRAD_STEP */
+    };
 } cti_optim_params;
 
 /* SDPA, SDPA_BACKWARD: scaled dot-product attention, as PyTorch's
@@ -396,6 +424,23 @@ static inline void cti_adamw_scalars(double lr, double beta1, double beta2, doub
     double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
     *step_size = lr / bc1;
     *bc2_sqrt = sqrt(bc2);
+}
+
+/* The new optimizers' contract, as above (g the gradient, wd, t, lr):
+ *   Adam:    g = g + wd * p; m = beta1 * m + (1 - beta1) * g;
+ *            v = beta2 * v + (1 - beta2) * g * g; amsgrad: vmax = max(vmax, v),
+ *            read as v below; p = p - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+ *            (cti_adamw_scalars' step_size and bc2_sqrt).
+ *   RMSprop: g = g + wd * p; sq = alpha * sq + (1 - alpha) * g * g;
+ *            centered: ga = alpha * ga + (1 - alpha) * g, avg = sqrt(sq - ga * ga),
+ *            else avg = sqrt(sq); avg = avg + eps; momentum > 0:
+ *            buf = momentum * buf + g / avg, p = p - lr * buf; else
+ *            p = p - lr * g / avg.
+ *   Adagrad: g = g + wd * p; sum = sum + g * g;
+ *            p = p - clr * g / (sqrt(sum) + eps), clr = lr / (1 + (t - 1) * lr_decay)
+ *            (in double, rounded to the compute type). */
+static inline double cti_adagrad_clr(double lr, double lr_decay, double step) {
+    return lr / (1 + (step - 1) * lr_decay);
 }
 
 /* AMP_UNSCALE (torch's _amp_foreach_non_finite_check_and_unscale_): n
@@ -717,7 +762,11 @@ typedef struct cti_fold_params {
     X(BITWISE_XOR, "bitwise_xor", cti_pointwise_params, CTI_NODIFF, NONE)                    \
     X(BITWISE_LEFT_SHIFT, "bitwise_left_shift", cti_pointwise_params, CTI_NODIFF, NONE)      \
     X(BITWISE_RIGHT_SHIFT, "bitwise_right_shift", cti_pointwise_params, CTI_NODIFF, NONE)    \
-    X(LERP, "lerp", cti_pointwise_params, CTI_F(cti_bw_lerp), NONE)
+    X(LERP, "lerp", cti_pointwise_params, CTI_F(cti_bw_lerp), NONE)                          \
+    /* optimizers: Adam, RMSprop, Adagrad */                                                 \
+    X(ADAM_STEP, "adam_step", cti_optim_params, CTI_NODIFF, NONE)                            \
+    X(RMSPROP_STEP, "rmsprop_step", cti_optim_params, CTI_NODIFF, NONE)                      \
+    X(ADAGRAD_STEP, "adagrad_step", cti_optim_params, CTI_NODIFF, NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

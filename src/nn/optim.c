@@ -1,7 +1,8 @@
-/* Optimizers (torch.optim.SGD and AdamW) and gradient clipping. A step is
- * one fused update kernel per (device, dtype) of the parameters
- * (CT_OP_SGD_STEP, CT_OP_ADAMW_STEP), in no-grad mode, on whatever device
- * holds them.
+/* Optimizers (torch.optim.SGD, AdamW, Adam, RMSprop, Adagrad) and gradient
+ * clipping. A step is one fused update kernel per (device, dtype) of the
+ * parameters (CT_OP_SGD_STEP, CT_OP_ADAMW_STEP, CT_OP_ADAM_STEP,
+ * CT_OP_RMSPROP_STEP, CT_OP_ADAGRAD_STEP), in no-grad mode, on whatever
+ * device holds them.
  *
  * Step counts: a CPU parameter's is a CPU scalar the host reads and
  * advances; a GPU parameter's lives on its device with the learning rate
@@ -16,15 +17,15 @@
 #include "ops/optim_impl.h"
 #include "nn_impl.h"
 
-typedef enum opt_kind { OPT_SGD, OPT_ADAMW } opt_kind;
+typedef enum opt_kind { OPT_SGD, OPT_ADAMW, OPT_ADAM, OPT_RMSPROP, OPT_ADAGRAD } opt_kind;
 
 #define STATE_NAME_MAX 48
-#define MAX_BUFS 2
+#define MAX_BUFS 3
 
 typedef struct slot {
     ct_tensor *param;          /* retained */
     ct_tensor *step;           /* 0-d float64 on the parameter's device: updates received */
-    ct_tensor *buf[MAX_BUFS];  /* momentum_buffer | exp_avg, exp_avg_sq */
+    ct_tensor *buf[MAX_BUFS];  /* the optimizer's buffers, in the order of their names */
     ct_tensor *master;         /* float32 master weights, or NULL */
     ct_tensor *ctl;            /* borrowed: its device's control tensor; NULL on the CPU */
     char names[2 + MAX_BUFS][STATE_NAME_MAX]; /* step, buffers, master */
@@ -39,7 +40,12 @@ typedef struct devctl {
 struct ct_optimizer {
     opt_kind kind;
     double lr, momentum, dampening, beta1, beta2, eps;
+    double alpha, lr_decay; /* RMSprop, Adagrad */
     bool nesterov;
+    bool amsgrad, centered; /* Adam, RMSprop */
+    /* The kernels' state index of buffer b (RMSprop without momentum keeps
+     * its grad_avg in the contract's state[2]). */
+    int slot_of[MAX_BUFS];
     bool masters; /* float32 master weights for float16/bfloat16 parameters */
     int nbuf; /* state buffers per parameter besides the step */
     int64_t n;
@@ -100,9 +106,11 @@ static ct_tensor *device_ctl(ct_optimizer *opt, ct_device dev, double lr) {
 }
 
 /* Takes references to params and creates the state tensors (buffer names
- * in bufnames, nbuf of them). */
-static ct_optimizer *create(const char *op, const ct_params *params, opt_kind kind, int nbuf,
-                            const char *const *bufnames, double lr) {
+ * in bufnames, nbuf of them, buffer b in the kernels' state slot[b]; NULL:
+ * slot b). */
+static ct_optimizer *create_in(const char *op, const ct_params *params, opt_kind kind,
+                               int nbuf, const char *const *bufnames, const int *state_of,
+                               double lr) {
     if (!params) return cti_error_null(CT_ERR_INVALID_ARG, "%s: parameter list is NULL", op);
     if (params->n == 0)
         return cti_error_null(CT_ERR_INVALID_ARG, "%s: got an empty parameter list", op);
@@ -130,6 +138,8 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
     }
     opt->kind = kind;
     opt->nbuf = nbuf;
+    for (int b = 0; b < MAX_BUFS; b++)
+        opt->slot_of[b] = state_of && b < nbuf ? state_of[b] : b;
     opt->slots = slots;
     opt->devs = devs;
     opt->lr = lr;
@@ -160,7 +170,7 @@ static ct_optimizer *create(const char *op, const ct_params *params, opt_kind ki
         for (int b = 0; b < nbuf; b++) {
             snprintf(s->names[1 + b], STATE_NAME_MAX, "%lld.%s", (long long)k, bufnames[b]);
             if (!(s->buf[b] = owned(ct_tensor_zeros_like(s->param)))) goto fail;
-            opt->list_state[b][k] = s->buf[b];
+            opt->list_state[opt->slot_of[b]][k] = s->buf[b];
         }
     }
     return opt;
@@ -168,6 +178,11 @@ fail:
     cti_error(ct_last_status(), "%s: creating the state: %s", op, ct_last_error());
     ct_optim_free(opt);
     return NULL;
+}
+
+static ct_optimizer *create(const char *op, const ct_params *params, opt_kind kind, int nbuf,
+                            const char *const *bufnames, double lr) {
+    return create_in(op, params, kind, nbuf, bufnames, NULL, lr);
 }
 
 static bool bad_nonneg(double v) { return !(v >= 0) || !isfinite(v); }
@@ -228,6 +243,98 @@ ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta
     return opt;
 }
 
+ct_optimizer *ct_optim_adam_new(const ct_params *params, double lr, double beta1, double beta2,
+                                double eps, double weight_decay, bool amsgrad) {
+    static const char op[] = "ct_optim_adam_new";
+    if (bad_nonneg(lr))
+        return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid learning rate %g (expected >= 0)",
+                              op, lr);
+    if (bad_nonneg(eps))
+        return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid epsilon %g (expected >= 0)", op,
+                              eps);
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: invalid betas (%g, %g) (expected each in [0, 1))", op, beta1,
+                              beta2);
+    if (bad_nonneg(weight_decay))
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: invalid weight_decay %g (expected >= 0)", op, weight_decay);
+    static const char *const names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    ct_optimizer *opt = create(op, params, OPT_ADAM, amsgrad ? 3 : 2, names, lr);
+    if (!opt) return NULL;
+    opt->beta1 = beta1;
+    opt->beta2 = beta2;
+    opt->eps = eps;
+    opt->amsgrad = amsgrad;
+    for (int64_t k = 0; k < opt->n; k++) opt->weight_decay[k] = weight_decay;
+    return opt;
+}
+
+ct_optimizer *ct_optim_rmsprop_new(const ct_params *params, double lr, double alpha, double eps,
+                                   double weight_decay, double momentum, bool centered) {
+    static const char op[] = "ct_optim_rmsprop_new";
+    struct {
+        const char *what;
+        double v;
+    } chk[] = {{"learning rate", lr}, {"alpha", alpha},       {"epsilon", eps},
+               {"momentum", momentum}, {"weight_decay", weight_decay}};
+    for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+        if (bad_nonneg(chk[i].v))
+            return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid %s %g (expected >= 0)", op,
+                                  chk[i].what, chk[i].v);
+    /* square_avg, then momentum_buffer and grad_avg where used, as torch's
+     * state dict orders them; grad_avg stays in the kernels' state[2]. */
+    const char *names[3] = {"square_avg"};
+    int state_of[3] = {0}, nbuf = 1;
+    if (momentum > 0) names[nbuf] = "momentum_buffer", state_of[nbuf++] = 1;
+    if (centered) names[nbuf] = "grad_avg", state_of[nbuf++] = 2;
+    ct_optimizer *opt = create_in(op, params, OPT_RMSPROP, nbuf, names, state_of, lr);
+    if (!opt) return NULL;
+    opt->alpha = alpha;
+    opt->eps = eps;
+    opt->momentum = momentum;
+    opt->centered = centered;
+    for (int64_t k = 0; k < opt->n; k++) opt->weight_decay[k] = weight_decay;
+    return opt;
+}
+
+ct_optimizer *ct_optim_adagrad_new(const ct_params *params, double lr, double lr_decay,
+                                   double weight_decay, double initial_accumulator_value,
+                                   double eps) {
+    static const char op[] = "ct_optim_adagrad_new";
+    struct {
+        const char *what;
+        double v;
+    } chk[] = {{"learning rate", lr},
+               {"lr_decay", lr_decay},
+               {"weight_decay", weight_decay},
+               {"initial_accumulator_value", initial_accumulator_value},
+               {"epsilon", eps}};
+    for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+        if (bad_nonneg(chk[i].v))
+            return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid %s %g (expected >= 0)", op,
+                                  chk[i].what, chk[i].v);
+    static const char *const names[] = {"sum"};
+    ct_optimizer *opt = create(op, params, OPT_ADAGRAD, 1, names, lr);
+    if (!opt) return NULL;
+    opt->lr_decay = lr_decay;
+    opt->eps = eps;
+    for (int64_t k = 0; k < opt->n; k++) opt->weight_decay[k] = weight_decay;
+    if (initial_accumulator_value != 0) {
+        bool prev = ct_no_grad_begin();
+        ct_status st = CT_OK;
+        for (int64_t k = 0; k < opt->n && st == CT_OK; k++)
+            st = ct_fill_(opt->slots[k].buf[0], initial_accumulator_value);
+        ct_no_grad_end(prev);
+        if (st != CT_OK) {
+            cti_error(st, "%s: creating the state: %s", op, ct_last_error());
+            ct_optim_free(opt);
+            return NULL;
+        }
+    }
+    return opt;
+}
+
 /* ---- master weights ------------------------------------------------------------------------ */
 static bool low_precision(const ct_tensor *t) {
     return t->dtype == CT_F16 || t->dtype == CT_BF16;
@@ -262,7 +369,7 @@ ct_status ct_optim_set_master_weights(ct_optimizer *opt, bool enable) {
         s->master = made[k][0];
         for (int b = 0; b < opt->nbuf; b++) {
             ct_tensor_release(s->buf[b]);
-            s->buf[b] = opt->list_state[b][k] = made[k][1 + b];
+            s->buf[b] = opt->list_state[opt->slot_of[b]][k] = made[k][1 + b];
         }
     }
     free(made);
@@ -277,11 +384,13 @@ ct_status ct_optim_set_master_weights(ct_optimizer *opt, bool enable) {
  * device counts and the learning rate are read by the kernels, so a step
  * waits for nothing. */
 static ct_status fused_update(const char *op, ct_optimizer *o, ct_tensor *found_inf) {
+    bool used[MAX_BUFS] = {false};
+    for (int b = 0; b < o->nbuf; b++) used[o->slot_of[b]] = true;
     cti_optim_list l = {o->n,
                         o->list_param,
                         o->list_grad,
-                        {o->nbuf > 0 ? o->list_state[0] : NULL,
-                         o->nbuf > 1 ? o->list_state[1] : NULL},
+                        {used[0] ? o->list_state[0] : NULL, used[1] ? o->list_state[1] : NULL,
+                         used[2] ? o->list_state[2] : NULL},
                         o->list_step,
                         o->list_updated,
                         o->list_step_t,
@@ -308,13 +417,29 @@ static ct_status fused_update(const char *op, ct_optimizer *o, ct_tensor *found_
                              op, (long long)k, t);
         o->list_step[k] = (int64_t)t + 1;
     }
-    if (o->kind == OPT_SGD) {
-        /* the list's per-parameter weight decays replace h's */
+    /* the list's per-parameter weight decays replace the hyperparameters' */
+    switch (o->kind) {
+    case OPT_SGD: {
         cti_sgd_hparams h = {o->lr, o->momentum, o->dampening, 0.0, o->nesterov};
         return cti_sgd_step(op, &l, &h);
     }
-    cti_adamw_hparams h = {o->lr, o->beta1, o->beta2, o->eps, 0.0};
-    return cti_adamw_step(op, &l, &h);
+    case OPT_ADAM: {
+        cti_adam_hparams h = {o->lr, o->beta1, o->beta2, o->eps, 0.0, o->amsgrad};
+        return cti_adam_step(op, &l, &h);
+    }
+    case OPT_RMSPROP: {
+        cti_rmsprop_hparams h = {o->lr, o->alpha, o->eps, 0.0, o->momentum, o->centered};
+        return cti_rmsprop_step(op, &l, &h);
+    }
+    case OPT_ADAGRAD: {
+        cti_adagrad_hparams h = {o->lr, o->lr_decay, o->eps, 0.0};
+        return cti_adagrad_step(op, &l, &h);
+    }
+    default: {
+        cti_adamw_hparams h = {o->lr, o->beta1, o->beta2, o->eps, 0.0};
+        return cti_adamw_step(op, &l, &h);
+    }
+    }
 }
 
 ct_status cti_optim_step_with(const char *op, ct_optimizer *opt, ct_tensor *found_inf) {

@@ -465,19 +465,46 @@ SCALAR_OP(ct_gt_scalar, s_gt_scalar)
 SCALAR_OP(ct_ge_scalar, s_ge_scalar)
 
 /* ---- in place -------------------------------------------------------------------------------- */
-/* Autograd's rules for updating a in place from b (NULL for none): a must be
- * neither a leaf that requires grad nor have history; and since in-place ops
- * are not recorded, an operand that requires grad would lose its gradient. */
-static ct_status check_autograd(const char *name, const ct_tensor *a, ct_tensor *b) {
-    ct_status st = cti_ag_check_inplace(name, a);
-    if (st != CT_OK) return st;
-    if (b && cti_ag_needed(1, &b))
-        return cti_error(CT_ERR_AUTOGRAD,
-                         "%s: the operand %s requires grad, but in-place operations are not "
-                         "recorded by autograd and its gradient would be lost; use the "
-                         "out-of-place op",
-                         name, cti_desc(b));
-    return CT_OK;
+/* Autograd's rules for updating a in place from b (NULL for none)
+ * (cti_ag_inplace_mode): *record tells whether the update must be recorded
+ * (src/ops/inplace.c) rather than run plainly. */
+static ct_status check_autograd(const char *name, const ct_tensor *a, ct_tensor *b,
+                                bool *record) {
+    int mode = cti_ag_inplace_mode(name, a, b);
+    *record = mode > 0;
+    return mode < 0 ? ct_last_status() : CT_OK;
+}
+
+/* The out-of-place form of an in-place op, for its recorded path. */
+typedef struct redo_ctx {
+    ct_op op;
+    bool scalar, unary, clamp;
+    ct_tensor *b;
+    double s, alpha, min, max;
+} redo_ctx;
+
+static ct_tensor *redo(ct_tensor *src, const void *ctx) {
+    const redo_ctx *r = ctx;
+    if (r->clamp) return ct_clamp(src, r->min, r->max);
+    if (r->unary) switch (r->op) {
+        case CT_OP_NEG: return ct_neg(src);
+        case CT_OP_EXP: return ct_exp(src);
+        case CT_OP_SQRT: return ct_sqrt(src);
+        default: return ct_relu(src);
+        }
+    if (r->scalar) switch (r->op) {
+        case CT_OP_ADD: return ct_add_scalar(src, r->s);
+        case CT_OP_SUB: return ct_sub_scalar(src, r->s);
+        case CT_OP_MUL: return ct_mul_scalar(src, r->s);
+        default: return ct_div_scalar(src, r->s);
+        }
+    switch (r->op) { /* alpha in the kernels' sign: a + alpha b */
+    case CT_OP_ADD: return ct_add_alpha(src, r->b, r->alpha);
+    case CT_OP_SUB: return ct_sub_alpha(src, r->b, -r->alpha);
+    case CT_OP_MUL: return ct_mul(src, r->b);
+    case CT_OP_DIV: return ct_div(src, r->b);
+    default: return ct_pow(src, r->b);
+    }
 }
 
 /* A destination that repeats memory (a stride-0 dim) would be written twice. */
@@ -535,7 +562,8 @@ static ct_status inplace_run(const bin_spec *sp, ct_tensor *a, ct_tensor *b, ct_
 static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double alpha) {
     ct_status st = check_two(sp->name, a, b);
     if (st != CT_OK) return st;
-    if ((st = check_autograd(sp->name, a, b)) != CT_OK) return st;
+    bool record;
+    if ((st = check_autograd(sp->name, a, b, &record)) != CT_OK) return st;
     ct_tensor *ts[2] = {a, b};
     ct_dtype rt = a->dtype == b->dtype ? a->dtype : cti_result_type(2, ts);
     ct_dtype cd = compute_dtype(sp->kind, rt);
@@ -553,13 +581,18 @@ static ct_status inplace(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
                          "%s: output with shape %s doesn't match the broadcast shape %s",
                          sp->name, cti_shape_s(a->ndim, a->shape), cti_shape_s(nd, shape));
     if ((st = check_no_overlap(sp->name, a)) != CT_OK) return st;
+    if (record) {
+        redo_ctx r = {.op = sp->op, .b = b, .alpha = alpha};
+        return cti_inplace_record(sp->name, a, redo, &r);
+    }
     cti_pointwise_params p = binary_params(alpha, 0);
     return inplace_run(sp, a, b, cd, &p);
 }
 
 static ct_status inplace_scalar(const bin_spec *sp, ct_tensor *a, double s, double alpha) {
     if (!a) return cti_check_not_null(sp->name, 1, &a);
-    ct_status st = check_autograd(sp->name, a, NULL);
+    bool record;
+    ct_status st = check_autograd(sp->name, a, NULL, &record);
     if (st != CT_OK) return st;
     ct_dtype rt = scalar_result_type(a->dtype, scalar_dtype(s));
     ct_dtype cd = compute_dtype(sp->kind, rt);
@@ -567,6 +600,10 @@ static ct_status inplace_scalar(const bin_spec *sp, ct_tensor *a, double s, doub
     if (sp->op == CT_OP_SUB && (st = check_bool_sub(sp->name, a->dtype, a->dtype)) != CT_OK)
         return st;
     if ((st = check_no_overlap(sp->name, a)) != CT_OK) return st;
+    if (record) {
+        redo_ctx r = {.op = sp->op, .scalar = true, .s = s};
+        return cti_inplace_record(sp->name, a, redo, &r);
+    }
     ct_tensor *sc = make_scalar(sp->name, s, cd, dev_of(a));
     if (!sc) return ct_last_status();
     cti_pointwise_params p = binary_params(alpha, s);
@@ -707,12 +744,17 @@ static ct_tensor *unary(const un_spec *sp, ct_tensor *x) { return unary_p(sp, x,
 
 static ct_status unary_inplace(const un_spec *sp, ct_tensor *x) {
     if (!x) return cti_check_not_null(sp->name, 1, &x);
-    ct_status st = check_autograd(sp->name, x, NULL);
+    bool record;
+    ct_status st = check_autograd(sp->name, x, NULL, &record);
     if (st != CT_OK) return st;
     ct_dtype cd;
     if ((st = unary_dtype(sp, x, &cd)) != CT_OK) return st;
     if ((st = check_cast(sp->name, cd, x->dtype)) != CT_OK) return st;
     if ((st = check_no_overlap(sp->name, x)) != CT_OK) return st;
+    if (record) {
+        redo_ctx r = {.op = sp->op, .unary = true};
+        return cti_inplace_record(sp->name, x, redo, &r);
+    }
     if (cd != x->dtype) {
         ct_tensor *tmp = cti_tensor_new(sp->name, x->ndim, x->shape, cd, dev_of(x));
         if (!tmp) return ct_last_status();
@@ -927,7 +969,8 @@ ct_tensor *ct_clamp(ct_tensor *x, double min, double max) {
 ct_status ct_clamp_(ct_tensor *a, double min, double max) {
     static const char *name = "ct_clamp_";
     if (!a) return cti_check_not_null(name, 1, &a);
-    ct_status st = check_autograd(name, a, NULL);
+    bool record;
+    ct_status st = check_autograd(name, a, NULL, &record);
     if (st != CT_OK) return st;
     ct_call c;
     cti_pointwise_params p;
@@ -938,6 +981,10 @@ ct_status ct_clamp_(ct_tensor *a, double min, double max) {
                          name, min, max, ct_dtype_name(a->dtype));
     if ((st = clamp_check(name, a, min, max, &c, &p)) != CT_OK) return st;
     if ((st = check_no_overlap(name, a)) != CT_OK) return st;
+    if (record) {
+        redo_ctx r = {.clamp = true, .min = min, .max = max};
+        return cti_inplace_record(name, a, redo, &r);
+    }
     c.out[0] = a;
     st = cti_run(&c, dev_of(a), a->dtype);
     if (st == CT_OK) cti_bump_version(a);

@@ -569,6 +569,18 @@ static cti_loss_params cls_params(ct_reduction reduction, int64_t ignore_index, 
  * reduction left in it. */
 ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                             ct_reduction reduction, int64_t ignore_index, double label_smoothing) {
+    /* Class probabilities where PyTorch takes them: a floating target of the
+     * logits' shape (another shape is refused below as indices of the wrong
+     * dtype, as PyTorch does). */
+    if (logits && target && ct_dtype_is_floating(target->dtype) && logits->ndim == target->ndim &&
+        memcmp(logits->shape, target->shape, sizeof(int64_t) * (size_t)logits->ndim) == 0) {
+        if (ignore_index >= 0)
+            return cti_error_null(CT_ERR_INVALID_ARG,
+                                  "ct_cross_entropy: ignore_index is not supported for floating "
+                                  "point target, got %lld",
+                                  (long long)ignore_index);
+        return ct_cross_entropy_prob(logits, target, weight, reduction, label_smoothing);
+    }
     cti_autocast_call ac;
     if (cti_autocast_begin_op(&ac, CTI_AC_CROSS_ENTROPY, 2, (ct_tensor *[]){logits, weight}))
         return cti_autocast_end_op(&ac, ac.ok ? ct_cross_entropy(ac.in[0], target, ac.in[1],

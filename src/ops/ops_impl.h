@@ -27,4 +27,14 @@ ct_status cti_check_floating(const char *op, const ct_tensor *t, const char *arg
 /* Releases the outputs of a call (after a failed dispatch). */
 void cti_call_release_outputs(ct_call *c);
 
+/* An in-place op recorded by autograd (src/ops/inplace.c; decide with
+ * cti_ag_inplace_mode after the op's own checks): fn(src, ctx) computes
+ * the new values out of place, recorded, from src, a copy of a with its
+ * history; they are cast to a's dtype, written into a, and a's history
+ * becomes theirs. A failure before the write leaves a unchanged; only
+ * running out of memory while recording the rebase, after it, leaves a
+ * written with its old history (and the error). */
+typedef ct_tensor *(*cti_inplace_fn)(ct_tensor *src, const void *ctx);
+ct_status cti_inplace_record(const char *op, ct_tensor *a, cti_inplace_fn fn, const void *ctx);
+
 #endif

@@ -1,5 +1,6 @@
 /* Front ends of the fused optimizer updates (CT_OP_SGD_STEP,
- * CT_OP_ADAMW_STEP; the contract is in optim_impl.h).
+ * CT_OP_ADAMW_STEP, CT_OP_ADAM_STEP, CT_OP_RMSPROP_STEP,
+ * CT_OP_ADAGRAD_STEP; the contract is in optim_impl.h).
  *
  * The kernels see contiguous tensors only: a non-contiguous gradient (or one
  * sharing memory with its parameter) is read through a contiguous copy, and
@@ -16,11 +17,14 @@
 #include "optim_impl.h"
 #include "tensor/autograd.h"
 
-/* One update's op, its state count and its hyperparameters (p.list is
- * filled per dispatch). */
+#define NSTATE 3
+
+/* One update's op, the states it uses (by the contract's index, with their
+ * names) and its hyperparameters (p.list is filled per dispatch). */
 typedef struct opt_kind {
     ct_op op;
-    int nstate;
+    bool uses[NSTATE];
+    const char *names[NSTATE];
     cti_optim_params p;
 } opt_kind;
 
@@ -43,9 +47,6 @@ static bool expanded(const ct_tensor *t) {
         if (t->shape[d] > 1 && t->stride[d] == 0) return true;
     return false;
 }
-
-static const char *const state_names[2][2] = {{"momentum buffer", ""},
-                                               {"exp_avg", "exp_avg_sq"}};
 
 static ct_tensor *entry(ct_tensor *const *a, int64_t k) { return a ? a[k] : NULL; }
 
@@ -101,7 +102,6 @@ static ct_status check_master(const char *op, const cti_optim_list *l, int64_t k
 static ct_status check_one(const char *op, const cti_optim_list *l, const opt_kind *kd,
                            int64_t k) {
     ct_tensor *p = l->param[k], *g = l->grad[k];
-    int kind = kd->op == CT_OP_ADAMW_STEP;
     if (!p) return cti_error(CT_ERR_INVALID_ARG, "%s: parameter %lld is NULL", op, (long long)k);
     if (l->weight_decay && !(l->weight_decay[k] >= 0 && isfinite(l->weight_decay[k])))
         return cti_error(CT_ERR_INVALID_ARG,
@@ -131,9 +131,10 @@ static ct_status check_one(const char *op, const cti_optim_list *l, const opt_ki
     if ((st = check_master(op, l, k, p)) != CT_OK) return st;
     /* With master weights the states are float32. */
     ct_dtype sdt = entry(l->master, k) ? CT_F32 : p->dtype;
-    for (int b = 0; b < kd->nstate; b++) {
+    for (int b = 0; b < NSTATE; b++) {
+        if (!kd->uses[b]) continue;
         ct_tensor *s = l->state[b][k];
-        const char *what = state_names[kind][b];
+        const char *what = kd->names[b];
         if (!s)
             return cti_error(CT_ERR_INVALID_ARG, "%s: parameter %lld: the %s is NULL", op,
                              (long long)k, what);
@@ -182,13 +183,13 @@ static int by_address(const void *a, const void *b) {
 
 /* Every tensor the call writes for entry k: parameter, states, master,
  * count in memory (NULL where absent). */
-#define NWRITE 5
+#define NWRITE (3 + NSTATE)
 static void written_of(const cti_optim_list *l, const opt_kind *kd, int64_t k,
                        ct_tensor *w[NWRITE]) {
     w[0] = l->param[k];
-    for (int b = 0; b < 2; b++) w[1 + b] = b < kd->nstate ? l->state[b][k] : NULL;
-    w[3] = entry(l->master, k);
-    w[4] = entry(l->step_t, k);
+    for (int b = 0; b < NSTATE; b++) w[1 + b] = kd->uses[b] ? l->state[b][k] : NULL;
+    w[1 + NSTATE] = entry(l->master, k);
+    w[2 + NSTATE] = entry(l->step_t, k);
 }
 
 /* Sorts the storages of every tensor the call writes into w (*m of them);
@@ -221,7 +222,7 @@ static bool is_written(const cti_storage *s, cti_storage *const *w, int64_t m) {
  * masters or not, weight decay). */
 typedef struct group {
     int64_t m;
-    ct_tensor **param, **grad, **state[2], **master, **step_t, **ctl;
+    ct_tensor **param, **grad, **state[NSTATE], **master, **step_t, **ctl;
     int64_t *step;
     int64_t *index; /* entry -> position in the caller's list */
     cti_storage **written; /* sorted, nwritten of them */
@@ -256,8 +257,8 @@ static ct_status check_shared_ctl(const char *op, const cti_optim_list *l, const
     return CT_OK;
 }
 
-/* Slots of an entry's substitutes: param, grad, state 0, state 1, master. */
-#define NTMP 5
+/* Slots of an entry's substitutes: param, grad, the states, master. */
+#define NTMP (3 + NSTATE)
 
 /* Runs one dispatch over g; substitutes are made, used and released here. */
 static ct_status run_group(const char *op, const cti_optim_list *l, const opt_kind *kd,
@@ -276,11 +277,13 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         bool alias = is_written(gr->storage, g->written, g->nwritten);
         g->grad[e] = g->param[e] ? kernel_view(gr, alias, &tmp[e][1]) : NULL;
         bool ok = g->param[e] && g->grad[e];
-        for (int b = 0; b < kd->nstate && ok; b++) {
+        for (int b = 0; b < NSTATE && ok; b++) {
+            g->state[b][e] = NULL;
+            if (!kd->uses[b]) continue;
             g->state[b][e] = kernel_view(l->state[b][k], false, &tmp[e][2 + b]);
             ok = g->state[b][e] != NULL;
         }
-        g->master[e] = ms && ok ? kernel_view(ms, false, &tmp[e][4]) : NULL;
+        g->master[e] = ms && ok ? kernel_view(ms, false, &tmp[e][2 + NSTATE]) : NULL;
         if (ms && !g->master[e]) ok = false;
         g->step[e] = l->step && !entry(l->step_t, k) ? l->step[k] : 0;
         g->step_t[e] = entry(l->step_t, k);
@@ -294,7 +297,9 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         p.list = (cti_optim_list){g->m,
                                   g->param,
                                   g->grad,
-                                  {g->state[0], g->state[1]},
+                                  {kd->uses[0] ? g->state[0] : NULL,
+                                   kd->uses[1] ? g->state[1] : NULL,
+                                   kd->uses[2] ? g->state[2] : NULL},
                                   g->step,
                                   NULL,
                                   g->step_t,
@@ -305,12 +310,18 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         cti_call_init(&c, kd->op);
         c.in[c.nin++] = p0;
         c.in[c.nin++] = g->grad[0];
-        for (int b = 0; b < kd->nstate; b++) c.in[c.nin++] = g->state[b][0];
+        for (int b = 0; b < NSTATE; b++)
+            if (kd->uses[b]) c.in[c.nin++] = g->state[b][0];
         if (l->weight_decay) {
             /* same_target grouped the entries of one weight decay */
             double wd = l->weight_decay[g->index[0]];
-            if (kd->op == CT_OP_SGD_STEP) p.sgd.weight_decay = wd;
-            else p.adamw.weight_decay = wd;
+            switch (kd->op) {
+            case CT_OP_SGD_STEP: p.sgd.weight_decay = wd; break;
+            case CT_OP_ADAMW_STEP: p.adamw.weight_decay = wd; break;
+            case CT_OP_ADAM_STEP: p.adam.weight_decay = wd; break;
+            case CT_OP_RMSPROP_STEP: p.rmsprop.weight_decay = wd; break;
+            default: p.adagrad.weight_decay = wd; break;
+            }
         }
         cti_call_params(&c, &p);
         st = cti_run(&c, dev_of(p0), p0->dtype);
@@ -321,7 +332,7 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         int64_t k = g->index[e];
         ct_tensor *w[NWRITE];
         written_of(l, kd, k, w);
-        static const int tmp_of[NWRITE] = {0, 2, 3, 4, -1};
+        static const int tmp_of[NWRITE] = {0, 2, 3, 4, 2 + NSTATE, -1};
         for (int j = 0; j < NWRITE && ok; j++) {
             if (!w[j]) continue;
             ct_tensor *src = tmp_of[j] < 0 ? NULL : tmp[e][tmp_of[j]];
@@ -345,8 +356,10 @@ static bool same_target(const cti_optim_list *l, int64_t a, int64_t b) {
 static bool malformed(const cti_optim_list *l, const opt_kind *kd) {
     if (l->n < 0) return true;
     if (l->n == 0) return false;
-    return !l->param || !l->grad || (!l->step && !l->step_t) ||
-           (kd->nstate > 0 && !l->state[0]) || (kd->nstate > 1 && !l->state[1]);
+    if (!l->param || !l->grad || (!l->step && !l->step_t)) return true;
+    for (int b = 0; b < NSTATE; b++)
+        if (kd->uses[b] && !l->state[b]) return true;
+    return false;
 }
 
 static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd) {
@@ -367,8 +380,8 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
     ct_status st = check_found_inf(op, l, &skip);
     if (st != CT_OK || live == 0 || skip) return st;
     size_t n = (size_t)l->n;
-    /* param, grad, 2 states, master, step_t, ctl; step, index; written storages */
-    ct_tensor **tv = malloc(7 * n * sizeof *tv);
+    /* param, grad, the states, master, step_t, ctl; step, index; written storages */
+    ct_tensor **tv = malloc((5 + NSTATE) * n * sizeof *tv);
     int64_t *iv = malloc(2 * n * sizeof *iv);
     cti_storage **wv = malloc(NWRITE * n * sizeof *wv);
     bool *done = calloc(n, sizeof *done);
@@ -381,10 +394,10 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
     }
     group g = {.param = tv,
                .grad = tv + n,
-               .state = {tv + 2 * n, tv + 3 * n},
-               .master = tv + 4 * n,
-               .step_t = tv + 5 * n,
-               .ctl = tv + 6 * n,
+               .state = {tv + 2 * n, tv + 3 * n, tv + 4 * n},
+               .master = tv + (2 + NSTATE) * n,
+               .step_t = tv + (3 + NSTATE) * n,
+               .ctl = tv + (4 + NSTATE) * n,
                .step = iv,
                .index = iv + n,
                .written = wv};
@@ -413,12 +426,38 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
 
 ct_status cti_sgd_step(const char *op, const cti_optim_list *l, const cti_sgd_hparams *h) {
     if (!h) return cti_error(CT_ERR_INVALID_ARG, "%s: hyperparameters are NULL", op);
-    opt_kind kd = {CT_OP_SGD_STEP, h->momentum != 0 ? 1 : 0, {.sgd = *h}};
+    opt_kind kd = {CT_OP_SGD_STEP, {h->momentum != 0}, {"momentum buffer"}, {.sgd = *h}};
     return run(op, l, &kd);
 }
 
 ct_status cti_adamw_step(const char *op, const cti_optim_list *l, const cti_adamw_hparams *h) {
     if (!h) return cti_error(CT_ERR_INVALID_ARG, "%s: hyperparameters are NULL", op);
-    opt_kind kd = {CT_OP_ADAMW_STEP, 2, {.adamw = *h}};
+    opt_kind kd = {CT_OP_ADAMW_STEP, {true, true}, {"exp_avg", "exp_avg_sq"}, {.adamw = *h}};
+    return run(op, l, &kd);
+}
+
+ct_status cti_adam_step(const char *op, const cti_optim_list *l, const cti_adam_hparams *h) {
+    if (!h) return cti_error(CT_ERR_INVALID_ARG, "%s: hyperparameters are NULL", op);
+    opt_kind kd = {CT_OP_ADAM_STEP,
+                   {true, true, h->amsgrad},
+                   {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+                   {.adam = *h}};
+    return run(op, l, &kd);
+}
+
+ct_status cti_rmsprop_step(const char *op, const cti_optim_list *l,
+                           const cti_rmsprop_hparams *h) {
+    if (!h) return cti_error(CT_ERR_INVALID_ARG, "%s: hyperparameters are NULL", op);
+    opt_kind kd = {CT_OP_RMSPROP_STEP,
+                   {true, h->momentum > 0, h->centered},
+                   {"square_avg", "momentum_buffer", "grad_avg"},
+                   {.rmsprop = *h}};
+    return run(op, l, &kd);
+}
+
+ct_status cti_adagrad_step(const char *op, const cti_optim_list *l,
+                           const cti_adagrad_hparams *h) {
+    if (!h) return cti_error(CT_ERR_INVALID_ARG, "%s: hyperparameters are NULL", op);
+    opt_kind kd = {CT_OP_ADAGRAD_STEP, {true}, {"sum"}, {.adagrad = *h}};
     return run(op, l, &kd);
 }

@@ -33,6 +33,11 @@
  * ("ct_optim_step", ...) and the parameter's index. */
 ct_status cti_sgd_step(const char *op, const cti_optim_list *l, const cti_sgd_hparams *h);
 ct_status cti_adamw_step(const char *op, const cti_optim_list *l, const cti_adamw_hparams *h);
+ct_status cti_adam_step(const char *op, const cti_optim_list *l, const cti_adam_hparams *h);
+ct_status cti_rmsprop_step(const char *op, const cti_optim_list *l,
+                           const cti_rmsprop_hparams *h);
+ct_status cti_adagrad_step(const char *op, const cti_optim_list *l,
+                           const cti_adagrad_hparams *h);
 
 /* The scaler's non-finite check and unscale (CT_OP_AMP_UNSCALE) over the n
  * gradients grad[k] (NULL entries skipped), one dispatch per device: every

@@ -1,5 +1,6 @@
 /* CPU kernels of the fused optimizer updates (CT_OP_SGD_STEP,
- * CT_OP_ADAMW_STEP; contract with cti_optim_params in src/dispatch/schema.h,
+ * CT_OP_ADAMW_STEP, CT_OP_ADAM_STEP, CT_OP_RMSPROP_STEP, CT_OP_ADAGRAD_STEP;
+ * contract with cti_optim_params in src/dispatch/schema.h,
  * front end in src/ops/optim.c) and of a gradient scaler's ops
  * (CT_OP_AMP_UNSCALE, CT_OP_AMP_UPDATE_SCALE; src/ops/loss_scale.c): one
  * pass over each parameter reading and writing every tensor once, split
@@ -17,12 +18,16 @@
 /* One parameter's update: its buffers and the scalars of the formulas. p
  * and the states have dtype pdt (the master's float32 with masters), the
  * gradient gdt; model (NULL without masters) receives p rounded to mdt. */
+typedef enum alg { ALG_SGD, ALG_ADAMW, ALG_ADAM, ALG_RMSPROP, ALG_ADAGRAD } alg;
+
 typedef struct job {
-    char *p, *g, *s0, *s1, *model;
+    char *p, *g, *s0, *s1, *s2, *model;
     ct_dtype pdt, gdt, mdt;
+    alg a;
     bool adamw, has_momentum, nesterov, first;
-    double lr, momentum, damp_c, wd;          /* SGD: damp_c = 1 - dampening */
-    double decay, b1, b1c, b2, b2c, eps, neg_step, bc2s; /* AdamW */
+    bool amsgrad, centered;                   /* Adam, RMSprop */
+    double lr, momentum, damp_c, wd;          /* SGD (damp_c = 1 - dampening), RMSprop */
+    double decay, b1, b1c, b2, b2c, eps, neg_step, bc2s; /* AdamW, Adam; RMSprop: b1 = alpha */
 } job;
 
 #define BLK 256
@@ -57,8 +62,82 @@ typedef struct job {
         }                                                                                    \
     }
 
+/* Adam, RMSprop and Adagrad (the contract's formulas; Adagrad's neg_step is
+ * -clr). */
+#define UPDATE_FN2(T, SQRT)                                                                   \
+    static void adam_##T(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,   \
+                         T *restrict vmax, int64_t n, const job *j) {                        \
+        const T wd = (T)j->wd, b1 = (T)j->b1, b1c = (T)j->b1c, b2 = (T)j->b2,                \
+                b2c = (T)j->b2c, eps = (T)j->eps, ns = (T)j->neg_step, bc2s = (T)j->bc2s;    \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            T gi = g[i];                                                                     \
+            if (j->wd != 0) gi += wd * p[i];                                                 \
+            T mi = b1 * m[i] + b1c * gi;                                                     \
+            T vi = b2 * v[i] + b2c * (gi * gi);                                              \
+            m[i] = mi;                                                                       \
+            v[i] = vi;                                                                       \
+            if (j->amsgrad) {                                                                \
+                vi = vi > vmax[i] ? vi : vmax[i];                                            \
+                vmax[i] = vi;                                                                \
+            }                                                                                \
+            p[i] += ns * (mi / (SQRT(vi) / bc2s + eps));                                     \
+        }                                                                                    \
+    }                                                                                        \
+    static void rmsprop_##T(T *restrict p, const T *restrict g, T *restrict sq,              \
+                            T *restrict buf, T *restrict ga, int64_t n, const job *j) {      \
+        const T wd = (T)j->wd, al = (T)j->b1, alc = (T)j->b1c, eps = (T)j->eps,              \
+                mom = (T)j->momentum, nlr = (T)-j->lr;                                       \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            T gi = g[i];                                                                     \
+            if (j->wd != 0) gi += wd * p[i];                                                 \
+            T s = al * sq[i] + alc * (gi * gi);                                              \
+            sq[i] = s;                                                                       \
+            if (j->centered) {                                                               \
+                T a = al * ga[i] + alc * gi;                                                 \
+                ga[i] = a;                                                                   \
+                s = s - a * a;                                                               \
+            }                                                                                \
+            T avg = SQRT(s) + eps;                                                           \
+            if (j->has_momentum) {                                                           \
+                T b = mom * buf[i] + gi / avg;                                               \
+                buf[i] = b;                                                                  \
+                p[i] += nlr * b;                                                             \
+            } else {                                                                         \
+                p[i] += nlr * (gi / avg);                                                    \
+            }                                                                                \
+        }                                                                                    \
+    }                                                                                        \
+    static void adagrad_##T(T *restrict p, const T *restrict g, T *restrict sum, int64_t n, \
+                            const job *j) {                                                  \
+        const T wd = (T)j->wd, eps = (T)j->eps, ns = (T)j->neg_step;                         \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            T gi = g[i];                                                                     \
+            if (j->wd != 0) gi += wd * p[i];                                                 \
+            T s = sum[i] + gi * gi;                                                          \
+            sum[i] = s;                                                                      \
+            p[i] += ns * (gi / (SQRT(s) + eps));                                             \
+        }                                                                                    \
+    }
+
 UPDATE_FN(float, sqrtf)
 UPDATE_FN(double, sqrt)
+UPDATE_FN2(float, sqrtf)
+UPDATE_FN2(double, sqrt)
+
+/* The update of one run of n elements in type T, states s0..s2 (NULL where
+ * unused). */
+#define DISPATCH_FN(T)                                                                        \
+    static void update_##T(T *p, const T *g, T *s0, T *s1, T *s2, int64_t n, const job *j) {  \
+        switch (j->a) {                                                                      \
+        case ALG_SGD: sgd_##T(p, g, s0, n, j); break;                                        \
+        case ALG_ADAMW: adamw_##T(p, g, s0, s1, n, j); break;                                \
+        case ALG_ADAM: adam_##T(p, g, s0, s1, s2, n, j); break;                              \
+        case ALG_RMSPROP: rmsprop_##T(p, g, s0, s1, s2, n, j); break;                        \
+        default: adagrad_##T(p, g, s0, n, j); break;                                         \
+        }                                                                                    \
+    }
+DISPATCH_FN(float)
+DISPATCH_FN(double)
 
 /* m elements of dtype dt (float32, float16 or bfloat16) to float32 and back. */
 static void load(float *dst, const char *src, ct_dtype dt, int64_t m) {
@@ -81,8 +160,8 @@ static void store(char *dst, const float *src, ct_dtype dt, int64_t m) {
 
 /* Blocks through float32: low-precision parameters, and masters. */
 static void block_range(const job *j, int64_t b, int64_t e) {
-    float p[BLK], g[BLK], s0[BLK], s1[BLK];
-    bool with0 = j->adamw || j->has_momentum;
+    float p[BLK], g[BLK], s[3][BLK];
+    char *const sp[3] = {j->s0, j->s1, j->s2};
     size_t ps = ct_dtype_size(j->pdt), gs = ct_dtype_size(j->gdt);
     for (int64_t i = b; i < e; i += BLK) {
         int64_t m = e - i < BLK ? e - i : BLK;
@@ -90,38 +169,31 @@ static void block_range(const job *j, int64_t b, int64_t e) {
         load(p, j->p + off, j->pdt, m);
         load(g, j->g + (size_t)i * gs, j->gdt, m);
         /* The first SGD step overwrites the buffer without reading it. */
-        if (with0 && !(j->first && !j->adamw)) load(s0, j->s0 + off, j->pdt, m);
-        if (j->adamw) {
-            load(s1, j->s1 + off, j->pdt, m);
-            adamw_float(p, g, s0, s1, m, j);
-            store(j->s1 + off, s1, j->pdt, m);
-        } else {
-            sgd_float(p, g, s0, m, j);
-        }
-        if (with0) store(j->s0 + off, s0, j->pdt, m);
+        bool skip0 = j->a == ALG_SGD && j->first;
+        for (int k = 0; k < 3; k++)
+            if (sp[k] && !(k == 0 && skip0)) load(s[k], sp[k] + off, j->pdt, m);
+        update_float(p, g, sp[0] ? s[0] : NULL, sp[1] ? s[1] : NULL, sp[2] ? s[2] : NULL, m,
+                     j);
+        for (int k = 0; k < 3; k++)
+            if (sp[k]) store(sp[k] + off, s[k], j->pdt, m);
         store(j->p + off, p, j->pdt, m);
         if (j->model) store(j->model + (size_t)i * ct_dtype_size(j->mdt), p, j->mdt, m);
     }
 }
+
+static char *at(char *base, size_t o) { return base ? base + o : NULL; }
 
 static void range(int64_t b, int64_t e, void *ctx) {
     const job *j = ctx;
     size_t o = (size_t)b * ct_dtype_size(j->pdt);
     int64_t n = e - b;
     if (j->pdt == CT_F64) {
-        if (j->adamw)
-            adamw_double((double *)(j->p + o), (const double *)(j->g + o),
-                         (double *)(j->s0 + o), (double *)(j->s1 + o), n, j);
-        else
-            sgd_double((double *)(j->p + o), (const double *)(j->g + o),
-                       j->s0 ? (double *)(j->s0 + o) : NULL, n, j);
+        update_double((double *)(j->p + o), (const double *)(j->g + o),
+                      (double *)at(j->s0, o), (double *)at(j->s1, o), (double *)at(j->s2, o), n,
+                      j);
     } else if (j->pdt == CT_F32 && j->gdt == CT_F32 && !j->model) {
-        if (j->adamw)
-            adamw_float((float *)(j->p + o), (const float *)(j->g + o), (float *)(j->s0 + o),
-                        (float *)(j->s1 + o), n, j);
-        else
-            sgd_float((float *)(j->p + o), (const float *)(j->g + o),
-                      j->s0 ? (float *)(j->s0 + o) : NULL, n, j);
+        update_float((float *)(j->p + o), (const float *)(j->g + o), (float *)at(j->s0, o),
+                     (float *)at(j->s1, o), (float *)at(j->s2, o), n, j);
     } else {
         block_range(j, b, e);
     }
@@ -152,19 +224,68 @@ static void sgd_job(job *j, const cti_sgd_hparams *h, double lr, double t) {
     j->first = t == 1;
 }
 
+/* Adam's scalars: AdamW's without the decoupled decay. */
+static void adam_job(job *j, const cti_adam_hparams *h, double lr, double t) {
+    cti_adamw_hparams w = {lr, h->beta1, h->beta2, h->eps, 0.0};
+    adamw_job(j, &w, lr, t);
+    j->wd = h->weight_decay;
+    j->amsgrad = h->amsgrad;
+}
+
+static void rmsprop_job(job *j, const cti_rmsprop_hparams *h, double lr) {
+    j->lr = lr;
+    j->b1 = h->alpha;
+    j->b1c = 1 - h->alpha;
+    j->eps = h->eps;
+    j->wd = h->weight_decay;
+    j->momentum = h->momentum;
+    j->has_momentum = h->momentum > 0;
+    j->centered = h->centered;
+}
+
+static void adagrad_job(job *j, const cti_adagrad_hparams *h, double lr, double t) {
+    j->neg_step = -cti_adagrad_clr(lr, h->lr_decay, t);
+    j->eps = h->eps;
+    j->wd = h->weight_decay;
+}
+
 static ct_tensor *entry(ct_tensor *const *a, int64_t k) { return a ? a[k] : NULL; }
+
+static alg alg_of(ct_op op) {
+    switch (op) {
+    case CT_OP_ADAMW_STEP: return ALG_ADAMW;
+    case CT_OP_ADAM_STEP: return ALG_ADAM;
+    case CT_OP_RMSPROP_STEP: return ALG_RMSPROP;
+    case CT_OP_ADAGRAD_STEP: return ALG_ADAGRAD;
+    default: return ALG_SGD;
+    }
+}
+
+static double lr_of(const cti_optim_params *prm, alg a) {
+    switch (a) {
+    case ALG_ADAMW: return prm->adamw.lr;
+    case ALG_ADAM: return prm->adam.lr;
+    case ALG_RMSPROP: return prm->rmsprop.lr;
+    case ALG_ADAGRAD: return prm->adagrad.lr;
+    default: return prm->sgd.lr;
+    }
+}
+
+static const char *const routines[] = {"cpu_sgd_step", "cpu_adamw_step", "cpu_adam_step",
+                                       "cpu_rmsprop_step", "cpu_adagrad_step"};
 
 static ct_status k_optim(ct_call *c) {
     const cti_optim_params *prm = CTI_PARAMS(c, cti_optim_params);
     const cti_optim_list *l = &prm->list;
-    bool adamw = c->op == CT_OP_ADAMW_STEP;
-    c->routine = adamw ? "cpu_adamw_step" : "cpu_sgd_step";
+    alg a = alg_of(c->op);
+    bool adamw = a == ALG_ADAMW;
+    c->routine = routines[a];
     if (l->found_inf && *(const float *)cti_data(l->found_inf) != 0) return CT_OK;
     for (int64_t k = 0; k < l->n; k++) {
         ct_tensor *p = l->param[k], *st = entry(l->step_t, k), *ctl = entry(l->ctl, k);
         ct_tensor *ms = entry(l->master, k);
         double t = st ? *(const double *)cti_data(st) + 1 : (double)l->step[k];
-        double lr = ctl ? *(const double *)cti_data(ctl) : adamw ? prm->adamw.lr : prm->sgd.lr;
+        double lr = ctl ? *(const double *)cti_data(ctl) : lr_of(prm, a);
         int64_t n = cti_numel(p->ndim, p->shape);
         job j = {.p = cti_data(ms ? ms : p),
                  .g = cti_data(l->grad[k]),
@@ -172,14 +293,19 @@ static ct_status k_optim(ct_call *c) {
                  .pdt = ms ? CT_F32 : p->dtype,
                  .gdt = p->dtype,
                  .mdt = p->dtype,
+                 .a = a,
                  .adamw = adamw};
-        if (adamw) {
-            adamw_job(&j, &prm->adamw, lr, t);
-            j.s0 = cti_data(l->state[0][k]);
-            j.s1 = cti_data(l->state[1][k]);
-        } else {
-            sgd_job(&j, &prm->sgd, lr, t);
-            if (j.has_momentum) j.s0 = cti_data(l->state[0][k]);
+        switch (a) {
+        case ALG_ADAMW: adamw_job(&j, &prm->adamw, lr, t); break;
+        case ALG_ADAM: adam_job(&j, &prm->adam, lr, t); break;
+        case ALG_RMSPROP: rmsprop_job(&j, &prm->rmsprop, lr); break;
+        case ALG_ADAGRAD: adagrad_job(&j, &prm->adagrad, lr, t); break;
+        default: sgd_job(&j, &prm->sgd, lr, t); break;
+        }
+        char **sp[3] = {&j.s0, &j.s1, &j.s2};
+        for (int b = 0; b < 3; b++) {
+            ct_tensor *s = l->state[b] ? l->state[b][k] : NULL;
+            *sp[b] = s ? cti_data(s) : NULL;
         }
         if (n > 0) cti_parallel_for(n, CTI_GRAIN, range, &j);
         if (st) *(double *)cti_data(st) = t;
@@ -268,6 +394,11 @@ void cti_cpu_register_optim(void) {
     for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
         cti_register_kernel(CT_OP_SGD_STEP, CT_DEVICE_CPU, dts[k], k_optim, "cpu_sgd_step");
         cti_register_kernel(CT_OP_ADAMW_STEP, CT_DEVICE_CPU, dts[k], k_optim, "cpu_adamw_step");
+        cti_register_kernel(CT_OP_ADAM_STEP, CT_DEVICE_CPU, dts[k], k_optim, "cpu_adam_step");
+        cti_register_kernel(CT_OP_RMSPROP_STEP, CT_DEVICE_CPU, dts[k], k_optim,
+                            "cpu_rmsprop_step");
+        cti_register_kernel(CT_OP_ADAGRAD_STEP, CT_DEVICE_CPU, dts[k], k_optim,
+                            "cpu_adagrad_step");
         cti_register_kernel(CT_OP_AMP_UNSCALE, CT_DEVICE_CPU, dts[k], k_amp_unscale,
                             "cpu_amp_non_finite_check_and_unscale");
     }

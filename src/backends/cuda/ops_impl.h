@@ -166,8 +166,18 @@ cudaError_t cti_cuda_norm_backward(const cti_cuda_norm *a, int sm_count, cudaStr
  * (NULL: none) not zero: the kernel writes nothing. ctl[1] (all zero bits)
  * is the kernel's block counter: the last block to finish advances the
  * counts and zeroes it; ctl is needed when any step[k] is given. */
+/* kind: which update (CTI_CUDA_OPT_*; adamw mirrors kind == ADAMW). Adam
+ * also reads s2[k] (max_exp_avg_sq, amsgrad), RMSprop s0 (square_avg), s1
+ * (momentum_buffer, momentum > 0) and s2 (grad_avg, centered), Adagrad s0
+ * (sum); beta1 carries RMSprop's alpha. */
+enum { CTI_CUDA_OPT_SGD, CTI_CUDA_OPT_ADAMW, CTI_CUDA_OPT_ADAM, CTI_CUDA_OPT_RMSPROP,
+       CTI_CUDA_OPT_ADAGRAD };
 typedef struct cti_cuda_optim {
     bool adamw;
+    int kind;
+    void *s2[CTI_CUDA_OPTIM_MAX];
+    bool amsgrad, centered;     /* Adam, RMSprop */
+    double lr_decay;            /* Adagrad */
     ct_dtype dt;
     bool master;
     int n;

@@ -21,7 +21,29 @@ static ct_status flush(const char *op, ct_call *c, int dev, cti_cuda_optim *o,
 }
 
 static void hparams(cti_cuda_optim *o, const cti_optim_params *p) {
-    if (o->adamw) {
+    if (o->kind == CTI_CUDA_OPT_ADAM) {
+        const cti_adam_hparams *h = &p->adam;
+        o->lr = h->lr;
+        o->weight_decay = h->weight_decay;
+        o->beta1 = h->beta1;
+        o->beta2 = h->beta2;
+        o->eps = h->eps;
+        o->amsgrad = h->amsgrad;
+    } else if (o->kind == CTI_CUDA_OPT_RMSPROP) {
+        const cti_rmsprop_hparams *h = &p->rmsprop;
+        o->lr = h->lr;
+        o->weight_decay = h->weight_decay;
+        o->beta1 = h->alpha;
+        o->eps = h->eps;
+        o->momentum = h->momentum;
+        o->centered = h->centered;
+    } else if (o->kind == CTI_CUDA_OPT_ADAGRAD) {
+        const cti_adagrad_hparams *h = &p->adagrad;
+        o->lr = h->lr;
+        o->weight_decay = h->weight_decay;
+        o->lr_decay = h->lr_decay;
+        o->eps = h->eps;
+    } else if (o->adamw) {
         const cti_adamw_hparams *h = &p->adamw;
         o->lr = h->lr;
         o->weight_decay = h->weight_decay;
@@ -47,17 +69,23 @@ static ct_status k_optim(ct_call *c) {
     const cti_optim_list *l = &prm->list;
     int dev = l->param[0]->storage->device.index;
     bool adamw = c->op == CT_OP_ADAMW_STEP;
+    int kind = adamw                          ? CTI_CUDA_OPT_ADAMW
+               : c->op == CT_OP_ADAM_STEP    ? CTI_CUDA_OPT_ADAM
+               : c->op == CT_OP_RMSPROP_STEP ? CTI_CUDA_OPT_RMSPROP
+               : c->op == CT_OP_ADAGRAD_STEP ? CTI_CUDA_OPT_ADAGRAD
+                                             : CTI_CUDA_OPT_SGD;
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
 
     cti_cuda_optim o;
     memset(&o, 0, sizeof o);
     o.adamw = adamw;
+    o.kind = kind;
     o.dt = l->param[0]->dtype;
     o.master = l->master != NULL;
     o.found_inf = l->found_inf ? (const float *)cti_data(l->found_inf) : NULL;
     hparams(&o, prm);
-    bool has_momentum = !adamw && prm->sgd.momentum != 0;
+    ct_tensor *const *st3[3] = {l->state[0], l->state[1], l->state[2]};
     ct_status st = CT_OK;
     for (int64_t k = 0; k < l->n && st == CT_OK; k++) {
         ct_tensor *p = l->param[k], *ms = entry(l->master, k), *cnt = entry(l->step_t, k);
@@ -67,8 +95,10 @@ static ct_status k_optim(ct_call *c) {
         int j = o.n++;
         o.p[j] = cti_data(ms ? ms : p);
         o.g[j] = cti_data(l->grad[k]);
-        o.s0[j] = adamw || has_momentum ? cti_data(l->state[0][k]) : NULL;
-        o.s1[j] = adamw ? cti_data(l->state[1][k]) : NULL;
+        /* the states the op uses are present, the others NULL (schema.h) */
+        o.s0[j] = st3[0] ? cti_data(st3[0][k]) : NULL;
+        o.s1[j] = st3[1] ? cti_data(st3[1][k]) : NULL;
+        o.s2[j] = st3[2] ? cti_data(st3[2][k]) : NULL;
         o.model[j] = ms ? cti_data(p) : NULL;
         o.step[j] = cnt ? (double *)cti_data(cnt) : NULL;
         o.cnt[j] = cnt ? 0 : (double)l->step[k];
@@ -134,6 +164,12 @@ void cti_cuda_register_optim(void) {
                             "cten_sgd_step_multi_tensor");
         cti_register_kernel(CT_OP_ADAMW_STEP, CT_DEVICE_CUDA, dts[k], k_optim,
                             "cten_adamw_step_multi_tensor");
+        cti_register_kernel(CT_OP_ADAM_STEP, CT_DEVICE_CUDA, dts[k], k_optim,
+                            "cten_adam_step_multi_tensor");
+        cti_register_kernel(CT_OP_RMSPROP_STEP, CT_DEVICE_CUDA, dts[k], k_optim,
+                            "cten_rmsprop_step_multi_tensor");
+        cti_register_kernel(CT_OP_ADAGRAD_STEP, CT_DEVICE_CUDA, dts[k], k_optim,
+                            "cten_adagrad_step_multi_tensor");
         cti_register_kernel(CT_OP_AMP_UNSCALE, CT_DEVICE_CUDA, dts[k], k_amp_unscale,
                             "cten_amp_non_finite_check_and_unscale_multi_tensor");
     }

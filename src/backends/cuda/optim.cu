@@ -1,5 +1,6 @@
-// Fused optimizer updates: SGD (momentum, dampening, nesterov, weight decay)
-// and AdamW over up to CTI_CUDA_OPTIM_MAX parameters in one launch, and a
+// Fused optimizer updates: SGD (momentum, dampening, nesterov, weight decay),
+// AdamW, Adam (amsgrad), RMSprop (momentum, centered) and Adagrad (lr_decay)
+// over up to CTI_CUDA_OPTIM_MAX parameters in one launch, and a
 // gradient scaler's non-finite check + unscale (multi-tensor) and scale
 // update.
 //
@@ -86,6 +87,7 @@ struct OptArgs {
     const void *g[kMax];
     void *s0[kMax];
     void *s1[kMax];
+    void *s2[kMax];
     void *model[kMax];
     double *step[kMax];
     int64_t numel[kMax];
@@ -93,10 +95,10 @@ struct OptArgs {
     double cnt[kMax];
     double *ctl;
     const float *found_inf;
-    double lr, wd, beta1, beta2, eps, momentum, dampening;
+    double lr, wd, beta1, beta2, eps, momentum, dampening, lr_decay;
     int n;
     bool vec[kMax]; // every address of parameter k allows packed accesses
-    bool nesterov, has_momentum;
+    bool nesterov, has_momentum, amsgrad, centered;
 };
 static_assert(sizeof(OptArgs) <= 4096, "optimizer launch arguments exceed 4 KB");
 
@@ -116,24 +118,37 @@ template <int DT, bool MASTER> struct OptTypes {
     }
 };
 
+// The updates (ALG of the kernel).
+enum { kSgd = CTI_CUDA_OPT_SGD, kAdamW = CTI_CUDA_OPT_ADAMW, kAdam = CTI_CUDA_OPT_ADAM,
+       kRms = CTI_CUDA_OPT_RMSPROP, kAdagrad = CTI_CUDA_OPT_ADAGRAD };
+
 // One parameter's scalars for this update, in the compute type.
 template <class A> struct Scalars {
-    A neg_step, bc2s, decay; // AdamW
-    A neg_lr;                // SGD
+    A neg_step, bc2s, decay; // AdamW, Adam; Adagrad: neg_step = -clr
+    A neg_lr;                // SGD, RMSprop
     bool first;              // SGD: the buffer starts as the update
 };
 
-template <class A, bool ADAMW>
+template <class A, int ALG>
 __device__ __forceinline__ Scalars<A> scalars_of(const OptArgs &a, int t) {
     const bool mem = a.step[t] != nullptr;
     const double cnt = mem ? *a.step[t] + 1.0 : a.cnt[t];
     const double lr = mem ? a.ctl[0] : a.lr;
     Scalars<A> s;
-    if constexpr (ADAMW) {
+    if constexpr (ALG == kAdagrad) {
+        // cti_adagrad_clr's formula (a host function there)
+        s.neg_step = A(-(lr / (1 + (cnt - 1) * a.lr_decay)));
+        s.bc2s = s.decay = s.neg_lr = A(0);
+        s.first = false;
+    } else if constexpr (ALG == kRms) {
+        s.neg_step = s.bc2s = s.decay = A(0);
+        s.neg_lr = A(-lr);
+        s.first = false;
+    } else if constexpr (ALG == kAdamW || ALG == kAdam) {
         const double bc1 = 1.0 - pow(a.beta1, cnt), bc2 = 1.0 - pow(a.beta2, cnt);
         s.neg_step = A(-(lr / bc1));
         s.bc2s = A(sqrt(bc2));
-        s.decay = A(1.0 - lr * a.wd);
+        s.decay = A(ALG == kAdamW ? 1.0 - lr * a.wd : 1.0);
         s.neg_lr = A(0);
         s.first = false;
     } else {
@@ -161,8 +176,9 @@ __device__ __forceinline__ void advance_counts(const OptArgs &a) {
     if (threadIdx.x == 0) *reinterpret_cast<unsigned long long *>(a.ctl + 1) = 0ULL;
 }
 
-template <int DT, bool MASTER, bool ADAMW>
+template <int DT, bool MASTER, int ALG>
 __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
+    constexpr bool ADAMW = ALG == kAdamW;
     typedef OptTypes<DT, MASTER> Ty;
     typedef typename Ty::A A;
     typedef typename Ty::P P;
@@ -177,7 +193,7 @@ __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
     for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
         const int t = tensor_of(a.start, c);
         if (t != cur) {
-            sc = scalars_of<A, ADAMW>(a, t);
+            sc = scalars_of<A, ALG>(a, t);
             cur = t;
         }
         const int64_t n = a.numel[t];
@@ -187,9 +203,14 @@ __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
         const G *g = static_cast<const G *>(a.g[t]);
         P *s0 = static_cast<P *>(a.s0[t]);
         P *s1 = static_cast<P *>(a.s1[t]);
-        // SGD reads its buffer only after the first step.
-        const bool read0 = ADAMW || (a.has_momentum && !sc.first);
-        P rp[kIlp][kVec], r0[kIlp][kVec], r1[kIlp][kVec];
+        P *s2 = static_cast<P *>(a.s2[t]);
+        // SGD reads its buffer only after the first step; the others read
+        // every state they have.
+        const bool read0 = ALG == kSgd ? a.has_momentum && !sc.first : true;
+        const bool use1 = ALG == kAdamW || ALG == kAdam || (ALG == kRms && a.has_momentum);
+        const bool use2 = (ALG == kAdam && a.amsgrad) || (ALG == kRms && a.centered);
+        const bool write0 = ALG == kSgd ? a.has_momentum : true;
+        P rp[kIlp][kVec], r0[kIlp][kVec], r1[kIlp][kVec], r2[kIlp][kVec];
         G rg[kIlp][kVec];
 #pragma unroll
         for (int k = 0; k < kIlp; k++) {
@@ -197,7 +218,8 @@ __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
             load_pack(p, i, n, vec, rp[k]);
             load_pack(g, i, n, vec, rg[k]);
             if (read0) load_pack(s0, i, n, vec, r0[k]);
-            if (ADAMW) load_pack(s1, i, n, vec, r1[k]);
+            if (use1) load_pack(s1, i, n, vec, r1[k]);
+            if (use2) load_pack(s2, i, n, vec, r2[k]);
         }
 #pragma unroll
         for (int k = 0; k < kIlp; k++) {
@@ -211,6 +233,41 @@ __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
                     r0[k][j] = Ty::enc(m);
                     r1[k][j] = Ty::enc(v);
                     pv = pv * sc.decay + sc.neg_step * (m / (sqrt(v) / sc.bc2s + eps));
+                } else if constexpr (ALG == kAdam) {
+                    const A gd = a.wd != 0 ? gi + wd * pv : gi;
+                    const A m = b1 * Ty::dec(r0[k][j]) + b1c * gd;
+                    A v = b2 * Ty::dec(r1[k][j]) + b2c * (gd * gd);
+                    r0[k][j] = Ty::enc(m);
+                    r1[k][j] = Ty::enc(v);
+                    if (a.amsgrad) {
+                        const A vm = Ty::dec(r2[k][j]);
+                        v = v > vm ? v : vm;
+                        r2[k][j] = Ty::enc(v);
+                    }
+                    pv += sc.neg_step * (m / (sqrt(v) / sc.bc2s + eps));
+                } else if constexpr (ALG == kRms) {
+                    // beta1 carries alpha
+                    const A gd = a.wd != 0 ? gi + wd * pv : gi;
+                    A sq = b1 * Ty::dec(r0[k][j]) + b1c * (gd * gd);
+                    r0[k][j] = Ty::enc(sq);
+                    if (a.centered) {
+                        const A ga = b1 * Ty::dec(r2[k][j]) + b1c * gd;
+                        r2[k][j] = Ty::enc(ga);
+                        sq = sq - ga * ga;
+                    }
+                    const A avg = sqrt(sq) + eps;
+                    if (a.has_momentum) {
+                        const A b = mom * Ty::dec(r1[k][j]) + gd / avg;
+                        r1[k][j] = Ty::enc(b);
+                        pv += sc.neg_lr * b;
+                    } else {
+                        pv += sc.neg_lr * (gd / avg);
+                    }
+                } else if constexpr (ALG == kAdagrad) {
+                    const A gd = a.wd != 0 ? gi + wd * pv : gi;
+                    const A sm = Ty::dec(r0[k][j]) + gd * gd;
+                    r0[k][j] = Ty::enc(sm);
+                    pv += sc.neg_step * (gd / (sqrt(sm) + eps));
                 } else {
                     A d = gi;
                     if (a.wd != 0) d += wd * pv;
@@ -228,8 +285,9 @@ __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
         for (int k = 0; k < kIlp; k++) {
             const int64_t i = base + (int64_t)k * kOptThreads * kVec;
             store_pack(p, i, n, vec, rp[k]);
-            if (ADAMW || a.has_momentum) store_pack(s0, i, n, vec, r0[k]);
-            if (ADAMW) store_pack(s1, i, n, vec, r1[k]);
+            if (write0) store_pack(s0, i, n, vec, r0[k]);
+            if (use1) store_pack(s1, i, n, vec, r1[k]);
+            if (use2) store_pack(s2, i, n, vec, r2[k]);
             if constexpr (MASTER) {
                 G rm[kVec];
 #pragma unroll
@@ -246,7 +304,7 @@ static bool packable(const void *ptr, size_t es) {
     return ptr == nullptr || (uintptr_t)ptr % (es * kVec) == 0;
 }
 
-template <int DT, bool MASTER, bool ADAMW>
+template <int DT, bool MASTER, int ALG>
 cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
     OptArgs a;
     memset(&a, 0, sizeof a);
@@ -259,13 +317,15 @@ cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
         a.g[k] = o->g[k];
         a.s0[k] = o->s0[k];
         a.s1[k] = o->s1[k];
+        a.s2[k] = o->s2[k];
         a.model[k] = o->model[k];
         a.step[k] = o->step[k];
         a.numel[k] = o->numel[k];
         a.start[k + 1] = a.start[k] + (o->numel[k] + kChunk - 1) / kChunk;
         a.cnt[k] = o->cnt[k];
         a.vec[k] = packable(o->p[k], ps) && packable(o->g[k], gs) && packable(o->s0[k], ps) &&
-                   packable(o->s1[k], ps) && packable(o->model[k], gs);
+                   packable(o->s1[k], ps) && packable(o->s2[k], ps) &&
+                   packable(o->model[k], gs);
         any_mem |= o->step[k] != nullptr;
     }
     for (int k = o->n; k < kMax; k++) a.start[k + 1] = a.start[o->n];
@@ -279,30 +339,33 @@ cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
     a.momentum = o->momentum;
     a.dampening = o->dampening;
     a.nesterov = o->nesterov;
-    a.has_momentum = !ADAMW && o->momentum != 0;
+    a.has_momentum = (ALG == kSgd && o->momentum != 0) || (ALG == kRms && o->momentum > 0);
+    a.lr_decay = o->lr_decay;
+    a.amsgrad = o->amsgrad;
+    a.centered = o->centered;
     const int64_t total = a.start[o->n];
     // Zero-size parameters still count a step: one block does the counting.
     if (total == 0 && !a.ctl) return cudaSuccess;
     const int64_t cap = (int64_t)(sm_count > 0 ? sm_count : 1) * 16;
     const unsigned grid = (unsigned)(total < 1 ? 1 : total < cap ? total : cap);
-    optim_kernel<DT, MASTER, ADAMW><<<grid, kOptThreads, 0, stream>>>(a);
+    optim_kernel<DT, MASTER, ALG><<<grid, kOptThreads, 0, stream>>>(a);
     return cudaGetLastError();
 }
 
-template <bool ADAMW>
+template <int ALG>
 cudaError_t launch_dt(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
     if (o->master) {
         switch (o->dt) {
-        case CT_F16: return launch<CT_F16, true, ADAMW>(o, sm_count, stream);
-        case CT_BF16: return launch<CT_BF16, true, ADAMW>(o, sm_count, stream);
+        case CT_F16: return launch<CT_F16, true, ALG>(o, sm_count, stream);
+        case CT_BF16: return launch<CT_BF16, true, ALG>(o, sm_count, stream);
         default: return cudaErrorInvalidValue;
         }
     }
     switch (o->dt) {
-    case CT_F32: return launch<CT_F32, false, ADAMW>(o, sm_count, stream);
-    case CT_F64: return launch<CT_F64, false, ADAMW>(o, sm_count, stream);
-    case CT_F16: return launch<CT_F16, false, ADAMW>(o, sm_count, stream);
-    case CT_BF16: return launch<CT_BF16, false, ADAMW>(o, sm_count, stream);
+    case CT_F32: return launch<CT_F32, false, ALG>(o, sm_count, stream);
+    case CT_F64: return launch<CT_F64, false, ALG>(o, sm_count, stream);
+    case CT_F16: return launch<CT_F16, false, ALG>(o, sm_count, stream);
+    case CT_BF16: return launch<CT_BF16, false, ALG>(o, sm_count, stream);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -394,9 +457,25 @@ bool cti_cuda_optim_supported(ct_dtype dt) {
 cudaError_t cti_cuda_optim_step(const cti_cuda_optim *o, int sm_count, cudaStream_t stream,
                                 const char **routine) {
     if (o->n < 1 || o->n > CTI_CUDA_OPTIM_MAX) return cudaErrorInvalidValue;
-    *routine = o->adamw ? "cten_adamw_step_multi_tensor" : "cten_sgd_step_multi_tensor";
-    return o->adamw ? cti::launch_dt<true>(o, sm_count, stream)
-                    : cti::launch_dt<false>(o, sm_count, stream);
+    // kind 0 with adamw set: a caller of the time before kind
+    const int kind = o->adamw ? CTI_CUDA_OPT_ADAMW : o->kind;
+    switch (kind) {
+    case CTI_CUDA_OPT_ADAMW:
+        *routine = "cten_adamw_step_multi_tensor";
+        return cti::launch_dt<cti::kAdamW>(o, sm_count, stream);
+    case CTI_CUDA_OPT_ADAM:
+        *routine = "cten_adam_step_multi_tensor";
+        return cti::launch_dt<cti::kAdam>(o, sm_count, stream);
+    case CTI_CUDA_OPT_RMSPROP:
+        *routine = "cten_rmsprop_step_multi_tensor";
+        return cti::launch_dt<cti::kRms>(o, sm_count, stream);
+    case CTI_CUDA_OPT_ADAGRAD:
+        *routine = "cten_adagrad_step_multi_tensor";
+        return cti::launch_dt<cti::kAdagrad>(o, sm_count, stream);
+    default:
+        *routine = "cten_sgd_step_multi_tensor";
+        return cti::launch_dt<cti::kSgd>(o, sm_count, stream);
+    }
 }
 
 cudaError_t cti_cuda_amp_unscale(const cti_cuda_unscale *u, int sm_count, cudaStream_t stream,
