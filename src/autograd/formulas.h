@@ -104,4 +104,10 @@ CTI_BW(cti_bw_linear_cross_entropy);
  * rounded to a half; with no counted target every gradient is 0. */
 ct_tensor *cti_linear_ce_factor(ct_tensor *grad_loss, ct_tensor *count, int reduction);
 
+/* formulas_layers.c: ct_conv_transpose2d. Inputs (x, w); saved[0] x (only
+ * when w needs a gradient), saved[1] w (only when x needs one); params the
+ * cti_conv_params of the conv2d whose input gradient the forward is
+ * (stride, padding, dilation, groups). */
+CTI_BW(cti_bw_conv_transpose2d);
+
 #endif

@@ -550,7 +550,10 @@ typedef struct cti_ce_fused_params {
     /* indexing */                                                                           \
     X(GATHER, "gather", cti_index_params, CTI_F(cti_bw_gather), NONE)                        \
     X(INDEX_SELECT, "index_select", cti_index_params, CTI_F(cti_bw_index_select), NONE)      \
-    X(SCATTER_ADD, "scatter_add", cti_index_params, CTI_F(cti_bw_scatter_add), NONE)
+    X(SCATTER_ADD, "scatter_add", cti_index_params, CTI_F(cti_bw_scatter_add), NONE)       \
+    /* layers: adaptive max pooling (its backward is max_pool2d's, from the indices) */     \
+    X(ADAPTIVE_MAX_POOL2D, "adaptive_max_pool2d", cti_pool_params,                           \
+      CTI_F(cti_bw_max_pool2d), MAX_POOL2D_BACKWARD)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA
