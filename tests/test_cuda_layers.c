@@ -75,10 +75,10 @@ typedef ct_tensor *(*op_fn)(ct_tensor *const *in, void *ctx);
 typedef struct pcase {
     const char *name;
     int n;
-    int nd[4];
-    int64_t shape[4][5];
-    bool grad[4];
-    double lo[4], hi[4];
+    int nd[5];
+    int64_t shape[5][5];
+    bool grad[5];
+    double lo[5], hi[5];
     op_fn fn;
     void *ctx;
 } pcase;
@@ -86,7 +86,7 @@ typedef struct pcase {
 /* Runs c on the CPU and the GPU in dtype dt: values, then the gradients of
  * sum(y * r) for a random r. */
 static void run_case(const pcase *c, ct_dtype dt) {
-    ct_tensor *cpu[4] = {0}, *gpu[4] = {0};
+    ct_tensor *cpu[5] = {0}, *gpu[5] = {0};
     for (int i = 0; i < c->n; i++) {
         if (c->nd[i] < 0) continue;
         double lo = c->lo[i] != c->hi[i] ? c->lo[i] : -1, hi = c->lo[i] != c->hi[i] ? c->hi[i] : 1;

@@ -482,6 +482,15 @@ ct_tensor *ct_baddbmm(ct_tensor *input, ct_tensor *batch1, ct_tensor *batch2, do
 ct_tensor *ct_batch_norm(ct_tensor *x, ct_tensor *running_mean, ct_tensor *running_var,
                          ct_tensor *weight, ct_tensor *bias, bool training, double momentum,
                          double eps);
+/* The gradients of ct_batch_norm (torch's native_batch_norm_backward) for x [N, C, *]:
+ * save_mean and save_var [C] (float32, float64 for float64 x) are the statistics the
+ * forward normalized with (the batch's mean and biased variance when training, else the
+ * running ones), eps the forward's. Fills each of dx, dweight, dbias that is not NULL
+ * (*dweight NULL when weight is NULL); asking for nothing is an error. */
+ct_status ct_batch_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weight,
+                                 ct_tensor *save_mean, ct_tensor *save_var, bool training,
+                                 double eps, ct_tensor **dx, ct_tensor **dweight,
+                                 ct_tensor **dbias);
 /* New tensor of x [N, C, *]'s shape: torch.nn.functional.group_norm: the C channels in
  * num_groups groups (dividing C), each (n, group) normalized with its mean and biased
  * variance, then weight[c] * y + bias[c] (both optional, [C]). */

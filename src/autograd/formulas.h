@@ -109,5 +109,7 @@ ct_tensor *cti_linear_ce_factor(ct_tensor *grad_loss, ct_tensor *count, int redu
  * cti_conv_params of the conv2d whose input gradient the forward is
  * (stride, padding, dilation, groups). */
 CTI_BW(cti_bw_conv_transpose2d);
+/* batch_norm (BATCH_NORM's row): inputs (x, weight|NULL, bias|NULL); saved
+ * x, weight, mean, var; params the forward's cti_batch_norm_params. */
 
 #endif

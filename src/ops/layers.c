@@ -178,29 +178,6 @@ static ct_tensor *as_dtype(ct_tensor *t, ct_dtype dt) {
     return t->dtype == dt ? ct_view(t, t->ndim, t->shape) : ct_to_dtype(t, dt);
 }
 
-/* (x - mean) * rsqrt(var + eps), then * weight + bias (channel vectors, either
- * NULL), and back to out_dt. xc, mean and var are in the compute dtype. */
-static ct_tensor *normalize_affine(bag *g, ct_tensor *xc, ct_tensor *mean, ct_tensor *var,
-                                   double eps, ct_tensor *weight, ct_tensor *bias, int ndim,
-                                   ct_dtype out_dt) {
-    ct_tensor *inv = keep(g, ct_add_scalar(var, eps));
-    inv = inv ? keep(g, ct_rsqrt(inv)) : NULL;
-    ct_tensor *y = inv ? keep(g, ct_sub(xc, mean)) : NULL;
-    y = y ? keep(g, ct_mul(y, inv)) : NULL;
-    ct_dtype cdt = y ? y->dtype : CT_F32;
-    if (y && weight) {
-        ct_tensor *w = keep(g, as_dtype(weight, cdt));
-        w = w ? keep(g, channel_view(w, ndim)) : NULL;
-        y = w ? keep(g, ct_mul(y, w)) : NULL;
-    }
-    if (y && bias) {
-        ct_tensor *b = keep(g, as_dtype(bias, cdt));
-        b = b ? keep(g, channel_view(b, ndim)) : NULL;
-        y = b ? keep(g, ct_add(y, b)) : NULL;
-    }
-    return y ? as_dtype(y, out_dt) : NULL;
-}
-
 /* running = (1 - momentum) running + momentum * stat (stat [C] in any float
  * dtype), in place and unrecorded. */
 static ct_status update_running(ct_tensor *running, ct_tensor *stat, double momentum) {
@@ -238,6 +215,88 @@ static ct_status check_running(const char *op, const ct_tensor *rm, const ct_ten
     return CT_OK;
 }
 
+/* A fresh contiguous handle on t's values (a view when t is contiguous),
+ * unrecorded: the callers record their own node on t. */
+static ct_tensor *contiguous_of(ct_tensor *t) {
+    bool prev = ct_no_grad_begin();
+    ct_tensor *v = ct_view(t, t->ndim, t->shape);
+    if (v && !cti_is_contiguous(v)) {
+        ct_tensor *c = ct_contiguous(v);
+        ct_tensor_release(v);
+        v = c;
+    }
+    ct_no_grad_end(prev);
+    return v;
+}
+
+/* t [C] as a contiguous tensor of dtype dt, unrecorded (running statistics). */
+static ct_tensor *stats_of(ct_tensor *t, ct_dtype dt) {
+    bool prev = ct_no_grad_begin();
+    ct_tensor *d = as_dtype(t, dt);
+    ct_no_grad_end(prev);
+    ct_tensor *c = d ? contiguous_of(d) : NULL;
+    ct_tensor_release(d);
+    return c;
+}
+
+/* BATCH_NORM on x read as [N, C, S] (x's shape otherwise any, numel N C S):
+ * the result has x's shape. training: *mean and *var receive the batch's
+ * statistics (new tensors); else mean_in and var_in are used. Records the
+ * node on (x, weight, bias). */
+static ct_tensor *native_batch_norm(const char *op, ct_tensor *x, int64_t N, int64_t C,
+                                    int64_t S, ct_tensor *weight, ct_tensor *bias,
+                                    ct_tensor *mean_in, ct_tensor *var_in, bool training,
+                                    double eps, ct_tensor **mean, ct_tensor **var) {
+    cti_batch_norm_params p = {.N = N, .C = C, .S = S, .eps = eps, .training = training};
+    ct_dtype sdt = compute_dtype(x->dtype);
+    bag g = {0};
+    ct_tensor *xc = keep(&g, contiguous_of(x));
+    ct_tensor *wc = weight && xc ? keep(&g, contiguous_of(weight)) : NULL;
+    ct_tensor *bc = bias && xc ? keep(&g, contiguous_of(bias)) : NULL;
+    ct_tensor *mc = !training && xc ? keep(&g, stats_of(mean_in, sdt)) : NULL;
+    ct_tensor *vc = !training && xc ? keep(&g, stats_of(var_in, sdt)) : NULL;
+    if (g.failed) return finish(op, &g, NULL);
+    ct_call c;
+    cti_call_init(&c, CT_OP_BATCH_NORM);
+    cti_call_params(&c, &p);
+    c.in[0] = xc;
+    c.in[1] = wc;
+    c.in[2] = bc;
+    c.in[3] = mc;
+    c.in[4] = vc;
+    c.nin = 5;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, x->dtype, x->storage->device);
+    c.out[1] = training && c.out[0] ? cti_tensor_new(op, 1, &C, sdt, x->storage->device) : NULL;
+    c.out[2] = training && c.out[1] ? cti_tensor_new(op, 1, &C, sdt, x->storage->device) : NULL;
+    c.nout = training ? 3 : 1;
+    if (!c.out[0] || (training && !c.out[2])) {
+        cti_call_release_outputs(&c);
+        return finish(op, &g, NULL);
+    }
+    if (cti_run(&c, x->storage->device, x->dtype) != CT_OK) {
+        cti_call_release_outputs(&c);
+        return finish(op, &g, NULL);
+    }
+    ct_tensor *sm = training ? c.out[1] : mc, *sv = training ? c.out[2] : vc;
+    ct_tensor *ins[3] = {x, weight, bias};
+    if (cti_ag_needed(3, ins)) {
+        cti_ag_rec r = {.name = "NativeBatchNormBackward", .backward = cti_bw_batch_norm,
+                        .nin = 3, .in = {x, weight, bias}, .nout = 1, .out = {c.out[0]},
+                        .nsaved = 4, .saved = {x, weight, sm, sv}, CTI_AG_PARAMS(&p)};
+        if (cti_ag_record(&r) != CT_OK) {
+            cti_call_release_outputs(&c);
+            bag_free(&g);
+            return NULL;
+        }
+    }
+    if (training) {
+        *mean = c.out[1];
+        *var = c.out[2];
+    }
+    bag_free(&g);
+    return c.out[0];
+}
+
 ct_tensor *ct_batch_norm(ct_tensor *x, ct_tensor *running_mean, ct_tensor *running_var,
                          ct_tensor *weight, ct_tensor *bias, bool training, double momentum,
                          double eps) {
@@ -255,36 +314,49 @@ ct_tensor *ct_batch_norm(ct_tensor *x, ct_tensor *running_mean, ct_tensor *runni
                               "%s: expected more than 1 value per channel when training, got "
                               "input %s",
                               op, cti_desc(x));
-    int nd = x->ndim;
-    bag g = {0};
-    ct_dtype cdt = compute_dtype(x->dtype);
-    ct_tensor *xc = keep(&g, as_dtype(x, cdt));
+    int64_t N = x->shape[0], S = N > 0 ? count / N : 0;
     ct_tensor *mean = NULL, *var = NULL;
-    if (xc && training) {
-        int64_t dims[CT_MAX_DIMS];
-        int nr = 0;
-        for (int d = 0; d < nd; d++)
-            if (d != 1) dims[nr++] = d;
-        mean = keep(&g, ct_mean(xc, nr, dims, true));
-        var = mean ? keep(&g, ct_var(xc, nr, dims, 0, true)) : NULL;
-        if (var && running_mean) {
-            /* the running variance takes the unbiased estimate */
-            ct_tensor *m1 = keep(&g, ct_reshape(mean, 1, &C));
-            ct_tensor *v1 = m1 ? keep(&g, ct_reshape(var, 1, &C)) : NULL;
-            ct_tensor *vu = v1 ? keep(&g, ct_mul_scalar(v1, (double)count / (double)(count - 1)))
-                               : NULL;
-            if (!vu || update_running(running_mean, m1, momentum) != CT_OK ||
-                update_running(running_var, vu, momentum) != CT_OK)
-                g.failed = true;
-        }
-    } else if (xc) {
-        mean = keep(&g, as_dtype(running_mean, cdt));
-        mean = mean ? keep(&g, channel_view(mean, nd)) : NULL;
-        var = mean ? keep(&g, as_dtype(running_var, cdt)) : NULL;
-        var = var ? keep(&g, channel_view(var, nd)) : NULL;
+    ct_tensor *y = native_batch_norm(op, x, N, C, S, weight, bias, running_mean, running_var,
+                                     training, eps, &mean, &var);
+    if (!y || !training || !running_mean) {
+        ct_tensor_release(mean);
+        ct_tensor_release(var);
+        return y;
     }
-    if (g.failed || !var) return finish(op, &g, NULL);
-    return finish(op, &g, normalize_affine(&g, xc, mean, var, eps, weight, bias, nd, x->dtype));
+    /* the running variance takes the unbiased estimate */
+    bag g = {0};
+    keep(&g, mean);
+    keep(&g, var);
+    bool prev = ct_no_grad_begin();
+    ct_tensor *vu = keep(&g, ct_mul_scalar(var, (double)count / (double)(count - 1)));
+    ct_no_grad_end(prev);
+    if (!vu || update_running(running_mean, mean, momentum) != CT_OK ||
+        update_running(running_var, vu, momentum) != CT_OK) {
+        ct_tensor_release(y);
+        return finish(op, &g, NULL);
+    }
+    bag_free(&g);
+    return y;
+}
+
+/* y * weight + bias per channel of an [N, C, *] result (either may be NULL). */
+static ct_tensor *channel_affine(const char *op, ct_tensor *y, ct_tensor *weight,
+                                 ct_tensor *bias) {
+    if (!y || (!weight && !bias)) return y;
+    bag g = {0};
+    keep(&g, y);
+    ct_tensor *z = y;
+    if (weight) {
+        ct_tensor *w = keep(&g, channel_view(weight, y->ndim));
+        z = w ? keep(&g, ct_mul(z, w)) : NULL;
+    }
+    if (z && bias) {
+        ct_tensor *b = keep(&g, channel_view(bias, y->ndim));
+        z = b ? keep(&g, ct_add(z, b)) : NULL;
+    }
+    if (!z) return finish(op, &g, NULL);
+    ct_tensor *r = ct_view(z, z->ndim, z->shape);
+    return finish(op, &g, r);
 }
 
 ct_tensor *ct_group_norm(ct_tensor *x, int64_t num_groups, ct_tensor *weight, ct_tensor *bias,
@@ -301,31 +373,14 @@ ct_tensor *ct_group_norm(ct_tensor *x, int64_t num_groups, ct_tensor *weight, ct
     if (check_channel_vec(op, "weight", weight, x, C, false) != CT_OK ||
         check_channel_vec(op, "bias", bias, x, C, false) != CT_OK)
         return NULL;
-    bag g = {0};
-    ct_tensor *xc = keep(&g, as_dtype(x, compute_dtype(x->dtype)));
+    /* each (n, group) is one channel of a batch norm over [1, N G, rest] */
     int64_t per = N > 0 ? ct_tensor_numel(x) / N / num_groups : 0;
-    int64_t gshape[3] = {N, num_groups, per}, dim2 = 2;
-    ct_tensor *xg = xc ? keep(&g, ct_reshape(xc, 3, gshape)) : NULL;
-    ct_tensor *mean = xg ? keep(&g, ct_mean(xg, 1, &dim2, true)) : NULL;
-    ct_tensor *var = mean ? keep(&g, ct_var(xg, 1, &dim2, 0, true)) : NULL;
-    ct_tensor *yn = var ? keep(&g, normalize_affine(&g, xg, mean, var, eps, NULL, NULL, 3,
-                                                    xc->dtype))
-                        : NULL;
-    ct_tensor *y = yn ? keep(&g, ct_reshape(yn, x->ndim, x->shape)) : NULL;
-    if (!y) return finish(op, &g, NULL);
-    /* the affine step is per channel, on the input's shape */
-    ct_tensor *z = y;
-    if (z && weight) {
-        ct_tensor *w = keep(&g, as_dtype(weight, z->dtype));
-        w = w ? keep(&g, channel_view(w, x->ndim)) : NULL;
-        z = w ? keep(&g, ct_mul(z, w)) : NULL;
-    }
-    if (z && bias) {
-        ct_tensor *b = keep(&g, as_dtype(bias, z->dtype));
-        b = b ? keep(&g, channel_view(b, x->ndim)) : NULL;
-        z = b ? keep(&g, ct_add(z, b)) : NULL;
-    }
-    return finish(op, &g, z ? as_dtype(z, x->dtype) : NULL);
+    ct_tensor *mean = NULL, *var = NULL;
+    ct_tensor *y = native_batch_norm(op, x, 1, N * num_groups, per, NULL, NULL, NULL, NULL, true,
+                                     eps, &mean, &var);
+    ct_tensor_release(mean);
+    ct_tensor_release(var);
+    return channel_affine(op, y, weight, bias);
 }
 
 ct_tensor *ct_instance_norm(ct_tensor *x, ct_tensor *running_mean, ct_tensor *running_var,
@@ -345,36 +400,102 @@ ct_tensor *ct_instance_norm(ct_tensor *x, ct_tensor *running_mean, ct_tensor *ru
                               "%s: expected more than 1 spatial element when training, got "
                               "input %s",
                               op, cti_desc(x));
-    int nd = x->ndim;
-    bag g = {0};
-    ct_dtype cdt = compute_dtype(x->dtype);
-    ct_tensor *xc = keep(&g, as_dtype(x, cdt));
+    if (!use_input_stats) /* the running statistics per channel: batch norm's eval */
+        return ct_batch_norm(x, running_mean, running_var, weight, bias, false, momentum, eps);
+    /* each (n, c) is one channel of a batch norm over [1, N C, S] */
     ct_tensor *mean = NULL, *var = NULL;
-    if (xc && use_input_stats) {
-        int64_t dims[CT_MAX_DIMS];
-        for (int d = 2; d < nd; d++) dims[d - 2] = d;
-        mean = keep(&g, ct_mean(xc, nd - 2, dims, true));
-        var = mean ? keep(&g, ct_var(xc, nd - 2, dims, 0, true)) : NULL;
-        if (var && running_mean) {
-            int64_t nc[2] = {N, C}, d0 = 0;
-            ct_tensor *m2 = keep(&g, ct_reshape(mean, 2, nc));
-            ct_tensor *m1 = m2 ? keep(&g, ct_mean(m2, 1, &d0, false)) : NULL;
-            ct_tensor *v2 = m1 ? keep(&g, ct_reshape(var, 2, nc)) : NULL;
-            ct_tensor *v1 = v2 ? keep(&g, ct_mean(v2, 1, &d0, false)) : NULL;
-            ct_tensor *vu = v1 ? keep(&g, ct_mul_scalar(v1, (double)count / (double)(count - 1)))
-                               : NULL;
-            if (!vu || update_running(running_mean, m1, momentum) != CT_OK ||
-                update_running(running_var, vu, momentum) != CT_OK)
-                g.failed = true;
+    ct_tensor *y = native_batch_norm(op, x, 1, N * C, count, NULL, NULL, NULL, NULL, true, eps,
+                                     &mean, &var);
+    if (!y) return NULL;
+    bag g = {0};
+    keep(&g, mean);
+    keep(&g, var);
+    if (running_mean) {
+        /* the mean over N of the instances' statistics, the variance unbiased */
+        bool prev = ct_no_grad_begin();
+        int64_t nc[2] = {N, C}, d0 = 0;
+        ct_tensor *m2 = keep(&g, ct_reshape(mean, 2, nc));
+        ct_tensor *m1 = m2 ? keep(&g, ct_mean(m2, 1, &d0, false)) : NULL;
+        ct_tensor *v2 = m1 ? keep(&g, ct_reshape(var, 2, nc)) : NULL;
+        ct_tensor *v1 = v2 ? keep(&g, ct_mean(v2, 1, &d0, false)) : NULL;
+        ct_tensor *vu =
+            v1 ? keep(&g, ct_mul_scalar(v1, (double)count / (double)(count - 1))) : NULL;
+        ct_no_grad_end(prev);
+        if (!vu || update_running(running_mean, m1, momentum) != CT_OK ||
+            update_running(running_var, vu, momentum) != CT_OK) {
+            ct_tensor_release(y);
+            return finish(op, &g, NULL);
         }
-    } else if (xc) {
-        mean = keep(&g, as_dtype(running_mean, cdt));
-        mean = mean ? keep(&g, channel_view(mean, nd)) : NULL;
-        var = mean ? keep(&g, as_dtype(running_var, cdt)) : NULL;
-        var = var ? keep(&g, channel_view(var, nd)) : NULL;
     }
-    if (g.failed || !var) return finish(op, &g, NULL);
-    return finish(op, &g, normalize_affine(&g, xc, mean, var, eps, weight, bias, nd, x->dtype));
+    bag_free(&g);
+    return channel_affine(op, y, weight, bias);
+}
+
+ct_status ct_batch_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weight,
+                                 ct_tensor *save_mean, ct_tensor *save_var, bool training,
+                                 double eps, ct_tensor **dx, ct_tensor **dweight,
+                                 ct_tensor **dbias) {
+    static const char op[] = "ct_batch_norm_backward";
+    ct_tensor *ts[5] = {grad_y, x, save_mean, save_var, weight};
+    if (cti_check_not_null(op, 4, ts) != CT_OK || cti_check_same_device(op, 5, ts) != CT_OK ||
+        check_norm_input(op, x, 2) != CT_OK)
+        return ct_last_status();
+    bool want_dw = dweight && weight;
+    if (dweight) *dweight = NULL;
+    if (!dx && !want_dw && !dbias)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: no gradient asked for", op);
+    bool same = grad_y->ndim == x->ndim && grad_y->dtype == x->dtype;
+    for (int d = 0; same && d < x->ndim; d++) same = grad_y->shape[d] == x->shape[d];
+    if (!same)
+        return cti_error(CT_ERR_SHAPE, "%s: grad_y %s must have the shape and dtype of x %s", op,
+                         cti_desc(grad_y), cti_desc(x));
+    int64_t N = x->shape[0], C = x->shape[1];
+    int64_t S = N * C > 0 ? ct_tensor_numel(x) / (N * C) : 0;
+    ct_dtype sdt = compute_dtype(x->dtype);
+    if (check_channel_vec(op, "weight", weight, x, C, false) != CT_OK ||
+        check_channel_vec(op, "save_mean", save_mean, x, C, true) != CT_OK ||
+        check_channel_vec(op, "save_var", save_var, x, C, true) != CT_OK)
+        return ct_last_status();
+    if (save_mean->dtype != sdt || save_var->dtype != sdt)
+        return cti_error(CT_ERR_DTYPE, "%s: expected save_mean and save_var of %s, got %s and %s",
+                         op, ct_dtype_name(sdt), cti_desc(save_mean), cti_desc(save_var));
+    cti_batch_norm_params p = {.N = N, .C = C, .S = S, .eps = eps, .training = training};
+    bag g = {0};
+    ct_tensor *gc = keep(&g, contiguous_of(grad_y));
+    ct_tensor *xc = gc ? keep(&g, contiguous_of(x)) : NULL;
+    ct_tensor *wc = weight && xc ? keep(&g, contiguous_of(weight)) : NULL;
+    ct_tensor *mc = xc ? keep(&g, contiguous_of(save_mean)) : NULL;
+    ct_tensor *vc = mc ? keep(&g, contiguous_of(save_var)) : NULL;
+    if (g.failed) {
+        finish(op, &g, NULL);
+        return ct_last_status();
+    }
+    ct_call c;
+    cti_call_init(&c, CT_OP_BATCH_NORM_BACKWARD);
+    cti_call_params(&c, &p);
+    c.in[0] = gc;
+    c.in[1] = xc;
+    c.in[2] = wc;
+    c.in[3] = mc;
+    c.in[4] = vc;
+    c.nin = 5;
+    ct_device dev = x->storage->device;
+    c.out[0] = dx ? cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev) : NULL;
+    c.out[1] = want_dw ? cti_tensor_new(op, 1, &C, x->dtype, dev) : NULL;
+    c.out[2] = dbias ? cti_tensor_new(op, 1, &C, x->dtype, dev) : NULL;
+    c.nout = 3;
+    ct_status st = (dx && !c.out[0]) || (want_dw && !c.out[1]) || (dbias && !c.out[2])
+                       ? ct_last_status()
+                       : cti_run(&c, dev, x->dtype);
+    bag_free(&g);
+    if (st != CT_OK) {
+        cti_call_release_outputs(&c);
+        return st;
+    }
+    if (dx) *dx = c.out[0];
+    if (want_dw) *dweight = c.out[1];
+    if (dbias) *dbias = c.out[2];
+    return CT_OK;
 }
 
 /* ---- convolution ------------------------------------------------------------------------ */

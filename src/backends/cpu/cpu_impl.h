@@ -66,6 +66,7 @@ void cti_cpu_isa_describe(char *buf, size_t n);
 #define cti_cpu_register_linear_ce CTI_ISA_CAT(cti_cpu_register_linear_ce, CTI_ISA_SFX)
 #define cti_cpu_register_attention CTI_ISA_CAT(cti_cpu_register_attention, CTI_ISA_SFX)
 #define cti_cpu_register_indexing CTI_ISA_CAT(cti_cpu_register_indexing, CTI_ISA_SFX)
+#define cti_cpu_register_batch_norm CTI_ISA_CAT(cti_cpu_register_batch_norm, CTI_ISA_SFX)
 #endif
 
 /* ---- threads ------------------------------------------------------------------- */
@@ -128,5 +129,6 @@ void cti_cpu_register_seqops(void);      /* tril, triu, cumsum, topk, multinomia
 void cti_cpu_register_linear_ce(void);   /* cross_entropy_fused (ct_linear_cross_entropy) */
 void cti_cpu_register_attention(void);   /* scaled dot-product attention */
 void cti_cpu_register_indexing(void);    /* gather, index_select, scatter_add */
+void cti_cpu_register_batch_norm(void);  /* batch_norm and its backward (layers) */
 
 #endif

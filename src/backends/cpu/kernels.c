@@ -20,4 +20,5 @@ void cti_cpu_register_kernels(void) {
     cti_cpu_register_linear_ce();
     cti_cpu_register_attention();
     cti_cpu_register_indexing();
+    cti_cpu_register_batch_norm();
 }
