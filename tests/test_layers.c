@@ -676,6 +676,16 @@ static void test_norm_errors(void **state) {
     ct_tensor *x1 = ct_tensor_zeros(3, P(2, 3, 1), CT_F32, CT_CPU);
     tu_assert_null_error(ct_instance_norm(x1, NULL, NULL, NULL, NULL, true, 0.1, 1e-5),
                          CT_ERR_SHAPE, "ct_instance_norm", "more than 1 spatial element");
+    ct_tensor *sm = ct_tensor_zeros(1, P(3), CT_F32, CT_CPU), *sv = ct_tensor_ones(1, P(3), CT_F32, CT_CPU);
+    ct_tensor *smd = ct_tensor_zeros(1, P(3), CT_F64, CT_CPU), *dxo = NULL;
+    tu_assert_error(ct_batch_norm_backward(x, x, NULL, sm, sv, true, 1e-5, NULL, NULL, NULL),
+                    CT_ERR_INVALID_ARG, "ct_batch_norm_backward", "no gradient");
+    tu_assert_error(ct_batch_norm_backward(x, x, NULL, smd, sv, true, 1e-5, &dxo, NULL, NULL),
+                    CT_ERR_DTYPE, "ct_batch_norm_backward", "float32");
+    tu_assert_error(ct_batch_norm_backward(one, x, NULL, sm, sv, true, 1e-5, &dxo, NULL, NULL),
+                    CT_ERR_SHAPE, "ct_batch_norm_backward", "grad_y");
+    assert_null(dxo);
+    release_all(3, (ct_tensor *[]){sm, sv, smd});
     /* the running statistics are untouched by a refused call */
     double zeros[3] = {0, 0, 0};
     check_values(rm, zeros, 3, 0, 0);

@@ -211,6 +211,7 @@ ct_status cti_cuda_seq_fault(const cti_cuda_fault *r, const char *op, const char
 void cti_cuda_register_linear_ce(void);   /* cross_entropy_fused (ct_linear_cross_entropy) */
 void cti_cuda_register_attention(void);   /* scaled dot-product attention and backward */
 void cti_cuda_register_indexing(void);    /* gather, index_select, scatter_add */
+void cti_cuda_register_batch_norm(void);  /* batch_norm and its backward (layers) */
 
 #endif /* !__cplusplus */
 #endif

@@ -26,6 +26,7 @@ static void cuda_register(void) {
     cti_cuda_register_linear_ce();
     cti_cuda_register_attention();
     cti_cuda_register_indexing();
+    cti_cuda_register_batch_norm();
 }
 
 /* "13.0" from 13000 (driver, runtime); "9.13.0" from 91300 (cuBLAS, cuDNN). */
