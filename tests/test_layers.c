@@ -1179,6 +1179,29 @@ static void test_nn_layers(void **state) {
     ct_params_free(p);
     ct_params_free(bufs);
     ct_tensor_release(bad);
+    /* the running statistics go into a checkpoint beside the parameters */
+    ct_nn_batch_norm2d *b1 = ct_nn_batch_norm2d_new(3, 1e-5, 0.1, true, true, CT_F32, CT_CPU);
+    ct_nn_batch_norm2d *b2 = ct_nn_batch_norm2d_new(3, 1e-5, 0.1, true, true, CT_F32, CT_CPU);
+    ct_params *l1 = ct_params_new(), *l2 = ct_params_new();
+    assert_int_equal(ct_nn_batch_norm2d_params(b1, "bn", l1), CT_OK);
+    assert_int_equal(ct_nn_batch_norm2d_buffers(b1, "bn", l1), CT_OK);
+    assert_int_equal(ct_nn_batch_norm2d_params(b2, "bn", l2), CT_OK);
+    assert_int_equal(ct_nn_batch_norm2d_buffers(b2, "bn", l2), CT_OK);
+    y = ct_nn_batch_norm2d_forward(b1, x); /* moves b1's running statistics */
+    ct_tensor_release(y);
+    char dir[] = "/tmp/cten_layers_XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/bn.safetensors", dir);
+    assert_int_equal(ct_checkpoint_save(path, l1, NULL, NULL, NULL), CT_OK);
+    assert_int_equal(ct_checkpoint_load(path, l2, NULL, NULL, NULL), CT_OK);
+    double *m1 = tu_values(b1->running_var);
+    check_values(b2->running_var, m1, 3, 0, 0);
+    free(m1);
+    tu_rm_dir(dir);
+    ct_params_free(l1);
+    ct_params_free(l2);
+    ct_nn_batch_norm2d_free(b1);
+    ct_nn_batch_norm2d_free(b2);
     ct_tensor_release(x);
     free(vx);
 }
