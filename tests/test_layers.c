@@ -385,6 +385,35 @@ static void test_einsum_grad(void **state) {
     }
 }
 
+static ct_tensor *baddbmm_fn(ct_tensor *const *in, void *ctx) {
+    (void)ctx;
+    return ct_baddbmm(in[0], in[1], in[2], 0.75, -1.25);
+}
+static ct_tensor *dot_fn(ct_tensor *const *in, void *ctx) {
+    (void)ctx;
+    return ct_dot(in[0], in[1]);
+}
+static ct_tensor *outer_fn(ct_tensor *const *in, void *ctx) {
+    (void)ctx;
+    return ct_outer(in[0], in[1]);
+}
+
+static void test_linalg_grads(void **state) {
+    (void)state;
+    ct_tensor *in[3] = {input(2, P(3, 1), CT_F64, -1, 1, false, NULL),
+                        input(3, P(2, 3, 4), CT_F64, -1, 1, true, NULL),
+                        input(3, P(2, 4, 5), CT_F64, -1, 1, false, NULL)};
+    for (int i = 0; i < 3; i++) assert_int_equal(ct_requires_grad_(in[i], true), CT_OK);
+    gradcheck_ok("baddbmm", baddbmm_fn, NULL, 3, in);
+    release_all(3, in);
+    ct_tensor *v[2] = {input(1, P(6), CT_F64, -1, 1, false, NULL),
+                       input(1, P(6), CT_F64, -1, 1, true, NULL)};
+    for (int i = 0; i < 2; i++) assert_int_equal(ct_requires_grad_(v[i], true), CT_OK);
+    gradcheck_ok("dot", dot_fn, NULL, 2, v);
+    gradcheck_ok("outer", outer_fn, NULL, 2, v);
+    release_all(2, v);
+}
+
 static void test_einsum_errors(void **state) {
     (void)state;
     ct_tensor *a = ct_tensor_zeros(2, P(2, 3), CT_F32, CT_CPU);
@@ -1212,6 +1241,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_dot_outer),       T(test_integer_matmul),   T(test_baddbmm),
         T(test_einsum_values),   T(test_einsum_grad),      T(test_einsum_errors),
+        T(test_linalg_grads),
         T(test_batch_norm),      T(test_group_norm),       T(test_instance_norm),
         T(test_norm_grads),      T(test_norm_errors),      T(test_conv1d),
         T(test_conv_transpose2d), T(test_conv_grads),      T(test_conv_transpose2d_errors),
