@@ -39,6 +39,16 @@ static ct_status launch(ct_call *c, cti_cuda_bn *a, bool bwd) {
     a->training = p->training;
     cudaStream_t stream;
     if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
+    if (p->N * p->S == 0 || p->C == 0) {
+        /* nothing to normalize: the weight and bias gradients are sums of nothing */
+        c->routine = "none (empty)";
+        size_t bytes = (size_t)p->C * ct_dtype_size(x->dtype);
+        cudaError_t z = cudaSuccess;
+        if (bwd && a->dw && bytes) z = cudaMemsetAsync(a->dw, 0, bytes, stream);
+        if (bwd && a->db && bytes && z == cudaSuccess) z = cudaMemsetAsync(a->db, 0, bytes, stream);
+        if (z != cudaSuccess) return cti_cuda_fail(op, dev, "cudaMemsetAsync", z);
+        return cti_cuda_launched(op, dev, ct_op_name(c->op));
+    }
     cudaError_t e = bwd ? cti_cuda_batch_norm_backward(a, stream, &c->routine)
                         : cti_cuda_batch_norm_forward(a, stream, &c->routine);
     if (e != cudaSuccess) return cti_cuda_fail(op, dev, "a batch norm kernel launch", e);

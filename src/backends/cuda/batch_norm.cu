@@ -1,7 +1,8 @@
 // BATCH_NORM and BATCH_NORM_BACKWARD (cti_batch_norm_params, schema.h): one
 // block per channel walks the channel's N * S elements of the contiguous
-// [N, C, S] tensors with a flat index, so a short S (batch norm of [N, C])
-// still spreads over the block. The statistics are two-pass (the mean, then
+// [N, C, S] tensors by flat position (Walk), so a short S (batch norm of
+// [N, C]) still spreads over the block and neighbouring threads read
+// neighbouring addresses within a row. The statistics are two-pass (the mean, then
 // the squared deviations from it) and every sum is accumulated in double,
 // whatever the dtype, then reduced across the block with warp shuffles; the
 // backward sums dy and dy * xhat the same way and writes dx in a second
@@ -30,10 +31,30 @@ __device__ __forceinline__ double block_sum(double v, double *red) {
     return s;
 }
 
-__device__ __forceinline__ int64_t at(int64_t i, int64_t c, int64_t C, int64_t S) {
-    const int64_t n = i / S;
-    return (n * C + c) * S + (i - n * S);
-}
+// A thread's walk over channel c's elements: flat positions tid, tid + blockDim,
+// ... of the channel's N * S, as (n, s) advanced without a division per step.
+struct Walk {
+    int64_t n, s, dn, ds, S, rowstep, off; // off: (n * C + c) * S + s
+    __device__ __forceinline__ Walk(int64_t c, int64_t C, int64_t S_) {
+        S = S_;
+        n = (int64_t)threadIdx.x / S;
+        s = (int64_t)threadIdx.x - n * S;
+        dn = (int64_t)blockDim.x / S;
+        ds = (int64_t)blockDim.x - dn * S;
+        rowstep = C * S;
+        off = (n * C + c) * S + s;
+    }
+    __device__ __forceinline__ void next() {
+        n += dn;
+        s += ds;
+        off += dn * rowstep + ds;
+        if (s >= S) {
+            s -= S;
+            n++;
+            off += rowstep - S;
+        }
+    }
+};
 
 template <int DT>
 __global__ void __launch_bounds__(kBnThreads) bn_fwd(const cti_cuda_bn a) {
@@ -45,12 +66,11 @@ __global__ void __launch_bounds__(kBnThreads) bn_fwd(const cti_cuda_bn a) {
     double mean, var;
     if (a.training) {
         double s = 0;
-        for (int64_t i = threadIdx.x; i < M; i += blockDim.x)
-            s += (double)dtype<DT>::dec(x[at(i, c, a.C, a.S)]);
+        for (Walk w(c, a.C, a.S); w.n < a.N; w.next()) s += (double)dtype<DT>::dec(x[w.off]);
         mean = block_sum(s, red) / (double)M;
         double q = 0;
-        for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-            const double d = (double)dtype<DT>::dec(x[at(i, c, a.C, a.S)]) - mean;
+        for (Walk w(c, a.C, a.S); w.n < a.N; w.next()) {
+            const double d = (double)dtype<DT>::dec(x[w.off]) - mean;
             q += d * d;
         }
         var = block_sum(q, red) / (double)M;
@@ -68,10 +88,8 @@ __global__ void __launch_bounds__(kBnThreads) bn_fwd(const cti_cuda_bn a) {
     typedef typename std::conditional<DT == CT_F64, double, float>::type C_;
     const C_ sc = (C_)scale, sh = (C_)shift;
     T *y = static_cast<T *>(a.y);
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        const int64_t o = at(i, c, a.C, a.S);
-        y[o] = dtype<DT>::enc((C_)dtype<DT>::dec(x[o]) * sc + sh);
-    }
+    for (Walk w(c, a.C, a.S); w.n < a.N; w.next())
+        y[w.off] = dtype<DT>::enc((C_)dtype<DT>::dec(x[w.off]) * sc + sh);
 }
 
 template <int DT>
@@ -84,11 +102,10 @@ __global__ void __launch_bounds__(kBnThreads) bn_bwd(const cti_cuda_bn a) {
     const double mean = (double)static_cast<const St *>(a.mean_in)[c];
     const double invstd = 1.0 / sqrt((double)static_cast<const St *>(a.var_in)[c] + a.eps);
     double sg = 0, sgx = 0;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        const int64_t o = at(i, c, a.C, a.S);
-        const double g = (double)dtype<DT>::dec(dy[o]);
+    for (Walk w(c, a.C, a.S); w.n < a.N; w.next()) {
+        const double g = (double)dtype<DT>::dec(dy[w.off]);
         sg += g;
-        sgx += g * ((double)dtype<DT>::dec(x[o]) - mean);
+        sgx += g * ((double)dtype<DT>::dec(x[w.off]) - mean);
     }
     sg = block_sum(sg, red);
     sgx = block_sum(sgx, red) * invstd;
@@ -102,10 +119,9 @@ __global__ void __launch_bounds__(kBnThreads) bn_bwd(const cti_cuda_bn a) {
     const double mg = a.training ? sg / (double)M : 0.0;
     const double mgx = a.training ? sgx / (double)M : 0.0;
     T *dx = static_cast<T *>(a.dx);
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        const int64_t o = at(i, c, a.C, a.S);
-        const double xh = ((double)dtype<DT>::dec(x[o]) - mean) * invstd;
-        dx[o] = dtype<DT>::enc(k * ((double)dtype<DT>::dec(dy[o]) - mg - xh * mgx));
+    for (Walk w(c, a.C, a.S); w.n < a.N; w.next()) {
+        const double xh = ((double)dtype<DT>::dec(x[w.off]) - mean) * invstd;
+        dx[w.off] = dtype<DT>::enc(k * ((double)dtype<DT>::dec(dy[w.off]) - mg - xh * mgx));
     }
 }
 
