@@ -31,7 +31,7 @@ static void test_supports(void **state) {
     assert_false(ct_supports(CT_OP_ADD, CT_NUM_DEVICE_TYPES, CT_F32));
     assert_false(ct_supports(CT_OP_ADD, CT_DEVICE_CPU, CT_NUM_DTYPES));
     assert_non_null(ct_kernel_name(CT_OP_ADD, CT_DEVICE_CPU, CT_F32));
-    assert_null(ct_kernel_name(CT_OP_MM, CT_DEVICE_CPU, CT_I32));
+    assert_null(ct_kernel_name(CT_OP_ADDMM, CT_DEVICE_CPU, CT_I32));
     /* Every op has at least one CPU kernel. */
     for (int op = 0; op < CT_NUM_OPS; op++) {
         bool any = false;
@@ -45,14 +45,15 @@ static void test_missing_kernel_error(void **state) {
     (void)state;
     ct_tensor *a = ct_tensor_zeros(CT_SHAPE(2, 2), CT_I32, CT_CPU);
     ct_call c;
-    cti_call_init(&c, CT_OP_MM);
+    cti_call_init(&c, CT_OP_ADDMM); /* integer mm runs on the CPU, integer addmm does not */
     c.in[0] = a;
     c.in[1] = a;
-    c.nin = 2;
+    c.in[2] = a;
+    c.nin = 3;
     c.out[0] = a;
     c.nout = 1;
     ct_status s = cti_dispatch(&c, CT_CPU, CT_I32);
-    tu_assert_error(s, CT_ERR_UNSUPPORTED, "ct_mm", "no kernel", "cpu", "int32");
+    tu_assert_error(s, CT_ERR_UNSUPPORTED, "ct_addmm", "no kernel", "cpu", "int32");
     c.op = CT_NUM_OPS;
     s = cti_dispatch(&c, CT_CPU, CT_F32);
     tu_assert_error(s, CT_ERR_INVALID_ARG, "invalid op");
@@ -102,9 +103,9 @@ static void test_register_refuses_out_of_range(void **state) {
     s = cti_register_kernel(CT_OP_ADD, CT_DEVICE_CPU, CT_F32, NULL, "nullfn");
     tu_assert_error(s, CT_ERR_INVALID_ARG, "cti_register_kernel", "nullfn", "a function");
     /* An entry no backend filled stays empty after a refused NULL. */
-    assert_int_equal(cti_register_kernel(CT_OP_MM, CT_DEVICE_CPU, CT_I32, NULL, "x"),
+    assert_int_equal(cti_register_kernel(CT_OP_ADDMM, CT_DEVICE_CPU, CT_I32, NULL, "x"),
                      CT_ERR_INVALID_ARG);
-    assert_false(ct_supports(CT_OP_MM, CT_DEVICE_CPU, CT_I32));
+    assert_false(ct_supports(CT_OP_ADDMM, CT_DEVICE_CPU, CT_I32));
 }
 
 /* The library's own schema passes; each way of breaking a copy of it is

@@ -394,6 +394,98 @@ typedef struct ct_lr_plateau_state {
 ct_status ct_lr_plateau_get_state(const ct_lr_plateau *s, ct_lr_plateau_state *state);
 /* Refuses negative counters and a NaN best. */
 ct_status ct_lr_plateau_set_state(ct_lr_plateau *s, const ct_lr_plateau_state *state);
+/* ---- layers: batch/group/instance norm, conv1d, conv_transpose2d -------------------------
+ * As the layers above: _new, _forward, _params (weight, bias), _free. The norms with
+ * running statistics also have _buffers(m, prefix, list), appending "prefix.running_mean"
+ * and "prefix.running_var" (torch's named_buffers) to a list a checkpoint can save beside
+ * the parameters (optimizers skip them: they never have a gradient). */
+
+/* torch.nn.BatchNorm2d(num_features, eps, momentum, affine, track_running_stats): weight =
+ * ones and bias = zeros when affine; running_mean = zeros and running_var = ones when
+ * track_running_stats (dtype float32 for float16/bfloat16 layers, else the layer's).
+ * training (true after _new): forward normalizes with the batch's statistics and updates
+ * the running ones; false: with the running ones (batch statistics without them). */
+typedef struct ct_nn_batch_norm2d {
+    int64_t num_features;
+    double eps, momentum;
+    bool training;
+    ct_tensor *weight, *bias;             /* [C] or NULL */
+    ct_tensor *running_mean, *running_var; /* [C] or NULL */
+} ct_nn_batch_norm2d;
+ct_nn_batch_norm2d *ct_nn_batch_norm2d_new(int64_t num_features, double eps, double momentum,
+                                           bool affine, bool track_running_stats,
+                                           ct_dtype dtype, ct_device device);
+/* x [N, C, H, W]. */
+ct_tensor *ct_nn_batch_norm2d_forward(ct_nn_batch_norm2d *m, ct_tensor *x);
+ct_status ct_nn_batch_norm2d_params(ct_nn_batch_norm2d *m, const char *prefix, ct_params *p);
+ct_status ct_nn_batch_norm2d_buffers(ct_nn_batch_norm2d *m, const char *prefix, ct_params *p);
+void ct_nn_batch_norm2d_free(ct_nn_batch_norm2d *m);
+
+/* torch.nn.GroupNorm(num_groups, num_channels, eps, affine): weight = ones, bias = zeros
+ * when affine. */
+typedef struct ct_nn_group_norm {
+    int64_t num_groups, num_channels;
+    double eps;
+    ct_tensor *weight, *bias; /* [C] or NULL */
+} ct_nn_group_norm;
+ct_nn_group_norm *ct_nn_group_norm_new(int64_t num_groups, int64_t num_channels, double eps,
+                                       bool affine, ct_dtype dtype, ct_device device);
+ct_tensor *ct_nn_group_norm_forward(ct_nn_group_norm *m, ct_tensor *x);
+ct_status ct_nn_group_norm_params(ct_nn_group_norm *m, const char *prefix, ct_params *p);
+void ct_nn_group_norm_free(ct_nn_group_norm *m);
+
+/* torch.nn.InstanceNorm2d(num_features, eps, momentum, affine, track_running_stats) (PyTorch's
+ * defaults: affine and track_running_stats false). Training uses the instance statistics
+ * (updating the running ones when tracked); eval uses the running ones when tracked. */
+typedef struct ct_nn_instance_norm2d {
+    int64_t num_features;
+    double eps, momentum;
+    bool training;
+    ct_tensor *weight, *bias;             /* [C] or NULL */
+    ct_tensor *running_mean, *running_var; /* [C] or NULL */
+} ct_nn_instance_norm2d;
+ct_nn_instance_norm2d *ct_nn_instance_norm2d_new(int64_t num_features, double eps,
+                                                 double momentum, bool affine,
+                                                 bool track_running_stats, ct_dtype dtype,
+                                                 ct_device device);
+ct_tensor *ct_nn_instance_norm2d_forward(ct_nn_instance_norm2d *m, ct_tensor *x);
+ct_status ct_nn_instance_norm2d_params(ct_nn_instance_norm2d *m, const char *prefix,
+                                       ct_params *p);
+ct_status ct_nn_instance_norm2d_buffers(ct_nn_instance_norm2d *m, const char *prefix,
+                                        ct_params *p);
+void ct_nn_instance_norm2d_free(ct_nn_instance_norm2d *m);
+
+/* torch.nn.Conv1d: weight [out, in/groups, k], bias [out] ~ U(-1/sqrt(fan_in), ..) with
+ * fan_in = in/groups * k. */
+typedef struct ct_nn_conv1d {
+    int64_t in_channels, out_channels, kernel_size, stride, padding, dilation, groups;
+    ct_tensor *weight;
+    ct_tensor *bias; /* or NULL */
+} ct_nn_conv1d;
+ct_nn_conv1d *ct_nn_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                               int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
+                               bool bias, ct_dtype dtype, ct_device device, ct_generator *gen);
+ct_tensor *ct_nn_conv1d_forward(ct_nn_conv1d *m, ct_tensor *x);
+ct_status ct_nn_conv1d_params(ct_nn_conv1d *m, const char *prefix, ct_params *p);
+void ct_nn_conv1d_free(ct_nn_conv1d *m);
+
+/* torch.nn.ConvTranspose2d: weight [in, out/groups, kh, kw], bias [out] ~ U(-b, b) with
+ * b = 1/sqrt(fan_in), fan_in = out/groups * kh * kw (torch's fan of the weight's dim 1).
+ * stride, padding, output_padding, dilation may be NULL for 1, 0, 0, 1. */
+typedef struct ct_nn_conv_transpose2d {
+    int64_t in_channels, out_channels, kernel[2], stride[2], padding[2], output_padding[2],
+        dilation[2], groups;
+    ct_tensor *weight;
+    ct_tensor *bias; /* or NULL */
+} ct_nn_conv_transpose2d;
+ct_nn_conv_transpose2d *ct_nn_conv_transpose2d_new(
+    int64_t in_channels, int64_t out_channels, const int64_t kernel[2], const int64_t stride[2],
+    const int64_t padding[2], const int64_t output_padding[2], int64_t groups, bool bias,
+    const int64_t dilation[2], ct_dtype dtype, ct_device device, ct_generator *gen);
+ct_tensor *ct_nn_conv_transpose2d_forward(ct_nn_conv_transpose2d *m, ct_tensor *x);
+ct_status ct_nn_conv_transpose2d_params(ct_nn_conv_transpose2d *m, const char *prefix,
+                                        ct_params *p);
+void ct_nn_conv_transpose2d_free(ct_nn_conv_transpose2d *m);
 
 #ifdef __cplusplus
 }

@@ -755,6 +755,87 @@ ct_tensor *ct_margin_ranking_loss(ct_tensor *input1, ct_tensor *input2, ct_tenso
  * (ignore_index must be < 0 then, as PyTorch's -100). */
 ct_tensor *ct_cross_entropy_prob(ct_tensor *logits, ct_tensor *target, ct_tensor *weight,
                                  ct_reduction reduction, double label_smoothing);
+/* ---- linear algebra and layers: dot, outer, einsum, baddbmm, norms, conv1d,
+ * conv_transpose2d, 1-d and adaptive pooling ---------------------------------------------
+ * PyTorch's names, argument order and defaults (torch / torch.nn.functional). Results are
+ * new tensors the caller owns, NULL with a message on error. */
+
+/* New 0-d tensor: sum a[i] b[i] of two 1-d tensors of one length and dtype (floating, or
+ * int32/int64 on the CPU), as torch.dot. */
+ct_tensor *ct_dot(ct_tensor *a, ct_tensor *b);
+/* New [n, m] tensor: a[i] b[j] of 1-d a [n] and b [m] (dtypes promote), as torch.outer. */
+ct_tensor *ct_outer(ct_tensor *a, ct_tensor *b);
+/* New tensor: torch.einsum(equation, operands...) for n operands of one dtype: letters
+ * a-z/A-Z, "..." for broadcast dims, a letter repeated in one operand takes the diagonal,
+ * "->out" optional (implicit: letters seen once, sorted, after the "..." dims). Planned
+ * through bmm: each pair of operands is permuted and reshaped into one batched product,
+ * letters used by one operand only are summed out of it first. */
+ct_tensor *ct_einsum(const char *equation, int n, ct_tensor *const *operands);
+/* New [B, n, m] tensor: beta * input + alpha * (b1 @ b2) for b1 [B, n, k], b2 [B, k, m],
+ * input broadcast to [B, n, m] (beta 0 ignores input, NaNs too), as torch.baddbmm. */
+ct_tensor *ct_baddbmm(ct_tensor *input, ct_tensor *batch1, ct_tensor *batch2, double beta,
+                      double alpha);
+
+/* New tensor of x [N, C, *]'s shape: torch.nn.functional.batch_norm. training: normalize
+ * with the batch's mean and biased variance over every dim but C and, when running_mean
+ * and running_var are given (both or neither; [C], float dtype), update them in place
+ * (no autograd): r = (1 - momentum) r + momentum * batch statistic, the variance's
+ * unbiased. Eval (training false): normalize with the running statistics (required).
+ * weight and bias [C] are optional. float16/bfloat16 compute in float32. Differentiable in
+ * x, weight and bias. */
+ct_tensor *ct_batch_norm(ct_tensor *x, ct_tensor *running_mean, ct_tensor *running_var,
+                         ct_tensor *weight, ct_tensor *bias, bool training, double momentum,
+                         double eps);
+/* The gradients of ct_batch_norm (torch's native_batch_norm_backward) for x [N, C, *]:
+ * save_mean and save_var [C] (float32, float64 for float64 x) are the statistics the
+ * forward normalized with (the batch's mean and biased variance when training, else the
+ * running ones), eps the forward's. Fills each of dx, dweight, dbias that is not NULL
+ * (*dweight NULL when weight is NULL); asking for nothing is an error. */
+ct_status ct_batch_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weight,
+                                 ct_tensor *save_mean, ct_tensor *save_var, bool training,
+                                 double eps, ct_tensor **dx, ct_tensor **dweight,
+                                 ct_tensor **dbias);
+/* New tensor of x [N, C, *]'s shape: torch.nn.functional.group_norm: the C channels in
+ * num_groups groups (dividing C), each (n, group) normalized with its mean and biased
+ * variance, then weight[c] * y + bias[c] (both optional, [C]). */
+ct_tensor *ct_group_norm(ct_tensor *x, int64_t num_groups, ct_tensor *weight, ct_tensor *bias,
+                         double eps);
+/* New tensor of x [N, C, *]'s shape: torch.nn.functional.instance_norm: each (n, c)
+ * normalized over its spatial dims. use_input_stats: with the instance's statistics, and
+ * running_mean/running_var [C] (optional) updated in place with the mean over N of them
+ * (the variance unbiased); else with the running statistics (required). */
+ct_tensor *ct_instance_norm(ct_tensor *x, ct_tensor *running_mean, ct_tensor *running_var,
+                            ct_tensor *weight, ct_tensor *bias, bool use_input_stats,
+                            double momentum, double eps);
+
+/* New [N, Co, L_out] tensor (or [Co, L_out] for a 2-d input): torch.nn.functional.conv1d
+ * of x [N, C, L] with w [Co, C / groups, k] and optional bias [Co], through conv2d. */
+ct_tensor *ct_conv1d(ct_tensor *x, ct_tensor *w, ct_tensor *bias, int64_t stride,
+                     int64_t padding, int64_t dilation, int64_t groups);
+/* New [N, Co, OH, OW] tensor: torch.nn.functional.conv_transpose2d of x [N, Ci, H, W] (or
+ * [Ci, H, W]) with w [Ci, Co / groups, kh, kw] and optional bias [Co]:
+ * OH = (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1, likewise OW.
+ * The gradient of conv2d with respect to its input (cuDNN's backward-data on the GPU).
+ * stride, padding, output_padding, dilation may be NULL for 1, 0, 0, 1; output_padding
+ * must be smaller than stride. */
+ct_tensor *ct_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *bias,
+                               const int64_t stride[2], const int64_t padding[2],
+                               const int64_t output_padding[2], int64_t groups,
+                               const int64_t dilation[2]);
+/* New [N, C, L_out] (or [C, L_out]) tensor: torch.nn.functional.max_pool1d through
+ * max_pool2d; stride 0 means kernel_size (PyTorch's None). *indices (when not NULL)
+ * receives the int64 argmax positions along L. */
+ct_tensor *ct_max_pool1d(ct_tensor *x, int64_t kernel_size, int64_t stride, int64_t padding,
+                         int64_t dilation, bool ceil_mode, ct_tensor **indices);
+/* New [N, C, L_out] (or [C, L_out]) tensor: torch.nn.functional.avg_pool1d through
+ * avg_pool2d; stride 0 means kernel_size. */
+ct_tensor *ct_avg_pool1d(ct_tensor *x, int64_t kernel_size, int64_t stride, int64_t padding,
+                         bool ceil_mode, bool count_include_pad);
+/* New [N, C, out_h, out_w] (or 3-d) tensor: torch.nn.functional.adaptive_max_pool2d, the
+ * largest x of the window rows [floor(i H / out_h), ceil((i + 1) H / out_h)), columns
+ * likewise; *indices (when not NULL) receives the int64 argmax h * W + w of each. */
+ct_tensor *ct_adaptive_max_pool2d(ct_tensor *x, int64_t out_h, int64_t out_w,
+                                  ct_tensor **indices);
 
 #ifdef __cplusplus
 }

@@ -132,5 +132,12 @@ ct_tensor *cti_remap_run(const char *op, ct_op id, ct_tensor *x, const int64_t *
 /* INTERPOLATE_BACKWARD of grad_out [N, C, OH, OW] with the forward's p. */
 ct_tensor *cti_interpolate_backward(ct_tensor *grad_out, const cti_interp_params *p);
 CTI_BW(cti_bw_diagonal);
+/* formulas_layers.c: ct_conv_transpose2d. Inputs (x, w); saved[0] x (only
+ * when w needs a gradient), saved[1] w (only when x needs one); params the
+ * cti_conv_params of the conv2d whose input gradient the forward is
+ * (stride, padding, dilation, groups). */
+CTI_BW(cti_bw_conv_transpose2d);
+/* batch_norm (BATCH_NORM's row): inputs (x, weight|NULL, bias|NULL); saved
+ * x, weight, mean, var; params the forward's cti_batch_norm_params. */
 
 #endif

@@ -122,7 +122,8 @@ typedef struct cti_conv_params {
     int64_t OH, OW;
 } cti_conv_params;
 
-/* MAX_POOL2D, AVG_POOL2D, ADAPTIVE_AVG_POOL2D and their backward ops:
+/* MAX_POOL2D, AVG_POOL2D, ADAPTIVE_AVG_POOL2D and their backward ops
+ * (ADAPTIVE_MAX_POOL2D too: the adaptive windows, with max's indices):
  * x [N, C, H, W] -> [N, C, OH, OW], output (oh, ow) pooling the window of
  * kernel[0] x kernel[1] elements from (oh * stride[0] - padding[0],
  * ow * stride[1] - padding[1]), dilation apart. OH and OW already hold
@@ -580,6 +581,26 @@ typedef struct cti_fold_params {
     int64_t kernel[2], dilation[2], padding[2], stride[2];
     int64_t OH, OW;
 } cti_fold_params;
+/* layers: batch norm ------------------------------------------------------------------
+ * BATCH_NORM, BATCH_NORM_BACKWARD: x contiguous [N, C, S], each channel c
+ * normalized over its N * S elements:
+ *   y = (x - mean_c) * invstd_c * w_c + b_c,  invstd_c = 1 / sqrt(var_c + eps)
+ * (w 1 and b 0 when absent). Statistics are [C] of f32 (f64 for f64 x).
+ * BATCH_NORM: in x, weight|NULL, bias|NULL, mean|NULL, var|NULL; out y
+ *   [N, C, S] contiguous, and with training out[1] mean and out[2] var (the
+ *   batch's, var biased), computed in double; without training in[3] and
+ *   in[4] (the running statistics) are the ones used.
+ * BATCH_NORM_BACKWARD: in grad_y [N, C, S] contiguous, x, weight|NULL, mean,
+ *   var (those the forward used); out dx|NULL, dweight|NULL, dbias|NULL with
+ *   xhat = (x - mean) invstd, sums over N and S:
+ *   training: dx = w invstd (dy - sum(dy) / (N S) - xhat sum(dy xhat) / (N S))
+ *   else:     dx = w invstd dy
+ *   dweight = sum(dy xhat), dbias = sum(dy). */
+typedef struct cti_batch_norm_params {
+    int64_t N, C, S;
+    double eps;
+    bool training;
+} cti_batch_norm_params;
 
 /* ---- the rows ------------------------------------------------------------------------ */
 #define CTI_OP_SCHEMA(X)                                                                     \
@@ -766,7 +787,14 @@ typedef struct cti_fold_params {
     /* optimizers: Adam, RMSprop, Adagrad */                                                 \
     X(ADAM_STEP, "adam_step", cti_optim_params, CTI_NODIFF, NONE)                            \
     X(RMSPROP_STEP, "rmsprop_step", cti_optim_params, CTI_NODIFF, NONE)                      \
-    X(ADAGRAD_STEP, "adagrad_step", cti_optim_params, CTI_NODIFF, NONE)
+    X(ADAGRAD_STEP, "adagrad_step", cti_optim_params, CTI_NODIFF, NONE)                      \
+    /* layers: adaptive max pooling (its backward is max_pool2d's, from the indices) */     \
+    X(ADAPTIVE_MAX_POOL2D, "adaptive_max_pool2d", cti_pool_params,                           \
+      CTI_F(cti_bw_max_pool2d), MAX_POOL2D_BACKWARD)                                         \
+    X(BATCH_NORM, "batch_norm", cti_batch_norm_params, CTI_F(cti_bw_batch_norm),             \
+      BATCH_NORM_BACKWARD)                                                                   \
+    X(BATCH_NORM_BACKWARD, "batch_norm_backward", cti_batch_norm_params, CTI_NOFORMULA,      \
+      NONE)
 
 /* What the table's shape assumes of the parameter structs: autograd nodes
  * keep a copy of their op's parameters in CTI_PARAMS_MAX bytes. (The CUDA

@@ -314,3 +314,320 @@ void ct_nn_layer_norm_free(ct_nn_layer_norm *m) {
     ct_tensor_release(m->bias);
     free(m);
 }
+
+/* ---- norms with running statistics, conv1d, conv_transpose2d ------------------------------ */
+
+/* A buffer owned by the layer: a tensor filled with value, no gradient. */
+static ct_tensor *new_buffer(const char *op, int64_t n, ct_dtype dtype, ct_device device,
+                             double value) {
+    ct_tensor *t = ct_tensor_empty(CT_SHAPE(n), dtype, device);
+    if (!t) return cti_error_null(ct_last_status(), "%s: %s", op, ct_last_error());
+    cti_scope_forget(t);
+    if (ct_fill_(t, value) != CT_OK) {
+        cti_error(ct_last_status(), "%s: %s", op, ct_last_error());
+        ct_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* The running statistics' dtype: float32 for the half types (as cuDNN's). */
+static ct_dtype stats_dtype(ct_dtype dt) {
+    return dt == CT_F16 || dt == CT_BF16 ? CT_F32 : dt;
+}
+
+static ct_status check_features(const char *op, int64_t n) {
+    if (n > 0) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG, "%s: num_features must be positive, got %lld", op,
+                     (long long)n);
+}
+
+/* The optional affine pair and running statistics of a norm layer. */
+static bool norm_tensors(const char *op, int64_t c, bool affine, bool track, ct_dtype dtype,
+                         ct_device device, ct_tensor **w, ct_tensor **b, ct_tensor **rm,
+                         ct_tensor **rv) {
+    if (affine) {
+        *w = new_param(op, CT_SHAPE(c), dtype, device, INIT_FILL, 1.0, NULL);
+        *b = *w ? new_param(op, CT_SHAPE(c), dtype, device, INIT_FILL, 0.0, NULL) : NULL;
+        if (!*b) return false;
+    }
+    if (track && rm) {
+        *rm = new_buffer(op, c, stats_dtype(dtype), device, 0.0);
+        *rv = *rm ? new_buffer(op, c, stats_dtype(dtype), device, 1.0) : NULL;
+        if (!*rv) return false;
+    }
+    return true;
+}
+
+static ct_status add_buffers(const char *op, ct_params *p, const char *prefix, ct_tensor *rm,
+                             ct_tensor *rv) {
+    if (!p) return cti_error(CT_ERR_INVALID_ARG, "%s: list is NULL", op);
+    int64_t n0 = p->n;
+    ct_status st = add_named(op, p, prefix, "running_mean", rm);
+    if (st == CT_OK) st = add_named(op, p, prefix, "running_var", rv);
+    while (st != CT_OK && p->n > n0) cti_params_pop(p);
+    return st;
+}
+
+ct_nn_batch_norm2d *ct_nn_batch_norm2d_new(int64_t num_features, double eps, double momentum,
+                                           bool affine, bool track_running_stats,
+                                           ct_dtype dtype, ct_device device) {
+    static const char op[] = "ct_nn_batch_norm2d_new";
+    if (check_features(op, num_features) != CT_OK || check_dtype(op, dtype) != CT_OK)
+        return NULL;
+    ct_nn_batch_norm2d *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    *m = (ct_nn_batch_norm2d){.num_features = num_features, .eps = eps, .momentum = momentum,
+                              .training = true};
+    if (!norm_tensors(op, num_features, affine, track_running_stats, dtype, device, &m->weight,
+                      &m->bias, &m->running_mean, &m->running_var)) {
+        ct_nn_batch_norm2d_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static ct_status check_4d(const char *op, const ct_tensor *x, int64_t c) {
+    if (!x) return cti_error(CT_ERR_INVALID_ARG, "%s: input is NULL", op);
+    int nd = ct_tensor_ndim(x);
+    const int64_t *s = ct_tensor_shape(x);
+    if (nd == 4 && s[1] == c) return CT_OK;
+    return cti_error(CT_ERR_SHAPE, "%s: expected a 4-d input [N, %lld, H, W], got %s", op,
+                     (long long)c, cti_desc(x));
+}
+
+ct_tensor *ct_nn_batch_norm2d_forward(ct_nn_batch_norm2d *m, ct_tensor *x) {
+    static const char op[] = "ct_nn_batch_norm2d_forward";
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "%s: layer is NULL", op);
+    if (check_4d(op, x, m->num_features) != CT_OK) return NULL;
+    /* without running statistics, eval normalizes with the batch's (as torch) */
+    bool batch_stats = m->training || !m->running_mean;
+    return ct_batch_norm(x, batch_stats && !m->training ? NULL : m->running_mean,
+                         batch_stats && !m->training ? NULL : m->running_var, m->weight, m->bias,
+                         batch_stats, m->momentum, m->eps);
+}
+
+ct_status ct_nn_batch_norm2d_params(ct_nn_batch_norm2d *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_batch_norm2d_params: layer is NULL");
+    return add_pair("ct_nn_batch_norm2d_params", p, prefix, m->weight, m->bias);
+}
+
+ct_status ct_nn_batch_norm2d_buffers(ct_nn_batch_norm2d *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_batch_norm2d_buffers: layer is NULL");
+    return add_buffers("ct_nn_batch_norm2d_buffers", p, prefix, m->running_mean,
+                       m->running_var);
+}
+
+void ct_nn_batch_norm2d_free(ct_nn_batch_norm2d *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    ct_tensor_release(m->running_mean);
+    ct_tensor_release(m->running_var);
+    free(m);
+}
+
+ct_nn_group_norm *ct_nn_group_norm_new(int64_t num_groups, int64_t num_channels, double eps,
+                                       bool affine, ct_dtype dtype, ct_device device) {
+    static const char op[] = "ct_nn_group_norm_new";
+    if (num_groups <= 0 || num_channels <= 0 || num_channels % num_groups)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: num_channels (%lld) must be divisible by num_groups (%lld), "
+                              "both positive",
+                              op, (long long)num_channels, (long long)num_groups);
+    if (check_dtype(op, dtype) != CT_OK) return NULL;
+    ct_nn_group_norm *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    *m = (ct_nn_group_norm){.num_groups = num_groups, .num_channels = num_channels, .eps = eps};
+    if (!norm_tensors(op, num_channels, affine, false, dtype, device, &m->weight, &m->bias, NULL,
+                      NULL)) {
+        ct_nn_group_norm_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_group_norm_forward(ct_nn_group_norm *m, ct_tensor *x) {
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_group_norm_forward: layer is NULL");
+    return ct_group_norm(x, m->num_groups, m->weight, m->bias, m->eps);
+}
+
+ct_status ct_nn_group_norm_params(ct_nn_group_norm *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_group_norm_params: layer is NULL");
+    return add_pair("ct_nn_group_norm_params", p, prefix, m->weight, m->bias);
+}
+
+void ct_nn_group_norm_free(ct_nn_group_norm *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    free(m);
+}
+
+ct_nn_instance_norm2d *ct_nn_instance_norm2d_new(int64_t num_features, double eps,
+                                                 double momentum, bool affine,
+                                                 bool track_running_stats, ct_dtype dtype,
+                                                 ct_device device) {
+    static const char op[] = "ct_nn_instance_norm2d_new";
+    if (check_features(op, num_features) != CT_OK || check_dtype(op, dtype) != CT_OK)
+        return NULL;
+    ct_nn_instance_norm2d *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    *m = (ct_nn_instance_norm2d){.num_features = num_features, .eps = eps,
+                                 .momentum = momentum, .training = true};
+    if (!norm_tensors(op, num_features, affine, track_running_stats, dtype, device, &m->weight,
+                      &m->bias, &m->running_mean, &m->running_var)) {
+        ct_nn_instance_norm2d_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_instance_norm2d_forward(ct_nn_instance_norm2d *m, ct_tensor *x) {
+    static const char op[] = "ct_nn_instance_norm2d_forward";
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "%s: layer is NULL", op);
+    if (check_4d(op, x, m->num_features) != CT_OK) return NULL;
+    bool input_stats = m->training || !m->running_mean;
+    return ct_instance_norm(x, m->running_mean, m->running_var, m->weight, m->bias, input_stats,
+                            m->momentum, m->eps);
+}
+
+ct_status ct_nn_instance_norm2d_params(ct_nn_instance_norm2d *m, const char *prefix,
+                                       ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_instance_norm2d_params: layer is NULL");
+    return add_pair("ct_nn_instance_norm2d_params", p, prefix, m->weight, m->bias);
+}
+
+ct_status ct_nn_instance_norm2d_buffers(ct_nn_instance_norm2d *m, const char *prefix,
+                                        ct_params *p) {
+    if (!m)
+        return cti_error(CT_ERR_INVALID_ARG, "ct_nn_instance_norm2d_buffers: layer is NULL");
+    return add_buffers("ct_nn_instance_norm2d_buffers", p, prefix, m->running_mean,
+                       m->running_var);
+}
+
+void ct_nn_instance_norm2d_free(ct_nn_instance_norm2d *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    ct_tensor_release(m->running_mean);
+    ct_tensor_release(m->running_var);
+    free(m);
+}
+
+static ct_status check_conv_sizes(const char *op, int64_t in, int64_t out, int64_t groups) {
+    if (in <= 0 || out <= 0 || groups <= 0 || in % groups || out % groups)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: in_channels (%lld) and out_channels (%lld) must be positive and "
+                         "divisible by groups (%lld)",
+                         op, (long long)in, (long long)out, (long long)groups);
+    return CT_OK;
+}
+
+ct_nn_conv1d *ct_nn_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                               int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
+                               bool bias, ct_dtype dtype, ct_device device, ct_generator *gen) {
+    static const char op[] = "ct_nn_conv1d_new";
+    if (check_conv_sizes(op, in_channels, out_channels, groups) != CT_OK ||
+        check_dtype(op, dtype) != CT_OK)
+        return NULL;
+    if (kernel_size <= 0 || stride <= 0 || dilation <= 0 || padding < 0)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: expected kernel_size, stride, dilation > 0 and padding >= 0, "
+                              "got %lld, %lld, %lld and %lld",
+                              op, (long long)kernel_size, (long long)stride, (long long)dilation,
+                              (long long)padding);
+    ct_nn_conv1d *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    *m = (ct_nn_conv1d){.in_channels = in_channels, .out_channels = out_channels,
+                        .kernel_size = kernel_size, .stride = stride, .padding = padding,
+                        .dilation = dilation, .groups = groups};
+    double bound = 1.0 / sqrt((double)(in_channels / groups * kernel_size));
+    m->weight = new_param(op, CT_SHAPE(out_channels, in_channels / groups, kernel_size), dtype,
+                          device, INIT_UNIFORM, bound, gen);
+    if (m->weight && bias)
+        m->bias = new_param(op, CT_SHAPE(out_channels), dtype, device, INIT_UNIFORM, bound, gen);
+    if (!m->weight || (bias && !m->bias)) {
+        ct_nn_conv1d_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_conv1d_forward(ct_nn_conv1d *m, ct_tensor *x) {
+    if (!m) return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_conv1d_forward: layer is NULL");
+    return ct_conv1d(x, m->weight, m->bias, m->stride, m->padding, m->dilation, m->groups);
+}
+
+ct_status ct_nn_conv1d_params(ct_nn_conv1d *m, const char *prefix, ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_conv1d_params: layer is NULL");
+    return add_pair("ct_nn_conv1d_params", p, prefix, m->weight, m->bias);
+}
+
+void ct_nn_conv1d_free(ct_nn_conv1d *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    free(m);
+}
+
+ct_nn_conv_transpose2d *ct_nn_conv_transpose2d_new(
+    int64_t in_channels, int64_t out_channels, const int64_t kernel[2], const int64_t stride[2],
+    const int64_t padding[2], const int64_t output_padding[2], int64_t groups, bool bias,
+    const int64_t dilation[2], ct_dtype dtype, ct_device device, ct_generator *gen) {
+    static const char op[] = "ct_nn_conv_transpose2d_new";
+    if (!kernel) return cti_error_null(CT_ERR_INVALID_ARG, "%s: kernel is NULL", op);
+    if (check_conv_sizes(op, in_channels, out_channels, groups) != CT_OK ||
+        check_dtype(op, dtype) != CT_OK)
+        return NULL;
+    ct_nn_conv_transpose2d *m = calloc(1, sizeof *m);
+    if (!m) return cti_error_null(CT_ERR_OOM, "%s: out of memory", op);
+    *m = (ct_nn_conv_transpose2d){.in_channels = in_channels, .out_channels = out_channels,
+                                  .groups = groups};
+    for (int d = 0; d < 2; d++) {
+        m->kernel[d] = kernel[d];
+        m->stride[d] = stride ? stride[d] : 1;
+        m->padding[d] = padding ? padding[d] : 0;
+        m->output_padding[d] = output_padding ? output_padding[d] : 0;
+        m->dilation[d] = dilation ? dilation[d] : 1;
+        if (m->kernel[d] <= 0 || m->stride[d] <= 0 || m->dilation[d] <= 0 ||
+            m->padding[d] < 0 || m->output_padding[d] < 0 ||
+            m->output_padding[d] >= m->stride[d]) {
+            ct_nn_conv_transpose2d_free(m);
+            return cti_error_null(CT_ERR_INVALID_ARG,
+                                  "%s: expected kernel, stride, dilation > 0, padding >= 0 and "
+                                  "0 <= output_padding < stride",
+                                  op);
+        }
+    }
+    double bound = 1.0 / sqrt((double)(out_channels / groups * kernel[0] * kernel[1]));
+    m->weight = new_param(op, CT_SHAPE(in_channels, out_channels / groups, kernel[0], kernel[1]),
+                          dtype, device, INIT_UNIFORM, bound, gen);
+    if (m->weight && bias)
+        m->bias = new_param(op, CT_SHAPE(out_channels), dtype, device, INIT_UNIFORM, bound, gen);
+    if (!m->weight || (bias && !m->bias)) {
+        ct_nn_conv_transpose2d_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ct_tensor *ct_nn_conv_transpose2d_forward(ct_nn_conv_transpose2d *m, ct_tensor *x) {
+    if (!m)
+        return cti_error_null(CT_ERR_INVALID_ARG, "ct_nn_conv_transpose2d_forward: layer is NULL");
+    return ct_conv_transpose2d(x, m->weight, m->bias, m->stride, m->padding, m->output_padding,
+                               m->groups, m->dilation);
+}
+
+ct_status ct_nn_conv_transpose2d_params(ct_nn_conv_transpose2d *m, const char *prefix,
+                                        ct_params *p) {
+    if (!m) return cti_error(CT_ERR_INVALID_ARG, "ct_nn_conv_transpose2d_params: layer is NULL");
+    return add_pair("ct_nn_conv_transpose2d_params", p, prefix, m->weight, m->bias);
+}
+
+void ct_nn_conv_transpose2d_free(ct_nn_conv_transpose2d *m) {
+    if (!m) return;
+    ct_tensor_release(m->weight);
+    ct_tensor_release(m->bias);
+    free(m);
+}

@@ -606,3 +606,44 @@ ct_tensor *ct_adaptive_avg_pool2d_backward(ct_tensor *grad_out, ct_tensor *x) {
     if (!c.out[0]) return NULL;
     return dispatch_one(&c, x);
 }
+
+/* ---- adaptive max pooling ------------------------------------------------------------- */
+
+ct_tensor *ct_adaptive_max_pool2d(ct_tensor *x, int64_t out_h, int64_t out_w,
+                                  ct_tensor **indices) {
+    const char *op = "ct_adaptive_max_pool2d";
+    if (cti_check_not_null(op, 1, &x) != CT_OK || check_float(op, "input", x) != CT_OK ||
+        check_image(op, "input", x) != CT_OK)
+        return NULL;
+    cti_pool_params a = {0};
+    pool_input(x, &a);
+    if (a.C < 1 || a.H < 1 || a.W < 1)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: input %s must have non-zero channels, height and width", op,
+                              cti_desc(x));
+    if (out_h < 1 || out_w < 1)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: output size must be positive, got %lldx%lld", op,
+                              (long long)out_h, (long long)out_w);
+    a.OH = out_h;
+    a.OW = out_w;
+    int64_t shape[4];
+    int nd = result_shape(x->ndim, a.N, a.C, a.OH, a.OW, shape);
+    ct_call c;
+    pool_call(&c, CT_OP_ADAPTIVE_MAX_POOL2D, &a);
+    c.in[0] = x;
+    c.nin = 1;
+    c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
+    c.out[1] = c.out[0] ? cti_tensor_new(op, nd, shape, CT_I64, x->storage->device) : NULL;
+    c.nout = 2;
+    if (!c.out[1]) {
+        cti_call_release_outputs(&c);
+        return NULL;
+    }
+    if (!dispatch_one(&c, x)) return NULL;
+    if (!record_pool(&c, &a, "AdaptiveMaxPool2DBackward", cti_bw_max_pool2d, c.out[1]))
+        return NULL;
+    if (indices) *indices = c.out[1];
+    else ct_tensor_release(c.out[1]);
+    return c.out[0];
+}

@@ -17,10 +17,12 @@
 /* ---- argument checks ------------------------------------------------------------ */
 
 /* NULL, device and dtype checks for the operands ts[0..n) (NULL entries past
- * nreq are optional): one device, one floating dtype. names lists the
- * operands for the dtype message ("both operands" when NULL). */
-static ct_status check_operands(const char *op, int nreq, int n, ct_tensor *const *ts,
-                                const char *names) {
+ * nreq are optional): one device, one floating dtype, or with allow_int
+ * int32/int64 on the CPU as PyTorch's CPU matmul allows (CUDA refuses
+ * integer products, as PyTorch's does). names lists the operands for the
+ * dtype message ("both operands" when NULL). */
+static ct_status check_operands_int(const char *op, int nreq, int n, ct_tensor *const *ts,
+                                    const char *names, bool allow_int) {
     ct_status s = cti_check_not_null(op, nreq, ts);
     if (s != CT_OK) return s;
     s = cti_check_same_device(op, n, ts);
@@ -42,12 +44,27 @@ static ct_status check_operands(const char *op, int nreq, int n, ct_tensor *cons
         return cti_error(CT_ERR_DTYPE, "%s: expected %s to have the same dtype, got %s", op,
                          names ? names : "both operands", got);
     }
+    if (allow_int && (dt == CT_I32 || dt == CT_I64)) {
+        if (ts[0]->storage->device.type == CT_DEVICE_CPU) return CT_OK;
+        char dev[32];
+        return cti_error(CT_ERR_DTYPE,
+                         "%s: integer matmul is supported on the CPU only, got %s on %s (as "
+                         "PyTorch's \"addmm_cuda\" not implemented for '%s'; convert to a "
+                         "floating dtype)",
+                         op, ct_dtype_name(dt), ct_device_str(ts[0]->storage->device, dev, sizeof dev),
+                         dt == CT_I32 ? "Int" : "Long");
+    }
     if (!ct_dtype_is_floating(dt))
         return cti_error(CT_ERR_DTYPE,
                          "%s: integer and bool dtypes are not supported, got %s (convert to a "
                          "floating dtype)",
                          op, ct_dtype_name(dt));
     return CT_OK;
+}
+
+static ct_status check_operands(const char *op, int nreq, int n, ct_tensor *const *ts,
+                                const char *names) {
+    return check_operands_int(op, nreq, n, ts, names, false);
 }
 
 static ct_tensor *view_of(ct_tensor *t, int nd, const int64_t *shape, const int64_t *stride) {
@@ -162,7 +179,7 @@ ct_tensor *ct_mm(ct_tensor *a, ct_tensor *b) {
     if (cti_autocast_begin_op(&ac, CTI_AC_MM, 2, (ct_tensor *[]){a, b}))
         return cti_autocast_end_op(&ac, ac.ok ? ct_mm(ac.in[0], ac.in[1]) : NULL);
     ct_tensor *ts[2] = {a, b};
-    if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
+    if (check_operands_int(op, 2, 2, ts, NULL, true) != CT_OK) return NULL;
     if (a->ndim != 2 || b->ndim != 2)
         return cti_error_null(CT_ERR_SHAPE, "%s: expected 2-d tensors, got %s and %s", op,
                               cti_desc(a), cti_desc(b));
@@ -186,7 +203,7 @@ ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b) {
     if (cti_autocast_begin_op(&ac, CTI_AC_BMM, 2, (ct_tensor *[]){a, b}))
         return cti_autocast_end_op(&ac, ac.ok ? ct_bmm(ac.in[0], ac.in[1]) : NULL);
     ct_tensor *ts[2] = {a, b};
-    if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
+    if (check_operands_int(op, 2, 2, ts, NULL, true) != CT_OK) return NULL;
     if (a->ndim != 3 || b->ndim != 3)
         return cti_error_null(CT_ERR_SHAPE, "%s: expected 3-d tensors, got %s and %s", op,
                               cti_desc(a), cti_desc(b));
@@ -220,7 +237,7 @@ ct_tensor *ct_matmul(ct_tensor *a, ct_tensor *b) {
     if (cti_autocast_begin_op(&ac, CTI_AC_MATMUL, 2, (ct_tensor *[]){a, b}))
         return cti_autocast_end_op(&ac, ac.ok ? ct_matmul(ac.in[0], ac.in[1]) : NULL);
     ct_tensor *ts[2] = {a, b};
-    if (check_operands(op, 2, 2, ts, NULL) != CT_OK) return NULL;
+    if (check_operands_int(op, 2, 2, ts, NULL, true) != CT_OK) return NULL;
     if (a->ndim == 0 || b->ndim == 0)
         return cti_error_null(CT_ERR_SHAPE,
                               "%s: both arguments need at least 1 dim, got %s and %s", op,

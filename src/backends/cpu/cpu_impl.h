@@ -68,6 +68,7 @@ void cti_cpu_isa_describe(char *buf, size_t n);
 #define cti_cpu_register_indexing CTI_ISA_CAT(cti_cpu_register_indexing, CTI_ISA_SFX)
 #define cti_cpu_register_sort CTI_ISA_CAT(cti_cpu_register_sort, CTI_ISA_SFX)
 #define cti_cpu_register_shape CTI_ISA_CAT(cti_cpu_register_shape, CTI_ISA_SFX)
+#define cti_cpu_register_batch_norm CTI_ISA_CAT(cti_cpu_register_batch_norm, CTI_ISA_SFX)
 #endif
 
 /* ---- threads ------------------------------------------------------------------- */
@@ -132,5 +133,6 @@ void cti_cpu_register_attention(void);   /* scaled dot-product attention */
 void cti_cpu_register_indexing(void);    /* gather, index_select, scatter_add */
 void cti_cpu_register_sort(void);        /* sort, cumprod, nonzero */
 void cti_cpu_register_shape(void);       /* scatter(_reduce), flip/roll/repeat/pad, interpolate, fold */
+void cti_cpu_register_batch_norm(void);  /* batch_norm and its backward (layers) */
 
 #endif

@@ -22,4 +22,5 @@ void cti_cpu_register_kernels(void) {
     cti_cpu_register_indexing();
     cti_cpu_register_sort();
     cti_cpu_register_shape();
+    cti_cpu_register_batch_norm();
 }

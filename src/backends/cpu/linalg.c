@@ -23,6 +23,7 @@
  * inside a pool task. */
 #include <cblas.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -333,7 +334,114 @@ static ct_status k_addmm(ct_call *c) {
     return run_job(c, &j);
 }
 
+/* ---- integer products (int32, int64: PyTorch's CPU mm/bmm/matmul) ---------------------
+ * BLAS has no integer GEMM, so this is a blocked kernel of its own: tasks take
+ * blocks of IB rows of one batch's product, and walk k in KB steps and the
+ * columns in JB steps, copying each KB x JB block of B into a contiguous tile
+ * (so any strides, broadcasts included, read as rows), then for each row and
+ * each k of the block add a * B-row into the output row: the innermost loop
+ * is a contiguous multiply-add over JB columns that the compiler
+ * vectorizes. Arithmetic is in the unsigned type of the element's width, so
+ * an overflow wraps as PyTorch's (two's complement) without undefined
+ * behaviour. */
+enum { INT_IB = 32, INT_KB = 128, INT_JB = 256 };
+
+typedef struct {
+    const gemm_job *j;
+    int64_t nblk; /* row blocks per batch */
+    atomic_int failed;
+} int_gemm_ctx;
+
+/* Element offsets of batch t's matrices. */
+static void batch_offsets(const gemm_job *j, int64_t t, int64_t *oa, int64_t *ob, int64_t *oc) {
+    *oa = *ob = *oc = 0;
+    for (int d = j->nb - 1; d >= 0; d--) {
+        int64_t i = t % j->bshape[d];
+        t /= j->bshape[d];
+        *oa += i * j->a.bs[d];
+        *ob += i * j->b.bs[d];
+        *oc += i * j->c.bs[d];
+    }
+}
+
+#define INT_GEMM_BLOCK(NAME, U)                                                              \
+    static void NAME(const gemm_job *j, const U *a, const U *b, U *c, int64_t r0, int64_t r1, \
+                     U *tile) {                                                               \
+        for (int64_t i = r0; i < r1; i++)                                                    \
+            memset(c + i * j->c.rs, 0, (size_t)j->m * sizeof(U));                            \
+        for (int64_t l0 = 0; l0 < j->k; l0 += INT_KB) {                                      \
+            int64_t kb = j->k - l0 < INT_KB ? j->k - l0 : INT_KB;                            \
+            for (int64_t c0 = 0; c0 < j->m; c0 += INT_JB) {                                  \
+                int64_t jb = j->m - c0 < INT_JB ? j->m - c0 : INT_JB;                        \
+                for (int64_t l = 0; l < kb; l++) {                                           \
+                    const U *br = b + (l0 + l) * j->b.rs + c0 * j->b.cs;                     \
+                    for (int64_t q = 0; q < jb; q++) tile[l * jb + q] = br[q * j->b.cs];     \
+                }                                                                            \
+                for (int64_t i = r0; i < r1; i++) {                                          \
+                    U *restrict cr = c + i * j->c.rs + c0;                                   \
+                    const U *ar = a + i * j->a.rs + l0 * j->a.cs;                            \
+                    for (int64_t l = 0; l < kb; l++) {                                       \
+                        const U av = ar[l * j->a.cs];                                        \
+                        const U *restrict tr = tile + l * jb;                                \
+                        for (int64_t q = 0; q < jb; q++) cr[q] += av * tr[q];                \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+INT_GEMM_BLOCK(int_gemm_block_u32, uint32_t)
+INT_GEMM_BLOCK(int_gemm_block_u64, uint64_t)
+#undef INT_GEMM_BLOCK
+
+static void int_gemm_task(int64_t begin, int64_t end, void *vctx) {
+    int_gemm_ctx *x = vctx;
+    const gemm_job *j = x->j;
+    size_t es = ct_dtype_size(j->dt);
+    void *tile = malloc((size_t)INT_KB * INT_JB * es);
+    if (!tile) {
+        atomic_store(&x->failed, 1);
+        return;
+    }
+    for (int64_t t = begin; t < end; t++) {
+        int64_t batch = t / x->nblk, r0 = t % x->nblk * INT_IB;
+        int64_t r1 = r0 + INT_IB < j->n ? r0 + INT_IB : j->n;
+        int64_t oa, ob, oc;
+        batch_offsets(j, batch, &oa, &ob, &oc);
+        if (j->dt == CT_I32)
+            int_gemm_block_u32(j, (const uint32_t *)j->a.p + oa, (const uint32_t *)j->b.p + ob,
+                               (uint32_t *)j->c.p + oc, r0, r1, tile);
+        else
+            int_gemm_block_u64(j, (const uint64_t *)j->a.p + oa, (const uint64_t *)j->b.p + ob,
+                               (uint64_t *)j->c.p + oc, r0, r1, tile);
+    }
+    free(tile);
+}
+
+/* mm, bmm of int32/int64 (the output is contiguous, its rows m apart). */
+static ct_status k_gemm_int(ct_call *c) {
+    gemm_job j = job_of(c, 0);
+    int64_t nbatch = cti_numel(j.nb, j.bshape);
+    if (j.n == 0 || j.m == 0 || nbatch == 0) {
+        c->routine = "none (empty result)";
+        return CT_OK;
+    }
+    int_gemm_ctx x = {.j = &j, .nblk = (j.n + INT_IB - 1) / INT_IB};
+    atomic_init(&x.failed, 0);
+    c->routine = "blocked integer gemm";
+    /* a task of about 2^16 multiply-adds at least */
+    int64_t work = INT_IB * (j.k > 0 ? j.k : 1) * j.m;
+    cti_parallel_for(nbatch * x.nblk, work >= 65536 ? 1 : 65536 / work, int_gemm_task, &x);
+    if (atomic_load(&x.failed))
+        return cti_error(CT_ERR_OOM, "ct_%s: out of memory for a %d x %d tile",
+                         ct_op_name(c->op), INT_KB, INT_JB);
+    return CT_OK;
+}
+
 void cti_cpu_register_linalg(void) {
+    cti_register_kernel(CT_OP_MM, CT_DEVICE_CPU, CT_I32, k_gemm_int, "blocked integer gemm");
+    cti_register_kernel(CT_OP_MM, CT_DEVICE_CPU, CT_I64, k_gemm_int, "blocked integer gemm");
+    cti_register_kernel(CT_OP_BMM, CT_DEVICE_CPU, CT_I32, k_gemm_int, "blocked integer gemm");
+    cti_register_kernel(CT_OP_BMM, CT_DEVICE_CPU, CT_I64, k_gemm_int, "blocked integer gemm");
     static const struct {
         ct_dtype dt;
         const char *name;

@@ -7,7 +7,8 @@
  *             window's size clipped to the padded input (count_include_pad)
  *             or to the input
  *   adaptive: rows [floor(oh * H / OH), ceil((oh + 1) * H / OH)), columns
- *             likewise, y = their mean
+ *             likewise, y = their mean (adaptive max: their largest, with
+ *             its index as max's)
  *   backward: dx[idx] += dy (max); dy / div (or / the window's size) added
  *             to each x of the window (avg, adaptive)
  * Work is split over the N*C planes; each task reads a plane into a float64
@@ -535,6 +536,39 @@ static ct_status k_adaptive_avg_pool2d_backward(ct_call *c) {
     return pool_planes(c, adaptive_back_plane, true, NULL, NULL, "adaptive_avg_pool2d_backward_direct", "ct_adaptive_avg_pool2d_backward");
 }
 
+/* ---- adaptive max pooling --------------------------------------------------------------- */
+
+/* The largest x of each adaptive window (NaN wins, as PyTorch's) and its
+ * index h * W + w in the plane; the backward is max_pool2d's, from them. */
+static void adaptive_max_plane(const pool_ctx *k, int64_t p, const double *src, double *dst) {
+    const pgeo *g = &k->g;
+    int64_t *ind = (int64_t *)cti_data(k->out_idx) + p * k->out_plane;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        int64_t hs = ad_start(oh, g->H, g->OH), he = ad_end(oh, g->H, g->OH);
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t ws = ad_start(ow, g->W, g->OW), we = ad_end(ow, g->W, g->OW);
+            double best = -INFINITY;
+            int64_t bi = hs * g->W + ws;
+            for (int64_t h = hs; h < he; h++)
+                for (int64_t w = ws; w < we; w++) {
+                    double v = src[h * g->W + w];
+                    if (v > best || isnan(v)) {
+                        best = v;
+                        bi = h * g->W + w;
+                    }
+                }
+            dst[oh * g->OW + ow] = best;
+            ind[oh * g->OW + ow] = bi;
+        }
+    }
+}
+
+/* in: x; out: y, int64 indices. */
+static ct_status k_adaptive_max_pool2d(ct_call *c) {
+    return pool_planes(c, adaptive_max_plane, false, NULL, c->out[1],
+                       "adaptive_max_pool2d_direct", "ct_adaptive_max_pool2d");
+}
+
 void cti_cpu_register_pool2d(void) {
     static const ct_dtype dts[] = {CT_F32, CT_F64, CT_F16, CT_BF16};
     for (int i = 0; i < 4; i++) {
@@ -549,5 +583,7 @@ void cti_cpu_register_pool2d(void) {
                             "adaptive_avg_pool2d");
         cti_register_kernel(CT_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, CT_DEVICE_CPU, d,
                             k_adaptive_avg_pool2d_backward, "adaptive_avg_pool2d_backward");
+        cti_register_kernel(CT_OP_ADAPTIVE_MAX_POOL2D, CT_DEVICE_CPU, d, k_adaptive_max_pool2d,
+                            "adaptive_max_pool2d");
     }
 }

@@ -220,6 +220,7 @@ ct_status cti_cuda_index_check_bad(const char *op, int dev, cudaStream_t st,
                                    const unsigned long long *bad, const ct_tensor *idx, int dim,
                                    int64_t size);
 void cti_cuda_register_shape(void);       /* scatter(_reduce), flip/roll/repeat/pad, interpolate, fold */
+void cti_cuda_register_batch_norm(void);  /* batch_norm and its backward (layers) */
 
 #endif /* !__cplusplus */
 #endif

@@ -89,7 +89,7 @@ cudaError_t cti_cuda_range(void *out, ct_dtype dt, int64_t n, double start, doub
 
 /* ---- 2-d pooling (pool.cu) -------------------------------------------------------------------- */
 enum { CTI_POOL_MAX_FWD, CTI_POOL_MAX_BWD, CTI_POOL_AVG_FWD, CTI_POOL_AVG_BWD, CTI_POOL_ADA_FWD,
-       CTI_POOL_ADA_BWD };
+       CTI_POOL_ADA_BWD, CTI_POOL_ADA_MAX_FWD };
 
 /* geo: 15 values (N C H W kh kw sh sw ph pw dh dw OH OW count_include_pad),
  * pool.c's copy of the call's cti_pool_params. in: the source (x, or

@@ -3,7 +3,7 @@
  * pool.cu.
  *
  * The params are cti_pool_params.
- *   max_pool2d:            in x; out y, int64 indices (h * W + w in the plane)
+ *   max_pool2d, adaptive_max_pool2d: in x; out y, int64 indices (h * W + w in the plane)
  *   max_pool2d_backward:   in grad_out, x (its shape only), indices; out grad_in
  *   avg_pool2d(_backward), adaptive_avg_pool2d(_backward): in x, or grad_out
  *                          and x (shape only); out the result
@@ -43,6 +43,7 @@ static int kind_of(ct_op op) {
     case CT_OP_AVG_POOL2D: return CTI_POOL_AVG_FWD;
     case CT_OP_AVG_POOL2D_BACKWARD: return CTI_POOL_AVG_BWD;
     case CT_OP_ADAPTIVE_AVG_POOL2D: return CTI_POOL_ADA_FWD;
+    case CT_OP_ADAPTIVE_MAX_POOL2D: return CTI_POOL_ADA_MAX_FWD;
     default: return CTI_POOL_ADA_BWD;
     }
 }
@@ -112,7 +113,9 @@ static ct_status k_pool(ct_call *c) {
         strides4(c->in[2], ist);
         return max_backward(c, &g, op, dev, stream, st, ist);
     }
-    int64_t *out_idx = kind == CTI_POOL_MAX_FWD ? (int64_t *)cti_data(c->out[1]) : NULL;
+    int64_t *out_idx = kind == CTI_POOL_MAX_FWD || kind == CTI_POOL_ADA_MAX_FWD
+                           ? (int64_t *)cti_data(c->out[1])
+                           : NULL;
     cudaError_t e = cti_cuda_pool2d(kind, out->dtype, (const int64_t *)&g, cti_data(src), st,
                                     NULL, NULL, cti_data(out), out_idx, NULL,
                                     cti_cuda_sm_count(dev), stream, &c->routine);
@@ -131,6 +134,7 @@ void cti_cuda_register_pool(void) {
         {CT_OP_AVG_POOL2D_BACKWARD, "cuda_avg_pool2d_backward"},
         {CT_OP_ADAPTIVE_AVG_POOL2D, "cuda_adaptive_avg_pool2d"},
         {CT_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, "cuda_adaptive_avg_pool2d_backward"},
+        {CT_OP_ADAPTIVE_MAX_POOL2D, "cuda_adaptive_max_pool2d"},
     };
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)

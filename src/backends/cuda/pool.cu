@@ -163,6 +163,37 @@ __device__ __forceinline__ Window window_of(const PoolGeo &g, int64_t oh, int64_
     }
 }
 
+// Adaptive max pooling: the largest x of the adaptive window (the first
+// maximum wins, NaN propagates) and its index h * W + w in the plane, which
+// max_bwd scatters into as for max_pool2d. Adaptive windows are never empty.
+template <int DT, class I>
+__global__ void __launch_bounds__(kThreads)
+ada_max_fwd(const typename dtype<DT>::T *__restrict__ x, Strides xs,
+            typename dtype<DT>::T *__restrict__ y, int64_t *__restrict__ idx, PoolGeo g) {
+    typedef typename acc_t<DT>::A A;
+    const I n = (I)(g.N * g.C * g.OH * g.OW), step = (I)gridDim.x * (I)blockDim.x;
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+        I plane, oh, ow;
+        split<I>(i, (I)g.OH, (I)g.OW, plane, oh, ow);
+        const typename dtype<DT>::T *src = x + plane_off<I>(plane, g.C, xs);
+        Window r = window_of<true>(g, (int64_t)oh, (int64_t)ow);
+        A best = (A)-INFINITY;
+        int64_t bi = r.hs * g.W + r.ws;
+        for (int64_t h = r.hs; h < r.he; h++) {
+            const typename dtype<DT>::T *row = src + h * xs.h;
+            for (int64_t w = r.ws; w < r.we; w++) {
+                A v = (A)dtype<DT>::dec(row[w * xs.w]);
+                if (v > best || is_nan(v)) {
+                    best = v;
+                    bi = h * g.W + w;
+                }
+            }
+        }
+        y[i] = dtype<DT>::enc(best);
+        idx[i] = bi;
+    }
+}
+
 template <int DT, class I, bool ADAPTIVE>
 __global__ void __launch_bounds__(kThreads)
 avg_fwd(const typename dtype<DT>::T *__restrict__ x, Strides xs, typename dtype<DT>::T *__restrict__ y,
@@ -265,6 +296,10 @@ template <int DT, class I> cudaError_t launch_typed(const Args &a, cudaStream_t 
     case CTI_POOL_ADA_FWD:
         avg_fwd<DT, I, true><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, (T *)a.out, a.g);
         break;
+    case CTI_POOL_ADA_MAX_FWD:
+        ada_max_fwd<DT, I><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, (T *)a.out,
+                                                        a.out_idx, a.g);
+        break;
     default:
         avg_bwd<DT, I, true><<<a.grid, kThreads, 0, st>>>((const T *)a.in, a.is, (T *)a.out, a.g);
         break;
@@ -309,7 +344,8 @@ cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const voi
     a.out_idx = out_idx;
     a.acc = acc;
     const PoolGeo &g = a.g;
-    bool fwd = kind == CTI_POOL_MAX_FWD || kind == CTI_POOL_AVG_FWD || kind == CTI_POOL_ADA_FWD;
+    bool fwd = kind == CTI_POOL_MAX_FWD || kind == CTI_POOL_AVG_FWD || kind == CTI_POOL_ADA_FWD ||
+               kind == CTI_POOL_ADA_MAX_FWD;
     int64_t in_h = fwd ? g.H : g.OH, in_w = fwd ? g.W : g.OW;
     a.n = g.N * g.C * (fwd || kind == CTI_POOL_MAX_BWD ? g.OH * g.OW : g.H * g.W);
     int64_t reach = extent(a.is, g.N, g.C, in_h, in_w);
@@ -323,8 +359,9 @@ cudaError_t cti_cuda_pool2d(int kind, ct_dtype dt, const int64_t *geo, const voi
     static const char *const names[] = {"cuda_max_pool2d",  "cuda_max_pool2d_backward_scatter",
                                         "cuda_avg_pool2d",  "cuda_avg_pool2d_backward_gather",
                                         "cuda_adaptive_avg_pool2d",
-                                        "cuda_adaptive_avg_pool2d_backward_gather"};
-    *routine = names[kind < 0 || kind > 5 ? 0 : kind];
+                                        "cuda_adaptive_avg_pool2d_backward_gather",
+                                        "cuda_adaptive_max_pool2d"};
+    *routine = names[kind < 0 || kind > 6 ? 0 : kind];
     if (a.n == 0) return cudaSuccess;
     switch (dt) {
     case CT_F32: return launch_dt<CT_F32>(a, stream);

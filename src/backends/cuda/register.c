@@ -28,6 +28,7 @@ static void cuda_register(void) {
     cti_cuda_register_indexing();
     cti_cuda_register_sort();
     cti_cuda_register_shape();
+    cti_cuda_register_batch_norm();
 }
 
 /* "13.0" from 13000 (driver, runtime); "9.13.0" from 91300 (cuBLAS, cuDNN). */
