@@ -220,7 +220,7 @@ static ct_tensor *f_pad_reflect(ct_tensor *x, ct_tensor *i) {
 }
 static ct_tensor *f_pad_circ(ct_tensor *x, ct_tensor *i) {
     (void)i;
-    return ct_pad(x, 2, (int64_t[]){4, 1}, CT_PAD_CIRCULAR, 0);
+    return ct_pad(x, 4, (int64_t[]){4, 1, 2, 3}, CT_PAD_CIRCULAR, 0);
 }
 static ct_tensor *f_pad_const(ct_tensor *x, ct_tensor *i) {
     (void)i;
