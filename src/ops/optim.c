@@ -305,7 +305,8 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
                                   g->step_t,
                                   g->ctl,
                                   g->master[0] ? g->master : NULL,
-                                  f && ct_device_eq(dev_of(f), dev_of(p0)) ? f : NULL};
+                                  f && ct_device_eq(dev_of(f), dev_of(p0)) ? f : NULL,
+                                  NULL}; /* one group's weight decay: in p, set below */
         ct_call c;
         cti_call_init(&c, kd->op);
         c.in[c.nin++] = p0;
