@@ -161,6 +161,27 @@ static void grad_of(int k, char *buf, size_t n) {
 
 /* ---- the checks ----------------------------------------------------------------------- */
 
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0, got;
+    char *s = malloc(cap);
+    while (s && (got = fread(s + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 == cap) {
+            char *more = realloc(s, cap *= 2);
+            if (!more) {
+                free(s);
+                s = NULL;
+            }
+            s = more;
+        }
+    }
+    fclose(f);
+    if (s) s[len] = '\0';
+    return s;
+}
+
 /* The text of every .c and .inc file in dir, concatenated (NULL on error). */
 static char *read_tests(const char *dir) {
     DIR *d = opendir(dir);
@@ -168,38 +189,23 @@ static char *read_tests(const char *dir) {
         fprintf(stderr, "ops_doc: cannot open %s\n", dir);
         return NULL;
     }
-    size_t cap = 1 << 20, len = 0;
-    char *all = malloc(cap);
+    char *all = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&all, &size);
     struct dirent *e;
-    while (all && (e = readdir(d))) {
+    while (out && (e = readdir(d))) {
         size_t nl = strlen(e->d_name);
         bool src = (nl > 2 && !strcmp(e->d_name + nl - 2, ".c")) ||
                    (nl > 4 && !strcmp(e->d_name + nl - 4, ".inc"));
         if (!src || !strcmp(e->d_name, "ops_doc.c")) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        char chunk[65536];
-        size_t got;
-        while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-            while (len + got + 1 > cap) {
-                char *more = realloc(all, cap *= 2);
-                if (!more) {
-                    free(all);
-                    all = NULL;
-                    break;
-                }
-                all = more;
-            }
-            if (!all) break;
-            memcpy(all + len, chunk, got);
-            len += got;
-        }
-        fclose(f);
+        char *text = read_file(path);
+        if (text) fputs(text, out);
+        free(text);
     }
     closedir(d);
-    if (all) all[len] = '\0';
+    if (out) fclose(out);
     return all;
 }
 
@@ -277,27 +283,6 @@ static char *table(void) {
     fprintf(f, "\n%d ops.\n", CT_NUM_OPS);
     fclose(f);
     return text;
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0, got;
-    char *s = malloc(cap);
-    while (s && (got = fread(s + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (len + 1 == cap) {
-            char *more = realloc(s, cap *= 2);
-            if (!more) {
-                free(s);
-                s = NULL;
-            }
-            s = more;
-        }
-    }
-    fclose(f);
-    if (s) s[len] = '\0';
-    return s;
 }
 
 int main(int argc, char **argv) {

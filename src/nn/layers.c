@@ -35,6 +35,18 @@ static ct_tensor *new_param(const char *op, int ndim, const int64_t *shape, ct_d
     return t;
 }
 
+/* A weight of shape (ndim, shape) and, with bias, a bias of nbias elements,
+ * both U(-bound, bound) drawn from gen in that order (the linear and
+ * convolution layers' initialisation); false with the error set. */
+static bool weight_and_bias(const char *op, int ndim, const int64_t *shape, int64_t nbias,
+                            bool bias, double bound, ct_dtype dtype, ct_device device,
+                            ct_generator *gen, ct_tensor **weight, ct_tensor **b) {
+    *weight = new_param(op, ndim, shape, dtype, device, INIT_UNIFORM, bound, gen);
+    if (*weight && bias)
+        *b = new_param(op, CT_SHAPE(nbias), dtype, device, INIT_UNIFORM, bound, gen);
+    return *weight && (!bias || *b);
+}
+
 /* Appends prefix.suffix (or suffix alone) when t is not NULL. */
 static ct_status add_named(const char *op, ct_params *p, const char *prefix, const char *suffix,
                            ct_tensor *t) {
@@ -77,11 +89,8 @@ ct_nn_linear *ct_nn_linear_new(int64_t in_features, int64_t out_features, bool b
     /* kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound
      * gain * sqrt(3 / fan_in) = 1 / sqrt(fan_in); the bias uses the same. */
     double bound = 1.0 / sqrt((double)in_features);
-    m->weight = new_param(op, CT_SHAPE(out_features, in_features), dtype, device, INIT_UNIFORM,
-                          bound, gen);
-    if (m->weight && bias)
-        m->bias = new_param(op, CT_SHAPE(out_features), dtype, device, INIT_UNIFORM, bound, gen);
-    if (!m->weight || (bias && !m->bias)) {
+    if (!weight_and_bias(op, CT_SHAPE(out_features, in_features), out_features, bias, bound,
+                         dtype, device, gen, &m->weight, &m->bias)) {
         ct_nn_linear_free(m);
         return NULL;
     }
@@ -156,11 +165,8 @@ ct_nn_conv2d *ct_nn_conv2d_new(int64_t in_channels, int64_t out_channels,
     }
     int64_t fan_in = in_channels / groups * kernel[0] * kernel[1];
     double bound = 1.0 / sqrt((double)fan_in);
-    m->weight = new_param(op, CT_SHAPE(out_channels, in_channels / groups, kernel[0], kernel[1]),
-                          dtype, device, INIT_UNIFORM, bound, gen);
-    if (m->weight && bias)
-        m->bias = new_param(op, CT_SHAPE(out_channels), dtype, device, INIT_UNIFORM, bound, gen);
-    if (!m->weight || (bias && !m->bias)) {
+    if (!weight_and_bias(op, CT_SHAPE(out_channels, in_channels / groups, kernel[0], kernel[1]),
+                         out_channels, bias, bound, dtype, device, gen, &m->weight, &m->bias)) {
         ct_nn_conv2d_free(m);
         return NULL;
     }
@@ -543,11 +549,8 @@ ct_nn_conv1d *ct_nn_conv1d_new(int64_t in_channels, int64_t out_channels, int64_
                         .kernel_size = kernel_size, .stride = stride, .padding = padding,
                         .dilation = dilation, .groups = groups};
     double bound = 1.0 / sqrt((double)(in_channels / groups * kernel_size));
-    m->weight = new_param(op, CT_SHAPE(out_channels, in_channels / groups, kernel_size), dtype,
-                          device, INIT_UNIFORM, bound, gen);
-    if (m->weight && bias)
-        m->bias = new_param(op, CT_SHAPE(out_channels), dtype, device, INIT_UNIFORM, bound, gen);
-    if (!m->weight || (bias && !m->bias)) {
+    if (!weight_and_bias(op, CT_SHAPE(out_channels, in_channels / groups, kernel_size),
+                         out_channels, bias, bound, dtype, device, gen, &m->weight, &m->bias)) {
         ct_nn_conv1d_free(m);
         return NULL;
     }
@@ -601,11 +604,8 @@ ct_nn_conv_transpose2d *ct_nn_conv_transpose2d_new(
         }
     }
     double bound = 1.0 / sqrt((double)(out_channels / groups * kernel[0] * kernel[1]));
-    m->weight = new_param(op, CT_SHAPE(in_channels, out_channels / groups, kernel[0], kernel[1]),
-                          dtype, device, INIT_UNIFORM, bound, gen);
-    if (m->weight && bias)
-        m->bias = new_param(op, CT_SHAPE(out_channels), dtype, device, INIT_UNIFORM, bound, gen);
-    if (!m->weight || (bias && !m->bias)) {
+    if (!weight_and_bias(op, CT_SHAPE(in_channels, out_channels / groups, kernel[0], kernel[1]),
+                         out_channels, bias, bound, dtype, device, gen, &m->weight, &m->bias)) {
         ct_nn_conv_transpose2d_free(m);
         return NULL;
     }

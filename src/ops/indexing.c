@@ -212,9 +212,7 @@ ct_tensor *ct_index_select(ct_tensor *x, int dim, ct_tensor *index) {
 
 /* ---- masked_fill ----------------------------------------------------------------------- */
 
-/* value converts to dt without overflow (PyTorch's checked conversion of
- * the fill value; infinities and NaN are floating values). */
-static ct_status check_fill_value(const char *op, double v, ct_dtype dt) {
+ct_status cti_check_scalar_fits(const char *op, double v, ct_dtype dt) {
     bool ok = true;
     switch (dt) {
     case CT_I32: ok = v >= (double)INT32_MIN && v < 2147483648.0; break;
@@ -238,7 +236,7 @@ ct_tensor *ct_masked_fill(ct_tensor *x, ct_tensor *mask, double value) {
                               ct_dtype_name(mask->dtype));
     int bn;
     int64_t bs[CT_MAX_DIMS];
-    if (check_fill_value(op, value, x->dtype) ||
+    if (cti_check_scalar_fits(op, value, x->dtype) ||
         cti_broadcast_shapes(op, x->ndim, x->shape, mask->ndim, mask->shape, &bn, bs))
         return NULL;
     /* where(mask, value, x): a 0-d operand of x's dtype keeps x's dtype, and

@@ -23,6 +23,16 @@ ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts);
 ct_status cti_check_same_device(const char *op, int n, ct_tensor *const *ts);
 /* dtype is floating ("op: expected a floating dtype, got int64"). */
 ct_status cti_check_floating(const char *op, const ct_tensor *t, const char *argname);
+/* The scalar v converts to dt without overflow (PyTorch's checked conversion
+ * of a fill value; infinities and NaN are floating values). */
+ct_status cti_check_scalar_fits(const char *op, double v, ct_dtype dt);
+
+/* ---- ops along one dim (src/ops/seqops.c) ---------------------------------------- */
+/* t with dim moved last, contiguous: a new reference (a copy when dim is not
+ * last or t is not contiguous). */
+ct_tensor *cti_dim_last(ct_tensor *t, int dim);
+/* The inverse of cti_dim_last for a result: consumes t. */
+ct_tensor *cti_dim_back(ct_tensor *t, int dim);
 
 /* Releases the outputs of a call (after a failed dispatch). */
 void cti_call_release_outputs(ct_call *c);

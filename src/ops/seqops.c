@@ -28,9 +28,7 @@ static ct_tensor *record(const cti_ag_rec *r) {
     return NULL;
 }
 
-/* t with dim moved last, contiguous: a new reference (a copy when dim is not
- * last or t is not contiguous). */
-static ct_tensor *dim_last(ct_tensor *t, int dim) {
+ct_tensor *cti_dim_last(ct_tensor *t, int dim) {
     int last = t->ndim - 1;
     if (dim == last || t->ndim == 0) return ct_contiguous(t);
     ct_tensor *v = cti_transpose(t, dim, last);
@@ -40,8 +38,7 @@ static ct_tensor *dim_last(ct_tensor *t, int dim) {
     return c;
 }
 
-/* The inverse of dim_last for a result: consumes t. */
-static ct_tensor *dim_back(ct_tensor *t, int dim) {
+ct_tensor *cti_dim_back(ct_tensor *t, int dim) {
     if (!t) return NULL;
     int last = t->ndim - 1;
     if (dim == last || t->ndim == 0) return t;
@@ -170,7 +167,7 @@ ct_tensor *ct_topk(ct_tensor *x, int64_t k, int dim, bool largest, bool sorted,
         oshape[d] = oshape[nd - 1];
         oshape[nd - 1] = k;
     }
-    ct_tensor *xl = dim_last(x, d);
+    ct_tensor *xl = cti_dim_last(x, d);
     if (!xl) return NULL;
     ct_call c;
     cti_call_init(&c, CT_OP_TOPK);
@@ -192,8 +189,8 @@ ct_tensor *ct_topk(ct_tensor *x, int64_t k, int dim, bool largest, bool sorted,
                         .largest = largest};
     cti_call_params(&c, &p);
     if (run(&c, dev(x), x->dtype) != CT_OK) goto done;
-    vals = dim_back(c.out[0], d);
-    idx = dim_back(c.out[1], d);
+    vals = cti_dim_back(c.out[0], d);
+    idx = cti_dim_back(c.out[1], d);
     if (!vals || !idx) goto done;
     out = record(&(cti_ag_rec){.name = "TopkBackward",
                                .backward = cti_bw_topk,
@@ -244,7 +241,7 @@ ct_tensor *ct_topk_backward(ct_tensor *grad_values, ct_tensor *indices, int dim,
         return cti_error_null(CT_ERR_INVALID_ARG, "%s: a 0-d gradient needs size 1, got %lld",
                               op, (long long)size);
     }
-    ct_tensor *gl = dim_last(grad_values, d), *il = gl ? dim_last(indices, d) : NULL;
+    ct_tensor *gl = cti_dim_last(grad_values, d), *il = gl ? cti_dim_last(indices, d) : NULL;
     ct_tensor *out = NULL;
     if (!gl || !il) goto done;
     ct_call c;
@@ -258,7 +255,7 @@ ct_tensor *ct_topk_backward(ct_tensor *grad_values, ct_tensor *indices, int dim,
     cti_seq_params p = {.outer = nd ? prod(oshape, 0, nd - 1) : 1, .n = size, .k = k, .dim = d};
     cti_call_params(&c, &p);
     if (run(&c, dev(grad_values), grad_values->dtype) != CT_OK) goto done;
-    out = dim_back(c.out[0], d);
+    out = cti_dim_back(c.out[0], d);
 done:
     ct_tensor_release(gl);
     ct_tensor_release(il);

@@ -54,23 +54,6 @@ static void drop_view(ct_tensor *v, ct_tensor *t) {
     if (v && v != t) ct_tensor_release(v);
 }
 
-/* value converts to dt without overflow (PyTorch's checked conversion of a
- * scalar; infinities and NaN are floating values). */
-static ct_status check_value(const char *op, double v, ct_dtype dt) {
-    bool ok = true;
-    switch (dt) {
-    case CT_I32: ok = v >= (double)INT32_MIN && v < 2147483648.0; break;
-    case CT_I64: ok = v >= -9223372036854775808.0 && v < 9223372036854775808.0; break;
-    case CT_F16: ok = !isfinite(v) || fabs(v) <= 65504.0; break;
-    case CT_F32:
-    case CT_BF16: ok = !isfinite(v) || fabs(v) <= FLT_MAX; break;
-    default: break;
-    }
-    if (ok) return CT_OK;
-    return cti_error(CT_ERR_INVALID_ARG, "%s: value %g cannot be converted to %s without overflow",
-                     op, v, ct_dtype_name(dt));
-}
-
 static ct_status check_i64(const char *op, const ct_tensor *t, const char *name) {
     if (t->dtype == CT_I64) return CT_OK;
     return cti_error(CT_ERR_DTYPE, "%s: expected an int64 %s, got %s", op, name,
@@ -238,7 +221,7 @@ ct_tensor *ct_scatter(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src) {
 ct_tensor *ct_scatter_value(ct_tensor *x, int dim, ct_tensor *index, double value) {
     const char *op = "ct_scatter_value";
     int d = scatter_checks(op, x, dim, index, NULL);
-    if (d < 0 || check_value(op, value, x->dtype)) return NULL;
+    if (d < 0 || cti_check_scalar_fits(op, value, x->dtype)) return NULL;
     cti_scatter_params p = {.dim = d, .size = x->ndim ? x->shape[d] : 1,
                             .reduce = CTI_SCATTER_ASSIGN};
     ct_tensor *src = value_src(x, index, value);
@@ -381,7 +364,7 @@ ct_tensor *ct_index_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *sour
                               "%s: source %s must have x's shape %s with dim %d of the index's "
                               "length %lld",
                               op, cti_desc(source), cti_desc(x), d, (long long)n);
-    if (ct_dtype_is_floating(x->dtype) ? check_value(op, alpha, x->dtype) != CT_OK
+    if (ct_dtype_is_floating(x->dtype) ? cti_check_scalar_fits(op, alpha, x->dtype) != CT_OK
                                        : (alpha != floor(alpha) &&
                                           cti_error(CT_ERR_INVALID_ARG,
                                                     "%s: alpha %g must be an integer for %s", op,
@@ -765,7 +748,7 @@ ct_tensor *ct_pad(ct_tensor *x, int npad, const int64_t *pad, ct_pad_mode mode, 
     if ((unsigned)mode > CT_PAD_CIRCULAR)
         return cti_error_null(CT_ERR_INVALID_ARG, "%s: unknown mode %d", op, (int)mode);
     if (mode == CT_PAD_CONSTANT) {
-        if (check_value(op, value, x->dtype)) return NULL;
+        if (cti_check_scalar_fits(op, value, x->dtype)) return NULL;
     } else if (np < 1 || np > 3 || (x->ndim != np + 1 && x->ndim != np + 2)) {
         return cti_error_null(CT_ERR_SHAPE,
                               "%s: %s padding of %d dims expects a %d-d or %d-d input, got %s "

@@ -15,30 +15,6 @@ static ct_device dev(const ct_tensor *t) { return t->storage->device; }
 
 static int64_t prod(const int64_t *s, int a, int b) { return b > a ? cti_numel(b - a, s + a) : 1; }
 
-/* t with dim moved last, contiguous: a new reference (a copy when dim is not
- * last or t is not contiguous). */
-static ct_tensor *dim_last(ct_tensor *t, int dim) {
-    int last = t->ndim - 1;
-    if (dim == last || t->ndim == 0) return ct_contiguous(t);
-    ct_tensor *v = cti_transpose(t, dim, last);
-    if (!v) return NULL;
-    ct_tensor *c = ct_contiguous(v);
-    ct_tensor_release(v);
-    return c;
-}
-
-/* The inverse of dim_last for a result: consumes t. */
-static ct_tensor *dim_back(ct_tensor *t, int dim) {
-    if (!t) return NULL;
-    int last = t->ndim - 1;
-    if (dim == last || t->ndim == 0) return t;
-    ct_tensor *v = cti_transpose(t, dim, last);
-    ct_tensor *c = v ? ct_contiguous(v) : NULL;
-    ct_tensor_release(v);
-    ct_tensor_release(t);
-    return c;
-}
-
 /* Prefixes the last error, which an inner op set, with op (a composite's
  * name), keeping its status. */
 static void rewrap(const char *op) {
@@ -69,7 +45,7 @@ ct_tensor *ct_sort(ct_tensor *x, int dim, bool descending, bool stable, ct_tenso
         oshape[d] = oshape[nd - 1];
         oshape[nd - 1] = n;
     }
-    ct_tensor *xl = dim_last(x, d);
+    ct_tensor *xl = cti_dim_last(x, d);
     if (!xl) return NULL;
     ct_call c;
     cti_call_init(&c, CT_OP_SORT);
@@ -92,8 +68,8 @@ ct_tensor *ct_sort(ct_tensor *x, int dim, bool descending, bool stable, ct_tenso
         cti_call_release_outputs(&c);
         goto done;
     }
-    vals = dim_back(c.out[0], d);
-    idx = dim_back(c.out[1], d);
+    vals = cti_dim_back(c.out[0], d);
+    idx = cti_dim_back(c.out[1], d);
     if (!vals || !idx) goto done;
     if (ct_dtype_is_floating(x->dtype) && cti_ag_needed(1, &x) &&
         cti_ag_record(&(cti_ag_rec){.name = "SortBackward",
