@@ -1,9 +1,10 @@
 /* The CUDA kernels of tril/triu, cumsum, topk and multinomial against the
  * CPU's, which test_seqops checks against float64 references: every dtype,
  * random shapes with odd and size-1 dims, non-contiguous inputs, every dim;
- * topk's two paths (radix select with an in-shared-memory sort for
- * k <= 2048, a segmented sort beyond) on vocabulary rows of 50304 and on
- * many short rows, with ties, NaN, +-0 and infinities; multinomial's
+ * topk's paths (radix select with an in-shared-memory sort for
+ * k <= 2048, one block a row or a long row split over many blocks, a
+ * segmented sort beyond) on vocabulary rows of 50304, on long rows of ties
+ * and on many short rows, with ties, NaN, +-0 and infinities; multinomial's
  * samples equal to the CPU's for the same generator state; gradients
  * through autograd; bad weights and indices reported by the next wait for
  * the device. Results must match the CPU exactly (same values, same
@@ -169,6 +170,17 @@ static ct_tensor *topk_input(int nd, const int64_t *shape, ct_dtype dt, bool spe
     return t;
 }
 
+/* One row of n values from {-2, ..., 2}: every selection ends inside a run of
+ * ties spread over the whole row. */
+static ct_tensor *tie_input(int64_t n, ct_dtype dt) {
+    double *v = malloc((size_t)n * sizeof *v);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) v[i] = (double)tu_randint(-2, 3);
+    ct_tensor *t = chk(tu_from_f64(v, 1, &n, dt));
+    free(v);
+    return t;
+}
+
 static void topk_pair(ct_tensor *x, int64_t k, int dim, bool largest, bool nc) {
     ct_tensor *xc = place(x, false, nc), *xg = place(x, true, nc);
     ct_tensor *wi = NULL, *gi = NULL;
@@ -207,6 +219,16 @@ static void test_topk_parity(void **state) {
         topk_pair(x, 1, -1, false, false);
         topk_pair(x, 2048, -1, true, false);  /* the largest in-shared sort */
         topk_pair(x, 2049, -1, false, false); /* the segmented sort */
+        ct_tensor_release(x);
+        /* few long rows, each split over many blocks: ties across the blocks'
+         * boundaries (a handful of distinct values), and the specials */
+        x = tie_input(200000, dt);
+        topk_pair(x, 100, -1, true, false);
+        topk_pair(x, 37, -1, false, false);
+        ct_tensor_release(x);
+        x = topk_input(2, (const int64_t[]){3, 100000}, dt, true);
+        topk_pair(x, 64, 1, true, false);
+        topk_pair(x, 2048, 1, false, true);
         ct_tensor_release(x);
         /* many short rows, along a leading dim */
         x = topk_input(2, (const int64_t[]){7, 3000}, dt, true);

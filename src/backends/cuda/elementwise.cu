@@ -259,7 +259,12 @@ UOP(ATANH, F_FLOAT, Same, return matanh(x);)
 UOP(LEAKY_RELU, F_FLOAT, Same, return x > 0 ? x : x * p.slope;)
 UOP(ELU, F_FLOAT, Same,
     return x > 0 ? p.escale * x : p.escale * p.ealpha * mexpm1(x * p.einscale);)
-UOP(MISH, F_FLOAT, Same, return x * mtanh(mlog1p(mexp(x)));)
+// mish: tanh(log(1 + e)) = n / (n + 2) with n = e (e + 2), e = e^x: one exp
+// and a division instead of three functions (the CPU's vm_mish); past x = 20
+// the factor is 1 in float64 as well, and n would overflow from x = 44.
+UOP(MISH, F_FLOAT, Same,
+    V e = mexp(x), n = e * (e + (V)2);
+    return x > (V)20 ? x : x * (n / (n + (V)2));)
 UOP(HARDTANH, F_FLOAT, Same,
     V y = (x < p.lo || p.lo != p.lo) ? p.lo : x;
     return (y > p.hi || p.hi != p.hi) ? p.hi : y;)

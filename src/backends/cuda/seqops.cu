@@ -152,21 +152,101 @@ __device__ __forceinline__ uint64_t sel_key(typename dtype<DT>::T x, bool larges
     return largest ? k : ~k;
 }
 
-__device__ __forceinline__ bool better(uint64_t ka, int ia, uint64_t kb, int ib) {
+// The selection's own keys, as narrow as the dtype: 16 bits for f16/bf16,
+// 32 for f32/i32, 64 for f64/i64, with the order of elem_key (NaN above all,
+// -0 == +0), so that a radix select makes 2, 4 or 8 passes of 8 bits.
+template <int DT> struct nkey {
+    typedef typename std::conditional<(sizeof(typename dtype<DT>::T) > 4), uint64_t,
+                                      uint32_t>::type K;
+    static constexpr int bits = (int)sizeof(typename dtype<DT>::T) * 8;
+};
+
+template <int DT>
+__device__ __forceinline__ typename nkey<DT>::K nat_key(typename dtype<DT>::T x) {
+    if constexpr (DT == CT_I32) return (uint32_t)x ^ 0x80000000u;
+    else if constexpr (DT == CT_I64) return (uint64_t)x ^ (1ull << 63);
+    else if constexpr (DT == CT_F16 || DT == CT_BF16) {
+        const uint32_t b = x, mag = b & 0x7fffu;
+        const uint32_t inf = DT == CT_F16 ? 0x7c00u : 0x7f80u;
+        if (mag > inf) return 0xffffu;
+        if (mag == 0) return 0x8000u;
+        return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
+    } else if constexpr (DT == CT_F32) {
+        if (x != x) return 0xffffffffu;
+        const uint32_t b = x == 0.0f ? 0u : __float_as_uint(x);
+        return (b >> 31) ? ~b : b | 0x80000000u;
+    } else {
+        return f64_key(x);
+    }
+}
+
+// The selection key: larger is better; the dtype's width.
+template <int DT>
+__device__ __forceinline__ typename nkey<DT>::K nsel_key(typename dtype<DT>::T x, bool largest) {
+    typedef typename nkey<DT>::K K;
+    constexpr K all = nkey<DT>::bits == 64 ? ~(K)0 : (K)((1ull << nkey<DT>::bits) - 1);
+    const K k = nat_key<DT>(x);
+    return largest ? k : (K)(~k & all);
+}
+
+template <class K> __device__ __forceinline__ bool better(K ka, int64_t ia, K kb, int64_t ib) {
     return ka > kb || (ka == kb && ia < ib);
 }
 
-// One block per row (grid-stride). Shared: P keys and P indices (P a power
-// of two >= k), dynamic.
+// Sorts P (a power of two) keys and indices in shared memory, best first;
+// every thread of the block calls it.
+template <class K> __device__ void bitonic_best_first(K *sk, int64_t *si, int P) {
+    for (int size = 2; size <= P; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = threadIdx.x; t < P / 2; t += blockDim.x) {
+                int pos = 2 * t - (t & (stride - 1)), q = pos + stride;
+                bool up = (pos & size) == 0;
+                K ka = sk[pos], kb = sk[q];
+                int64_t ia = si[pos], ib = si[q];
+                bool swap = up ? better(kb, ib, ka, ia) : better(ka, ia, kb, ib);
+                if (swap) {
+                    sk[pos] = kb;
+                    sk[q] = ka;
+                    si[pos] = ib;
+                    si[q] = ia;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// The bucket of the k-th best key among the 256 counts h (descending digit
+// order): the row's prefix and mask gain the digit, kk what remains to take
+// from it.
+template <class K>
+__device__ __forceinline__ void pick_digit(const unsigned int *h, int shift, K &prefix, K &mask,
+                                           long long &kk) {
+    long long cum = 0;
+    for (int b = 255; b >= 0; b--) {
+        long long c = h[b];
+        if (cum + c >= kk) {
+            prefix |= (K)b << shift;
+            mask |= (K)255 << shift;
+            kk -= cum;
+            return;
+        }
+        cum += c;
+    }
+}
+
+// One block per row (grid-stride), for many rows. Shared: P keys and P
+// indices (P a power of two >= k), dynamic.
 template <int DT>
 __global__ void __launch_bounds__(kSelThreads)
 topk_select_kernel(const typename dtype<DT>::T *x, typename dtype<DT>::T *vals, int64_t *idx,
                    int64_t rows, int64_t n, int64_t k, int P, bool largest) {
+    typedef typename nkey<DT>::K K;
     extern __shared__ unsigned long long smem_u64[];
-    uint64_t *sk = (uint64_t *)smem_u64;
-    int *si = (int *)(sk + P);
+    K *sk = (K *)smem_u64;
+    int64_t *si = (int64_t *)(smem_u64 + ((size_t)P * sizeof(K) + 7) / 8);
     __shared__ unsigned int hist[256];
-    __shared__ uint64_t s_prefix, s_mask;
+    __shared__ K s_prefix, s_mask;
     __shared__ long long s_kk;
     __shared__ int s_gt, s_eqbase;
     __shared__ int warp_cnt[kSelThreads / 32];
@@ -179,32 +259,26 @@ topk_select_kernel(const typename dtype<DT>::T *x, typename dtype<DT>::T *vals, 
             s_kk = k;
         }
         __syncthreads();
-        // radix select of the k-th best key, 8 bits at a time from the top
-        for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int shift = nkey<DT>::bits - 8; shift >= 0; shift -= 8) {
             for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
             __syncthreads();
-            uint64_t prefix = s_prefix, mask = s_mask;
+            const K prefix = s_prefix, mask = s_mask;
             for (int64_t i = tid; i < n; i += blockDim.x) {
-                uint64_t t = sel_key<DT>(xr[i], largest);
+                K t = nsel_key<DT>(xr[i], largest);
                 if ((t & mask) == prefix) atomicAdd(&hist[(t >> shift) & 255u], 1u);
             }
             __syncthreads();
             if (tid == 0) {
-                long long kk = s_kk, cum = 0;
-                for (int b = 255; b >= 0; b--) {
-                    long long h = hist[b];
-                    if (cum + h >= kk) {
-                        s_prefix = prefix | ((uint64_t)b << shift);
-                        s_mask = mask | (255ull << shift);
-                        s_kk = kk - cum;
-                        break;
-                    }
-                    cum += h;
-                }
+                K pf = prefix, mk = mask;
+                long long kk = s_kk;
+                pick_digit(hist, shift, pf, mk, kk);
+                s_prefix = pf;
+                s_mask = mk;
+                s_kk = kk;
             }
             __syncthreads();
         }
-        const uint64_t T = s_prefix;
+        const K T = s_prefix;
         const long long take_eq = s_kk; // the T-keyed elements to take, lowest indices first
         const long long base_eq = k - take_eq;
         if (tid == 0) {
@@ -214,12 +288,12 @@ topk_select_kernel(const typename dtype<DT>::T *x, typename dtype<DT>::T *vals, 
         __syncthreads();
         for (int64_t b0 = 0; b0 < n; b0 += blockDim.x) {
             int64_t i = b0 + tid;
-            uint64_t t = i < n ? sel_key<DT>(xr[i], largest) : 0;
+            K t = i < n ? nsel_key<DT>(xr[i], largest) : (K)0;
             bool gt = i < n && t > T, eq = i < n && t == T;
             if (gt) {
                 int slot = atomicAdd(&s_gt, 1);
                 sk[slot] = t;
-                si[slot] = (int)i;
+                si[slot] = i;
             }
             unsigned bal = __ballot_sync(0xffffffffu, eq);
             if (lane == 0) warp_cnt[warp] = __popc(bal);
@@ -232,7 +306,7 @@ topk_select_kernel(const typename dtype<DT>::T *x, typename dtype<DT>::T *vals, 
             int rank = off + __popc(bal & ((1u << lane) - 1u));
             if (eq && rank < take_eq) {
                 sk[base_eq + rank] = t;
-                si[base_eq + rank] = (int)i;
+                si[base_eq + rank] = i;
             }
             __syncthreads();
             if (tid == 0) s_eqbase += tot;
@@ -240,35 +314,198 @@ topk_select_kernel(const typename dtype<DT>::T *x, typename dtype<DT>::T *vals, 
         }
         for (int j = (int)k + tid; j < P; j += blockDim.x) {
             sk[j] = 0;
-            si[j] = 0x7fffffff;
+            si[j] = INT64_MAX;
         }
         __syncthreads();
-        // bitonic sort, best first
-        for (int size = 2; size <= P; size <<= 1) {
-            for (int stride = size >> 1; stride > 0; stride >>= 1) {
-                for (int t = tid; t < P / 2; t += blockDim.x) {
-                    int pos = 2 * t - (t & (stride - 1)), q = pos + stride;
-                    bool up = (pos & size) == 0;
-                    uint64_t ka = sk[pos], kb = sk[q];
-                    int ia = si[pos], ib = si[q];
-                    bool swap = up ? better(kb, ib, ka, ia) : better(ka, ia, kb, ib);
-                    if (swap) {
-                        sk[pos] = kb;
-                        sk[q] = ka;
-                        si[pos] = ib;
-                        si[q] = ia;
-                    }
-                }
-                __syncthreads();
-            }
-        }
+        bitonic_best_first(sk, si, P);
         for (int64_t j = tid; j < k; j += blockDim.x) {
-            int i = si[j];
+            int64_t i = si[j];
             vals[row * k + j] = xr[i];
             idx[row * k + j] = i;
         }
         __syncthreads();
     }
+}
+
+// ---- topk of few long rows: each row split over many blocks ----------------------------------
+// Per row in the scratch: the select's state, a 256-bin histogram in global
+// memory that the row's blocks add their shared histograms to, each block's
+// count of threshold-keyed elements, and the k winners before their sort.
+// A pass is two launches (counts, then one block a row picks the digit and
+// clears the counts), so nothing waits on the host. The threshold-keyed
+// winners are the lowest-indexed: a block's elements rank after those of the
+// blocks before it, and within a block by position.
+template <class K> struct mb_state {
+    K prefix, mask;
+    long long kk;
+    unsigned long long gt;
+};
+
+struct mb_layout {
+    int64_t blocks, seg; // blocks a row, elements a block
+    size_t state, hist, eqcnt, ckey, cidx, total;
+};
+
+template <class K> mb_layout layout_mb(int64_t rows, int64_t n, int64_t k, int sms) {
+    mb_layout L{};
+    int64_t want = ((int64_t)sms * 4 + rows - 1) / rows, most = (n + 4095) / 4096;
+    L.blocks = want < most ? want : most;
+    if (L.blocks < 1) L.blocks = 1;
+    L.seg = (n + L.blocks - 1) / L.blocks;
+    auto al = [](size_t v) { return (v + 255) & ~(size_t)255; };
+    size_t o = 0;
+    L.state = o; o = al(o + (size_t)rows * sizeof(mb_state<K>));
+    L.hist = o; o = al(o + (size_t)rows * 256 * 4);
+    L.eqcnt = o; o = al(o + (size_t)(rows * L.blocks) * 8);
+    L.ckey = o; o = al(o + (size_t)(rows * k) * sizeof(K));
+    L.cidx = o; o = al(o + (size_t)(rows * k) * 8);
+    L.total = o;
+    return L;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kSelThreads)
+mb_hist_kernel(const typename dtype<DT>::T *x, int64_t n, int64_t seg, bool largest,
+               const mb_state<typename nkey<DT>::K> *st, unsigned int *hist, int shift) {
+    typedef typename nkey<DT>::K K;
+    __shared__ unsigned int h[256];
+    const int64_t row = blockIdx.y, lo = blockIdx.x * seg, hi = lo + seg < n ? lo + seg : n;
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    const K prefix = st[row].prefix, mask = st[row].mask;
+    const typename dtype<DT>::T *xr = x + row * n;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        K t = nsel_key<DT>(xr[i], largest);
+        if ((t & mask) == prefix) atomicAdd(&h[(t >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < 256; b += blockDim.x)
+        if (h[b]) atomicAdd(&hist[row * 256 + b], h[b]);
+}
+
+template <class K>
+__global__ void mb_pick_kernel(mb_state<K> *st, unsigned int *hist, int shift) {
+    __shared__ unsigned int h[256];
+    const int64_t row = blockIdx.x;
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        h[b] = hist[row * 256 + b];
+        hist[row * 256 + b] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mb_state<K> s = st[row];
+        pick_digit(h, shift, s.prefix, s.mask, s.kk);
+        st[row] = s;
+    }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kSelThreads)
+mb_count_eq_kernel(const typename dtype<DT>::T *x, int64_t n, int64_t seg, bool largest,
+                   const mb_state<typename nkey<DT>::K> *st, long long *eqcnt) {
+    typedef typename nkey<DT>::K K;
+    __shared__ long long part[kSelThreads / 32];
+    const int64_t row = blockIdx.y, lo = blockIdx.x * seg, hi = lo + seg < n ? lo + seg : n;
+    const K T = st[row].prefix;
+    const typename dtype<DT>::T *xr = x + row * n;
+    long long c = 0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) c += nsel_key<DT>(xr[i], largest) == T;
+    for (int off = 16; off > 0; off >>= 1) c += __shfl_xor_sync(0xffffffffu, c, off);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        long long s = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += part[w];
+        eqcnt[row * gridDim.x + blockIdx.x] = s;
+    }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kSelThreads)
+mb_gather_kernel(const typename dtype<DT>::T *x, int64_t n, int64_t seg, int64_t k, bool largest,
+                 mb_state<typename nkey<DT>::K> *st, const long long *eqcnt,
+                 typename nkey<DT>::K *ckey, int64_t *cidx) {
+    typedef typename nkey<DT>::K K;
+    __shared__ long long s_base;
+    __shared__ int warp_cnt[kSelThreads / 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t row = blockIdx.y, lo = blockIdx.x * seg, hi = lo + seg < n ? lo + seg : n;
+    const K T = st[row].prefix;
+    const long long take_eq = st[row].kk, base_eq = k - take_eq;
+    if (tid == 0) {
+        long long b = 0;
+        for (unsigned j = 0; j < blockIdx.x; j++) b += eqcnt[row * gridDim.x + j];
+        s_base = b;
+    }
+    __syncthreads();
+    const bool want_eq = s_base < take_eq; // the same in every thread of the block
+    const typename dtype<DT>::T *xr = x + row * n;
+    K *ck = ckey + row * k;
+    int64_t *ci = cidx + row * k;
+    for (int64_t b0 = lo; b0 < hi; b0 += blockDim.x) {
+        const int64_t i = b0 + tid;
+        const K t = i < hi ? nsel_key<DT>(xr[i], largest) : (K)0;
+        if (i < hi && t > T) {
+            long long slot = (long long)atomicAdd(&st[row].gt, 1ull);
+            ck[slot] = t;
+            ci[slot] = i;
+        }
+        if (!want_eq) continue;
+        const bool eq = i < hi && t == T;
+        if (!__syncthreads_or(eq)) continue;
+        const unsigned bal = __ballot_sync(0xffffffffu, eq);
+        if (lane == 0) warp_cnt[warp] = __popc(bal);
+        __syncthreads();
+        long long off = s_base, tot = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+            if (w < warp) off += warp_cnt[w];
+            tot += warp_cnt[w];
+        }
+        const long long rank = off + __popc(bal & ((1u << lane) - 1u));
+        if (eq && rank < take_eq) {
+            ck[base_eq + rank] = t;
+            ci[base_eq + rank] = i;
+        }
+        __syncthreads();
+        if (tid == 0) s_base += tot;
+        __syncthreads();
+    }
+}
+
+// One block a row: the k winners sorted best first, then their values.
+template <int DT>
+__global__ void __launch_bounds__(kSelThreads)
+mb_finish_kernel(const typename dtype<DT>::T *x, int64_t n, int64_t k, int P,
+                 const typename nkey<DT>::K *ckey, const int64_t *cidx,
+                 typename dtype<DT>::T *vals, int64_t *idx) {
+    typedef typename nkey<DT>::K K;
+    extern __shared__ unsigned long long smem_u64[];
+    K *sk = (K *)smem_u64;
+    int64_t *si = (int64_t *)(smem_u64 + ((size_t)P * sizeof(K) + 7) / 8);
+    const int64_t row = blockIdx.x;
+    for (int j = threadIdx.x; j < P; j += blockDim.x) {
+        sk[j] = j < k ? ckey[row * k + j] : (K)0;
+        si[j] = j < k ? cidx[row * k + j] : INT64_MAX;
+    }
+    __syncthreads();
+    bitonic_best_first(sk, si, P);
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+        const int64_t i = si[j];
+        vals[row * k + j] = x[row * n + i];
+        idx[row * k + j] = i;
+    }
+}
+
+template <class K> __global__ void mb_init_kernel(mb_state<K> *st, int64_t rows, int64_t k) {
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x)
+        st[r] = mb_state<K>{0, 0, (long long)k, 0};
+}
+
+// Few rows (fewer than the multiprocessors) with more than one block's worth
+// of elements each go to the split select.
+bool use_multi_block(int64_t rows, int64_t n, int64_t k, int sms) {
+    return k <= kSelectMax && rows < sms && n > 8192;
 }
 
 // The sort path: keys ~sel_key (ascending = best first) and in-row indices.
@@ -347,9 +584,36 @@ template <int DT> cudaError_t launch_topk_t(const cti_cuda_seq &a, cudaStream_t 
     const T *x = (const T *)a.x;
     T *vals = (T *)a.out;
     int64_t *idx = (int64_t *)a.out2;
+    typedef typename nkey<DT>::K K;
+    if (use_multi_block(p.outer, p.n, p.k, a.sms)) {
+        *routine = "cuda_topk_split_radix_select_bitonic";
+        const mb_layout L = layout_mb<K>(p.outer, p.n, p.k, a.sms);
+        char *w = (char *)a.work;
+        mb_state<K> *sel = (mb_state<K> *)(w + L.state);
+        unsigned int *hist = (unsigned int *)(w + L.hist);
+        long long *eqcnt = (long long *)(w + L.eqcnt);
+        K *ckey = (K *)(w + L.ckey);
+        int64_t *cidx = (int64_t *)(w + L.cidx);
+        cudaError_t e = cudaMemsetAsync(hist, 0, (size_t)p.outer * 256 * 4, st);
+        if (e != cudaSuccess) return e;
+        mb_init_kernel<K><<<grid_for(p.outer, a.sms), kThreads, 0, st>>>(sel, p.outer, p.k);
+        const dim3 grid((unsigned)L.blocks, (unsigned)p.outer);
+        for (int shift = nkey<DT>::bits - 8; shift >= 0; shift -= 8) {
+            mb_hist_kernel<DT><<<grid, kSelThreads, 0, st>>>(x, p.n, L.seg, p.largest, sel, hist, shift);
+            mb_pick_kernel<K><<<(unsigned)p.outer, 256, 0, st>>>(sel, hist, shift);
+        }
+        mb_count_eq_kernel<DT><<<grid, kSelThreads, 0, st>>>(x, p.n, L.seg, p.largest, sel, eqcnt);
+        mb_gather_kernel<DT><<<grid, kSelThreads, 0, st>>>(x, p.n, L.seg, p.k, p.largest, sel, eqcnt,
+                                                            ckey, cidx);
+        const int P = pow2_at_least(p.k);
+        const size_t sh = ((size_t)P * sizeof(K) + 7) / 8 * 8 + (size_t)P * 8;
+        mb_finish_kernel<DT><<<(unsigned)p.outer, kSelThreads, sh, st>>>(x, p.n, p.k, P, ckey, cidx,
+                                                                        vals, idx);
+        return cudaGetLastError();
+    }
     if (p.k <= kSelectMax) {
         int P = pow2_at_least(p.k);
-        size_t sh = (size_t)P * (sizeof(uint64_t) + sizeof(int));
+        size_t sh = ((size_t)P * sizeof(K) + 7) / 8 * 8 + (size_t)P * 8;
         int64_t blocks = p.outer < (int64_t)a.sms * 16 ? p.outer : (int64_t)a.sms * 16;
         if (blocks < 1) blocks = 1;
         *routine = "cuda_topk_radix_select_bitonic";
@@ -599,7 +863,13 @@ cudaError_t launch_multinomial(const cti_cuda_seq &a, cudaStream_t st) {
 } // namespace cti
 
 extern "C" size_t cti_cuda_seq_work(const cti_cuda_seq *a) {
-    if (a->op != CT_OP_TOPK || a->p.k <= cti::kSelectMax || a->p.outer == 0) return 0;
+    if (a->op != CT_OP_TOPK || a->p.outer == 0 || a->p.k == 0) return 0;
+    if (cti::use_multi_block(a->p.outer, a->p.n, a->p.k, a->sms)) {
+        const bool wide = a->dt == CT_F64 || a->dt == CT_I64;
+        return wide ? cti::layout_mb<uint64_t>(a->p.outer, a->p.n, a->p.k, a->sms).total
+                    : cti::layout_mb<uint32_t>(a->p.outer, a->p.n, a->p.k, a->sms).total;
+    }
+    if (a->p.k <= cti::kSelectMax) return 0;
     return cti::layout_sort(a->p.outer, a->p.n).total;
 }
 

@@ -6,7 +6,9 @@
 //                   reduced in index order (bit for bit the CPU's); an index
 //                   outside [0, size) is recorded with atomicMin and skipped
 //   remap_copy      flip / roll / repeat / pad: each thread makes 16 bytes of
-//                   consecutive output (one vector store), reading x through
+//                   consecutive output (one vector store); rows of a multiple
+//                   of 16 bytes read contiguous runs of x with vector loads,
+//                   others read each element through
 //                   the per-dim map; the outer dims' offset is decoded once per
 //                   thread and carried along, with 32-bit division when the
 //                   sizes allow, so large copies run at memory speed
@@ -152,11 +154,87 @@ __global__ void __launch_bounds__(kThreads) remap_kernel(const cti_cuda_remap a,
     }
 }
 
+// Output rows of a multiple of V elements: a thread's V outputs lie in one
+// row, so their sources along the last dim are found from the first and
+// last. Where those are V apart in x (a contiguous run, forward or reversed:
+// every mode's steps are +-1 inside a run), the run is read with 16-byte
+// loads: one where it is aligned, else the two aligned vectors around it
+// (while both lie in the row), whose elements are shifted into place. Other
+// chunks (fills, wraps, reflections, a strided last dim) take the element
+// path. The misaligned and reversed cases are what pad, roll and flip make.
+template <int ES, class I>
+__global__ void __launch_bounds__(kThreads) remap_rows_kernel(const cti_cuda_remap a, int64_t chunks) {
+    typedef typename Bits<ES>::T E;
+    constexpr int V = 16 / ES;
+    const E *x = (const E *)a.x;
+    E *out = (E *)a.out;
+    const int l = a.nd - 1;
+    const int64_t on = a.oshape[l], xn = a.xshape[l], xs = a.xstride[l], lo = a.lo[l];
+    const int mode = a.mode[l];
+    const E fill = (E)a.fill;
+    const I cpr = (I)(on / V);
+    const bool xal = ((uintptr_t)x & 15) == 0 && xs == 1;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ch < chunks; ch += step) {
+        I rest = (I)ch / cpr;
+        const int64_t c0 = (int64_t)((I)ch - rest * cpr) * V;
+        int64_t c[CT_MAX_DIMS];
+        for (int k = l - 1; k >= 0; k--) {
+            I n = (I)a.oshape[k];
+            I q = rest / n;
+            c[k] = (int64_t)(rest - q * n);
+            rest = q;
+        }
+        const int64_t base = outer_offset(a, c);
+        union {
+            uint4 v;
+            E e[V];
+        } u;
+        const int64_t i0 = base < 0 ? -1 : remap_coord(mode, c0, lo, xn);
+        const int64_t i1 = base < 0 ? -1 : remap_coord(mode, c0 + V - 1, lo, xn);
+        const bool fwd = i1 == i0 + (V - 1), rev = i1 == i0 - (V - 1);
+        const int64_t first = fwd ? i0 : i1; // the run's lowest index in the row
+        bool done = false;
+        if (xal && i0 >= 0 && i1 >= 0 && (fwd || rev)) {
+            const int64_t g = base + first, off = g % V, a0 = g - off;
+            union {
+                uint4 v[2];
+                E e[2 * V];
+            } w;
+            if (off == 0) {
+                w.v[0] = *(const uint4 *)(x + g);
+                done = true;
+            } else if (a0 + 2 * V <= base + xn && a0 >= base) {
+                w.v[0] = *(const uint4 *)(x + a0);
+                w.v[1] = *(const uint4 *)(x + a0 + V);
+                done = true;
+            }
+            if (done) {
+#pragma unroll
+                for (int v = 0; v < V; v++) u.e[v] = w.e[off + (fwd ? v : V - 1 - v)];
+            }
+        }
+        if (!done) {
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                int64_t i = base < 0 ? -1 : remap_coord(mode, c0 + v, lo, xn);
+                u.e[v] = i < 0 ? fill : x[base + i * xs];
+            }
+        }
+        *(uint4 *)(out + ch * V) = u.v;
+    }
+}
+
 template <int ES>
 cudaError_t remap_launch(const cti_cuda_remap *a, int sm_count, cudaStream_t st) {
     constexpr int V = 16 / ES;
     int64_t chunks = (a->numel + V - 1) / V;
     unsigned g = grid_for(chunks, sm_count);
+    if (a->nd >= 1 && a->oshape[a->nd - 1] % V == 0 && ((uintptr_t)a->out & 15) == 0) {
+        if (a->numel < ((int64_t)1 << 31)) remap_rows_kernel<ES, uint32_t><<<g, kThreads, 0, st>>>(*a, chunks);
+        else remap_rows_kernel<ES, uint64_t><<<g, kThreads, 0, st>>>(*a, chunks);
+        return cudaGetLastError();
+    }
     if (a->numel < ((int64_t)1 << 31)) remap_kernel<ES, uint32_t><<<g, kThreads, 0, st>>>(*a, chunks);
     else remap_kernel<ES, uint64_t><<<g, kThreads, 0, st>>>(*a, chunks);
     return cudaGetLastError();
