@@ -126,27 +126,46 @@ static void test_composites(void **state) {
 
 /* ---- large copies ------------------------------------------------------------------------ */
 
+/* Rows of 2051 elements take the element-wise kernel; rows of 2048 (and the
+ * pads to 2056) the row kernel's vector paths: aligned runs, runs one
+ * element off (pad by 1, roll by 3: two loads shifted), reversed runs (flip,
+ * and the reflected edge of a reflect pad), in every element size. */
 static void test_large_copies(void **state) {
     (void)state;
     NEED_GPU();
-    ct_dtype dts[3] = {CT_F32, CT_BF16, CT_BOOL};
-    for (int t = 0; t < 3; t++) {
-        ct_scope *sc = ct_scope_begin();
-        ct_tensor *x = rnd(CT_SHAPE(1024, 2051), dts[t]), *gx = gpu(x);
-        int64_t d1 = 1, d0 = 0, s[2] = {1000, -77}, dims[2] = {1, 0}, pad[4] = {3, 5, 1, 2};
-        int64_t reps[2] = {2, 1}, bytes = 1024 * 2051 * (int64_t)ct_dtype_size(dts[t]);
-        poison(bytes);
-        check_close(chk(ct_flip(gx, 1, &d1)), chk(ct_flip(x, 1, &d1)), 0);
-        poison(bytes);
-        check_close(chk(ct_flip(gx, 1, &d0)), chk(ct_flip(x, 1, &d0)), 0);
-        poison(bytes);
-        check_close(chk(ct_roll(gx, 2, s, 2, dims)), chk(ct_roll(x, 2, s, 2, dims)), 0);
-        poison(2 * bytes);
-        check_close(chk(ct_repeat(gx, 2, reps)), chk(ct_repeat(x, 2, reps)), 0);
-        poison(bytes + 8 * 2051 * 8);
-        check_close(chk(ct_pad(gx, 4, pad, CT_PAD_CONSTANT, 0)), chk(ct_pad(x, 4, pad, CT_PAD_CONSTANT, 0)), 0);
-        ct_scope_end(sc);
-    }
+    ct_dtype dts[4] = {CT_F32, CT_BF16, CT_BOOL, CT_F64};
+    int64_t widths[2] = {2051, 2048};
+    for (int w = 0; w < 2; w++)
+        for (int t = 0; t < 4; t++) {
+            ct_scope *sc = ct_scope_begin();
+            const int64_t cols = widths[w];
+            ct_tensor *x = rnd(CT_SHAPE(1024, cols), dts[t]), *gx = gpu(x);
+            int64_t d1 = 1, d0 = 0, s[2] = {1000, -77}, s3[2] = {3, 5}, dims[2] = {1, 0};
+            int64_t pad[4] = {3, 5, 1, 2}, pad1[4] = {1, 7, 0, 1}, refl[4] = {4, 4, 1, 2};
+            int64_t reps[2] = {2, 1}, bytes = 1024 * cols * (int64_t)ct_dtype_size(dts[t]);
+            poison(bytes);
+            check_close(chk(ct_flip(gx, 1, &d1)), chk(ct_flip(x, 1, &d1)), 0);
+            poison(bytes);
+            check_close(chk(ct_flip(gx, 1, &d0)), chk(ct_flip(x, 1, &d0)), 0);
+            poison(bytes);
+            check_close(chk(ct_roll(gx, 2, s, 2, dims)), chk(ct_roll(x, 2, s, 2, dims)), 0);
+            poison(bytes);
+            check_close(chk(ct_roll(gx, 2, s3, 2, dims)), chk(ct_roll(x, 2, s3, 2, dims)), 0);
+            poison(2 * bytes);
+            check_close(chk(ct_repeat(gx, 2, reps)), chk(ct_repeat(x, 2, reps)), 0);
+            poison(bytes + 8 * cols * 8);
+            check_close(chk(ct_pad(gx, 4, pad, CT_PAD_CONSTANT, 0)),
+                        chk(ct_pad(x, 4, pad, CT_PAD_CONSTANT, 0)), 0);
+            poison(bytes + 8 * cols * 8);
+            check_close(chk(ct_pad(gx, 4, pad1, CT_PAD_CONSTANT, 0)),
+                        chk(ct_pad(x, 4, pad1, CT_PAD_CONSTANT, 0)), 0);
+            if (dts[t] != CT_BOOL) {
+                poison(bytes + 8 * cols * 8);
+                check_close(chk(ct_pad(gx, 4, refl, CT_PAD_REFLECT, 0)),
+                            chk(ct_pad(x, 4, refl, CT_PAD_REFLECT, 0)), 0);
+            }
+            ct_scope_end(sc);
+        }
 }
 
 /* ---- bad indices -------------------------------------------------------------------------- */

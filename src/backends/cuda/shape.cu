@@ -154,74 +154,134 @@ __global__ void __launch_bounds__(kThreads) remap_kernel(const cti_cuda_remap a,
     }
 }
 
+// 16 bytes starting byte off (0..15) into the 32 bytes lo, hi: funnel shifts
+// of the words, chosen by selects, so that nothing is indexed at run time
+// (a dynamic index into registers would put them in local memory).
+__device__ __forceinline__ uint4 bytes_at(const uint4 &lo, const uint4 &hi, int off) {
+    const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int q = off >> 2, sh = (off & 3) * 8;
+    uint32_t r[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t a = q == 0 ? w[j] : q == 1 ? w[j + 1] : q == 2 ? w[j + 2] : w[j + 3];
+        const uint32_t b = q == 0 ? w[j + 1] : q == 1 ? w[j + 2] : q == 2 ? w[j + 3] : w[j + 4];
+        r[j] = __funnelshift_r(a, b, sh);
+    }
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+// The ES-byte elements of v in reverse order.
+template <int ES> __device__ __forceinline__ uint4 reversed(const uint4 &v) {
+    if constexpr (ES == 8) return make_uint4(v.z, v.w, v.x, v.y);
+    else if constexpr (ES == 4) return make_uint4(v.w, v.z, v.y, v.x);
+    else {
+        constexpr unsigned sel = ES == 2 ? 0x1032u : 0x0123u;
+        return make_uint4(__byte_perm(v.w, 0, sel), __byte_perm(v.z, 0, sel),
+                          __byte_perm(v.y, 0, sel), __byte_perm(v.x, 0, sel));
+    }
+}
+
+// How a chunk of V outputs is read: one aligned vector at p (ONE), the two
+// at p and p + V with the run starting byte off into them (TWO), or element
+// by element (ELEM).
+enum { RUN_ONE, RUN_TWO, RUN_ELEM };
+template <class E> struct run_plan {
+    const E *p;
+    int kind, off;
+    bool rev;
+    int64_t base, c0; // the row's x offset (-1: a fill row), the chunk's first column
+};
+
 // Output rows of a multiple of V elements: a thread's V outputs lie in one
 // row, so their sources along the last dim are found from the first and
 // last. Where those are V apart in x (a contiguous run, forward or reversed:
 // every mode's steps are +-1 inside a run), the run is read with 16-byte
 // loads: one where it is aligned, else the two aligned vectors around it
-// (while both lie in the row), whose elements are shifted into place. Other
+// (while both lie in the row), whose bytes are shifted into place. Other
 // chunks (fills, wraps, reflections, a strided last dim) take the element
 // path. The misaligned and reversed cases are what pad, roll and flip make.
+// A thread plans RU chunks, issues all their loads, then assembles and
+// stores them, so RU loads are in flight per thread.
+constexpr int kRunUnroll = 4;
+
+// The outer dims' x offset is summed as the chunk's row number is decoded,
+// with no array of coordinates (an array indexed in a loop lives in local
+// memory).
+template <int ES, class I>
+__device__ __forceinline__ run_plan<typename Bits<ES>::T>
+plan_chunk(const cti_cuda_remap &a, int64_t ch, I cpr, bool xal) {
+    typedef typename Bits<ES>::T E;
+    constexpr int V = 16 / ES;
+    const int l = a.nd - 1;
+    const int64_t xn = a.xshape[l], lo = a.lo[l];
+    I rest = (I)ch / cpr;
+    const int64_t c0 = (int64_t)((I)ch - rest * cpr) * V;
+    int64_t base = 0;
+    for (int k = l - 1; k >= 0; k--) {
+        I n = (I)a.oshape[k];
+        I q = rest / n;
+        const int64_t i = remap_coord(a.mode[k], (int64_t)(rest - q * n), a.lo[k], a.xshape[k]);
+        base = base < 0 || i < 0 ? -1 : base + i * a.xstride[k];
+        rest = q;
+    }
+    run_plan<E> r{nullptr, RUN_ELEM, 0, false, base, c0};
+    if (base < 0 || !xal) return r;
+    const int64_t i0 = remap_coord(a.mode[l], c0, lo, xn);
+    const int64_t i1 = remap_coord(a.mode[l], c0 + V - 1, lo, xn);
+    const bool fwd = i1 == i0 + (V - 1), rev = i1 == i0 - (V - 1);
+    if (i0 < 0 || i1 < 0 || !(fwd || rev)) return r;
+    const int64_t g = base + (fwd ? i0 : i1), off = g % V, a0 = g - off;
+    if (off == 0) r = run_plan<E>{(const E *)a.x + g, RUN_ONE, 0, rev, base, c0};
+    else if (a0 >= base && a0 + 2 * V <= base + xn)
+        r = run_plan<E>{(const E *)a.x + a0, RUN_TWO, (int)off * ES, rev, base, c0};
+    return r;
+}
+
+template <int ES>
+__device__ __forceinline__ uint4 elem_chunk(const cti_cuda_remap &a, int64_t base, int64_t c0) {
+    typedef typename Bits<ES>::T E;
+    constexpr int V = 16 / ES;
+    const int l = a.nd - 1;
+    union {
+        uint4 v;
+        E e[V];
+    } u;
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        int64_t i = base < 0 ? -1 : remap_coord(a.mode[l], c0 + v, a.lo[l], a.xshape[l]);
+        u.e[v] = i < 0 ? (E)a.fill : ((const E *)a.x)[base + i * a.xstride[l]];
+    }
+    return u.v;
+}
+
 template <int ES, class I>
 __global__ void __launch_bounds__(kThreads) remap_rows_kernel(const cti_cuda_remap a, int64_t chunks) {
     typedef typename Bits<ES>::T E;
-    constexpr int V = 16 / ES;
-    const E *x = (const E *)a.x;
-    E *out = (E *)a.out;
-    const int l = a.nd - 1;
-    const int64_t on = a.oshape[l], xn = a.xshape[l], xs = a.xstride[l], lo = a.lo[l];
-    const int mode = a.mode[l];
-    const E fill = (E)a.fill;
-    const I cpr = (I)(on / V);
-    const bool xal = ((uintptr_t)x & 15) == 0 && xs == 1;
-    const int64_t step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ch < chunks; ch += step) {
-        I rest = (I)ch / cpr;
-        const int64_t c0 = (int64_t)((I)ch - rest * cpr) * V;
-        int64_t c[CT_MAX_DIMS];
-        for (int k = l - 1; k >= 0; k--) {
-            I n = (I)a.oshape[k];
-            I q = rest / n;
-            c[k] = (int64_t)(rest - q * n);
-            rest = q;
-        }
-        const int64_t base = outer_offset(a, c);
-        union {
-            uint4 v;
-            E e[V];
-        } u;
-        const int64_t i0 = base < 0 ? -1 : remap_coord(mode, c0, lo, xn);
-        const int64_t i1 = base < 0 ? -1 : remap_coord(mode, c0 + V - 1, lo, xn);
-        const bool fwd = i1 == i0 + (V - 1), rev = i1 == i0 - (V - 1);
-        const int64_t first = fwd ? i0 : i1; // the run's lowest index in the row
-        bool done = false;
-        if (xal && i0 >= 0 && i1 >= 0 && (fwd || rev)) {
-            const int64_t g = base + first, off = g % V, a0 = g - off;
-            union {
-                uint4 v[2];
-                E e[2 * V];
-            } w;
-            if (off == 0) {
-                w.v[0] = *(const uint4 *)(x + g);
-                done = true;
-            } else if (a0 + 2 * V <= base + xn && a0 >= base) {
-                w.v[0] = *(const uint4 *)(x + a0);
-                w.v[1] = *(const uint4 *)(x + a0 + V);
-                done = true;
-            }
-            if (done) {
+    constexpr int V = 16 / ES, RU = kRunUnroll;
+    const I cpr = (I)(a.oshape[a.nd - 1] / V);
+    const bool xal = ((uintptr_t)a.x & 15) == 0 && a.xstride[a.nd - 1] == 1;
+    uint4 *out = (uint4 *)a.out;
+    const int64_t tile = (int64_t)RU * blockDim.x;
+    for (int64_t t0 = (int64_t)blockIdx.x * tile; t0 < chunks; t0 += (int64_t)gridDim.x * tile) {
+        run_plan<E> pl[RU];
+        uint4 w0[RU], w1[RU];
 #pragma unroll
-                for (int v = 0; v < V; v++) u.e[v] = w.e[off + (fwd ? v : V - 1 - v)];
-            }
+        for (int u = 0; u < RU; u++) {
+            const int64_t ch = t0 + u * blockDim.x + threadIdx.x;
+            pl[u] = run_plan<E>{nullptr, RUN_ELEM, 0, false, 0, 0};
+            if (ch >= chunks) continue;
+            pl[u] = plan_chunk<ES, I>(a, ch, cpr, xal);
+            if (pl[u].kind == RUN_ELEM) w0[u] = elem_chunk<ES>(a, pl[u].base, pl[u].c0);
+            else w0[u] = *(const uint4 *)pl[u].p;
+            if (pl[u].kind == RUN_TWO) w1[u] = *(const uint4 *)(pl[u].p + V);
         }
-        if (!done) {
 #pragma unroll
-            for (int v = 0; v < V; v++) {
-                int64_t i = base < 0 ? -1 : remap_coord(mode, c0 + v, lo, xn);
-                u.e[v] = i < 0 ? fill : x[base + i * xs];
-            }
+        for (int u = 0; u < RU; u++) {
+            const int64_t ch = t0 + u * blockDim.x + threadIdx.x;
+            if (ch >= chunks) continue;
+            uint4 v = pl[u].kind == RUN_TWO ? bytes_at(w0[u], w1[u], pl[u].off) : w0[u];
+            out[ch] = pl[u].kind != RUN_ELEM && pl[u].rev ? reversed<ES>(v) : v;
         }
-        *(uint4 *)(out + ch * V) = u.v;
     }
 }
 
@@ -231,6 +291,7 @@ cudaError_t remap_launch(const cti_cuda_remap *a, int sm_count, cudaStream_t st)
     int64_t chunks = (a->numel + V - 1) / V;
     unsigned g = grid_for(chunks, sm_count);
     if (a->nd >= 1 && a->oshape[a->nd - 1] % V == 0 && ((uintptr_t)a->out & 15) == 0) {
+        g = grid_for((chunks + kRunUnroll - 1) / kRunUnroll, sm_count);
         if (a->numel < ((int64_t)1 << 31)) remap_rows_kernel<ES, uint32_t><<<g, kThreads, 0, st>>>(*a, chunks);
         else remap_rows_kernel<ES, uint64_t><<<g, kThreads, 0, st>>>(*a, chunks);
         return cudaGetLastError();
