@@ -141,7 +141,7 @@ static void test_large_copies(void **state) {
             const int64_t cols = widths[w];
             ct_tensor *x = rnd(CT_SHAPE(1024, cols), dts[t]), *gx = gpu(x);
             int64_t d1 = 1, d0 = 0, s[2] = {1000, -77}, s3[2] = {3, 5}, dims[2] = {1, 0};
-            int64_t pad[4] = {3, 5, 1, 2}, pad1[4] = {1, 7, 0, 1}, refl[4] = {4, 4, 1, 2};
+            int64_t pad[4] = {3, 5, 1, 2}, pad1[4] = {1, 7, 0, 1}, refl[2] = {4, 4};
             int64_t reps[2] = {2, 1}, bytes = 1024 * cols * (int64_t)ct_dtype_size(dts[t]);
             poison(bytes);
             check_close(chk(ct_flip(gx, 1, &d1)), chk(ct_flip(x, 1, &d1)), 0);
@@ -161,8 +161,8 @@ static void test_large_copies(void **state) {
                         chk(ct_pad(x, 4, pad1, CT_PAD_CONSTANT, 0)), 0);
             if (dts[t] != CT_BOOL) {
                 poison(bytes + 8 * cols * 8);
-                check_close(chk(ct_pad(gx, 4, refl, CT_PAD_REFLECT, 0)),
-                            chk(ct_pad(x, 4, refl, CT_PAD_REFLECT, 0)), 0);
+                check_close(chk(ct_pad(gx, 2, refl, CT_PAD_REFLECT, 0)),
+                            chk(ct_pad(x, 2, refl, CT_PAD_REFLECT, 0)), 0);
             }
             ct_scope_end(sc);
         }

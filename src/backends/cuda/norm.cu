@@ -218,6 +218,44 @@ __device__ __forceinline__ void write_row(const cti_cuda_norm &a, int64_t row, i
     }
 }
 
+// LayerNorm of 16-bit rows in one fold: the sums of d = x - k and d^2, with k
+// the row's first element, give mean = k + sum(d) / D and var = sum(d^2) / D
+// - (sum(d) / D)^2. One block-wide sum instead of two: on bf16 rows of 4096
+// (256 threads a row, two chunks a thread) the second sum's barrier and
+// shuffles cost a tenth of the kernel's time. k is a sample of the row, so
+// |mean - k| is of the order of the row's spread and the subtraction loses
+// a few float32 bits at most, far below a 16-bit result's rounding; float32
+// and float64 rows keep the two folds, whose results keep their digits
+// whatever the offset.
+template <int DT> __host__ __device__ constexpr bool one_fold() { return DT == CT_BF16 || DT == CT_F16; }
+
+template <int VEC, int TPR, int NV, bool CHECK, class A>
+__device__ __forceinline__ void shifted_sums(const A (&v)[NV][VEC], A k, int lane, int64_t D,
+                                             A (&s)[2]) {
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int e = (j * TPR + lane) * VEC;
+        if (!CHECK || e < D)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                A d = v[j][i] - k;
+                s[0] += d;
+                s[1] += d * d;
+            }
+    }
+}
+
+// mean and 1 / sqrt(var + eps) from shifted_sums' row totals.
+template <class A>
+__device__ __forceinline__ void one_fold_stats(const A (&s)[2], A k, int64_t D, double eps,
+                                               A &mean, A &inv) {
+    const A m = s[0] / (A)D;
+    A var = s[1] / (A)D - m * m;
+    var = var > (A)0 ? var : (A)0;
+    mean = k + m;
+    inv = (A)1 / msqrt(var + (A)eps);
+}
+
 // Rows of any length up to the configuration's TPR * NV * VEC, a grid-stride
 // loop over groups of RPB rows.
 template <int DT, bool LAYER, int VEC, int TPR, int NV>
@@ -225,7 +263,7 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
     typedef typename dtype<DT>::T T;
     typedef typename acc_of<DT>::A A;
     constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR;
-    __shared__ A red[BLOCK / 32];
+    __shared__ A red[2 * BLOCK / 32];
     const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
     const int64_t D = a.d, groups = (a.rows + RPB - 1) / RPB;
     for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
@@ -247,14 +285,21 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_reg(const cti_cuda_norm a) 
         // A block's last row leaves out the barrier that only guards red for
         // a next row (a block of the forward usually has one row).
         const bool more = gi + gridDim.x < groups;
-        row_sum<TPR>(s, red, LAYER || more);
         A mean = 0, inv;
-        if constexpr (LAYER) {
+        if constexpr (LAYER && one_fold<DT>()) {
+            const A k = dtype<DT>::dec(xr[0]);
+            A s2[2] = {0, 0};
+            shifted_sums<VEC, TPR, NV, true>(v, k, lane, D, s2);
+            row_sum<TPR>(s2, red, more);
+            one_fold_stats(s2, k, D, a.eps, mean, inv);
+        } else if constexpr (LAYER) {
+            row_sum<TPR>(s, red, true);
             mean = s[0] / (A)D;
             A q[1] = {centered_squares<VEC, TPR, NV, true>(v, mean, lane, D)};
             row_sum<TPR>(q, red, more);
             inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
         } else {
+            row_sum<TPR>(s, red, more);
             inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
         }
         if (!live) continue;
@@ -273,63 +318,37 @@ __global__ void __launch_bounds__(block_of(TPR)) fwd_full(const cti_cuda_norm a)
     typedef typename dtype<DT>::T T;
     typedef typename acc_of<DT>::A A;
     constexpr int BLOCK = block_of(TPR), RPB = BLOCK / TPR, D = TPR * NV * VEC;
-    __shared__ A red[BLOCK / 32];
+    __shared__ A red[2 * BLOCK / 32];
     const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
     const int64_t row = (int64_t)blockIdx.x * RPB + slot;
     const bool live = row < a.rows;
     // a row past the end reads row 0 (there is one) and writes nothing
     const T *xr = static_cast<const T *>(a.x) + (live ? row : 0) * D;
-    const T *W = static_cast<const T *>(a.w), *B = static_cast<const T *>(a.b);
-    // weight and bias are loaded with x, before the sums: loaded after them,
-    // each row's stores waited for two more loads, a tenth of the kernel's
-    // time on bf16 LayerNorm rows of 4096
-    raw_t<DT, VEC> r[NV], wr[NV], br[NV];
+    raw_t<DT, VEC> r[NV];
 #pragma unroll
     for (int j = 0; j < NV; j++) load_raw<DT, VEC>(xr + (j * TPR + lane) * VEC, r[j]);
-    if (W)
-#pragma unroll
-        for (int j = 0; j < NV; j++) load_raw<DT, VEC>(W + (j * TPR + lane) * VEC, wr[j]);
-    if (LAYER && B)
-#pragma unroll
-        for (int j = 0; j < NV; j++) load_raw<DT, VEC>(B + (j * TPR + lane) * VEC, br[j]);
     A v[NV][VEC];
     A s[1] = {0};
     decode_row<DT, LAYER>(r, v, s[0]);
-    row_sum<TPR>(s, red, LAYER);
     A mean = 0, inv;
-    if constexpr (LAYER) {
+    if constexpr (LAYER && one_fold<DT>()) {
+        const A k = dtype<DT>::dec(xr[0]);
+        A s2[2] = {0, 0};
+        shifted_sums<VEC, TPR, NV, false>(v, k, lane, D, s2);
+        row_sum<TPR>(s2, red, false);
+        one_fold_stats(s2, k, D, a.eps, mean, inv);
+    } else if constexpr (LAYER) {
+        row_sum<TPR>(s, red, true);
         mean = s[0] / (A)D;
         A q[1] = {centered_squares<VEC, TPR, NV, false>(v, mean, lane, D)};
         row_sum<TPR>(q, red, false);
         inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
     } else {
+        row_sum<TPR>(s, red, false);
         inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
     }
     if (!live) return;
-    T *yr = static_cast<T *>(a.y) + row * D;
-#pragma unroll
-    for (int j = 0; j < NV; j++) {
-        A o[VEC];
-#pragma unroll
-        for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
-        if (W) {
-            A wv[VEC];
-            decode<DT, VEC>(wr[j], wv);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] *= wv[i];
-        }
-        if (LAYER && B) {
-            A bv[VEC];
-            decode<DT, VEC>(br[j], bv);
-#pragma unroll
-            for (int i = 0; i < VEC; i++) o[i] += bv[i];
-        }
-        store<DT, VEC>(yr + (j * TPR + lane) * VEC, o);
-    }
-    if (lane == 0) {
-        if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
-        if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
-    }
+    write_row<DT, LAYER, VEC, TPR, NV, false>(a, row, D, lane, v, mean, inv);
 }
 
 // Rows too long for registers: one block per row, a pass over the row for

@@ -6,12 +6,12 @@
 //                   reduced in index order (bit for bit the CPU's); an index
 //                   outside [0, size) is recorded with atomicMin and skipped
 //   remap_copy      flip / roll / repeat / pad: each thread makes 16 bytes of
-//                   consecutive output (one vector store); rows of a multiple
-//                   of 16 bytes read contiguous runs of x with vector loads,
-//                   others read each element through
-//                   the per-dim map; the outer dims' offset is decoded once per
-//                   thread and carried along, with 32-bit division when the
-//                   sizes allow, so large copies run at memory speed
+//                   consecutive output (one vector store); where a row holds
+//                   16 bytes, contiguous runs of x (forward or reversed,
+//                   aligned or not) are read with vector loads, the rest
+//                   element by element through the per-dim map; rows shorter
+//                   than that go element by element, the outer dims' offset
+//                   carried from row to row
 //   interpolate     one thread per output; the coordinates and weights in the
 //                   CPU's float (double for float64) arithmetic with no
 //                   contraction into FMA, so results match the CPU's; the
@@ -89,7 +89,10 @@ __device__ __forceinline__ int64_t remap_coord(int mode, int64_t o, int64_t lo, 
     int64_t i = o - lo;
     switch (mode) {
     case CTI_REMAP_FLIP: return n - 1 - o;
-    case CTI_REMAP_WRAP: i %= n; return i < 0 ? i + n : i;
+    case CTI_REMAP_WRAP: // roll and circular pads stay within one period: no division
+        if (i < 0) i = i >= -n ? i + n : i % n + n;
+        if (i >= n) i = i < 2 * n ? i - n : i % n;
+        return i == n ? 0 : i;
     case CTI_REMAP_REFLECT:
         if (i < 0) i = -i;
         return i >= n ? 2 * (n - 1) - i : i;
@@ -189,67 +192,89 @@ template <class E> struct run_plan {
     const E *p;
     int kind, off;
     bool rev;
-    int64_t base, c0; // the row's x offset (-1: a fill row), the chunk's first column
+    int64_t base, c0, row; // the row's x offset (-1: a fill row), the chunk's first column, the row
 };
 
-// Output rows of a multiple of V elements: a thread's V outputs lie in one
-// row, so their sources along the last dim are found from the first and
-// last. Where those are V apart in x (a contiguous run, forward or reversed:
-// every mode's steps are +-1 inside a run), the run is read with 16-byte
-// loads: one where it is aligned, else the two aligned vectors around it
-// (while both lie in the row), whose bytes are shifted into place. Other
-// chunks (fills, wraps, reflections, a strided last dim) take the element
-// path. The misaligned and reversed cases are what pad, roll and flip make.
-// A thread plans RU chunks, issues all their loads, then assembles and
-// stores them, so RU loads are in flight per thread.
-constexpr int kRunUnroll = 4;
+// Rows of at least V elements: a chunk of V outputs that lies in one row
+// finds its sources along the last dim from its first and last. Where those
+// are V apart in x (a contiguous run, forward or reversed: every mode's
+// steps are +-1 inside a run), the run is read with 16-byte loads: one where
+// it is aligned, else the two aligned vectors around it (while both lie in
+// the row), whose bytes are shifted into place. Other chunks (fills, wraps,
+// reflections, a strided last dim, a chunk across two rows) go element by
+// element. The misaligned and reversed runs are what pad, roll and flip
+// make. A thread plans kRunUnroll chunks, issues all their loads, then
+// assembles and stores them (with 4, the kernel took 94 registers; with 2,
+// 64, so twice the threads fit).
+constexpr int kRunUnroll = 2;
 
-// The outer dims' x offset is summed as the chunk's row number is decoded,
-// with no array of coordinates (an array indexed in a loop lives in local
-// memory).
-template <int ES, class I>
-__device__ __forceinline__ run_plan<typename Bits<ES>::T>
-plan_chunk(const cti_cuda_remap &a, int64_t ch, I cpr, bool xal) {
-    typedef typename Bits<ES>::T E;
-    constexpr int V = 16 / ES;
-    const int l = a.nd - 1;
-    const int64_t xn = a.xshape[l], lo = a.lo[l];
-    I rest = (I)ch / cpr;
-    const int64_t c0 = (int64_t)((I)ch - rest * cpr) * V;
+// The x offset of output row r (the outer dims' coordinates decoded from
+// it; -1: a fill row), summed as it is decoded, with no array of
+// coordinates (an array indexed in a loop lives in local memory).
+template <class I> __device__ __forceinline__ int64_t row_base(const cti_cuda_remap &a, I rest) {
     int64_t base = 0;
-    for (int k = l - 1; k >= 0; k--) {
+    for (int k = a.nd - 2; k >= 0; k--) {
         I n = (I)a.oshape[k];
         I q = rest / n;
         const int64_t i = remap_coord(a.mode[k], (int64_t)(rest - q * n), a.lo[k], a.xshape[k]);
         base = base < 0 || i < 0 ? -1 : base + i * a.xstride[k];
         rest = q;
     }
-    run_plan<E> r{nullptr, RUN_ELEM, 0, false, base, c0};
-    if (base < 0 || !xal) return r;
+    return base;
+}
+
+// The plan of the chunk of outputs [p0, p0 + V): a run when they lie in one
+// row and their sources are V apart in x.
+template <int ES, class I>
+__device__ __forceinline__ run_plan<typename Bits<ES>::T>
+plan_chunk(const cti_cuda_remap &a, int64_t p0, bool xal) {
+    typedef typename Bits<ES>::T E;
+    constexpr int V = 16 / ES;
+    const int l = a.nd - 1;
+    const int64_t on = a.oshape[l], xn = a.xshape[l], lo = a.lo[l];
+    const I row = (I)p0 / (I)on;
+    const int64_t c0 = p0 - (int64_t)row * on;
+    const int64_t base = row_base<I>(a, row);
+    run_plan<E> r{nullptr, RUN_ELEM, 0, false, base, c0, (int64_t)row};
+    if (base < 0 || !xal || c0 + V > on || p0 + V > a.numel) return r;
     const int64_t i0 = remap_coord(a.mode[l], c0, lo, xn);
     const int64_t i1 = remap_coord(a.mode[l], c0 + V - 1, lo, xn);
     const bool fwd = i1 == i0 + (V - 1), rev = i1 == i0 - (V - 1);
     if (i0 < 0 || i1 < 0 || !(fwd || rev)) return r;
     const int64_t g = base + (fwd ? i0 : i1), off = g % V, a0 = g - off;
-    if (off == 0) r = run_plan<E>{(const E *)a.x + g, RUN_ONE, 0, rev, base, c0};
+    if (off == 0) r = run_plan<E>{(const E *)a.x + g, RUN_ONE, 0, rev, base, c0, (int64_t)row};
     else if (a0 >= base && a0 + 2 * V <= base + xn)
-        r = run_plan<E>{(const E *)a.x + a0, RUN_TWO, (int)off * ES, rev, base, c0};
+        r = run_plan<E>{(const E *)a.x + a0, RUN_TWO, (int)off * ES, rev, base, c0, (int64_t)row};
     return r;
 }
 
-template <int ES>
-__device__ __forceinline__ uint4 elem_chunk(const cti_cuda_remap &a, int64_t base, int64_t c0) {
+// The chunk element by element; it may run past its row into the next (rows
+// hold at least V elements) and past the end (those are left out).
+template <int ES, class I>
+__device__ __forceinline__ uint4 elem_chunk(const cti_cuda_remap &a, int64_t p0,
+                                            const run_plan<typename Bits<ES>::T> &pl) {
     typedef typename Bits<ES>::T E;
     constexpr int V = 16 / ES;
     const int l = a.nd - 1;
+    const int64_t on = a.oshape[l];
+    int64_t base = pl.base, col = pl.c0;
     union {
         uint4 v;
         E e[V];
     } u;
 #pragma unroll
     for (int v = 0; v < V; v++) {
-        int64_t i = base < 0 ? -1 : remap_coord(a.mode[l], c0 + v, a.lo[l], a.xshape[l]);
+        if (p0 + v >= a.numel) {
+            u.e[v] = (E)0;
+            continue;
+        }
+        if (col == on) { // into the next row
+            col = 0;
+            base = row_base<I>(a, (I)(pl.row + 1));
+        }
+        int64_t i = base < 0 ? -1 : remap_coord(a.mode[l], col, a.lo[l], a.xshape[l]);
         u.e[v] = i < 0 ? (E)a.fill : ((const E *)a.x)[base + i * a.xstride[l]];
+        col++;
     }
     return u.v;
 }
@@ -258,9 +283,8 @@ template <int ES, class I>
 __global__ void __launch_bounds__(kThreads) remap_rows_kernel(const cti_cuda_remap a, int64_t chunks) {
     typedef typename Bits<ES>::T E;
     constexpr int V = 16 / ES, RU = kRunUnroll;
-    const I cpr = (I)(a.oshape[a.nd - 1] / V);
     const bool xal = ((uintptr_t)a.x & 15) == 0 && a.xstride[a.nd - 1] == 1;
-    uint4 *out = (uint4 *)a.out;
+    E *out = (E *)a.out;
     const int64_t tile = (int64_t)RU * blockDim.x;
     for (int64_t t0 = (int64_t)blockIdx.x * tile; t0 < chunks; t0 += (int64_t)gridDim.x * tile) {
         run_plan<E> pl[RU];
@@ -268,19 +292,31 @@ __global__ void __launch_bounds__(kThreads) remap_rows_kernel(const cti_cuda_rem
 #pragma unroll
         for (int u = 0; u < RU; u++) {
             const int64_t ch = t0 + u * blockDim.x + threadIdx.x;
-            pl[u] = run_plan<E>{nullptr, RUN_ELEM, 0, false, 0, 0};
+            pl[u] = run_plan<E>{nullptr, RUN_ELEM, 0, false, 0, 0, 0};
             if (ch >= chunks) continue;
-            pl[u] = plan_chunk<ES, I>(a, ch, cpr, xal);
-            if (pl[u].kind == RUN_ELEM) w0[u] = elem_chunk<ES>(a, pl[u].base, pl[u].c0);
+            pl[u] = plan_chunk<ES, I>(a, ch * V, xal);
+            if (pl[u].kind == RUN_ELEM) w0[u] = elem_chunk<ES, I>(a, ch * V, pl[u]);
             else w0[u] = *(const uint4 *)pl[u].p;
             if (pl[u].kind == RUN_TWO) w1[u] = *(const uint4 *)(pl[u].p + V);
         }
 #pragma unroll
         for (int u = 0; u < RU; u++) {
-            const int64_t ch = t0 + u * blockDim.x + threadIdx.x;
+            const int64_t ch = t0 + u * blockDim.x + threadIdx.x, p0 = ch * V;
             if (ch >= chunks) continue;
             uint4 v = pl[u].kind == RUN_TWO ? bytes_at(w0[u], w1[u], pl[u].off) : w0[u];
-            out[ch] = pl[u].kind != RUN_ELEM && pl[u].rev ? reversed<ES>(v) : v;
+            if (pl[u].kind != RUN_ELEM && pl[u].rev) v = reversed<ES>(v);
+            if (p0 + V <= a.numel) {
+                *(uint4 *)(out + p0) = v;
+            } else {
+                union {
+                    uint4 v;
+                    E e[V];
+                } t;
+                t.v = v;
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (p0 + k < a.numel) out[p0 + k] = t.e[k];
+            }
         }
     }
 }
@@ -290,7 +326,7 @@ cudaError_t remap_launch(const cti_cuda_remap *a, int sm_count, cudaStream_t st)
     constexpr int V = 16 / ES;
     int64_t chunks = (a->numel + V - 1) / V;
     unsigned g = grid_for(chunks, sm_count);
-    if (a->nd >= 1 && a->oshape[a->nd - 1] % V == 0 && ((uintptr_t)a->out & 15) == 0) {
+    if (a->nd >= 1 && a->oshape[a->nd - 1] >= V && ((uintptr_t)a->out & 15) == 0) {
         g = grid_for((chunks + kRunUnroll - 1) / kRunUnroll, sm_count);
         if (a->numel < ((int64_t)1 << 31)) remap_rows_kernel<ES, uint32_t><<<g, kThreads, 0, st>>>(*a, chunks);
         else remap_rows_kernel<ES, uint64_t><<<g, kThreads, 0, st>>>(*a, chunks);
