@@ -1,11 +1,13 @@
-/* LinearLR, OneCycleLR and ReduceLROnPlateau against float64 transcriptions
- * of torch.optim.lr_scheduler's code written here (the phase loop of
- * OneCycleLR, the counters of ReduceLROnPlateau), on drawn settings, and
- * their refusals. */
+/* LinearLR, OneCycleLR (rate and momentum) and ReduceLROnPlateau against
+ * float64 transcriptions of torch.optim.lr_scheduler's code written here
+ * (the phase loop of OneCycleLR, the counters of ReduceLROnPlateau), on
+ * drawn settings, and their refusals; a momentum set between steps reaching
+ * Adam's and SGD's updates. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "test_util.h"
@@ -105,6 +107,177 @@ static void test_one_cycle(void **state) {
     /* pct_start * total_steps = 1: the first phase has no length. */
     assert_true(isnan(ct_lr_one_cycle(1, 10, 0.1, true, 25, 1e4, false, 0)));
     tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_lr_one_cycle", "phase 0");
+}
+
+/* torch's OneCycleLR momentum (cycle_momentum), transcribed. */
+static double ref_one_cycle_momentum(double base, double mx, int64_t total, double pct,
+                                     bool cosine, bool three, int64_t step) {
+    double ends[3], st[3], en[3];
+    int n;
+    if (three) {
+        n = 3;
+        ends[0] = pct * total - 1, st[0] = mx, en[0] = base;
+        ends[1] = 2 * pct * total - 2, st[1] = base, en[1] = mx;
+        ends[2] = total - 1, st[2] = mx, en[2] = mx;
+    } else {
+        n = 2;
+        ends[0] = pct * total - 1, st[0] = mx, en[0] = base;
+        ends[1] = total - 1, st[1] = base, en[1] = mx;
+    }
+    double start = 0;
+    for (int i = 0; i < n; i++) {
+        if (step <= ends[i] || i == n - 1) {
+            double p = (step - start) / (ends[i] - start);
+            if (cosine) return en[i] + (st[i] - en[i]) / 2.0 * (cos(M_PI * p) + 1);
+            return (en[i] - st[i]) * p + st[i];
+        }
+        start = ends[i];
+    }
+    return NAN;
+}
+
+static void test_one_cycle_momentum(void **state) {
+    (void)state;
+    tu_seed();
+    for (int rep = 0; rep < 40; rep++) {
+        double base = tu_uniform(0.5, 0.9), mx = tu_uniform(0.9, 0.99), pct = tu_uniform(0.1, 0.45);
+        int64_t total = tu_randint(20, 200);
+        bool cosine = rep % 2, three = (rep / 2) % 2;
+        for (int64_t s = 0; s <= total; s++) {
+            double got = ct_momentum_one_cycle(base, mx, total, pct, cosine, three, s);
+            double ref = ref_one_cycle_momentum(base, mx, total, pct, cosine, three, s);
+            assert_true(fabs(got - ref) <= 1e-14);
+        }
+    }
+    /* torch's defaults: 0.95 at the start and the end, 0.85 at the rate's peak */
+    assert_true(fabs(ct_momentum_one_cycle(0.85, 0.95, 100, 0.3, true, false, 0) - 0.95) < 1e-15);
+    assert_true(fabs(ct_momentum_one_cycle(0.85, 0.95, 100, 0.3, true, false, 29) - 0.85) < 1e-15);
+    assert_true(fabs(ct_momentum_one_cycle(0.85, 0.95, 100, 0.3, true, false, 99) - 0.95) < 1e-15);
+    assert_true(isnan(ct_momentum_one_cycle(0.85, 0.95, 100, 0.3, true, false, 101)));
+    tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_momentum_one_cycle", "step 101");
+    assert_true(isnan(ct_momentum_one_cycle(NAN, 0.95, 100, 0.3, true, false, 0)));
+    tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_momentum_one_cycle",
+                    "base_momentum");
+    assert_true(isnan(ct_momentum_one_cycle(0.85, 0.95, 10, 0.1, true, false, 0)));
+    tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_momentum_one_cycle", "phase 0");
+}
+
+/* A parameter of 3 float64 elements with a fixed gradient, and opt made over it. */
+typedef struct one_param {
+    ct_params *pl;
+    ct_tensor *w;
+} one_param;
+
+static one_param make_param(const double *w0) {
+    one_param o;
+    o.w = tu_from_f64(w0, 1, (const int64_t[]){3}, CT_F64);
+    assert_non_null(o.w);
+    assert_int_equal(ct_requires_grad_(o.w, true), CT_OK);
+    o.pl = ct_params_new();
+    assert_int_equal(ct_params_add(o.pl, "w", o.w), CT_OK);
+    return o;
+}
+
+static void set_grad(ct_tensor *w, const double *g) {
+    ct_tensor *t = tu_from_f64(g, 1, (const int64_t[]){3}, CT_F64);
+    assert_non_null(t);
+    assert_int_equal(ct_set_grad(w, t), CT_OK);
+    ct_tensor_release(t);
+}
+
+/* A momentum changed between steps reaches the update: Adam's beta1 (its bias
+ * correction with the current beta1, as torch computes it) and SGD's momentum,
+ * against float64 transcriptions of torch's updates. */
+static void test_set_momentum_steps(void **state) {
+    (void)state;
+    tu_seed();
+    double w0[3], g[3][3], betas[3] = {0.9, 0.6, 0.75};
+    for (int i = 0; i < 3; i++) {
+        w0[i] = tu_uniform(-1, 1);
+        for (int t = 0; t < 3; t++) g[t][i] = tu_uniform(-1, 1);
+    }
+    /* Adam */
+    one_param a = make_param(w0);
+    ct_optimizer *o = ct_optim_adam_new(a.pl, 0.01, 0.9, 0.999, 1e-8, 0, false);
+    assert_non_null(o);
+    double w[3], m[3] = {0}, v[3] = {0};
+    memcpy(w, w0, sizeof w);
+    for (int t = 0; t < 3; t++) {
+        assert_int_equal(ct_optim_set_momentum(o, betas[t]), CT_OK);
+        assert_true(ct_optim_get_momentum(o) == betas[t]);
+        set_grad(a.w, g[t]);
+        assert_int_equal(ct_optim_step(o), CT_OK);
+        double b1 = betas[t], bc1 = 1 - pow(b1, t + 1), bc2 = 1 - pow(0.999, t + 1);
+        for (int i = 0; i < 3; i++) {
+            m[i] = b1 * m[i] + (1 - b1) * g[t][i];
+            v[i] = 0.999 * v[i] + 0.001 * g[t][i] * g[t][i];
+            w[i] -= 0.01 / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + 1e-8);
+        }
+    }
+    double *got = tu_values(a.w);
+    for (int i = 0; i < 3; i++) assert_true(fabs(got[i] - w[i]) <= 1e-12);
+    free(got);
+    ct_optim_free(o);
+    ct_params_free(a.pl);
+    ct_tensor_release(a.w);
+    /* SGD with momentum */
+    one_param s = make_param(w0);
+    o = ct_optim_sgd_new(s.pl, 0.1, 0.5, 0, 0, false);
+    assert_non_null(o);
+    double buf[3] = {0};
+    memcpy(w, w0, sizeof w);
+    for (int t = 0; t < 3; t++) {
+        assert_int_equal(ct_optim_set_momentum(o, betas[t]), CT_OK);
+        set_grad(s.w, g[t]);
+        assert_int_equal(ct_optim_step(o), CT_OK);
+        for (int i = 0; i < 3; i++) {
+            buf[i] = t == 0 ? g[t][i] : betas[t] * buf[i] + g[t][i];
+            w[i] -= 0.1 * buf[i];
+        }
+    }
+    got = tu_values(s.w);
+    for (int i = 0; i < 3; i++) assert_true(fabs(got[i] - w[i]) <= 1e-12);
+    free(got);
+    ct_optim_free(o);
+    ct_params_free(s.pl);
+    ct_tensor_release(s.w);
+}
+
+static void test_set_momentum_errors(void **state) {
+    (void)state;
+    double w0[3] = {1, 2, 3};
+    one_param a = make_param(w0);
+    ct_optimizer *sgd0 = ct_optim_sgd_new(a.pl, 0.1, 0, 0, 0, false);
+    ct_optimizer *sgd = ct_optim_sgd_new(a.pl, 0.1, 0.9, 0, 0, true);
+    ct_optimizer *adamw = ct_optim_adamw_new(a.pl, 0.1, 0.9, 0.999, 1e-8, 0);
+    ct_optimizer *ada = ct_optim_adagrad_new(a.pl, 0.1, 0, 0, 0, 1e-10);
+    assert_non_null(sgd0);
+    assert_non_null(sgd);
+    assert_non_null(adamw);
+    assert_non_null(ada);
+    tu_assert_error(ct_optim_set_momentum(sgd0, 0.9), CT_ERR_INVALID_ARG,
+                    "ct_optim_set_momentum", "momentum 0");
+    tu_assert_error(ct_optim_set_momentum(sgd, 0), CT_ERR_INVALID_ARG, "ct_optim_set_momentum",
+                    "expected > 0");
+    tu_assert_error(ct_optim_set_momentum(sgd, NAN), CT_ERR_INVALID_ARG,
+                    "ct_optim_set_momentum", "expected > 0");
+    assert_true(ct_optim_get_momentum(sgd) == 0.9); /* unchanged */
+    tu_assert_error(ct_optim_set_momentum(adamw, 1.0), CT_ERR_INVALID_ARG,
+                    "ct_optim_set_momentum", "beta1");
+    assert_true(ct_optim_get_momentum(adamw) == 0.9);
+    tu_assert_error(ct_optim_set_momentum(ada, 0.9), CT_ERR_INVALID_ARG, "ct_optim_set_momentum",
+                    "Adagrad");
+    assert_true(isnan(ct_optim_get_momentum(ada)));
+    tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_optim_get_momentum", "Adagrad");
+    tu_assert_error(ct_optim_set_momentum(NULL, 0.9), CT_ERR_INVALID_ARG,
+                    "ct_optim_set_momentum", "NULL");
+    assert_true(isnan(ct_optim_get_momentum(NULL)));
+    ct_optim_free(sgd0);
+    ct_optim_free(sgd);
+    ct_optim_free(adamw);
+    ct_optim_free(ada);
+    ct_params_free(a.pl);
+    ct_tensor_release(a.w);
 }
 
 /* torch's ReduceLROnPlateau, transcribed. */
@@ -235,6 +408,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_linear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_cycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_cycle_momentum, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_momentum_steps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_momentum_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plateau, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plateau_errors, setup, teardown),
     };

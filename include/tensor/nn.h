@@ -175,6 +175,17 @@ void ct_optim_zero_grad(ct_optimizer *opt);
  * a graph would set the value again at every replay). */
 ct_status ct_optim_set_lr(ct_optimizer *opt, double lr);
 double ct_optim_get_lr(const ct_optimizer *opt);
+/* The momentum the next step uses, as torch's schedulers set it: SGD's and
+ * RMSprop's momentum (> 0; not for one created with momentum 0, which keeps
+ * no momentum buffer), Adam's and AdamW's
+ * beta1 (in [0, 1); the bias correction 1 - beta1^t uses the current value,
+ * as torch's does). Adagrad has none. A hyperparameter given to each step's
+ * kernels: a step recorded in a CUDA graph replays the momentum it was
+ * recorded with. Nothing changes on failure. */
+ct_status ct_optim_set_momentum(ct_optimizer *opt, double momentum);
+/* SGD's or RMSprop's momentum, or beta1; NAN with an error for Adagrad or
+ * NULL. */
+double ct_optim_get_momentum(const ct_optimizer *opt);
 /* Parameter k's weight decay (k in the order of the list given at
  * creation), replacing the constructor's for it alone, as a torch.optim
  * parameter group of its own would: language models decay their matrices
@@ -362,11 +373,20 @@ double ct_lr_linear(double base_lr, double start_factor, double end_factor, int6
  * max_lr / div_factor / final_div_factor (three_phase: back to the initial
  * rate first, then down), annealed by cosine (anneal_cos) or linearly.
  * torch's defaults: pct_start 0.3, cos, div_factor 25, final_div_factor
- * 1e4, three_phase false. Momentum cycling is not part of it. NAN with an
- * error on bad arguments or a phase of no length. */
+ * 1e4, three_phase false. NAN with an error on bad arguments or a phase of
+ * no length. */
 double ct_lr_one_cycle(double max_lr, int64_t total_steps, double pct_start, bool anneal_cos,
                        double div_factor, double final_div_factor, bool three_phase,
                        int64_t step);
+/* OneCycleLR's momentum after step steps (its cycle_momentum, on by default
+ * in torch): the rate's cycle mirrored, from max_momentum down to
+ * base_momentum while the rate rises, back up while it falls (three_phase:
+ * then held at max_momentum). torch's defaults 0.85 and 0.95. Give it to
+ * ct_optim_set_momentum each step, as torch sets momentum or betas[0].
+ * NAN with an error as ct_lr_one_cycle, or for momenta that are not
+ * finite. */
+double ct_momentum_one_cycle(double base_momentum, double max_momentum, int64_t total_steps,
+                             double pct_start, bool anneal_cos, bool three_phase, int64_t step);
 
 /* torch.optim.lr_scheduler.ReduceLROnPlateau over one optimizer's learning
  * rate (borrowed: free the scheduler before the optimizer). mode_max:

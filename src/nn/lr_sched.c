@@ -36,53 +36,78 @@ static double anneal(bool cos_anneal, double start, double end, double pct) {
     return (end - start) * pct + start;
 }
 
+/* The phase of torch's OneCycleLR table that step falls in and how far into
+ * it (pct); each phase ends at its end_step (inclusive). CT_OK, or an error
+ * naming op. */
+static ct_status one_cycle_phase(const char *op, int64_t total_steps, double pct_start,
+                                 bool three_phase, int64_t step, int *phase, double *pct) {
+    if (total_steps < 1 || step < 0 || step > total_steps)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: expected total_steps >= 1 and 0 <= step <= total_steps, got "
+                         "total_steps %lld, step %lld",
+                         op, (long long)total_steps, (long long)step);
+    if (!(pct_start >= 0 && pct_start <= 1))
+        return cti_error(CT_ERR_INVALID_ARG, "%s: expected pct_start in [0, 1], got %g", op,
+                         pct_start);
+    double t = (double)total_steps, end[3] = {pct_start * t - 1, t - 1, 0};
+    int nph = 2;
+    if (three_phase) nph = 3, end[1] = 2 * pct_start * t - 2, end[2] = t - 1;
+    double s = (double)step, begin = 0;
+    for (int i = 0; i < nph; i++) {
+        if (s <= end[i] || i == nph - 1) {
+            if (end[i] == begin)
+                return cti_error(CT_ERR_INVALID_ARG,
+                                 "%s: phase %d of the cycle has no length (pct_start %g with "
+                                 "total_steps %lld); choose a larger pct_start or total_steps",
+                                 op, i, pct_start, (long long)total_steps);
+            *phase = i;
+            *pct = (s - begin) / (end[i] - begin);
+            return CT_OK;
+        }
+        begin = end[i];
+    }
+    return cti_error(CT_ERR_INVALID_ARG, "%s: no phase", op); /* not reached */
+}
+
 double ct_lr_one_cycle(double max_lr, int64_t total_steps, double pct_start, bool anneal_cos,
                        double div_factor, double final_div_factor, bool three_phase,
                        int64_t step) {
     static const char op[] = "ct_lr_one_cycle";
-    if (total_steps < 1 || step < 0 || step > total_steps) {
-        cti_error(CT_ERR_INVALID_ARG,
-                  "%s: expected total_steps >= 1 and 0 <= step <= total_steps, got total_steps "
-                  "%lld, step %lld",
-                  op, (long long)total_steps, (long long)step);
-        return NAN;
-    }
-    if (!(pct_start >= 0 && pct_start <= 1))
-        return nan_error(op, "expected pct_start in [0, 1]", pct_start);
     if (!(div_factor > 0) || !isfinite(div_factor))
         return nan_error(op, "expected a finite div_factor > 0", div_factor);
     if (!(final_div_factor > 0) || !isfinite(final_div_factor))
         return nan_error(op, "expected a finite final_div_factor > 0", final_div_factor);
+    int ph = 0;
+    double pct = 0;
+    if (one_cycle_phase(op, total_steps, pct_start, three_phase, step, &ph, &pct) != CT_OK)
+        return NAN;
     double initial = max_lr / div_factor, min_lr = initial / final_div_factor;
-    double t = (double)total_steps, up = pct_start * t - 1;
-    /* torch's phase table: each phase ends at its end_step (inclusive). */
-    double end[3], from[3], to[3];
-    int nph;
-    if (three_phase) {
-        nph = 3;
-        end[0] = up, from[0] = initial, to[0] = max_lr;
-        end[1] = 2 * pct_start * t - 2, from[1] = max_lr, to[1] = initial;
-        end[2] = t - 1, from[2] = initial, to[2] = min_lr;
-    } else {
-        nph = 2;
-        end[0] = up, from[0] = initial, to[0] = max_lr;
-        end[1] = t - 1, from[1] = max_lr, to[1] = min_lr;
-    }
-    double s = (double)step, begin = 0;
-    for (int i = 0; i < nph; i++) {
-        if (s <= end[i] || i == nph - 1) {
-            if (end[i] == begin) {
-                cti_error(CT_ERR_INVALID_ARG,
-                          "%s: phase %d of the cycle has no length (pct_start %g with "
-                          "total_steps %lld); choose a larger pct_start or total_steps",
-                          op, i, pct_start, (long long)total_steps);
-                return NAN;
-            }
-            return anneal(anneal_cos, from[i], to[i], (s - begin) / (end[i] - begin));
-        }
-        begin = end[i];
-    }
-    return NAN; /* not reached: the last phase always answers */
+    /* torch's phases: up to max_lr, then down to min_lr (three_phase: back
+     * to the initial rate first) */
+    const double from3[3] = {initial, max_lr, initial}, to3[3] = {max_lr, initial, min_lr};
+    const double from2[2] = {initial, max_lr}, to2[2] = {max_lr, min_lr};
+    return three_phase ? anneal(anneal_cos, from3[ph], to3[ph], pct)
+                       : anneal(anneal_cos, from2[ph], to2[ph], pct);
+}
+
+double ct_momentum_one_cycle(double base_momentum, double max_momentum, int64_t total_steps,
+                             double pct_start, bool anneal_cos, bool three_phase, int64_t step) {
+    static const char op[] = "ct_momentum_one_cycle";
+    if (!isfinite(base_momentum))
+        return nan_error(op, "expected a finite base_momentum", base_momentum);
+    if (!isfinite(max_momentum))
+        return nan_error(op, "expected a finite max_momentum", max_momentum);
+    int ph = 0;
+    double pct = 0;
+    if (one_cycle_phase(op, total_steps, pct_start, three_phase, step, &ph, &pct) != CT_OK)
+        return NAN;
+    /* the rate's phases mirrored: down to base while the rate rises, back up
+     * while it falls (three_phase: held at max in the last phase) */
+    const double from3[3] = {max_momentum, base_momentum, max_momentum};
+    const double to3[3] = {base_momentum, max_momentum, max_momentum};
+    const double from2[2] = {max_momentum, base_momentum}, to2[2] = {base_momentum, max_momentum};
+    return three_phase ? anneal(anneal_cos, from3[ph], to3[ph], pct)
+                       : anneal(anneal_cos, from2[ph], to2[ph], pct);
 }
 
 /* ---- ReduceLROnPlateau ---------------------------------------------------------------------- */

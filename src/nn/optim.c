@@ -484,6 +484,53 @@ ct_status ct_optim_set_lr(ct_optimizer *opt, double lr) {
 
 double ct_optim_get_lr(const ct_optimizer *opt) { return opt ? opt->lr : NAN; }
 
+ct_status ct_optim_set_momentum(ct_optimizer *opt, double momentum) {
+    static const char op[] = "ct_optim_set_momentum";
+    if (!opt) return cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
+    switch (opt->kind) {
+    case OPT_ADAM:
+    case OPT_ADAMW:
+        if (!(momentum >= 0 && momentum < 1))
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: invalid beta1 %g for Adam/AdamW (expected in [0, 1))", op,
+                             momentum);
+        opt->beta1 = momentum;
+        return CT_OK;
+    case OPT_SGD:
+    case OPT_RMSPROP:
+        /* the buffer exists when the optimizer was made with momentum > 0;
+         * 0 would turn it off in the kernels (and back on later), so
+         * scheduled values stay > 0 */
+        if (opt->momentum == 0)
+            return cti_error(CT_ERR_INVALID_ARG,
+                             "%s: the optimizer was created with momentum 0 and keeps no "
+                             "momentum buffer; create it with a momentum > 0 to schedule one",
+                             op);
+        if (!(momentum > 0) || !isfinite(momentum))
+            return cti_error(CT_ERR_INVALID_ARG, "%s: invalid momentum %g (expected > 0)", op,
+                             momentum);
+        opt->momentum = momentum;
+        return CT_OK;
+    default:
+        return cti_error(CT_ERR_INVALID_ARG, "%s: Adagrad has no momentum", op);
+    }
+}
+
+double ct_optim_get_momentum(const ct_optimizer *opt) {
+    static const char op[] = "ct_optim_get_momentum";
+    if (!opt) {
+        cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
+        return NAN;
+    }
+    switch (opt->kind) {
+    case OPT_ADAM:
+    case OPT_ADAMW: return opt->beta1;
+    case OPT_SGD:
+    case OPT_RMSPROP: return opt->momentum;
+    default: cti_error(CT_ERR_INVALID_ARG, "%s: Adagrad has no momentum", op); return NAN;
+    }
+}
+
 ct_status ct_optim_set_weight_decay(ct_optimizer *opt, int64_t k, double weight_decay) {
     static const char op[] = "ct_optim_set_weight_decay";
     if (!opt) return cti_error(CT_ERR_INVALID_ARG, "%s: optimizer is NULL", op);
