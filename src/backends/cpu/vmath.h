@@ -417,12 +417,43 @@ VM_INLINE float vm_gelu_tanh(float x) {
  * then 2^n (expm1(r) + 1) - 1 = 2^n expm1(r) + (2^n - 1), exact for n = 0, so tiny x keeps
  * its digits (up to n = 24; exp beyond). log2 and log10 take vm_log's exponent and mantissa apart, so that log2 of a
  * power of two is exact. exp2: n = round(x), r = x - n exact, 2^r = exp(r ln 2). */
+/* log(u) + c for u positive, normal and finite (anything else gives garbage): vm_log
+ * without its subnormal scaling and its specials, for the functions that know their
+ * argument and put their own specials back with a select or two at the end. The
+ * exponent and mantissa split is integer arithmetic only: offsetting u's bits by
+ * 1 - sqrt(1/2) moves the mantissas from sqrt(1/2) up into the next binade, so that m
+ * lands in [sqrt(1/2), sqrt(2)) without a compare; the same f, e and polynomial as
+ * vm_log, so the same results. c goes in before the last rounding (log1p's correction). */
+VM_INLINE float vm_log_pos(float u, float c) {
+    uint32_t ix = vm_bits(u) + (0x3f800000u - 0x3f3504f3u);
+    float e = (float)((int32_t)(ix >> 23) - 127);
+    float f = vm_from_bits((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f; /* exact */
+    float z = f * f;
+    float y = 7.0376836292E-2f;
+    y = VM_FMA(y, f, -1.1514610310E-1f);
+    y = VM_FMA(y, f, 1.1676998740E-1f);
+    y = VM_FMA(y, f, -1.2420140846E-1f);
+    y = VM_FMA(y, f, 1.4249322787E-1f);
+    y = VM_FMA(y, f, -1.6668057665E-1f);
+    y = VM_FMA(y, f, 2.0000714765E-1f);
+    y = VM_FMA(y, f, -2.4999993993E-1f);
+    y = VM_FMA(y, f, 3.3333331174E-1f);
+    y = y * f * z;
+    y = VM_FMA(e, -2.12194440e-4f, y + c);
+    y = VM_FMA(z, -0.5f, y);
+    return VM_FMA(e, 0.693359375f, f + y);
+}
+/* log1p(w) for w > -1 finite, as vm_log_pos(u) with u = 1 + w rounded (at least 2^-24:
+ * normal) and the quotient that puts back what that rounding lost */
+VM_INLINE float vm_log1p_core(float w) {
+    float u = 1.0f + w;
+    return vm_log_pos(u, (w - (u - 1.0f)) / u);
+}
+/* The result has x's sign (which keeps -0); +inf, -1, below -1 and NaN by one select. */
 VM_INLINE float vm_log1p(float x) {
-    float u = 1.0f + x;
-    float r = vm_log(u) + (x - (u - 1.0f)) / u;
-    r = x == INFINITY ? x : r;
-    r = u == 0.0f ? -INFINITY : r;
-    return x == 0.0f ? x : r; /* keeps -0; NaN and x < -1: vm_log's NaN */
+    float r = copysignf(vm_log1p_core(x), x);
+    float special = x == INFINITY ? x : (x == -1.0f ? -INFINITY : NAN);
+    return (x > -1.0f && x < INFINITY) ? r : special;
 }
 
 VM_INLINE float vm_expm1(float x) {
@@ -545,26 +576,34 @@ VM_INLINE float vm_cosh(float x) {
     float h = vm_exp_half(fabsf(x));
     return h + 0.25f / h;
 }
+/* One log for both ranges: log1p's argument below 2^12, log(a) + ln 2 above, selected
+ * before the log; inf and NaN (a itself) by a select at the end. */
 VM_INLINE float vm_asinh(float x) {
     float a = fabsf(x);
-    float ac = a > 4096.0f ? 4096.0f : a;
+    int big = a > 4096.0f;
+    float ac = big ? 4096.0f : a;
     float a2 = ac * ac;
-    float small = vm_log1p(ac + a2 / (1.0f + sqrtf(1.0f + a2)));
-    float big = vm_log(a) + 0.693147180559945309f;
-    float r = a > 4096.0f ? big : small;
+    float w = ac + a2 / (1.0f + sqrtf(1.0f + a2));
+    float u = 1.0f + w;
+    float c = (w - (u - 1.0f)) / u;
+    float r = vm_log_pos(big ? a : u, big ? 0.693147180559945309f : c);
+    r = a < INFINITY ? r : a;
     return copysignf(r, x);
 }
-VM_INLINE float vm_acosh(float x) {
-    float xc = x > 4096.0f ? 4096.0f : x;
-    float t = xc - 1.0f;
-    float small = vm_log1p(t + sqrtf(VM_FMA(t, t, t + t)));
-    float big = vm_log(x) + 0.693147180559945309f;
-    float r = x > 4096.0f ? big : small;
+VM_INLINE float vm_acosh(float x) { /* as asinh: one log, the specials at the end */
+    int big = x > 4096.0f;
+    float t = (big ? 4096.0f : x) - 1.0f;
+    float w = t + sqrtf(VM_FMA(t, t, t + t));
+    float u = 1.0f + w;
+    float c = (w - (u - 1.0f)) / u;
+    float r = vm_log_pos(big ? x : u, big ? 0.693147180559945309f : c);
+    r = x < INFINITY ? r : x;
     return x >= 1.0f ? r : NAN; /* also for NaN */
 }
 VM_INLINE float vm_atanh(float x) {
     float a = fabsf(x);
-    float r = 0.5f * vm_log1p((a + a) / (1.0f - a)); /* a = 1: inf; a > 1: NaN */
+    float r = 0.5f * vm_log1p_core((a + a) / (1.0f - a));
+    r = a < 1.0f ? r : (a == 1.0f ? INFINITY : NAN); /* NaN too */
     return copysignf(r, x);
 }
 
@@ -729,7 +768,8 @@ VM_INLINE float vm_erfc(float x) {
  * Gems, 2010): with w = -log((1 - y)(1 + y)), a polynomial in w - 2.5 below w = 5 and one
  * in sqrt(w) - 3 above, times y; both computed, one selected. +-1 give +-inf, |y| > 1 NaN. */
 VM_INLINE float vm_erfinv(float y) {
-    float w = -vm_log((1.0f - y) * (1.0f + y));
+    /* (1 - y)(1 + y) is at least 2^-23 for |y| < 1: positive normal */
+    float w = -vm_log_pos((1.0f - y) * (1.0f + y), 0.0f);
     float a = w - 2.5f;
     float p = 2.81022636e-08f;
     p = VM_FMA(p, a, 3.43273939e-07f);
