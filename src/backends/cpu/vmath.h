@@ -778,10 +778,15 @@ VM_INLINE float vm_erfc(float x) {
 /* ---- erfinv -----------------------------------------------------------------------------------
  * Giles' single-precision approximation (Approximating the erfinv function, GPU Computing
  * Gems, 2010): with w = -log((1 - y)(1 + y)), a polynomial in w - 2.5 below w = 5 and one
- * in sqrt(w) - 3 above, times y; both computed, one selected. +-1 give +-inf, |y| > 1 NaN. */
-VM_INLINE float vm_erfinv(float y) {
+ * in sqrt(w) - 3 above, times y. vm_erfinv computes both and selects one; +-1 give +-inf,
+ * |y| > 1 NaN. vm_erfinv_central is the first alone, for the loops that take it on
+ * whole vectors and vm_erfinv only where a vector has an element it flags (w >= 5 is
+ * |y| > 0.9966, rare in most data; elementwise.c's SPLIT_LOOP). */
+VM_INLINE float vm_erfinv_w(float y) {
     /* (1 - y)(1 + y) is at least 2^-23 for |y| < 1: positive normal */
-    float w = -vm_log_pos((1.0f - y) * (1.0f + y), 0.0f);
+    return -vm_log_pos((1.0f - y) * (1.0f + y), 0.0f);
+}
+VM_INLINE float vm_erfinv_p(float w) {
     float a = w - 2.5f;
     float p = 2.81022636e-08f;
     p = VM_FMA(p, a, 3.43273939e-07f);
@@ -791,7 +796,16 @@ VM_INLINE float vm_erfinv(float y) {
     p = VM_FMA(p, a, -0.00125372503f);
     p = VM_FMA(p, a, -0.00417768164f);
     p = VM_FMA(p, a, 0.246640727f);
-    p = VM_FMA(p, a, 1.50140941f);
+    return VM_FMA(p, a, 1.50140941f);
+}
+/* erfinv(y) where *tail comes back 0; *tail is 1 for |y| >= 1, NaN and w >= 5 */
+VM_INLINE float vm_erfinv_central(float y, int *tail) {
+    float w = vm_erfinv_w(y);
+    *tail = (w < 5.0f) & (fabsf(y) < 1.0f) ? 0 : 1;
+    return vm_erfinv_p(w) * y;
+}
+VM_INLINE float vm_erfinv(float y) {
+    float w = vm_erfinv_w(y);
     float b = sqrtf(w) - 3.0f;
     float q = -0.000200214257f;
     q = VM_FMA(q, b, 0.000100950558f);
@@ -802,7 +816,7 @@ VM_INLINE float vm_erfinv(float y) {
     q = VM_FMA(q, b, 0.00943887047f);
     q = VM_FMA(q, b, 1.00167406f);
     q = VM_FMA(q, b, 2.83297682f);
-    float r = (w < 5.0f ? p : q) * y;
+    float r = (w < 5.0f ? vm_erfinv_p(w) : q) * y;
     r = fabsf(y) == 1.0f ? y * INFINITY : r;
     return fabsf(y) <= 1.0f ? r : NAN; /* also for NaN */
 }
