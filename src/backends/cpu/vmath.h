@@ -755,8 +755,8 @@ VM_INLINE float vm_erfc_big(float z) {
     return vm_exp_ftz(hi, lo, 0) * vm_erfc_ts(z);
 }
 /* erf = 1 - erfc for z >= 1/2 needs erfc only to an absolute 2^-26 or so: -z^2 rounded
- * (relative error z^2 2^-24 in exp, under 2^-24 absolute for z <= 4 since erfc(z) z^2
- * is below 1/8 there), z clamped to 4 (erf is 1 in float32 past 3.92), so exp needs no
+ * (relative error z^2 2^-24 in exp, under 2^-26 absolute for z <= 4 since erfc(z) z^2
+ * is below 0.17 there), z clamped to 4 (erf is 1 in float32 past 3.92), so exp needs no
  * flush: its argument stays above -16. NaN stays NaN (the clamp keeps it). */
 VM_INLINE float vm_erf(float x) {
     float z = fabsf(x);
