@@ -345,6 +345,50 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
         }                                                                              \
     }
 
+/* Functions with a cheap central form and a costly tail (erfinv): float32 in chunks of
+ * SPLIT_W through CF (vmath.h; it flags each element it does not cover), and only a chunk
+ * with a flagged element again through VF, which covers every input. A chunk is one
+ * AVX-512 vector (two AVX2 ones), so the tail costs a vector that holds a tail element,
+ * not every vector. The block is a function of its own: GCC vectorizes the chunks' loop
+ * only with o and x restrict parameters (block-scope restrict pointers leave it
+ * versioning for aliasing and vectorizing across chunks). o and x must not overlap. */
+#define SPLIT_W 16
+#define SPLIT_BLOCK_FN(name, CF, VF)                                                   \
+    static inline void name(float *restrict o, const float *restrict x, int64_t m) {   \
+        int64_t j = 0;                                                                 \
+        for (; j + SPLIT_W <= m; j += SPLIT_W) {                                       \
+            int tail = 0;                                                              \
+            for (int i = 0; i < SPLIT_W; i++) {                                        \
+                int t;                                                                 \
+                o[j + i] = CF(x[j + i], &t);                                           \
+                tail |= t;                                                             \
+            }                                                                          \
+            if (tail)                                                                  \
+                for (int i = 0; i < SPLIT_W; i++) o[j + i] = VF(x[j + i]);             \
+        }                                                                              \
+        for (; j < m; j++) o[j] = VF(x[j]);                                            \
+    }
+/* Contiguous float32 in and out (not in place) straight through; the rest through
+ * blocks converted to and from float32, as TRIG_LOOP. */
+#define SPLIT_LOOP(name, CF, VF)                                                       \
+    SPLIT_BLOCK_FN(name##_block, CF, VF)                                               \
+    static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
+        const ew_ctx *P = ctx;                                                         \
+        if (P->dt[0] == CT_F32 && P->dt[1] == CT_F32 && s[0] == 4 && s[1] == 4 &&      \
+            p[0] != p[1]) {                                                            \
+            name##_block((float *)p[0], (const float *)p[1], n);                       \
+            return;                                                                    \
+        }                                                                              \
+        float in[BLK], out[BLK];                                                       \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(in, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
+            name##_block(out, in, m);                                                  \
+            if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], out, m);        \
+            else store_lp(p[0] + off * s[0], s[0], out, m, P->dt[0]);                  \
+        }                                                                              \
+    }
+
 /* fmod and remainder (REM) of float32, float16 and bfloat16 in blocks: vm_fmod
  * for every element, then libm's fmodf for those it does not cover (only in a
  * block that has one). Python's remainder moves fmod into b's sign. */
@@ -431,6 +475,14 @@ typedef struct ew_reg {
     KERNEL(k_##op##_f32, loop_##op##_f32, 1)                                           \
     KERNEL(k_##op##_f16, loop_##op##_f32, 1)                                           \
     KERNEL(k_##op##_bf16, loop_##op##_f32, 1)
+/* erfinv: float64 through EXPR##_d, the rest through SPLIT_LOOP with vm_##EXPR##_central
+ * and vm_##EXPR. */
+#define U_SPLIT(op, EXPR)                                                              \
+    U_NATIVE(op, f64, double, uint64_t, double, FPARAMS, EXPR##_d(x))                  \
+    SPLIT_LOOP(loop_##op##_f32, vm_##EXPR##_central, vm_##EXPR)                        \
+    KERNEL(k_##op##_f32, loop_##op##_f32, 1)                                           \
+    KERNEL(k_##op##_f16, loop_##op##_f32, 1)                                           \
+    KERNEL(k_##op##_bf16, loop_##op##_f32, 1)
 #define U_INT(op, EXPR)                                                                \
     U_NATIVE(op, i32, int32_t, uint32_t, int32_t, IPARAMS, EXPR)                       \
     U_NATIVE(op, i64, int64_t, uint64_t, int64_t, IPARAMS, EXPR)
@@ -485,6 +537,7 @@ typedef struct ew_reg {
 /* A kernel family's registration rows, by the name of its definer. */
 #define REG_U_FLOAT R_FLOAT
 #define REG_U_TRIG R_FLOAT
+#define REG_U_SPLIT R_FLOAT
 #define REG_U_FLOAT_TO_BOOL R_FLOAT
 #define REG_U_INT R_INT
 #define REG_U_INT_TO_BOOL R_INT
@@ -684,7 +737,7 @@ static double erfinv_d(double y) {
     X(FRAC, frac, U_FLOAT, x - trunc(x))                                                \
     X(ERF, erf, U_FLOAT, F32_OR_F64(vm_erf(x), erf(x)))                                 \
     X(ERFC, erfc, U_FLOAT, F32_OR_F64(vm_erfc(x), erfc(x)))                             \
-    X(ERFINV, erfinv, U_FLOAT, F32_OR_F64(vm_erfinv(x), erfinv_d(x)))                                 \
+    X(ERFINV, erfinv, U_SPLIT, erfinv)                                                  \
     X(TAN, tan, U_TRIG, tan)                                                            \
     X(ASIN, asin, U_FLOAT, F32_OR_F64(vm_asin(x), asin(x)))                             \
     X(ACOS, acos, U_FLOAT, F32_OR_F64(vm_acos(x), acos(x)))                             \

@@ -25,9 +25,9 @@
  *   vm_gelu               7   through erfc (fitted here)
  * and, measured on the test's sweep (about 2^19 points over the range, not
  * exhaustive; the bounds test_elementwise.c checks are these plus a margin):
- *   vm_exp2 0.9, vm_log2 1.7, vm_log10 1.9, vm_log1p 1.5, vm_expm1 1.4,
+ *   vm_exp2 0.9, vm_log2 1.7, vm_log10 1.9, vm_log1p 0.9, vm_expm1 1.4,
  *   vm_tan 1.8, vm_asin 2.2, vm_acos 1.2, vm_atan 2.2, vm_sinh 1.9, vm_cosh 1.4,
- *   vm_asinh 1.8, vm_acosh 1.7, vm_atanh 2.2, vm_erf 2.9, vm_erfc 5.1,
+ *   vm_asinh 1.5, vm_acosh 1.5, vm_atanh 1.8, vm_erf 2.9, vm_erfc 5.1,
  *   vm_erfinv 3.4, vm_mish 3.5 (x n / (n + 2), n = e^x (e^x + 2)), and -vm_softplus(-x)
  *   (logsigmoid) 2.1.
  * That is within a few roundings of glibc (1 to 2 ulp) and of the fast exp
@@ -417,12 +417,43 @@ VM_INLINE float vm_gelu_tanh(float x) {
  * then 2^n (expm1(r) + 1) - 1 = 2^n expm1(r) + (2^n - 1), exact for n = 0, so tiny x keeps
  * its digits (up to n = 24; exp beyond). log2 and log10 take vm_log's exponent and mantissa apart, so that log2 of a
  * power of two is exact. exp2: n = round(x), r = x - n exact, 2^r = exp(r ln 2). */
+/* log(u) + c for u positive, normal and finite (anything else gives garbage): vm_log
+ * without its subnormal scaling and its specials, for the functions that know their
+ * argument and put their own specials back with a select or two at the end. The
+ * exponent and mantissa split is integer arithmetic only: offsetting u's bits by
+ * 1 - sqrt(1/2) moves the mantissas from sqrt(1/2) up into the next binade, so that m
+ * lands in [sqrt(1/2), sqrt(2)) without a compare; the same f, e and polynomial as
+ * vm_log, so the same results. c goes in before the last rounding (log1p's correction). */
+VM_INLINE float vm_log_pos(float u, float c) {
+    uint32_t ix = vm_bits(u) + (0x3f800000u - 0x3f3504f3u);
+    float e = (float)((int32_t)(ix >> 23) - 127);
+    float f = vm_from_bits((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f; /* exact */
+    float z = f * f;
+    float y = 7.0376836292E-2f;
+    y = VM_FMA(y, f, -1.1514610310E-1f);
+    y = VM_FMA(y, f, 1.1676998740E-1f);
+    y = VM_FMA(y, f, -1.2420140846E-1f);
+    y = VM_FMA(y, f, 1.4249322787E-1f);
+    y = VM_FMA(y, f, -1.6668057665E-1f);
+    y = VM_FMA(y, f, 2.0000714765E-1f);
+    y = VM_FMA(y, f, -2.4999993993E-1f);
+    y = VM_FMA(y, f, 3.3333331174E-1f);
+    y = y * f * z;
+    y = VM_FMA(e, -2.12194440e-4f, y + c);
+    y = VM_FMA(z, -0.5f, y);
+    return VM_FMA(e, 0.693359375f, f + y);
+}
+/* log1p(w) for w > -1 finite, as vm_log_pos(u) with u = 1 + w rounded (at least 2^-24:
+ * normal) and the quotient that puts back what that rounding lost */
+VM_INLINE float vm_log1p_core(float w) {
+    float u = 1.0f + w;
+    return vm_log_pos(u, (w - (u - 1.0f)) / u);
+}
+/* The result has x's sign (which keeps -0); +inf, -1, below -1 and NaN by one select. */
 VM_INLINE float vm_log1p(float x) {
-    float u = 1.0f + x;
-    float r = vm_log(u) + (x - (u - 1.0f)) / u;
-    r = x == INFINITY ? x : r;
-    r = u == 0.0f ? -INFINITY : r;
-    return x == 0.0f ? x : r; /* keeps -0; NaN and x < -1: vm_log's NaN */
+    float r = copysignf(vm_log1p_core(x), x);
+    float special = x == INFINITY ? x : (x == -1.0f ? -INFINITY : NAN);
+    return (x > -1.0f && x < INFINITY) ? r : special;
 }
 
 VM_INLINE float vm_expm1(float x) {
@@ -545,26 +576,34 @@ VM_INLINE float vm_cosh(float x) {
     float h = vm_exp_half(fabsf(x));
     return h + 0.25f / h;
 }
+/* One log for both ranges: log1p's argument below 2^12, log(a) + ln 2 above, selected
+ * before the log; inf and NaN (a itself) by a select at the end. */
 VM_INLINE float vm_asinh(float x) {
     float a = fabsf(x);
-    float ac = a > 4096.0f ? 4096.0f : a;
+    int big = a > 4096.0f;
+    float ac = big ? 4096.0f : a;
     float a2 = ac * ac;
-    float small = vm_log1p(ac + a2 / (1.0f + sqrtf(1.0f + a2)));
-    float big = vm_log(a) + 0.693147180559945309f;
-    float r = a > 4096.0f ? big : small;
+    float w = ac + a2 / (1.0f + sqrtf(1.0f + a2));
+    float u = 1.0f + w;
+    float c = (w - (u - 1.0f)) / u;
+    float r = vm_log_pos(big ? a : u, big ? 0.693147180559945309f : c);
+    r = a < INFINITY ? r : a;
     return copysignf(r, x);
 }
-VM_INLINE float vm_acosh(float x) {
-    float xc = x > 4096.0f ? 4096.0f : x;
-    float t = xc - 1.0f;
-    float small = vm_log1p(t + sqrtf(VM_FMA(t, t, t + t)));
-    float big = vm_log(x) + 0.693147180559945309f;
-    float r = x > 4096.0f ? big : small;
+VM_INLINE float vm_acosh(float x) { /* as asinh: one log, the specials at the end */
+    int big = x > 4096.0f;
+    float t = (big ? 4096.0f : x) - 1.0f;
+    float w = t + sqrtf(VM_FMA(t, t, t + t));
+    float u = 1.0f + w;
+    float c = (w - (u - 1.0f)) / u;
+    float r = vm_log_pos(big ? x : u, big ? 0.693147180559945309f : c);
+    r = x < INFINITY ? r : x;
     return x >= 1.0f ? r : NAN; /* also for NaN */
 }
 VM_INLINE float vm_atanh(float x) {
     float a = fabsf(x);
-    float r = 0.5f * vm_log1p((a + a) / (1.0f - a)); /* a = 1: inf; a > 1: NaN */
+    float r = 0.5f * vm_log1p_core((a + a) / (1.0f - a));
+    r = a < 1.0f ? r : (a == 1.0f ? INFINITY : NAN); /* NaN too */
     return copysignf(r, x);
 }
 
@@ -688,14 +727,8 @@ VM_INLINE float vm_erf_small(float z) { /* erf(z), |z| < 1/2 */
     e = VM_FMA(e, z2, 1.0f);
     return (1.12837916709551257f * z) * e;
 }
-VM_INLINE float vm_erfc_big(float z) { /* erfc(z), z >= 1/2 */
-#ifdef __FMA__
-    float sq = z * z;
-    float hi = -sq, lo = -fmaf(z, z, -sq);
-#else
-    double h = -(double)z * (double)z;
-    float hi = (float)h, lo = (float)(h - (double)hi);
-#endif
+/* t S(t), t = 1 / (1 + z / 2): erfc(z) exp(z^2) for z >= 1/2 */
+VM_INLINE float vm_erfc_ts(float z) {
     float t = 1.0f / (1.0f + 0.5f * z);
     float sp = -0.0319926118f;
     sp = VM_FMA(sp, t, 0.0741026024f);
@@ -707,29 +740,69 @@ VM_INLINE float vm_erfc_big(float z) { /* erfc(z), z >= 1/2 */
     sp = VM_FMA(sp, t, 0.244457408f);
     sp = VM_FMA(sp, t, 0.28229879f);
     sp = VM_FMA(sp, t, 0.28208732f);
-    float zc = z > 10.5f ? 10.5f : z;
-    float r = vm_exp_ftz(hi, lo, 0) * (t * sp);
-    return z > 10.5f ? 0.0f : (zc == zc ? r : z);
+    return t * sp;
 }
+/* erfc(z) for z >= 1/2: 0 past 9.2 (the flush of vm_exp_ftz, also for z = inf, where t
+ * is 0), NaN for NaN */
+VM_INLINE float vm_erfc_big(float z) {
+#ifdef __FMA__
+    float sq = z * z;
+    float hi = -sq, lo = -fmaf(z, z, -sq);
+#else
+    double h = -(double)z * (double)z;
+    float hi = (float)h, lo = (float)(h - (double)hi);
+#endif
+    return vm_exp_ftz(hi, lo, 0) * vm_erfc_ts(z);
+}
+/* erf = 1 - erfc for z >= 1/2 needs erfc only to an absolute 2^-26 or so: -z^2 rounded
+ * (relative error z^2 2^-24 in exp, under 2^-26 absolute for z <= 4 since erfc(z) z^2
+ * is below 0.17 there), z clamped to 4 (erf is 1 in float32 past 3.92), so exp needs no
+ * flush: its argument stays above -16. NaN stays NaN (the clamp keeps it). */
 VM_INLINE float vm_erf(float x) {
     float z = fabsf(x);
-    float r = z < 0.5f ? vm_erf_small(z) : 1.0f - vm_erfc_big(z);
-    return copysignf(r, x); /* NaN: vm_erfc_big gives NaN */
+    float zc = z > 4.0f ? 4.0f : z;
+    VM_EXP_REDUCE(-zc * zc, t, n, r);
+    float e = vm_exp_poly(r) * vm_from_bits((vm_bits(t) - (0x4B400000u - 127u)) << 23);
+    float big = 1.0f - e * vm_erfc_ts(zc);
+    float res = z < 0.5f ? vm_erf_small(z) : big;
+    return copysignf(res, x);
 }
+/* 1 - erf below 1/2, erfc(|x|) above (2 - that for x < 0); NaN through the right side */
 VM_INLINE float vm_erfc(float x) {
     float z = fabsf(x);
     float c = vm_erfc_big(z);
-    float r = z < 0.5f ? 1.0f - vm_erf_small(x) : (x > 0.0f ? c : 2.0f - c);
-    return x != x ? x : r;
+    return z < 0.5f ? 1.0f - vm_erf_small(x) : (x > 0.0f ? c : 2.0f - c);
 }
 
 
 /* ---- erfinv -----------------------------------------------------------------------------------
  * Giles' single-precision approximation (Approximating the erfinv function, GPU Computing
  * Gems, 2010): with w = -log((1 - y)(1 + y)), a polynomial in w - 2.5 below w = 5 and one
- * in sqrt(w) - 3 above, times y; both computed, one selected. +-1 give +-inf, |y| > 1 NaN. */
-VM_INLINE float vm_erfinv(float y) {
-    float w = -vm_log((1.0f - y) * (1.0f + y));
+ * in sqrt(w) - 3 above, times y. vm_erfinv computes both and selects one; +-1 give +-inf,
+ * |y| > 1 NaN. vm_erfinv_central is the first alone, for the loops that take it on
+ * whole vectors and vm_erfinv only where a vector has an element it flags (w >= 5 is
+ * |y| > 0.9966, rare in most data; elementwise.c's SPLIT_LOOP). */
+/* w = -log((1 - y)(1 + y)); (1 - y)(1 + y) = 2^e m is at least 2^-23 for |y| < 1 (positive
+ * normal), m in [sqrt(1/2), sqrt(2)) as vm_log_pos splits it. The polynomials need w only
+ * to an absolute 1e-8 or so (erfinv's relative change is at most w's change / 4 where
+ * w > 2^-4; below, w ~ y^2 keeps its relative precision), so log(m) = 2 atanh(s), s =
+ * (m - 1) / (m + 1) in [-0.172, 0.172], by its series to s^9 (the rest below 1e-9):
+ * fewer operations than vm_log's polynomial. */
+VM_INLINE float vm_erfinv_w(float y) {
+    float v = (1.0f - y) * (1.0f + y);
+    uint32_t ix = vm_bits(v) + (0x3f800000u - 0x3f3504f3u);
+    float e = (float)((int32_t)(ix >> 23) - 127);
+    float f = vm_from_bits((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f; /* exact */
+    float s = f / (2.0f + f);
+    float z = s * s;
+    float p = 2.0f / 9.0f;
+    p = VM_FMA(p, z, 2.0f / 7.0f);
+    p = VM_FMA(p, z, 2.0f / 5.0f);
+    p = VM_FMA(p, z, 2.0f / 3.0f);
+    float lm = VM_FMA(s * z, p, s + s);
+    return -VM_FMA(e, 0.693359375f, VM_FMA(e, -2.12194440e-4f, lm));
+}
+VM_INLINE float vm_erfinv_p(float w) {
     float a = w - 2.5f;
     float p = 2.81022636e-08f;
     p = VM_FMA(p, a, 3.43273939e-07f);
@@ -739,7 +812,16 @@ VM_INLINE float vm_erfinv(float y) {
     p = VM_FMA(p, a, -0.00125372503f);
     p = VM_FMA(p, a, -0.00417768164f);
     p = VM_FMA(p, a, 0.246640727f);
-    p = VM_FMA(p, a, 1.50140941f);
+    return VM_FMA(p, a, 1.50140941f);
+}
+/* erfinv(y) where *tail comes back 0; *tail is 1 for |y| >= 1, NaN and w >= 5 */
+VM_INLINE float vm_erfinv_central(float y, int *tail) {
+    float w = vm_erfinv_w(y);
+    *tail = (w < 5.0f) & (fabsf(y) < 1.0f) ? 0 : 1;
+    return vm_erfinv_p(w) * y;
+}
+VM_INLINE float vm_erfinv(float y) {
+    float w = vm_erfinv_w(y);
     float b = sqrtf(w) - 3.0f;
     float q = -0.000200214257f;
     q = VM_FMA(q, b, 0.000100950558f);
@@ -750,7 +832,7 @@ VM_INLINE float vm_erfinv(float y) {
     q = VM_FMA(q, b, 0.00943887047f);
     q = VM_FMA(q, b, 1.00167406f);
     q = VM_FMA(q, b, 2.83297682f);
-    float r = (w < 5.0f ? p : q) * y;
+    float r = (w < 5.0f ? vm_erfinv_p(w) : q) * y;
     r = fabsf(y) == 1.0f ? y * INFINITY : r;
     return fabsf(y) <= 1.0f ? r : NAN; /* also for NaN */
 }
