@@ -321,11 +321,129 @@ __global__ void __launch_bounds__(kThreads) remap_rows_kernel(const cti_cuda_rem
     }
 }
 
+// Long rows (kWarpRowChunks chunks or more): a warp per output row, so the
+// row's outer coordinates are decoded once per row rather than once per
+// chunk, as remap_rows_kernel does (on rows of 4096 float32 that division
+// and decode held flip, roll, repeat and pad to 0.51-0.72 of the copy rate;
+// a warp per row took them to 0.66-0.91). The warp takes the chunks whose
+// first element lies in its row; U of a lane's chunks are planned, each
+// one's loads issued as it is planned, before any is assembled and stored.
+// A chunk that runs into the next row goes element by element; a chunk
+// wholly in a fill (a constant pad's border, or a fill row) is stored
+// without a load. (Variants measured slower on the H200: four chunks a lane,
+// 80 registers; the element-by-element chunks left to a pass of their own,
+// with an unaligned run's second vector taken from the next lane by
+// shuffles; a grid of only the resident blocks.)
+constexpr int kWarpRowChunks = 64;
+constexpr int kWarpRowUnroll = 2;
+
+template <int ES, int U>
+__global__ void __launch_bounds__(kThreads) remap_warp_rows_kernel(const cti_cuda_remap a,
+                                                                   int64_t rows, int64_t chunks) {
+    typedef typename Bits<ES>::T E;
+    constexpr int V = 16 / ES;
+    const int l = a.nd - 1;
+    const int64_t on = a.oshape[l], xn = a.xshape[l], lo = a.lo[l];
+    const int mode = a.mode[l];
+    const bool xal = ((uintptr_t)a.x & 15) == 0 && a.xstride[l] == 1;
+    const int lane = threadIdx.x & 31;
+    const int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    E *out = (E *)a.out;
+    uint4 fillv;
+    {
+        union {
+            uint4 v;
+            E e[V];
+        } f;
+#pragma unroll
+        for (int k = 0; k < V; k++) f.e[k] = (E)a.fill;
+        fillv = f.v;
+    }
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
+        const int64_t base = row_base<uint64_t>(a, (uint64_t)r), ps = r * on;
+        const int64_t c_hi = min((ps + on + V - 1) / V, chunks);
+        for (int64_t c = (ps + V - 1) / V + lane; c < c_hi; c += 32 * U) {
+            run_plan<E> pl[U];
+            uint4 w0[U], w1[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t ch = c + 32 * u, p0 = ch * V, c0 = p0 - ps;
+                pl[u] = run_plan<E>{nullptr, RUN_ELEM, 0, false, base, c0, r};
+                w0[u] = fillv;
+                if (ch >= c_hi) continue;
+                if (c0 + V > on || p0 + V > a.numel) {
+                    w0[u] = elem_chunk<ES, uint64_t>(a, p0, pl[u]);
+                    continue;
+                }
+                if (base < 0) {
+                    pl[u].kind = RUN_ONE; // the fill row
+                    continue;
+                }
+                const int64_t i0 = remap_coord(mode, c0, lo, xn);
+                const int64_t i1 = remap_coord(mode, c0 + V - 1, lo, xn);
+                const bool fwd = i1 == i0 + (V - 1), rev = i1 == i0 - (V - 1);
+                if (mode == CTI_REMAP_IDENT && (c0 + V - 1 < lo || c0 >= lo + xn)) {
+                    pl[u].kind = RUN_ONE; // wholly in the border
+                    continue;
+                }
+                if (!xal || i0 < 0 || i1 < 0 || !(fwd || rev)) {
+                    w0[u] = elem_chunk<ES, uint64_t>(a, p0, pl[u]);
+                    continue;
+                }
+                const int64_t g = base + (fwd ? i0 : i1), off = g % V, a0 = g - off;
+                const E *src = (const E *)a.x;
+                if (off == 0) {
+                    pl[u] = run_plan<E>{src + g, RUN_ONE, 0, rev, base, c0, r};
+                    w0[u] = *(const uint4 *)(src + g);
+                } else if (a0 >= base && a0 + 2 * V <= base + xn) {
+                    pl[u] = run_plan<E>{src + a0, RUN_TWO, (int)off * ES, rev, base, c0, r};
+                    w0[u] = *(const uint4 *)(src + a0);
+                    w1[u] = *(const uint4 *)(src + a0 + V);
+                } else {
+                    w0[u] = elem_chunk<ES, uint64_t>(a, p0, pl[u]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t ch = c + 32 * u, p0 = ch * V;
+                if (ch >= c_hi) continue;
+                uint4 v = pl[u].kind == RUN_TWO ? bytes_at(w0[u], w1[u], pl[u].off) : w0[u];
+                if (pl[u].kind != RUN_ELEM && pl[u].rev) v = reversed<ES>(v);
+                if (p0 + V <= a.numel) {
+                    *(uint4 *)(out + p0) = v;
+                } else {
+                    union {
+                        uint4 v;
+                        E e[V];
+                    } t;
+                    t.v = v;
+#pragma unroll
+                    for (int k = 0; k < V; k++)
+                        if (p0 + k < a.numel) out[p0 + k] = t.e[k];
+                }
+            }
+        }
+    }
+}
+
+// 64 warps a multiprocessor, each taking every nw-th row.
+template <int ES>
+cudaError_t remap_warp_rows_launch(const cti_cuda_remap *a, int sm_count, cudaStream_t st) {
+    constexpr int V = 16 / ES;
+    const int64_t chunks = (a->numel + V - 1) / V, rows = a->numel / a->oshape[a->nd - 1];
+    const int64_t warps = (int64_t)(sm_count > 0 ? sm_count : 1) * 64;
+    const int64_t blocks = ((rows < warps ? rows : warps) * 32 + kThreads - 1) / kThreads;
+    remap_warp_rows_kernel<ES, kWarpRowUnroll><<<(unsigned)blocks, kThreads, 0, st>>>(*a, rows, chunks);
+    return cudaGetLastError();
+}
+
 template <int ES>
 cudaError_t remap_launch(const cti_cuda_remap *a, int sm_count, cudaStream_t st) {
     constexpr int V = 16 / ES;
     int64_t chunks = (a->numel + V - 1) / V;
     unsigned g = grid_for(chunks, sm_count);
+    if (a->nd >= 1 && a->oshape[a->nd - 1] >= kWarpRowChunks * V && ((uintptr_t)a->out & 15) == 0)
+        return remap_warp_rows_launch<ES>(a, sm_count, st);
     if (a->nd >= 1 && a->oshape[a->nd - 1] >= V && ((uintptr_t)a->out & 15) == 0) {
         g = grid_for((chunks + kRunUnroll - 1) / kRunUnroll, sm_count);
         if (a->numel < ((int64_t)1 << 31)) remap_rows_kernel<ES, uint32_t><<<g, kThreads, 0, st>>>(*a, chunks);
