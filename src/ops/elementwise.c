@@ -468,7 +468,7 @@ SCALAR_OP(ct_ge_scalar, s_ge_scalar)
 /* Autograd's rules for updating a in place from b (NULL for none)
  * (cti_ag_inplace_mode): *record tells whether the update must be recorded
  * (src/ops/inplace.c) rather than run plainly. */
-static ct_status check_autograd(const char *name, const ct_tensor *a, ct_tensor *b,
+static ct_status check_autograd(const char *name, ct_tensor *a, ct_tensor *b,
                                 bool *record) {
     int mode = cti_ag_inplace_mode(name, a, b);
     *record = mode > 0;
