@@ -442,9 +442,9 @@ int cti_ag_inplace_mode(const char *op, ct_tensor *t, ct_tensor *other) {
     if (b->autograd && b->autograd->requires_grad && !b->autograd->grad_fn) {
         cti_error(CT_ERR_AUTOGRAD,
                   "%s: a view of a leaf Variable that requires grad is being used in an "
-                  "in-place operation (%s views the leaf %s); wrap the update in "
-                  "ct_no_grad_begin/ct_no_grad_end",
-                  op, cti_desc(t), cti_desc(b));
+                  "in-place operation (%s, produced by %s, views the leaf %s); wrap the update "
+                  "in ct_no_grad_begin/ct_no_grad_end",
+                  op, cti_desc(t), m->grad_fn ? m->grad_fn->name : "a view op", cti_desc(b));
         return -1;
     }
     if (has_overlap(b)) {
