@@ -2,10 +2,17 @@
  * op's gradients against its out-of-place form, in float64, for the
  * destination's history and an operand that requires grad; chains of
  * in-place ops under gradcheck; the node that replaces the destination's
- * grad_fn; a plain destination joining the graph; dtype kept; and the
- * refusals: a leaf that requires grad (PyTorch's message), memory another
- * tensor shares (a view, its base, a tensor saved for backward), and the
- * saved-tensor version check of a write made in no-grad mode. */
+ * grad_fn; a plain destination joining the graph; dtype kept; a tensor
+ * saved for backward written (the version check refuses the backward).
+ * Writes through views (PyTorch's CopySlices), against gradients written
+ * by hand in double: narrow, select of a transpose, a view of a view, a
+ * binary op whose operand requires grad, the base written while a view of
+ * it lives (the view's history rebuilt), ct_copy_ into the rows of a plain
+ * buffer, ct_fill_/ct_zero_/ct_copy_ on views and on tensors with history,
+ * float64, float32 and bfloat16; the refusals PyTorch makes (a leaf or a
+ * view of one, a view made in no-grad mode, split/chunk/unbind pieces, an
+ * expanded view); no reference cycle; and gradcheck over writes through
+ * views. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -574,6 +581,32 @@ static void test_view_refusals(void **state) {
     ct_scope_end(s);
 }
 
+/* Ownership: a view holds its base, nothing holds a view back. A view of a
+ * plain buffer made a leaf leaves its base, so a graph that reaches it from
+ * the buffer's history makes no cycle (the fixture checks that everything
+ * is freed); its gradient flows as in PyTorch. */
+static void test_view_leaf_no_cycle(void **state) {
+    (void)state;
+    tu_seed();
+    int64_t sh[2] = {3, 4};
+    double *bv, *wv;
+    ct_tensor *buf = tu_rand(2, sh, CT_F64, -1, 1, &bv), *w = tu_rand(2, sh, CT_F64, -1, 1, &wv);
+    ct_tensor *leafv = ct_select(buf, 0, 0);
+    assert_int_equal(ct_requires_grad_(leafv, true), CT_OK);
+    ct_tensor *twice = ct_mul_scalar(leafv, 2);
+    ct_tensor *row = ct_select(buf, 0, 2);
+    assert_int_equal(ct_copy_(row, twice), CT_OK);
+    assert_string_equal(ct_grad_fn_name(buf), "CopySlices");
+    tu_assert_error(ct_mul_scalar_(leafv, 2), CT_ERR_AUTOGRAD, "a leaf Variable that requires grad");
+    ct_tensor *bw = ct_mul(buf, w), *l = ct_sum(bw, CT_NONE, false);
+    backward_ones(l);
+    double ref[4];
+    for (int j = 0; j < 4; j++) ref[j] = 2 * wv[8 + j]; /* buf's own row 0 has no history */
+    check_grad(leafv, ref, 4, 1e-13);
+    free(bv), free(wv);
+    release_all(7, (ct_tensor *[]){buf, w, leafv, twice, row, bw, l});
+}
+
 /* Writes through views of one graph, differentiated by gradcheck. */
 static ct_tensor *through_views(ct_tensor *const *in, void *ctx) {
     (void)ctx;
@@ -618,6 +651,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_copy_into_slices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fill_zero_copy_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_view_leaf_no_cycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_views_gradcheck, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
