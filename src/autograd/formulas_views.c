@@ -8,6 +8,9 @@
  *   slice / narrow: dim, start, end, step (as ct_slice)
  *   select:         dim, index (non-negative)
  *   expand:         none (the engine sums the gradient back to t's shape)
+ * and, for writes through views (nodes graph.c records, at the end of this
+ * file): AsStridedBackward, CopySlices and the overwrite nodes of ct_copy_,
+ * ct_fill_ and ct_zero_, with a cti_strided_params.
  * The incoming gradient may have any strides (itself a view or an expanded
  * tensor), so the formulas use ops that accept every layout. */
 #include "formulas.h"
