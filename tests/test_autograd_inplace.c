@@ -581,6 +581,37 @@ static void test_view_refusals(void **state) {
     ct_scope_end(s);
 }
 
+/* Results that share their input's storage (ct_reshape as a view,
+ * ct_flatten, ct_contiguous and ct_to_dtype of what needs no copy) are views
+ * of it: a write through them rewrites the input's history. */
+static void test_alias_results_are_views(void **state) {
+    (void)state;
+    tu_seed();
+    int64_t sh[2] = {3, 4}, flat[1] = {12};
+    for (int k = 0; k < 4; k++) {
+        ct_scope *s = ct_scope_begin();
+        double *xv, *wv;
+        ct_tensor *x = tu_rand(2, sh, CT_F64, -2, 2, &xv), *w = tu_rand(2, sh, CT_F64, -1, 1, &wv);
+        ct_requires_grad_(x, true);
+        ct_tensor *y = ct_mul(x, x);
+        ct_tensor *a = k == 0   ? ct_reshape(y, 1, flat)
+                       : k == 1 ? ct_flatten(y, 0, -1)
+                       : k == 2 ? ct_contiguous(y)
+                                : ct_to_dtype(y, CT_F64);
+        assert_true(ct_tensor_shares_storage(a, y));
+        /* elements 2..5 in row-major order: the end of row 0, the start of row 1 */
+        ct_tensor *part = k < 2 ? ct_narrow(a, 0, 2, 4) : ct_narrow(ct_flatten(a, 0, -1), 0, 2, 4);
+        assert_int_equal(ct_mul_scalar_(part, -3), CT_OK);
+        assert_string_equal(ct_grad_fn_name(y), "CopySlices");
+        backward_ones(ct_sum(ct_mul(y, w), CT_NONE, false));
+        double dx[12];
+        for (int i = 0; i < 12; i++) dx[i] = 2 * xv[i] * wv[i] * (i >= 2 && i < 6 ? -3 : 1);
+        check_grad(x, dx, 12, 1e-13);
+        free(xv), free(wv);
+        ct_scope_end(s);
+    }
+}
+
 /* Ownership: a view holds its base, nothing holds a view back. A view of a
  * plain buffer made a leaf leaves its base, so a graph that reaches it from
  * the buffer's history makes no cycle (the fixture checks that everything
@@ -651,6 +682,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_copy_into_slices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fill_zero_copy_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alias_results_are_views, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_leaf_no_cycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_views_gradcheck, setup, teardown),
     };
