@@ -308,7 +308,6 @@ const char *ct_grad_fn_name(const ct_tensor *t) {
     return t && t->autograd && t->autograd->grad_fn ? t->autograd->grad_fn->name : NULL;
 }
 
-
 /* ---- views and in-place updates ------------------------------------------------------
  * PyTorch's scheme. A view made in grad mode knows its base (the tensor,
  * no view itself, whose storage it covers). Writing through a view rewrites

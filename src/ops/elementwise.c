@@ -11,8 +11,9 @@
  * calls beyond the result's allocation, the dispatch and autograd's check.
  *
  * Differentiable ops record their backward (src/autograd/formulas_elementwise.c)
- * when an operand requires grad; in-place forms are not recorded, so they
- * refuse what autograd forbids (cti_ag_check_inplace) before touching data. */
+ * when an operand requires grad; in-place forms are recorded as PyTorch
+ * records them, through a view's base too (src/ops/inplace.c), and refuse
+ * what autograd forbids (cti_ag_inplace_mode) before touching data. */
 #include <math.h>
 
 #include "ops_impl.h"
