@@ -158,7 +158,9 @@ static inline ct_tensor *tu_noncontig(ct_tensor *t) {
     ct_tensor *big = ct_tensor_zeros(nd, rshape, ct_tensor_dtype(t), ct_tensor_device(t));
     ct_tensor *sl = ct_slice(big, nd - 1, 0, rshape[nd - 1], 2);
     ct_tensor *v = ct_permute(sl, nd, perm);
+    bool prev = ct_no_grad_begin(); /* the values only: a copy in grad mode would record */
     ct_copy_(v, t);
+    ct_no_grad_end(prev);
     ct_tensor_release(sl);
     ct_tensor_release(big);
     return v;

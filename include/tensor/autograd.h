@@ -16,8 +16,13 @@ extern "C" {
 #endif
 
 /* Marks a leaf (a tensor no recorded op produced) as requiring gradients;
- * floating dtypes only. Switching it off on a non-leaf is an error. */
+ * floating dtypes only. Switching it off on a non-leaf is an error. A view
+ * of a plain tensor made a leaf this way is no longer tracked as a view of
+ * it (in-place writes through it are refused as on any such leaf). */
 ct_status ct_requires_grad_(ct_tensor *t, bool requires_grad);
+/* For a view, these and ct_grad_fn_name see the view's present history: when
+ * its base was written in place since, the view's history is first rebuilt
+ * as a view of the base's (AsStridedBackward), as PyTorch does. */
 bool ct_requires_grad(const ct_tensor *t);
 /* True for tensors no recorded op produced. */
 bool ct_is_leaf(const ct_tensor *t);

@@ -151,9 +151,21 @@ ct_status ct_normal_(ct_tensor *t, double mean, double std, ct_generator *gen);
 ct_status ct_tensor_copy_to_host(const ct_tensor *t, void *buf, size_t nbytes);
 /* Element [0...] of a one-element tensor, as a double. */
 ct_status ct_tensor_item(const ct_tensor *t, double *out);
-/* Copies src into dst (src broadcast to dst's shape, converted to dst's dtype). */
+/* Copies src into dst (src broadcast to dst's shape, converted to dst's dtype).
+ * In grad mode, when dst (or the base it views) has history or src requires
+ * grad, the copy is recorded as PyTorch's copy_: src gets dst's gradient
+ * (summed over the broadcast dims, in src's dtype and on its device), dst's
+ * old values get zero; into a view, through its base (CopySlices; see the
+ * in-place ops in ops.h), so rows of a plain buffer filled with ct_copy_
+ * from tensors with history pass the buffer's gradient back to them.
+ * Refused (CT_ERR_AUTOGRAD) on a leaf that requires grad, a view of one,
+ * a view made in no-grad mode and a piece of ct_split/ct_chunk/ct_unbind
+ * when recorded; a destination with elements sharing memory (an expanded
+ * view) always. */
 ct_status ct_copy_(ct_tensor *dst, const ct_tensor *src);
-/* Fills dst with value. */
+/* Fills dst with value; ct_zero_ with 0. Recorded like ct_copy_ when dst (or
+ * its base) has history: the overwritten values get a zero gradient (the
+ * view's region only, for a view). Refused as ct_copy_ is. */
 ct_status ct_fill_(ct_tensor *dst, double value);
 ct_status ct_zero_(ct_tensor *dst);
 /* A new tensor of dtype (a new reference to t when t already has it). */
@@ -165,7 +177,11 @@ ct_tensor *ct_clone(ct_tensor *t);
 /* t itself (new reference) when contiguous, else a contiguous copy. */
 ct_tensor *ct_contiguous(ct_tensor *t);
 
-/* ---- views (share storage with t; write through them reaches t) ---------------- */
+/* ---- views (share storage with t; write through them reaches t) ----------------
+ * A view made in grad mode knows the tensor it views (its base): an in-place
+ * write through it, recorded, rewrites the base's history (see the in-place
+ * ops in ops.h). So do the results of ct_reshape, ct_flatten, ct_contiguous,
+ * ct_to_dtype and ct_to_device that share t's storage. */
 /* shape may hold one -1, inferred. Fails when t's strides cannot express it. */
 ct_tensor *ct_view(ct_tensor *t, int ndim, const int64_t *shape);
 /* A view when possible, else a copy (as torch.reshape). */

@@ -695,12 +695,23 @@ ct_tensor *ct_clamp_tensor(ct_tensor *x, ct_tensor *min, ct_tensor *max);
 /* ---- in-place ops and autograd --------------------------------------------------------------
  * The in-place ops above (ct_add_ ... ct_clamp_, ct_neg_ ... ct_relu_), in
  * grad mode, when the destination has history or an operand requires grad,
- * are recorded as PyTorch records them: the destination's grad_fn becomes
- * the op's node over its old history, its dtype stays. Refused (status
- * CT_ERR_AUTOGRAD, nothing written): a leaf that requires grad, and a
- * destination whose memory another tensor shares (a view of it, the tensor
- * it views, a tensor saved for backward): clone it first. In no-grad mode
- * they write plainly. */
+ * are recorded as PyTorch records them, its dtype staying:
+ * - a destination that is no view: its grad_fn becomes the op's node over
+ *   its old history;
+ * - a view (ct_narrow, ct_select, ct_slice, ct_transpose, ct_view, ...,
+ *   views of views, made in grad mode), of a tensor with history or of a
+ *   plain one: the base's grad_fn becomes CopySlices (the view's region
+ *   takes the op's gradient, the rest the base's old history's) and the
+ *   view's AsStridedBackward, a view of the base's new history. Other views
+ *   of the base made before rebuild their history from the base's when next
+ *   used (the storage's version tells them).
+ * A tensor saved for backward may be written: that backward then fails
+ * ("modified by an in-place operation"). Refused (status CT_ERR_AUTOGRAD,
+ * nothing written), as PyTorch refuses them: a leaf that requires grad and
+ * a view of one, a view made in no-grad mode (when the write would be
+ * recorded), a piece returned by ct_split / ct_split_with_sizes / ct_chunk /
+ * ct_unbind; an expanded (stride-0) destination is refused in every mode
+ * (CT_ERR_INVALID_ARG). In no-grad mode they write plainly. */
 
 /* ---- losses (torch.nn.functional), composed from the ops above ----------------------------
  * Floating inputs on one device; reduction none / mean / sum as PyTorch's

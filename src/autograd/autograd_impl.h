@@ -71,6 +71,22 @@ struct ct_autograd_meta {
     void *hook_ctx;
     uint64_t hook_pass;
     int64_t hook_pending;
+    /* A view's base (PyTorch's is_view/_base): the tensor, itself no view,
+     * whose storage a view op made this handle over, retained, or NULL.
+     * Set on floating views made in grad mode, whatever the base requires;
+     * the view's geometry is its own handle's (shape, strides, offset in
+     * the shared storage). The base holds nothing back: no cycle. A leaf
+     * that requires grad has no base (ct_requires_grad_ drops it), so a
+     * graph's leaf edges never reach one. */
+    ct_tensor *base;
+    /* The storage version when this view's grad_fn was last set: when the
+     * storage moved on (the base or another view was written), the grad_fn
+     * is rebuilt from the base's history before it is read (view_refresh
+     * in graph.c). */
+    atomic_uint view_version;
+    /* The op that returned this view among several (ct_split, ct_chunk,
+     * ct_unbind), which PyTorch does not let be written in place; or NULL. */
+    const char *multi_output;
 };
 
 /* Grad mode on and any of the n tensors (NULLs skipped) requires grad. */
@@ -120,20 +136,49 @@ ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st);
 ct_tensor *cti_sum_to_shape(ct_tensor *g, int ndim, const int64_t *shape);
 
 /* Refuses an in-place op on t when autograd forbids it (a leaf that requires
- * grad, or a tensor with history) in grad mode; op names the caller. */
+ * grad, or a tensor with history, a view of one included) in grad mode; op
+ * names the caller. For the writes autograd does not record (random fills,
+ * optimizer steps, collectives). */
 ct_status cti_ag_check_inplace(const char *op, const ct_tensor *t);
 
-/* In-place ops recorded by autograd (src/ops/inplace.c). What updating t in
- * place with an operand other (NULL for none) needs in grad mode: 0 a plain
- * update (nothing requires grad), 1 a recorded one (t or other requires
- * grad), -1 refused with an error naming op: t a leaf that requires grad
- * (PyTorch's message), or t's memory held by another tensor handle too (a
- * view of t, t's base, or a tensor an earlier node saved for backward):
- * that tensor's history would not see the update, which PyTorch tracks
- * through views (CopySlices) and cten does not. */
-int cti_ag_inplace_mode(const char *op, const ct_tensor *t, ct_tensor *other);
-/* PyTorch's rebase: t's history becomes src's (src computed t's new values
- * out of place, from a copy of t that carries t's old history). */
+/* In-place updates recorded by autograd (src/ops/inplace.c, ct_copy_,
+ * ct_fill_, ct_zero_). What updating t in place from an operand other (NULL
+ * for none) needs in grad mode: 0 a plain update (nothing requires grad, or
+ * t is not floating), 1 a recorded one (t, its base or other requires
+ * grad), -1 refused with an error naming op, as PyTorch refuses: t a leaf
+ * that requires grad or a view of one, a view made in no-grad mode, a view
+ * among several outputs (ct_split, ct_chunk, ct_unbind), a view of a base
+ * whose elements overlap. */
+int cti_ag_inplace_mode(const char *op, ct_tensor *t, ct_tensor *other);
+/* Whether t is a view that autograd tracks (it has a base); refreshes
+ * nothing. */
+bool cti_ag_is_view(const ct_tensor *t);
+/* PyTorch's rebase for a tensor that is not a view: t's history becomes
+ * src's (src computed t's new values out of place, from a copy of t that
+ * carries t's old history). */
 ct_status cti_ag_rebase(ct_tensor *t, const ct_tensor *src);
+/* PyTorch's CopySlices, after src's values were written into the view t
+ * (src broadcast to t's shape and converted to its dtype; NULL for a
+ * constant): t's base gets a node over its old history and src, the region
+ * t covers taking src's gradient and the rest the old history's; t's
+ * history becomes a strided view of the base's new one. */
+ct_status cti_ag_rebase_view(ct_tensor *t, ct_tensor *src);
+/* After t was overwritten by src (ct_copy_; NULL for ct_fill_/ct_zero_):
+ * records it as PyTorch does, through t's base when t is a view (above),
+ * else with node `name` over t's old history (which gets a zero gradient)
+ * and src (which gets t's, summed and converted back to src's shape, dtype
+ * and device). */
+ct_status cti_ag_record_overwrite(const char *name, ct_tensor *t, ct_tensor *src);
+
+/* Views (src/ops/views.c and the ops that return their input's storage):
+ * after v was made from t (and recorded, when t requires grad), links v to
+ * its base as PyTorch's as_view does: v's base is t's when t is a view, else
+ * t. In no-grad mode, or from a view made there, v is marked instead
+ * (ct_tensor.nograd_view). Only floating views; a failure (out of memory)
+ * releases v and returns NULL. */
+ct_tensor *cti_ag_view_link(ct_tensor *t, ct_tensor *v);
+/* Marks a linked view as one of several that op returned (see
+ * ct_autograd_meta.multi_output); nothing for another tensor. */
+void cti_ag_mark_multi_output(ct_tensor *v, const char *op);
 
 #endif

@@ -65,6 +65,25 @@ CTI_BW(cti_bw_permute);
 CTI_BW(cti_bw_slice);
 CTI_BW(cti_bw_select);
 CTI_BW(cti_bw_expand);
+/* Views and in-place updates through them (graph.c records these nodes).
+ * AsStridedBackward, the history of a view whose base was written in
+ * place: input the base, output the view. CopySlices, the history of a base
+ * after a write through one of its views: inputs the base's old history and
+ * the written values (of the view's shape), output the base. Both read the
+ * geometry below, the base's shape and the view's being the node's. */
+typedef struct cti_strided_params {
+    int64_t base_stride[CT_MAX_DIMS];
+    int64_t view_stride[CT_MAX_DIMS];
+    int64_t view_offset;  /* from the base's first element, in elements */
+    ct_device src_device; /* CopySlices: the written values' device */
+} cti_strided_params;
+CTI_BW(cti_bw_as_strided);
+CTI_BW(cti_bw_copy_slices);
+/* CopyBackwards, FillBackward, ZeroBackward (a tensor that is no view,
+ * overwritten): inputs the old values and (copy) the source; the old values
+ * get zeros, the source the gradient, moved to params' src_device (a
+ * cti_strided_params of which only src_device is read). */
+CTI_BW(cti_bw_overwrite);
 
 /* formulas_linalg.c
  * matmul/mm/bmm have inputs (a, b), addmm (input, m1, m2), linear (x, w,

@@ -8,6 +8,9 @@
  *   slice / narrow: dim, start, end, step (as ct_slice)
  *   select:         dim, index (non-negative)
  *   expand:         none (the engine sums the gradient back to t's shape)
+ * and, for writes through views (nodes graph.c records, at the end of this
+ * file): AsStridedBackward, CopySlices and the overwrite nodes of ct_copy_,
+ * ct_fill_ and ct_zero_, with a cti_strided_params.
  * The incoming gradient may have any strides (itself a view or an expanded
  * tensor), so the formulas use ops that accept every layout. */
 #include "formulas.h"
@@ -88,4 +91,102 @@ static ct_tensor *diagonal_part(ct_tensor *z, const cti_view_params *p) {
 CTI_BW(cti_bw_diagonal) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     return scatter_into_zeros(n, go[0], diagonal_part, &gi[0]);
+}
+
+/* ---- views written in place (graph.c records these) ------------------------------------
+ * The base's gradient is laid out as the base lies in its storage: a new
+ * buffer spanning the base's elements holds *whole (the base's shape and
+ * strides) and, inside it, *region (the view's shape and strides at its
+ * offset from the base), so the view's elements are found where the view
+ * found them. Only core views and ct_copy_/ct_zero_/ct_clone: every device
+ * runs these with the kernels it has. */
+static ct_status base_layout(cti_node *n, const cti_strided_params *p, int vnd,
+                             const int64_t *vshape, const ct_tensor *like, ct_tensor **whole,
+                             ct_tensor **region) {
+    int bnd = n->in_ndim[0];
+    const int64_t *bshape = n->in_shape[0];
+    int64_t lo = 0, hi = 0, len = 0;
+    if (cti_numel(bnd, bshape) > 0) {
+        for (int d = 0; d < bnd; d++) {
+            int64_t span = (bshape[d] - 1) * p->base_stride[d];
+            if (span < 0) lo += span;
+            else hi += span;
+        }
+        len = hi - lo + 1;
+    }
+    *whole = *region = NULL;
+    ct_tensor *buf = cti_tensor_new(n->name, 1, &len, like->dtype, like->storage->device);
+    if (!buf) return ct_last_status();
+    *whole = cti_tensor_view(buf, bnd, bshape, p->base_stride, -lo);
+    *region = *whole ? cti_tensor_view(buf, vnd, vshape, p->view_stride, p->view_offset - lo)
+                     : NULL;
+    ct_tensor_release(buf); /* the views keep the storage */
+    if (*region) return CT_OK;
+    ct_tensor_release(*whole);
+    *whole = NULL;
+    return ct_last_status();
+}
+
+/* g on device dev (a new reference). */
+static ct_tensor *on_device(ct_tensor *g, ct_device dev) {
+    if (ct_device_eq(ct_tensor_device(g), dev)) return ct_tensor_retain(g);
+    return ct_to_device(g, dev);
+}
+
+/* A view of the base: zeros of the base's layout, the view's gradient in
+ * its region. */
+CTI_BW(cti_bw_as_strided) {
+    if (!go[0] || !n->needs[0]) return CT_OK;
+    const cti_strided_params *p = CTI_NODE_PARAMS(n, cti_strided_params);
+    ct_tensor *whole, *region;
+    ct_status st = base_layout(n, p, n->out_ndim[0], n->out_shape[0], go[0], &whole, &region);
+    if (st == CT_OK) st = ct_zero_(whole);
+    if (st == CT_OK) st = ct_copy_(region, go[0]);
+    ct_tensor_release(region);
+    if (st != CT_OK) {
+        ct_tensor_release(whole);
+        return st;
+    }
+    gi[0] = whole;
+    return CT_OK;
+}
+
+/* The base after a write through a view: the written values take the
+ * region's gradient, the old history the rest (zero in the region, which
+ * the write replaced). */
+CTI_BW(cti_bw_copy_slices) {
+    if (!go[0]) return CT_OK;
+    const cti_strided_params *p = CTI_NODE_PARAMS(n, cti_strided_params);
+    ct_tensor *whole, *region, *gv = NULL;
+    ct_status st = base_layout(n, p, n->in_ndim[1], n->in_shape[1], go[0], &whole, &region);
+    if (st != CT_OK) return st;
+    st = ct_copy_(whole, go[0]);
+    if (st == CT_OK && n->needs[1]) {
+        ct_tensor *c = ct_clone(region);
+        gv = c ? on_device(c, p->src_device) : NULL;
+        ct_tensor_release(c);
+        if (!gv) st = ct_last_status();
+    }
+    if (st == CT_OK && n->needs[0]) st = ct_zero_(region);
+    ct_tensor_release(region);
+    if (st != CT_OK) {
+        ct_tensor_release(whole);
+        ct_tensor_release(gv);
+        return st;
+    }
+    gi[1] = gv;
+    if (n->needs[0]) gi[0] = whole;
+    else ct_tensor_release(whole);
+    return CT_OK;
+}
+
+CTI_BW(cti_bw_overwrite) {
+    if (!go[0]) return CT_OK;
+    const cti_strided_params *p = CTI_NODE_PARAMS(n, cti_strided_params);
+    if (n->needs[0]) {
+        gi[0] = ct_tensor_zeros(go[0]->ndim, go[0]->shape, go[0]->dtype, ct_tensor_device(go[0]));
+        if (!gi[0]) return ct_last_status();
+    }
+    if (n->nin > 1 && n->needs[1]) return put(&gi[1], on_device(go[0], p->src_device));
+    return CT_OK;
 }

@@ -2,7 +2,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "autograd_impl.h"
+#include "formulas.h"
 
 static _Thread_local bool grad_disabled; /* zero-initialized: grad mode on */
 
@@ -62,6 +62,7 @@ static void meta_free(ct_tensor *t) {
     if (!m) return;
     ct_tensor_release(m->grad);
     if (m->grad_fn) node_release(m->grad_fn);
+    cti_unref(m->base);
     free(m);
 }
 
@@ -80,10 +81,15 @@ static struct ct_autograd_meta *meta_get(ct_tensor *t) {
     return m;
 }
 
+static ct_status view_refresh(ct_tensor *t);
+
 bool cti_ag_needed(int n, ct_tensor *const *ts) {
     if (grad_disabled) return false;
-    for (int i = 0; i < n; i++)
-        if (ts[i] && ts[i]->autograd && ts[i]->autograd->requires_grad) return true;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i] || !ts[i]->autograd) continue;
+        view_refresh(ts[i]); /* a failure keeps the old history, reported when recorded */
+        if (ts[i]->autograd->requires_grad) return true;
+    }
     return false;
 }
 
@@ -116,6 +122,11 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
         n->in_ndim[k] = t->ndim;
         memcpy(n->in_shape[k], t->shape, sizeof t->shape);
         n->in_dtype[k] = t->dtype;
+        ct_status vs = view_refresh(t);
+        if (vs != CT_OK) {
+            node_release(n);
+            return vs;
+        }
         struct ct_autograd_meta *m = t->autograd;
         if (!m || !m->requires_grad) continue;
         n->needs[k] = true;
@@ -190,6 +201,8 @@ ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st) {
 /* ---- public tensor-level API --------------------------------------------------------- */
 ct_status ct_requires_grad_(ct_tensor *t, bool requires_grad) {
     if (!t) return cti_error(CT_ERR_INVALID_ARG, "ct_requires_grad_: tensor is NULL");
+    ct_status vs = view_refresh(t);
+    if (vs != CT_OK) return vs;
     if (requires_grad && !ct_dtype_is_floating(t->dtype))
         return cti_error(CT_ERR_DTYPE,
                          "ct_requires_grad_: only floating tensors can require gradients, got %s",
@@ -204,15 +217,34 @@ ct_status ct_requires_grad_(ct_tensor *t, bool requires_grad) {
     if (!requires_grad && !t->autograd) return CT_OK;
     struct ct_autograd_meta *m = meta_get(t);
     if (!m) return cti_error(CT_ERR_OOM, "ct_requires_grad_: out of memory");
+    if (requires_grad && m->base) {
+        /* A view becoming a leaf leaves its base: a graph's leaf edges would
+         * otherwise reach the base through it, and the base's history may
+         * lead to that leaf (a reference cycle). */
+        cti_unref(m->base);
+        m->base = NULL;
+        m->multi_output = NULL;
+    }
     m->requires_grad = requires_grad;
     return CT_OK;
 }
 
+/* The readers below take const handles; a view's history is rebuilt on
+ * read, in its record (not the handle), as PyTorch's grad_fn() does. */
+static const ct_tensor *refreshed(const ct_tensor *t) {
+    if (t && t->autograd) view_refresh((ct_tensor *)t);
+    return t;
+}
+
 bool ct_requires_grad(const ct_tensor *t) {
+    t = refreshed(t);
     return t && t->autograd && t->autograd->requires_grad;
 }
 
-bool ct_is_leaf(const ct_tensor *t) { return t && !(t->autograd && t->autograd->grad_fn); }
+bool ct_is_leaf(const ct_tensor *t) {
+    t = refreshed(t);
+    return t && !(t->autograd && t->autograd->grad_fn);
+}
 
 ct_tensor *ct_grad(const ct_tensor *t) { return t && t->autograd ? t->autograd->grad : NULL; }
 
@@ -272,14 +304,115 @@ ct_tensor *ct_detach(ct_tensor *t) {
 }
 
 const char *ct_grad_fn_name(const ct_tensor *t) {
+    t = refreshed(t);
     return t && t->autograd && t->autograd->grad_fn ? t->autograd->grad_fn->name : NULL;
 }
 
-int cti_ag_inplace_mode(const char *op, const ct_tensor *t, ct_tensor *other) {
-    if (grad_disabled) return 0;
+/* ---- views and in-place updates ------------------------------------------------------
+ * PyTorch's scheme. A view made in grad mode knows its base (the tensor,
+ * no view itself, whose storage it covers). Writing through a view rewrites
+ * the base's history (CopySlices: the base's old history outside the view's
+ * region, the written values inside) and makes the view's history a strided
+ * view of the base's new one (AsStridedBackward). Other views of that base,
+ * made before the write, hold histories that no longer describe their
+ * values; like PyTorch, each rebuilds its history from its base's when it
+ * is next read (an input recorded, a backward root, ct_requires_grad ...)
+ * and the storage's version counter has moved since its history was set.
+ * Rebuilding rather than refusing keeps PyTorch's programs working (views of
+ * a buffer filled slice by slice are read after the writes), and costs one
+ * comparison of two counters per read. Tensors saved for backward keep
+ * their own check: their version is compared when backward reads them. */
+
+/* Serializes rebuilding views' histories: several threads may read one view
+ * at once (tensor.h), and the first to see a stale history rebuilds it. */
+static pthread_mutex_t view_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool has_overlap(const ct_tensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->stride[d] == 0 && t->shape[d] > 1) return true;
+    return false;
+}
+
+static void strided_params(const ct_tensor *base, const ct_tensor *view, cti_strided_params *p) {
+    memset(p, 0, sizeof *p);
+    memcpy(p->base_stride, base->stride, sizeof(int64_t) * (size_t)base->ndim);
+    memcpy(p->view_stride, view->stride, sizeof(int64_t) * (size_t)view->ndim);
+    p->view_offset = view->offset - base->offset;
+    p->src_device = view->storage->device;
+}
+
+/* t's history as a strided view of its base's present one (none when the
+ * base requires no grad). A base whose elements overlap is never rewritten
+ * through autograd (its in-place writes are refused), so a view of it keeps
+ * the history its view op recorded. */
+static ct_status regenerate(ct_tensor *t, struct ct_autograd_meta *m) {
+    ct_tensor *b = m->base;
+    if (has_overlap(b)) return CT_OK;
+    if (!b->autograd || !b->autograd->requires_grad) {
+        if (m->grad_fn) node_release(m->grad_fn);
+        m->grad_fn = NULL;
+        m->requires_grad = false;
+        return CT_OK;
+    }
+    cti_strided_params p;
+    strided_params(b, t, &p);
+    return cti_ag_record(&(cti_ag_rec){.name = "AsStridedBackward",
+                                       .backward = cti_bw_as_strided,
+                                       .nin = 1,
+                                       .in = {b},
+                                       .nout = 1,
+                                       .out = {t},
+                                       CTI_AG_PARAMS(&p)});
+}
+
+/* Rebuilds view t's history when its storage was written since it was set. */
+static ct_status view_refresh(ct_tensor *t) {
+    struct ct_autograd_meta *m = t->autograd;
+    if (!m || !m->base) return CT_OK;
+    unsigned v = atomic_load(&t->storage->version);
+    if (atomic_load(&m->view_version) == v) return CT_OK;
+    pthread_mutex_lock(&view_lock);
+    ct_status st = CT_OK;
+    if (atomic_load(&m->view_version) != v) {
+        st = regenerate(t, m);
+        if (st == CT_OK) atomic_store(&m->view_version, v);
+    }
+    pthread_mutex_unlock(&view_lock);
+    return st;
+}
+
+ct_tensor *cti_ag_view_link(ct_tensor *t, ct_tensor *v) {
+    if (!v || !ct_dtype_is_floating(v->dtype)) return v;
+    if (grad_disabled || t->nograd_view) {
+        v->nograd_view = true;
+        return v;
+    }
+    struct ct_autograd_meta *tm = t->autograd;
+    ct_tensor *root = tm && tm->base ? tm->base : t;
+    struct ct_autograd_meta *m = meta_get(v);
+    if (!m) {
+        ct_tensor_release(v);
+        return cti_error_null(CT_ERR_OOM, "out of memory recording a view");
+    }
+    m->base = cti_ref(root);
+    m->multi_output = tm ? tm->multi_output : NULL;
+    atomic_store(&m->view_version, atomic_load(&v->storage->version));
+    return v;
+}
+
+void cti_ag_mark_multi_output(ct_tensor *v, const char *op) {
+    if (v && v->autograd && v->autograd->base) v->autograd->multi_output = op;
+}
+
+bool cti_ag_is_view(const ct_tensor *t) { return t && t->autograd && t->autograd->base; }
+
+int cti_ag_inplace_mode(const char *op, ct_tensor *t, ct_tensor *other) {
+    if (grad_disabled || !ct_dtype_is_floating(t->dtype)) return 0;
+    if (view_refresh(t) != CT_OK) return -1;
     struct ct_autograd_meta *m = t->autograd;
     bool has_grad = m && m->requires_grad;
-    if (has_grad && !m->grad_fn) {
+    ct_tensor *b = m ? m->base : NULL;
+    if (has_grad && !m->grad_fn && !b) {
         cti_error(CT_ERR_AUTOGRAD,
                   "%s: a leaf Variable that requires grad (%s) is being used in an in-place "
                   "operation; wrap the update in ct_no_grad_begin/ct_no_grad_end",
@@ -287,16 +420,37 @@ int cti_ag_inplace_mode(const char *op, const ct_tensor *t, ct_tensor *other) {
         return -1;
     }
     if (!has_grad && (!other || !cti_ag_needed(1, &other))) return 0;
-    /* Every tensor handle holds its storage once: another holder is a view
-     * of t, its base, or a saved copy whose history would not see the
-     * update (a saved one would refuse its backward later; this refuses now). */
-    if (atomic_load(&t->storage->refcount) > 1) {
+    if (t->nograd_view) {
         cti_error(CT_ERR_AUTOGRAD,
-                  "%s: %s%s%s shares its memory with other tensors (a view of it, the tensor it "
-                  "views, or a tensor saved for backward) whose history would not record this "
-                  "in-place update; clone it first or use the out-of-place op",
-                  op, cti_desc(t), has_grad ? ", produced by " : "",
-                  has_grad ? m->grad_fn->name : "");
+                  "%s: %s is a view created in no-grad mode and is being modified in place with "
+                  "grad mode enabled; this is ambiguous and refused (as PyTorch does): make "
+                  "both the view and the in-place update in no-grad mode (not recorded) or "
+                  "both in grad mode (recorded)",
+                  op, cti_desc(t));
+        return -1;
+    }
+    if (!b) return 1;
+    if (m->multi_output) {
+        cti_error(CT_ERR_AUTOGRAD,
+                  "%s: %s is a view returned by %s, which returns several views; such views "
+                  "cannot be modified in place (as in PyTorch); use the out-of-place op, or "
+                  "make the view with ct_narrow/ct_select",
+                  op, cti_desc(t), m->multi_output);
+        return -1;
+    }
+    if (b->autograd && b->autograd->requires_grad && !b->autograd->grad_fn) {
+        cti_error(CT_ERR_AUTOGRAD,
+                  "%s: a view of a leaf Variable that requires grad is being used in an "
+                  "in-place operation (%s, produced by %s, views the leaf %s); wrap the update "
+                  "in ct_no_grad_begin/ct_no_grad_end",
+                  op, cti_desc(t), m->grad_fn ? m->grad_fn->name : "a view op", cti_desc(b));
+        return -1;
+    }
+    if (has_overlap(b)) {
+        cti_error(CT_ERR_AUTOGRAD,
+                  "%s: %s views %s, whose elements share memory locations (strides %s); "
+                  "autograd cannot record a write through it: clone the base first",
+                  op, cti_desc(t), cti_desc(b), cti_shape_s(b->ndim, b->stride));
         return -1;
     }
     return 1;
@@ -315,7 +469,56 @@ ct_status cti_ag_rebase(ct_tensor *t, const ct_tensor *src) {
     return CT_OK;
 }
 
+ct_status cti_ag_rebase_view(ct_tensor *t, ct_tensor *src) {
+    struct ct_autograd_meta *m = t->autograd;
+    ct_tensor *b = m->base;
+    cti_strided_params p;
+    strided_params(b, t, &p);
+    /* A constant's node still needs the view's shape: a handle of t's
+     * geometry without history carries it, and no edge. */
+    ct_tensor *vals = src ? src : cti_tensor_view(t, t->ndim, t->shape, t->stride, t->offset);
+    if (!vals) return ct_last_status();
+    p.src_device = vals->storage->device;
+    ct_status st = cti_ag_record(&(cti_ag_rec){.name = "CopySlices",
+                                               .backward = cti_bw_copy_slices,
+                                               .nin = 2,
+                                               .in = {b, vals},
+                                               .nout = 1,
+                                               .out = {b},
+                                               CTI_AG_PARAMS(&p)});
+    if (!src) ct_tensor_release(vals);
+    if (st != CT_OK) return st;
+    pthread_mutex_lock(&view_lock);
+    st = regenerate(t, m);
+    if (st == CT_OK) atomic_store(&m->view_version, atomic_load(&t->storage->version));
+    pthread_mutex_unlock(&view_lock);
+    return st;
+}
+
+ct_status cti_ag_record_overwrite(const char *name, ct_tensor *t, ct_tensor *src) {
+    ct_status st = view_refresh(t);
+    if (st != CT_OK) return st;
+    if (cti_ag_is_view(t)) {
+        if (!src) return cti_ag_rebase_view(t, NULL);
+        /* The region's gradient, summed back over src's broadcast dims by
+         * expand's own backward. */
+        ct_tensor *e = ct_expand(src, t->ndim, t->shape);
+        st = e ? cti_ag_rebase_view(t, e) : ct_last_status();
+        ct_tensor_release(e);
+        return st;
+    }
+    cti_strided_params p = {.src_device = (src ? src : t)->storage->device};
+    return cti_ag_record(&(cti_ag_rec){.name = name,
+                                       .backward = cti_bw_overwrite,
+                                       .nin = src ? 2 : 1,
+                                       .in = {t, src},
+                                       .nout = 1,
+                                       .out = {t},
+                                       CTI_AG_PARAMS(&p)});
+}
+
 ct_status cti_ag_check_inplace(const char *op, const ct_tensor *t) {
+    t = refreshed(t);
     if (grad_disabled || !t->autograd || !t->autograd->requires_grad) return CT_OK;
     if (!t->autograd->grad_fn)
         return cti_error(CT_ERR_AUTOGRAD,

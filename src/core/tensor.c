@@ -258,6 +258,7 @@ static void init_geometry(ct_tensor *t, int ndim, const int64_t *shape, ct_dtype
     t->ndim = ndim;
     t->dtype = dtype;
     t->wrapped_number = false;
+    t->nograd_view = false;
     t->offset = 0;
     if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
     cti_contiguous_strides(ndim, shape, t->stride);
@@ -354,6 +355,7 @@ ct_tensor *cti_tensor_view(const ct_tensor *base, int ndim, const int64_t *shape
     t->ndim = ndim;
     t->dtype = base->dtype;
     t->wrapped_number = false;
+    t->nograd_view = false;
     t->offset = offset;
     if (ndim > 0) {
         memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));

@@ -47,6 +47,10 @@ struct ct_tensor {
     ct_dtype dtype;
     /* A scalar operand promoted like a Python number (tensor-scalar ops). */
     bool wrapped_number;
+    /* Made by a view op in no-grad mode (or a view of such a view): autograd
+     * does not know its base, so it refuses to record an in-place update of
+     * it (as PyTorch refuses one on a view created in no_grad mode). */
+    bool nograd_view;
     cti_storage *storage;
     int64_t offset; /* elements */
     int64_t shape[CT_MAX_DIMS];

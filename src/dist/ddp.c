@@ -128,7 +128,11 @@ static ct_status fill_bucket(ct_ddp *d, bucket *b) {
         ct_tensor *part = ct_narrow(b->flat, 0, at, n);
         s->view = part ? owned(ct_view(part, s->p->ndim, s->p->shape)) : NULL;
         ct_tensor_release(part);
-        if (!s->view || ct_copy_(s->view, s->p) != CT_OK) return ct_last_status();
+        /* The buffer carries values for communication, not history. */
+        bool prev = ct_no_grad_begin();
+        ct_status cs = s->view ? ct_copy_(s->view, s->p) : ct_last_status();
+        ct_no_grad_end(prev);
+        if (cs != CT_OK) return cs;
         at += n;
     }
     if (!d->zero1) return CT_OK;

@@ -11,8 +11,9 @@
  * calls beyond the result's allocation, the dispatch and autograd's check.
  *
  * Differentiable ops record their backward (src/autograd/formulas_elementwise.c)
- * when an operand requires grad; in-place forms are not recorded, so they
- * refuse what autograd forbids (cti_ag_check_inplace) before touching data. */
+ * when an operand requires grad; in-place forms are recorded as PyTorch
+ * records them, through a view's base too (src/ops/inplace.c), and refuse
+ * what autograd forbids (cti_ag_inplace_mode) before touching data. */
 #include <math.h>
 
 #include "ops_impl.h"
@@ -468,7 +469,7 @@ SCALAR_OP(ct_ge_scalar, s_ge_scalar)
 /* Autograd's rules for updating a in place from b (NULL for none)
  * (cti_ag_inplace_mode): *record tells whether the update must be recorded
  * (src/ops/inplace.c) rather than run plainly. */
-static ct_status check_autograd(const char *name, const ct_tensor *a, ct_tensor *b,
+static ct_status check_autograd(const char *name, ct_tensor *a, ct_tensor *b,
                                 bool *record) {
     int mode = cti_ag_inplace_mode(name, a, b);
     *record = mode > 0;

@@ -186,11 +186,15 @@ static ct_tensor *fail_release(ct_tensor *t) {
  * gradient to t's shape and the engine casts it to t's dtype. Integer
  * results carry no gradient. Releases out on failure. */
 static ct_tensor *record_same_values(ct_tensor *t, ct_tensor *out, const char *name) {
-    if (!out || !ct_dtype_is_floating(out->dtype) || !cti_ag_needed(1, &t)) return out;
-    cti_ag_rec r = {.name = name, .backward = cti_bw_view, .nin = 1, .in = {t}, .nout = 1,
-                    .out = {out}};
-    if (cti_ag_record(&r) != CT_OK) return fail_release(out);
-    return out;
+    if (!out || !ct_dtype_is_floating(out->dtype)) return out;
+    if (cti_ag_needed(1, &t)) {
+        cti_ag_rec r = {.name = name, .backward = cti_bw_view, .nin = 1, .in = {t}, .nout = 1,
+                        .out = {out}};
+        if (cti_ag_record(&r) != CT_OK) return fail_release(out);
+    }
+    /* A result over t's storage (an alias, a reshape that is a view) is a
+     * view of t for in-place writes, as PyTorch's is. */
+    return out->storage == t->storage ? cti_ag_view_link(t, out) : out;
 }
 
 /* ---- creation --------------------------------------------------------------------------- */
@@ -578,48 +582,66 @@ static ct_status check_broadcast_to(const char *op, const ct_tensor *src, const 
                      cti_desc(src), cti_shape_s(dst->ndim, dst->shape));
 }
 
+/* Whether overwriting dst (from src, NULL for a constant) is recorded in
+ * grad mode (cti_ag_inplace_mode): 1 yes, 0 no, -1 refused. */
+static int overwrite_mode(const char *op, ct_tensor *dst, const ct_tensor *src) {
+    /* Integer sources carry no gradient; a floating one may. */
+    ct_tensor *other = src && ct_dtype_is_floating(src->dtype) ? (ct_tensor *)src : NULL;
+    return cti_ag_inplace_mode(op, dst, other);
+}
+
 ct_status ct_copy_(ct_tensor *dst, const ct_tensor *src) {
     static const char op[] = "ct_copy_";
     ct_tensor *args[2] = {dst, (ct_tensor *)src};
     if (cti_check_not_null(op, 2, args) != CT_OK) return ct_last_status();
-    if (check_broadcast_to(op, src, dst) != CT_OK || check_writable(op, dst) != CT_OK ||
-        cti_ag_check_inplace(op, dst) != CT_OK)
+    if (check_broadcast_to(op, src, dst) != CT_OK || check_writable(op, dst) != CT_OK)
         return ct_last_status();
-    ct_status s;
+    int mode = overwrite_mode(op, dst, src);
+    if (mode < 0) return ct_last_status();
+    ct_status s = CT_OK;
     int64_t dlo, dhi, slo, shi;
     if (dst->storage == src->storage && byte_range(dst, &dlo, &dhi) &&
         byte_range(src, &slo, &shi) && dlo < shi && slo < dhi) {
-        if (same_geometry(dst, src)) return CT_OK; /* copying onto itself */
-        /* Overlapping views: read everything before writing anything. */
-        ct_tensor *tmp = cti_tensor_new(op, src->ndim, src->shape, src->dtype, dev_of(src));
-        if (!tmp) return ct_last_status();
-        s = dispatch_copy(tmp, src);
-        if (s == CT_OK) s = dispatch_copy(dst, tmp);
-        ct_tensor_release(tmp);
+        if (!same_geometry(dst, src)) { /* (else copying onto itself: nothing to write) */
+            /* Overlapping views: read everything before writing anything. */
+            ct_tensor *tmp = cti_tensor_new(op, src->ndim, src->shape, src->dtype, dev_of(src));
+            if (!tmp) return ct_last_status();
+            s = dispatch_copy(tmp, src);
+            if (s == CT_OK) s = dispatch_copy(dst, tmp);
+            ct_tensor_release(tmp);
+            if (s == CT_OK) cti_bump_version(dst);
+        }
     } else {
         s = dispatch_copy(dst, src);
+        if (s == CT_OK) cti_bump_version(dst);
     }
-    if (s == CT_OK) cti_bump_version(dst);
+    if (s == CT_OK && mode > 0)
+        s = cti_ag_record_overwrite("CopyBackwards", dst, (ct_tensor *)src);
     return s;
 }
 
 ct_status ct_fill_(ct_tensor *dst, double value) {
     static const char op[] = "ct_fill_";
     if (!dst) return cti_error(CT_ERR_INVALID_ARG, "%s: tensor is NULL", op);
-    if (check_writable(op, dst) != CT_OK || check_value_fits(op, value, dst->dtype) != CT_OK ||
-        cti_ag_check_inplace(op, dst) != CT_OK)
+    if (check_writable(op, dst) != CT_OK || check_value_fits(op, value, dst->dtype) != CT_OK)
         return ct_last_status();
+    int mode = overwrite_mode(op, dst, NULL);
+    if (mode < 0) return ct_last_status();
     ct_status s = dispatch_fill(dst, value);
     if (s == CT_OK) cti_bump_version(dst);
+    if (s == CT_OK && mode > 0) s = cti_ag_record_overwrite("FillBackward", dst, NULL);
     return s;
 }
 
 ct_status ct_zero_(ct_tensor *dst) {
-    if (!dst) return cti_error(CT_ERR_INVALID_ARG, "ct_zero_: tensor is NULL");
-    if (check_writable("ct_zero_", dst) != CT_OK || cti_ag_check_inplace("ct_zero_", dst) != CT_OK)
-        return ct_last_status();
+    static const char op[] = "ct_zero_";
+    if (!dst) return cti_error(CT_ERR_INVALID_ARG, "%s: tensor is NULL", op);
+    if (check_writable(op, dst) != CT_OK) return ct_last_status();
+    int mode = overwrite_mode(op, dst, NULL);
+    if (mode < 0) return ct_last_status();
     ct_status s = dispatch_fill(dst, 0.0);
     if (s == CT_OK) cti_bump_version(dst);
+    if (s == CT_OK && mode > 0) s = cti_ag_record_overwrite("ZeroBackward", dst, NULL);
     return s;
 }
 

@@ -146,7 +146,11 @@ ct_tensor *ct_scatter_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *sr
     if (!out) return NULL;
     /* The kernels only add: the copy of x is the copy op's. */
     cti_index_params p = {.dim = d, .size = x->ndim > 0 ? x->shape[d] : 1};
-    if (ct_copy_(out, x) != CT_OK || dispatch(CT_OP_SCATTER_ADD, 3, req, out, &p) != CT_OK) {
+    /* The copy is part of the op, recorded below as a whole. */
+    bool prev = ct_no_grad_begin();
+    ct_status cs = ct_copy_(out, x);
+    ct_no_grad_end(prev);
+    if (cs != CT_OK || dispatch(CT_OP_SCATTER_ADD, 3, req, out, &p) != CT_OK) {
         ct_tensor_release(out);
         return NULL;
     }
@@ -316,8 +320,8 @@ ct_tensor *ct_repeat_interleave(ct_tensor *x, int64_t repeats, int dim) {
 
 /* out[0..n) = narrow views of x along d of sizes[k] (or all of size each but
  * the last, when sizes is NULL: then n pieces of `each` cover the dim). */
-static ct_status narrow_pieces(ct_tensor *x, int d, int n, const int64_t *sizes, int64_t each,
-                               ct_tensor **out) {
+static ct_status narrow_pieces(const char *op, ct_tensor *x, int d, int n,
+                               const int64_t *sizes, int64_t each, ct_tensor **out) {
     int64_t start = 0, total = x->shape[d];
     for (int k = 0; k < n; k++) {
         int64_t len = sizes ? sizes[k] : (total - start < each ? total - start : each);
@@ -326,6 +330,8 @@ static ct_status narrow_pieces(ct_tensor *x, int d, int n, const int64_t *sizes,
             for (int j = 0; j < k; j++) out[j] = NULL;
             return ct_last_status();
         }
+        /* PyTorch refuses in-place writes to the pieces of a split. */
+        cti_ag_mark_multi_output(out[k], op);
         start += len;
     }
     return CT_OK;
@@ -351,7 +357,7 @@ static ct_status emit(const char *op, ct_tensor *x, int d, int64_t n, int64_t ea
         if (max_out < n)
             return cti_error(CT_ERR_INVALID_ARG, "%s: %lld pieces of %s do not fit in max_out %d",
                              op, (long long)n, cti_desc(x), max_out);
-        ct_status s = narrow_pieces(x, d, (int)n, NULL, each, out);
+        ct_status s = narrow_pieces(op, x, d, (int)n, NULL, each, out);
         if (s != CT_OK) return s;
     }
     *n_out = (int)n;
@@ -397,7 +403,7 @@ ct_status ct_split_with_sizes(ct_tensor *x, int n, const int64_t *sizes, int dim
         return cti_error(CT_ERR_SHAPE, "%s: sizes %s do not sum to the size %lld of dim %d of %s",
                          op, cti_shape_s(n < CT_MAX_DIMS ? n : CT_MAX_DIMS, sizes),
                          (long long)x->shape[d], d, cti_desc(x));
-    return narrow_pieces(x, d, n, sizes, 0, out);
+    return narrow_pieces(op, x, d, n, sizes, 0, out);
 }
 
 ct_status ct_chunk(ct_tensor *x, int64_t chunks, int dim, int max_out, ct_tensor **out,

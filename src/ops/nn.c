@@ -906,7 +906,8 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
     cti_dropout_params dp = {.n = n, .p = p};
     /* Identity: no mask (ct_dropout_backward takes NULL). */
     if (!train || p == 0) {
-        ct_tensor *y = record(&(cti_ag_rec){.name = "DropoutBackward",
+        /* x itself, as PyTorch returns it: a view of x for in-place writes. */
+        ct_tensor *y = cti_ag_view_link(x, record(&(cti_ag_rec){.name = "DropoutBackward",
                                             .backward = cti_bw_dropout,
                                             .nin = 1,
                                             .in = {x},
@@ -914,7 +915,7 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
                                             .out = {alias(x)},
                                             .nsaved = 1,
                                             .saved = {NULL},
-                                            CTI_AG_PARAMS(&dp)});
+                                            CTI_AG_PARAMS(&dp)}));
         if (y && mask) *mask = NULL;
         return y;
     }

@@ -192,7 +192,11 @@ static ct_tensor *scatter_into_copy(const char *op, ct_op id, ct_tensor *x, ct_t
                                     ct_tensor *src, const cti_scatter_params *p) {
     ct_tensor *out = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
     if (!out) return NULL;
-    if (ct_copy_(out, x) != CT_OK || scatter_dispatch(id, x, index, src, out, p) != CT_OK) {
+    /* The copy is part of the op, which its caller records as a whole. */
+    bool prev = ct_no_grad_begin();
+    ct_status cs = ct_copy_(out, x);
+    ct_no_grad_end(prev);
+    if (cs != CT_OK || scatter_dispatch(id, x, index, src, out, p) != CT_OK) {
         rel(out);
         return NULL;
     }
@@ -275,7 +279,9 @@ ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor 
                             .from_reduce = true};
     ct_tensor *out = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
     if (!out) return NULL;
+    bool prev = ct_no_grad_begin(); /* part of the op, recorded as a whole */
     ct_status s = ct_copy_(out, x);
+    ct_no_grad_end(prev);
     if (s == CT_OK && !include_self) {
         /* the positions index reaches start from 0 (sum) or from one of
          * the values they reduce (amax, amin: src itself assigned first) */
@@ -813,7 +819,7 @@ ct_status ct_unbind(ct_tensor *x, int dim, int max_out, ct_tensor **out, int *n_
         if (max_out < n)
             return cti_error(CT_ERR_INVALID_ARG, "%s: %lld pieces of %s do not fit in max_out %d",
                              op, (long long)n, cti_desc(x), max_out);
-        for (int64_t k = 0; k < n; k++)
+        for (int64_t k = 0; k < n; k++) {
             if (!(out[k] = ct_select(x, d, k))) {
                 for (int64_t j = 0; j < k; j++) {
                     ct_tensor_release(out[j]);
@@ -821,6 +827,8 @@ ct_status ct_unbind(ct_tensor *x, int dim, int max_out, ct_tensor **out, int *n_
                 }
                 return ct_last_status();
             }
+            cti_ag_mark_multi_output(out[k], op); /* not written in place, as in PyTorch */
+        }
     }
     *n_out = (int)n;
     return CT_OK;

@@ -3,26 +3,31 @@
  * A view of a tensor that requires grad carries history of its own even
  * though it shares the storage: its gradient flows back to the viewed
  * tensor through the node recorded here, which keeps what the view took
- * of t in a cti_view_params (src/autograd/formulas.h). Since the view then
- * has history, the in-place check refuses writes through it in grad mode. */
+ * of t in a cti_view_params (src/autograd/formulas.h). Every floating view
+ * made in grad mode also knows its base (PyTorch's _base), whatever the base
+ * requires: a write through the view rewrites the base's history
+ * (src/autograd/graph.c). */
 #include "ops_impl.h"
 
 /* Records v = view(t) when t requires grad, with *p (NULL: the formula
- * reads none); on failure releases v and returns NULL, else returns v (NULL
- * stays NULL). */
+ * reads none), and links v to its base (cti_ag_view_link: what an in-place
+ * write through v needs); on failure releases v and returns NULL, else
+ * returns v (NULL stays NULL). */
 static ct_tensor *recorded(ct_tensor *t, ct_tensor *v, const char *name, cti_backward_fn bw,
                            const cti_view_params *p) {
-    if (!v || !cti_ag_needed(1, &t)) return v;
-    cti_ag_rec r = {.name = name, .backward = bw, .nin = 1, .in = {t}, .nout = 1, .out = {v}};
-    if (p) {
-        r.params = p;
-        r.params_size = sizeof *p;
+    if (!v) return NULL;
+    if (cti_ag_needed(1, &t)) {
+        cti_ag_rec r = {.name = name, .backward = bw, .nin = 1, .in = {t}, .nout = 1, .out = {v}};
+        if (p) {
+            r.params = p;
+            r.params_size = sizeof *p;
+        }
+        if (cti_ag_record(&r) != CT_OK) {
+            ct_tensor_release(v);
+            return NULL;
+        }
     }
-    if (cti_ag_record(&r) != CT_OK) {
-        ct_tensor_release(v);
-        return NULL;
-    }
-    return v;
+    return cti_ag_view_link(t, v);
 }
 
 /* A reshape-like view: backward reshapes the gradient to t's shape. */
