@@ -23,7 +23,8 @@
 # Environment: CT_GPU_BUILD (build directory, default build-gpu),
 # CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
 # (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only,
-# CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run),
+# CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run, CT_GPU_SANITIZER_JOBS=N
+# runs N at once),
 # CT_GPU_SKIP_BENCH=1 step 5 (CT_GPU_BENCH_ONLY="name ..." keeps those),
 # CT_GPU_BENCH=quick|full|0 for step 6, CT_GPU_FASHION_EPOCHS=N (0: none) for
 # step 7. Steps 4-7 can run in separate calls on the same build directory.
@@ -99,6 +100,23 @@ summary() {
     return 0
 }
 trap summary EXIT
+
+# sstep NAME COMMAND...: step's run in the background, at most $sjobs at
+# once, its exit status and seconds in NAME.rc; the caller waits and records
+# the results in the order the runs were started (snames).
+snames=()
+sstep() {
+    local name=$1
+    shift
+    while [ "$(jobs -rp | wc -l)" -ge "$sjobs" ]; do wait -n || true; done
+    snames+=("$name")
+    (
+        t0=$(date +%s)
+        set +e
+        "$@" >"$steplogs/$name.log" 2>&1
+        echo "$? $(($(date +%s) - t0))" >"$steplogs/$name.rc"
+    ) &
+}
 
 # The CUDA test executables, each also run under compute-sanitizer: every
 # tests/test_cuda* program the build made (found after the build), or the
@@ -203,8 +221,12 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
             race_filter=(--kernel-name-exclude kns=cudnn)
             race_env=()
         fi
+        # CT_GPU_SANITIZER_JOBS=N runs N of them at once on the one GPU (each
+        # process has its own context; the tools slow kernels 10-100x, so
+        # the runs are bound by the host and overlap well).
+        sjobs=${CT_GPU_SANITIZER_JOBS:-1}
         for t in $cuda_tests; do
-            step "sanitizer-memcheck-$t" "${limit[@]}" env CT_CUDA_NO_CACHE=1 "$sanitizer" \
+            sstep "sanitizer-memcheck-$t" "${limit[@]}" env CT_CUDA_NO_CACHE=1 "$sanitizer" \
                 --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
                 "$build/tests/$t"
             # racecheck looks at cten's own kernels: cuDNN's generated kernels
@@ -212,8 +234,23 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
             # which the tool reports as shared-memory hazards) are left out
             # by name, or where the tool cannot filter, cuDNN's fused
             # attention is turned off (the own flash kernels run instead).
-            step "sanitizer-racecheck-$t" "${limit[@]}" env "${race_env[@]}" "$sanitizer" \
+            sstep "sanitizer-racecheck-$t" "${limit[@]}" env "${race_env[@]}" "$sanitizer" \
                 --tool racecheck "${race_filter[@]}" --error-exitcode 99 "$build/tests/$t"
+        done
+        wait
+        for n in "${snames[@]}"; do
+            read -r rc secs <"$steplogs/$n.rc"
+            printf '\n===== %s\n' "$n" | tee -a "$all"
+            cat "$steplogs/$n.log" >>"$all"
+            tail -n 12 "$steplogs/$n.log"
+            names+=("$n")
+            times+=("$secs")
+            if [ "$rc" -eq 0 ]; then
+                results+=("ok")
+            else
+                results+=("FAILED (exit $rc)")
+                failed=1
+            fi
         done
     fi
 fi
