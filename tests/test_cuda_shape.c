@@ -97,6 +97,18 @@ static void test_composites(void **state) {
                 check_close(chk(ct_index_put(gx, 2, ig, gpu(vals), acc)),
                             chk(ct_index_put(x, 2, ic, vals, acc)), acc ? rtol : 0);
             }
+            /* PyTorch's x[:, b] = v and x[mask] = v, a slice and a bool mask */
+            ct_tensor *mk = chk(tu_rand(CT_SHAPE(6, 7), CT_BOOL, 0, 1, NULL));
+            ct_tensor *sc_[2] = {NULL, b}, *sg[2] = {NULL, gpu(b)}, *mc[1] = {mk},
+                      *mg[1] = {on_gpu(mk, nc)};
+            ct_tensor *v35 = rnd(CT_SHAPE(3, 5), dt), *v5 = rnd(CT_SHAPE(5), dt);
+            for (int acc = 0; acc < 2; acc++) {
+                if (acc && dt == CT_BOOL) continue;
+                check_close(chk(ct_index_put(gx, 2, sg, gpu(v35), acc)),
+                            chk(ct_index_put(x, 2, sc_, v35, acc)), acc ? rtol : 0);
+                check_close(chk(ct_index_put(gx, 1, mg, gpu(v5), acc)),
+                            chk(ct_index_put(x, 1, mc, v5, acc)), acc ? rtol : 0);
+            }
             ct_tensor *ti = chk(tu_rand(CT_SHAPE(4, 9), CT_I64, -210, 210, NULL));
             check_close(chk(ct_take(gx, on_gpu(ti, nc))), chk(ct_take(x, ti)), 0);
             ct_tensor *m = chk(tu_rand(CT_SHAPE(7, 1), CT_BOOL, 0, 1, NULL));

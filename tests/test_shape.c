@@ -237,6 +237,113 @@ static void test_index_put(void **state) {
         }
 }
 
+/* index_put with PyTorch's slices (NULL) and bool masks, x [4, 5, 3]:
+ *   A (NULL, b [2])          -> indexed [4, 2, 3], values [2, 3]
+ *   B (a [2], NULL, c [2])   -> apart: broadcast first, indexed [2, 5], values [2, 5]
+ *   C (mask [4, 5])          -> indexed [m, 3], values [3]
+ *   D (NULL, mask [5, 3])    -> indexed [4, m], values [4, 1]
+ *   E (NULL)                 -> x[:] = values [5, 3]
+ * Without accumulate the positions are distinct (the last write would win). */
+static void test_index_put_slices_masks(void **state) {
+    (void)state;
+    for (size_t t = 0; t < sizeof tu_all_dtypes / sizeof tu_all_dtypes[0]; t++)
+        for (int acc = 0; acc < 2; acc++) {
+            ct_dtype dt = tu_all_dtypes[t];
+            if (acc && dt == CT_BOOL) continue;
+            ct_scope *sc = ct_scope_begin();
+            int64_t xs[3] = {4, 5, 3}, two = 2;
+            double *xv, *vv, *mv, ref[60];
+            ct_tensor *x = maybe_nc(tu_rand(3, xs, dt, lo_of(dt), hi_of(dt), &xv), acc);
+            /* A: b distinct without accumulate, repeated with it */
+            int64_t bv[2] = {tu_randint(0, 2), tu_randint(3, 4)};
+            if (acc) bv[1] = bv[0] - 5; /* the same column, counted from the end */
+            ct_tensor *v = tu_rand(2, (int64_t[]){2, 3}, dt, lo_of(dt), hi_of(dt), &vv);
+            ct_tensor *ia[2] = {NULL, ints(bv, 1, &two)};
+            memcpy(ref, xv, sizeof ref);
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 2; j++)
+                    for (int k = 0; k < 3; k++) {
+                        int64_t b = bv[j] < 0 ? bv[j] + 5 : bv[j];
+                        double *o = &ref[(i * 5 + b) * 3 + k];
+                        *o = acc ? round_to(*o + vv[j * 3 + k], dt) : vv[j * 3 + k];
+                    }
+            poison(60 * 8);
+            expect(ct_index_put(x, 2, ia, v, acc), 3, xs, dt, ref, 4);
+            free(vv);
+            /* B: a and c apart, so the indexed shape is [2, 5] */
+            int64_t av[2] = {tu_randint(0, 1), tu_randint(2, 3)}, cv[2] = {tu_randint(0, 2), -1};
+            v = tu_rand(2, (int64_t[]){2, 5}, dt, lo_of(dt), hi_of(dt), &vv);
+            ct_tensor *ib[3] = {ints(av, 1, &two), NULL, ints(cv, 1, &two)};
+            memcpy(ref, xv, sizeof ref);
+            for (int p = 0; p < 2; p++)
+                for (int j = 0; j < 5; j++) {
+                    int64_t c = cv[p] < 0 ? cv[p] + 3 : cv[p];
+                    double *o = &ref[(av[p] * 5 + j) * 3 + c];
+                    *o = acc ? round_to(*o + vv[p * 5 + j], dt) : vv[p * 5 + j];
+                }
+            poison(60 * 8);
+            expect(ct_index_put(x, 3, ib, v, acc), 3, xs, dt, ref, 4);
+            free(vv);
+            /* C: a mask of the two leading dims */
+            ct_tensor *mask = tu_rand(2, (int64_t[]){4, 5}, CT_BOOL, 0, 1, &mv);
+            v = tu_rand(1, (int64_t[]){3}, dt, lo_of(dt), hi_of(dt), &vv);
+            memcpy(ref, xv, sizeof ref);
+            for (int p = 0; p < 20; p++)
+                for (int k = 0; k < 3 && mv[p] != 0; k++)
+                    ref[p * 3 + k] = acc ? round_to(ref[p * 3 + k] + vv[k], dt) : vv[k];
+            poison(60 * 8);
+            expect(ct_index_put(x, 1, &mask, v, acc), 3, xs, dt, ref, 4);
+            free(vv), free(mv);
+            /* D: a slice, then a mask of the last two dims */
+            ct_tensor *m2 = tu_rand(2, (int64_t[]){5, 3}, CT_BOOL, 0, 1, &mv);
+            v = tu_rand(2, (int64_t[]){4, 1}, dt, lo_of(dt), hi_of(dt), &vv);
+            ct_tensor *id[2] = {NULL, m2};
+            memcpy(ref, xv, sizeof ref);
+            for (int i = 0; i < 4; i++)
+                for (int p = 0; p < 15; p++)
+                    if (mv[p] != 0) ref[i * 15 + p] = acc ? round_to(ref[i * 15 + p] + vv[i], dt) : vv[i];
+            poison(60 * 8);
+            expect(ct_index_put(x, 2, id, v, acc), 3, xs, dt, ref, 4);
+            free(vv), free(mv);
+            /* E: the whole of x */
+            v = tu_rand(2, (int64_t[]){5, 3}, dt, lo_of(dt), hi_of(dt), &vv);
+            ct_tensor *ie[1] = {NULL};
+            for (int p = 0; p < 60; p++) ref[p] = acc ? round_to(xv[p] + vv[p % 15], dt) : vv[p % 15];
+            poison(60 * 8);
+            expect(ct_index_put(x, 1, ie, v, acc), 3, xs, dt, ref, 4);
+            free(vv), free(xv);
+            ct_scope_end(sc);
+        }
+}
+
+static void test_index_put_slices_masks_errors(void **state) {
+    (void)state;
+    ct_scope *sc = ct_scope_begin();
+    int64_t xs[3] = {4, 5, 3}, two = 2;
+    ct_tensor *x = tu_rand(3, xs, CT_F32, -1, 1, NULL);
+    ct_tensor *v = tu_rand(1, (int64_t[]){1}, CT_F32, -1, 1, NULL);
+    ct_tensor *bad = tu_rand(2, (int64_t[]){4, 4}, CT_BOOL, 0, 1, NULL);
+    tu_assert_null_error(ct_index_put(x, 1, &bad, v, false), CT_ERR_SHAPE, "ct_index_put",
+                         "shape of the mask", "does not match", "index 1");
+    ct_tensor *m2 = tu_rand(2, (int64_t[]){3, 1}, CT_BOOL, 0, 1, NULL);
+    ct_tensor *late[3] = {NULL, NULL, m2};
+    tu_assert_null_error(ct_index_put(x, 3, late, v, false), CT_ERR_INDEX, "ct_index_put",
+                         "too many indices");
+    ct_tensor *m0 = ct_tensor_full(0, NULL, 1, CT_BOOL, CT_CPU);
+    tu_assert_null_error(ct_index_put(x, 1, &m0, v, false), CT_ERR_SHAPE, "ct_index_put", "0-d");
+    ct_tensor *i32[2] = {NULL, ct_to_dtype(ints((int64_t[]){0, 1}, 1, &two), CT_I32)};
+    tu_assert_null_error(ct_index_put(x, 2, i32, v, false), CT_ERR_DTYPE, "ct_index_put",
+                         "int64", "int32");
+    ct_tensor *oob[2] = {NULL, ints((int64_t[]){0, 5}, 1, &two)};
+    tu_assert_null_error(ct_index_put(x, 2, oob, v, false), CT_ERR_INDEX, "ct_index_put",
+                         "index 5");
+    ct_tensor *vbig = tu_rand(2, (int64_t[]){3, 3}, CT_F32, -1, 1, NULL);
+    ct_tensor *sl[2] = {NULL, ints((int64_t[]){0, 1}, 1, &two)};
+    tu_assert_null_error(ct_index_put(x, 2, sl, vbig, false), CT_ERR_SHAPE, "ct_index_put",
+                         "broadcast", "[4, 2, 3]");
+    ct_scope_end(sc);
+}
+
 static void test_take_masked_select(void **state) {
     (void)state;
     for (size_t t = 0; t < sizeof tu_all_dtypes / sizeof tu_all_dtypes[0]; t++)
@@ -695,6 +802,10 @@ static ct_tensor *g_index_put(ct_tensor *const *in, void *v) {
     gctx *g = v;
     return ct_index_put(in[0], 2, g->extra, in[1], g->flag);
 }
+static ct_tensor *g_index_put_n(ct_tensor *const *in, void *v) {
+    gctx *g = v;
+    return ct_index_put(in[0], g->n, g->extra, in[1], g->flag);
+}
 static ct_tensor *g_take(ct_tensor *const *in, void *v) {
     (void)v;
     return ct_take(in[0], in[1]);
@@ -814,6 +925,25 @@ static void test_gradcheck(void **state) {
         for (int acc = 0; acc < 2; acc++) {
             g.flag = acc;
             gradcheck_ok("index_put", g_index_put, &g, 2, ip);
+        }
+        /* a slice (x[:, b] = values) and a mask (x[:, mask] = values) */
+        {
+            int64_t b2 = 2, bvv[2] = {0, -1}, v25[2] = {2, 5};
+            gctx gs = {.n = 3, .extra = {NULL, ints(bvv, 1, &b2), NULL}};
+            ct_tensor *vs = leaf64(2, v25, nc);
+            ct_tensor *in2[2] = {x, vs};
+            for (int acc = 0; acc < 2; acc++) {
+                gs.flag = acc;
+                gradcheck_ok("index_put slice", g_index_put_n, &gs, 2, in2);
+            }
+            ct_tensor *mk = tu_rand(2, (int64_t[]){4, 5}, CT_BOOL, 0, 1, NULL);
+            gctx gm = {.n = 2, .extra = {NULL, mk}};
+            ct_tensor *v1 = leaf64(1, (int64_t[]){1}, false);
+            ct_tensor *in3m[2] = {x, v1};
+            for (int acc = 0; acc < 2; acc++) {
+                gm.flag = acc;
+                gradcheck_ok("index_put mask", g_index_put_n, &gm, 2, in3m);
+            }
         }
         int64_t ts[2] = {2, 3}, tv[6] = {0, -1, 5, 5, 59, 7};
         ct_tensor *ti[2] = {x, ints(tv, 2, ts)};
@@ -956,7 +1086,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_scatter),           T(test_scatter_reduce), T(test_index_add),
-        T(test_index_put),         T(test_take_masked_select), T(test_flip_roll_repeat),
+        T(test_index_put), T(test_index_put_slices_masks), T(test_index_put_slices_masks_errors),         T(test_take_masked_select), T(test_flip_roll_repeat),
         T(test_pad),               T(test_large_copies),   T(test_diag_unbind_one_hot),
         T(test_interpolate),       T(test_unfold_fold),    T(test_gradcheck),
         T(test_bad_inputs),        T(test_zero_d_and_empty),

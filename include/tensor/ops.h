@@ -523,10 +523,14 @@ ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor 
 ct_tensor *ct_index_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *source,
                         double alpha);
 /* torch.index_put (out of place): x[indices[0], .., indices[n-1]] = values (+= with
- * accumulate); the n <= x.ndim int64 index tensors broadcast together and index the
- * leading n dims (negative entries count from the end); values broadcast to the indexed
- * shape, broadcast shape + x.shape[n:], and have x's dtype. Duplicates without accumulate
- * take the last. */
+ * accumulate), PyTorch's advanced indexing. Each entry is an int64 index tensor (one dim;
+ * negative entries count from the end), a bool mask (as many dims as it has, of x's
+ * sizes there: its true positions, through ct_nonzero, so a sync on the GPU) or NULL (a
+ * full slice, Python's `:`); the entries cover the leading dims, n <= x.ndim. The index
+ * tensors broadcast together; the indexed shape is that broadcast shape with the sliced
+ * dims before and after it where the index tensors are next to each other, else the
+ * broadcast shape then the sliced dims, then x.shape past the covered dims. values
+ * broadcast to it and have x's dtype. Duplicates without accumulate take the last. */
 ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tensor *values,
                         bool accumulate);
 /* torch.masked_select: 1-d, the elements of x where mask (bool) is true, x and mask

@@ -407,25 +407,18 @@ ct_tensor *ct_index_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *sour
     return r;
 }
 
-ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tensor *values,
-                        bool accumulate) {
+/* index_put over the leading n dims, every index an int64 tensor. */
+static ct_tensor *index_put_core(ct_tensor *x, int n, ct_tensor *const *indices,
+                                 ct_tensor *values, bool accumulate) {
     const char *op = "ct_index_put";
-    ct_tensor *req[2] = {x, values};
-    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req)) return NULL;
-    if (n < 1 || n > x->ndim || !indices)
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: expected 1..%d index tensors for x %s, got %d", op, x->ndim,
-                              cti_desc(x), n);
     if (values->dtype != x->dtype)
         return cti_error_null(CT_ERR_DTYPE,
                               "%s: values have dtype %s but x has %s (expected equal dtypes)", op,
                               ct_dtype_name(values->dtype), ct_dtype_name(x->dtype));
     int bn = 0;
-    int64_t bs[CT_MAX_DIMS];
+    int64_t bs[CT_MAX_DIMS] = {0};
     for (int j = 0; j < n; j++) {
         ct_tensor *t[2] = {x, indices[j]};
-        if (!indices[j])
-            return cti_error_null(CT_ERR_INVALID_ARG, "%s: indices[%d] is NULL", op, j);
         if (cti_check_same_device(op, 2, t) || check_i64(op, indices[j], "index")) return NULL;
         int nb;
         int64_t nbs[CT_MAX_DIMS];
@@ -493,6 +486,134 @@ ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tenso
     ct_tensor *out = r ? ct_reshape(r, x->ndim, x->shape) : NULL;
     rel(lin), rel(le), rel(lf), rel(ve), rel(vf), rel(xv), rel(ie), rel(r);
     return out;
+}
+
+/* PyTorch's indices tuple, made of int64 index tensors only for index_put_core: a NULL
+ * entry (a full slice, Python's `:`) becomes an arange over its dim, and a bool mask of m
+ * dims becomes the m int64 columns of its nonzero. Advanced indexing lays the result out
+ * as broadcast(indices) where the index tensors sit next to each other, with the slices'
+ * dims before and after it, and else broadcast(indices) first, then the slices' dims in
+ * order; each entry is reshaped to its place in that layout (the slices as
+ * [1, .., size, .., 1], the tensors as their broadcast dims), so that the leading dims'
+ * index tensors broadcast to exactly the indexed shape. */
+static ct_tensor *index_put_general(const char *op, ct_tensor *x, int n,
+                                    ct_tensor *const *indices, ct_tensor *values,
+                                    bool accumulate) {
+    ct_tensor *ent[CT_MAX_DIMS] = {0}, *own[CT_MAX_DIMS] = {0}, *full[CT_MAX_DIMS] = {0};
+    ct_tensor *r = NULL;
+    int ne = 0, nown = 0;
+    for (int j = 0; j < n; j++) {
+        ct_tensor *t = indices[j];
+        if (!t) {
+            if (ne >= x->ndim) goto too_many;
+            ent[ne++] = NULL;
+            continue;
+        }
+        ct_tensor *pair[2] = {x, t};
+        if (cti_check_same_device(op, 2, pair)) goto done;
+        if (t->dtype != CT_BOOL) {
+            if (check_i64(op, t, "index or bool mask")) goto done;
+            if (ne >= x->ndim) goto too_many;
+            ent[ne++] = t;
+            continue;
+        }
+        if (t->ndim == 0) {
+            cti_error(CT_ERR_SHAPE, "%s: indices[%d] is a 0-d bool mask; expected a mask of "
+                                    "the indexed dims' shape", op, j);
+            goto done;
+        }
+        if (ne + t->ndim > x->ndim) goto too_many;
+        for (int k = 0; k < t->ndim; k++)
+            if (t->shape[k] != x->shape[ne + k]) {
+                cti_error(CT_ERR_SHAPE,
+                          "%s: the shape of the mask %s at index %d does not match the shape "
+                          "of the indexed tensor %s at index %d",
+                          op, cti_desc(t), k, cti_desc(x), ne + k);
+                goto done;
+            }
+        ct_tensor *nz = ct_nonzero(t);
+        if (!nz) goto done;
+        for (int k = 0; k < t->ndim; k++) {
+            ct_tensor *col = ct_select(nz, 1, k);
+            if (!col) {
+                rel(nz);
+                goto done;
+            }
+            own[nown++] = col;
+            ent[ne++] = col;
+        }
+        rel(nz);
+    }
+    while (ne > 1 && !ent[ne - 1]) ne--; /* trailing slices are the rest dims */
+    if (ne == 0) ne = 1;                 /* x[...] = values: dim 0 sliced */
+    int first = -1, last = -1, nslice = 0, bn = 0;
+    int64_t bs[CT_MAX_DIMS] = {0};
+    for (int p = 0; p < ne; p++) {
+        if (!ent[p]) {
+            nslice++;
+            continue;
+        }
+        if (first < 0) first = p;
+        last = p;
+        int nb;
+        int64_t nbs[CT_MAX_DIMS];
+        if (cti_broadcast_shapes(op, bn, bs, ent[p]->ndim, ent[p]->shape, &nb, nbs)) goto done;
+        bn = nb;
+        memcpy(bs, nbs, sizeof bs);
+    }
+    bool together = true;
+    for (int p = first; first >= 0 && p <= last; p++) together = together && ent[p];
+    const int rank = bn + nslice;
+    if (rank + (x->ndim - ne) > CT_MAX_DIMS) {
+        cti_error(CT_ERR_SHAPE, "%s: the indexed shape has more than %d dims", op, CT_MAX_DIMS);
+        goto done;
+    }
+    /* where the broadcast dims start in the layout, and each slice's place */
+    const int sat = first < 0 ? 0 : together ? first : 0;
+    int next = 0;
+    for (int p = 0; p < ne; p++) {
+        int64_t shape[CT_MAX_DIMS];
+        for (int k = 0; k < rank; k++) shape[k] = 1;
+        if (!ent[p]) {
+            int at = next < sat ? next : next + bn;
+            next++;
+            shape[at] = x->shape[p];
+            ct_tensor *ar = ct_tensor_arange(0, (double)x->shape[p], 1, CT_I64, dev(x));
+            full[p] = ar ? ct_reshape(ar, rank, shape) : NULL;
+            rel(ar);
+        } else {
+            /* the caller's tensor is only viewed: a release of it here would take the
+             * place of its scope's */
+            for (int k = 0; k < ent[p]->ndim; k++)
+                shape[sat + bn - ent[p]->ndim + k] = ent[p]->shape[k];
+            full[p] = ct_reshape(ent[p], rank, shape);
+        }
+        if (!full[p]) goto done;
+    }
+    r = index_put_core(x, ne, full, values, accumulate);
+    goto done;
+too_many:
+    cti_error(CT_ERR_INDEX, "%s: too many indices for x %s (%d dims)", op, cti_desc(x), x->ndim);
+done:
+    for (int k = 0; k < CT_MAX_DIMS; k++) rel(full[k]);
+    for (int k = 0; k < nown; k++) rel(own[k]);
+    return r;
+}
+
+ct_tensor *ct_index_put(ct_tensor *x, int n, ct_tensor *const *indices, ct_tensor *values,
+                        bool accumulate) {
+    const char *op = "ct_index_put";
+    ct_tensor *req[2] = {x, values};
+    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, 2, req)) return NULL;
+    /* every entry covers one dim at least */
+    if (n < 1 || n > x->ndim || !indices)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: expected 1..%d index tensors (or NULL slices) for x %s, got %d",
+                              op, x->ndim, cti_desc(x), n);
+    bool plain = true;
+    for (int j = 0; plain && j < n; j++) plain = indices[j] && indices[j]->dtype != CT_BOOL;
+    if (plain) return index_put_core(x, n, indices, values, accumulate);
+    return index_put_general(op, x, n, indices, values, accumulate);
 }
 
 /* x flattened, read at the int64 positions idx (checked, wrapped), in
