@@ -276,6 +276,20 @@ static ct_tensor *f_nearest(ct_tensor *x, ct_tensor *i) {
     (void)i;
     return ct_interpolate(x, NULL, (double[]){2.5, 1.5}, CT_INTERP_NEAREST, false);
 }
+static ct_tensor *f_linear1d(ct_tensor *x, ct_tensor *i) {
+    (void)i;
+    ct_tensor *v = ct_reshape(x, 3, (int64_t[]){2, 3, 35});
+    ct_tensor *r = ct_interpolate(v, (int64_t[]){50}, NULL, CT_INTERP_LINEAR, false);
+    ct_tensor_release(v);
+    return r;
+}
+static ct_tensor *f_trilinear(ct_tensor *x, ct_tensor *i) {
+    (void)i;
+    ct_tensor *v = ct_reshape(x, 5, (int64_t[]){2, 1, 3, 5, 7});
+    ct_tensor *r = ct_interpolate(v, (int64_t[]){4, 9, 5}, NULL, CT_INTERP_TRILINEAR, true);
+    ct_tensor_release(v);
+    return r;
+}
 static ct_tensor *f_unfold(ct_tensor *x, ct_tensor *i) {
     (void)i;
     return ct_unfold(x, (int64_t[]){2, 3}, (int64_t[]){1, 1}, (int64_t[]){1, 1}, (int64_t[]){1, 2});
@@ -285,10 +299,11 @@ static void test_autograd_matches_cpu(void **state) {
     (void)state;
     NEED_GPU();
     op_fn fns[] = {f_sred, f_mean, f_pad_reflect, f_pad_circ, f_pad_const, f_repeat, f_flip_roll,
-                   f_interp, f_nearest, f_unfold};
+                   f_interp, f_nearest, f_linear1d, f_trilinear, f_unfold};
     const char *names[] = {"scatter_reduce amax", "scatter_reduce mean", "pad reflect",
                            "pad circular", "pad constant", "repeat", "flip roll",
-                           "interpolate bilinear", "interpolate nearest", "unfold"};
+                           "interpolate bilinear", "interpolate nearest", "interpolate linear",
+                           "interpolate trilinear", "unfold"};
     ct_dtype dts[2] = {CT_F64, CT_F32};
     for (int t = 0; t < 2; t++)
         for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {

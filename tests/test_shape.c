@@ -876,6 +876,108 @@ static ct_tensor *leaf64(int nd, const int64_t *s, bool nc) {
     return t;
 }
 
+/* interpolate of 3-d (n 1: linear) or 5-d (n 3: trilinear) input; flag: by scale_factor;
+ * reduce: align_corners. */
+static ct_tensor *g_interp_n(ct_tensor *const *in, void *v) {
+    gctx *g = v;
+    static const int64_t size[3] = {5, 3, 4};
+    static const double sf[3] = {1.7, 0.8, 1.4};
+    const int64_t *sz = g->n == 1 ? size + 2 : size;
+    const double *f = g->n == 1 ? sf + 2 : sf;
+    return ct_interpolate(in[0], g->flag ? NULL : sz, g->flag ? f : NULL,
+                          g->n == 1 ? CT_INTERP_LINEAR : CT_INTERP_TRILINEAR, g->reduce);
+}
+
+/* 1-d (nearest, linear) and 3-d (nearest, trilinear) interpolation: x [2, 3, L] and
+ * [2, 2, D, H, W], the references the products of ref_taps' per-dim weights. 16-bit
+ * results round the 5-d case's intermediate (H and W first, then D) once more. */
+static void test_interpolate_1d_3d(void **state) {
+    (void)state;
+    for (size_t t = 0; t < sizeof tu_float_dtypes / sizeof tu_float_dtypes[0]; t++)
+        for (int it = 0; it < 12; it++) {
+            ct_dtype dt = tu_float_dtypes[t];
+            ct_scope *sc = ct_scope_begin();
+            bool lin = it % 2, align = lin && it % 4 == 3, by_scale = it % 3 == 0;
+            bool f64 = dt == CT_F64;
+            /* 1-d */
+            int64_t L = tu_randint(1, 7), OL = tu_randint(1, 11);
+            double sfl = tu_uniform(0.5, 3);
+            if (by_scale) OL = (int64_t)floor((double)L * sfl);
+            if (OL >= 1) {
+                double *xv;
+                ct_tensor *x = maybe_nc(tu_rand(3, (int64_t[]){2, 3, L}, dt, -2, 2, &xv), it & 4);
+                double *ref = malloc(sizeof(double) * (size_t)(6 * OL));
+                for (int64_t pl = 0; pl < 6; pl++)
+                    for (int64_t o = 0; o < OL; o++) {
+                        int64_t i0, i1;
+                        double l0, l1;
+                        ref_taps(lin, align, o, L, OL, by_scale ? sfl : 0, f64, &i0, &i1, &l0, &l1);
+                        ref[pl * OL + o] = l0 * xv[pl * L + i0] + l1 * xv[pl * L + i1];
+                    }
+                poison(6 * OL * 8);
+                ct_tensor *y = ct_interpolate(x, by_scale ? NULL : &OL, by_scale ? &sfl : NULL,
+                                              lin ? CT_INTERP_LINEAR : CT_INTERP_NEAREST, align);
+                expect(y, 3, (int64_t[]){2, 3, OL}, dt, ref, lin ? 4 : 0);
+                free(ref), free(xv);
+            }
+            /* 3-d */
+            int64_t in[3] = {tu_randint(1, 4), tu_randint(1, 4), tu_randint(1, 4)};
+            int64_t out[3] = {tu_randint(1, 6), tu_randint(1, 6), tu_randint(1, 6)};
+            double sf[3] = {tu_uniform(0.5, 2.5), tu_uniform(0.5, 2.5), tu_uniform(0.5, 2.5)};
+            bool ok = true;
+            for (int k = 0; k < 3 && by_scale; k++) {
+                out[k] = (int64_t)floor((double)in[k] * sf[k]);
+                ok = ok && out[k] >= 1;
+            }
+            if (ok) {
+                int64_t xs[5] = {2, 2, in[0], in[1], in[2]}, os[5] = {2, 2, out[0], out[1], out[2]};
+                double *xv;
+                ct_tensor *x = maybe_nc(tu_rand(5, xs, dt, -2, 2, &xv), it & 4);
+                int64_t n = tu_numel(5, os), plane = in[0] * in[1] * in[2];
+                double *ref = malloc(sizeof(double) * (size_t)n);
+                int64_t q = 0;
+                for (int64_t pl = 0; pl < 4; pl++)
+                    for (int64_t a = 0; a < out[0]; a++)
+                        for (int64_t b = 0; b < out[1]; b++)
+                            for (int64_t c = 0; c < out[2]; c++) {
+                                int64_t i[3][2];
+                                double w[3][2];
+                                int64_t o[3] = {a, b, c};
+                                for (int k = 0; k < 3; k++)
+                                    ref_taps(lin, align, o[k], in[k], out[k], by_scale ? sf[k] : 0,
+                                             f64, &i[k][0], &i[k][1], &w[k][0], &w[k][1]);
+                                double v = 0;
+                                for (int u = 0; u < 8; u++) {
+                                    int du = u >> 2, hu = (u >> 1) & 1, wu = u & 1;
+                                    v += w[0][du] * w[1][hu] * w[2][wu] *
+                                         xv[pl * plane + (i[0][du] * in[1] + i[1][hu]) * in[2] + i[2][wu]];
+                                }
+                                ref[q++] = v;
+                            }
+                poison(n * 8);
+                ct_tensor *y = ct_interpolate(x, by_scale ? NULL : out, by_scale ? sf : NULL,
+                                              lin ? CT_INTERP_TRILINEAR : CT_INTERP_NEAREST, align);
+                expect(y, 5, os, dt, ref, lin ? 8 : 0);
+                free(ref), free(xv);
+            }
+            ct_scope_end(sc);
+        }
+    /* gradients, float64 */
+    for (int it = 0; it < 4; it++) {
+        ct_scope *sc = ct_scope_begin();
+        bool align = it & 1, by_scale = it & 2;
+        ct_tensor *x1 = tu_rand(3, (int64_t[]){2, 2, 4}, CT_F64, -1, 1, NULL);
+        ct_tensor *x3 = tu_rand(5, (int64_t[]){1, 2, 3, 2, 3}, CT_F64, -1, 1, NULL);
+        assert_int_equal(ct_requires_grad_(x1, true), CT_OK);
+        assert_int_equal(ct_requires_grad_(x3, true), CT_OK);
+        gctx g = {.flag = by_scale, .reduce = align, .n = 1};
+        gradcheck_ok("interpolate linear", g_interp_n, &g, 1, &x1);
+        g.n = 3;
+        gradcheck_ok("interpolate trilinear", g_interp_n, &g, 1, &x3);
+        ct_scope_end(sc);
+    }
+}
+
 static void test_gradcheck(void **state) {
     (void)state;
     char what[96];
@@ -1068,6 +1170,23 @@ static void test_bad_inputs(void **state) {
                          CT_ERR_SHAPE, "ct_interpolate", "4-d");
     tu_assert_null_error(ct_interpolate(xi, (int64_t[]){2, 2}, NULL, CT_INTERP_BILINEAR, false),
                          CT_ERR_DTYPE, "ct_interpolate");
+    tu_assert_null_error(ct_interpolate(x4, (int64_t[]){2, 2}, NULL, CT_INTERP_LINEAR, false),
+                         CT_ERR_SHAPE, "ct_interpolate", "mode linear needs a 3-d input");
+    ct_tensor *x3 = tu_rand(3, (int64_t[]){1, 2, 3}, CT_F32, 0, 1, NULL);
+    tu_assert_null_error(ct_interpolate(x3, (int64_t[]){2}, NULL, CT_INTERP_TRILINEAR, false),
+                         CT_ERR_SHAPE, "ct_interpolate", "mode trilinear needs a 5-d input");
+    ct_tensor *x6 = tu_rand(6, (int64_t[]){1, 1, 1, 1, 1, 2}, CT_F32, 0, 1, NULL);
+    tu_assert_null_error(ct_interpolate(x6, (int64_t[]){2, 2, 2, 2}, NULL, CT_INTERP_NEAREST,
+                                        false),
+                         CT_ERR_SHAPE, "ct_interpolate", "5-d [N, C, D, H, W]");
+    ct_tensor *x5 = tu_rand(5, (int64_t[]){1, 1, 2, 2, 2}, CT_F32, 0, 1, NULL);
+    tu_assert_null_error(ct_interpolate(x5, NULL, (double[]){-1, 2, 2}, CT_INTERP_TRILINEAR,
+                                        false),
+                         CT_ERR_INVALID_ARG, "ct_interpolate", "positive");
+    tu_assert_null_error(ct_interpolate(x5, NULL, (double[]){2, 0, 2}, CT_INTERP_NEAREST, false),
+                         CT_ERR_INVALID_ARG, "ct_interpolate", "positive");
+    tu_assert_null_error(ct_interpolate(x3, (int64_t[]){0}, NULL, CT_INTERP_LINEAR, false),
+                         CT_ERR_SHAPE, "ct_interpolate", "non-empty");
     int64_t k4[2] = {4, 4}, one[2] = {1, 1}, zero[2] = {0, 0};
     tu_assert_null_error(ct_unfold(x4, k4, one, zero, one), CT_ERR_SHAPE, "ct_unfold", "no block");
     tu_assert_null_error(ct_unfold(x4, zero, one, zero, one), CT_ERR_INVALID_ARG, "ct_unfold",
@@ -1088,7 +1207,7 @@ int main(void) {
         T(test_scatter),           T(test_scatter_reduce), T(test_index_add),
         T(test_index_put), T(test_index_put_slices_masks), T(test_index_put_slices_masks_errors),         T(test_take_masked_select), T(test_flip_roll_repeat),
         T(test_pad),               T(test_large_copies),   T(test_diag_unbind_one_hot),
-        T(test_interpolate),       T(test_unfold_fold),    T(test_gradcheck),
+        T(test_interpolate), T(test_interpolate_1d_3d),       T(test_unfold_fold),    T(test_gradcheck),
         T(test_bad_inputs),        T(test_zero_d_and_empty),
     };
 #undef T

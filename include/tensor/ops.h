@@ -577,10 +577,15 @@ ct_tensor *ct_pad(ct_tensor *x, int npad, const int64_t *pad, ct_pad_mode mode, 
 
 typedef enum ct_interp_mode {
     CT_INTERP_NEAREST = 0,
-    CT_INTERP_BILINEAR = 1,
+    CT_INTERP_BILINEAR = 1,  /* 4-d input */
+    CT_INTERP_LINEAR = 2,    /* 3-d input */
+    CT_INTERP_TRILINEAR = 3, /* 5-d input */
 } ct_interp_mode;
-/* torch.nn.functional.interpolate of x [N, C, H, W] (floating): size [2] (out H, W) or
- * scale_factor [2], exactly one non-NULL; align_corners only with bilinear. */
+/* torch.nn.functional.interpolate of x [N, C, L], [N, C, H, W] or [N, C, D, H, W]
+ * (floating): size or scale_factor with one entry per spatial dim (L; H, W; D, H, W),
+ * exactly one non-NULL; nearest for any of them, linear / bilinear / trilinear for 3-d /
+ * 4-d / 5-d input as PyTorch's; align_corners only with the interpolating modes. 5-d input
+ * is interpolated over H and W, then over D (the same weights, products of one per dim). */
 ct_tensor *ct_interpolate(ct_tensor *x, const int64_t *size, const double *scale_factor,
                           ct_interp_mode mode, bool align_corners);
 /* torch.nn.functional.unfold (im2col): x [N, C, H, W] or [C, H, W] (floating) ->

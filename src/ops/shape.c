@@ -1041,23 +1041,11 @@ ct_tensor *cti_interpolate_backward(ct_tensor *grad_out, const cti_interp_params
     return out;
 }
 
-ct_tensor *ct_interpolate(ct_tensor *x, const int64_t *size, const double *scale_factor,
-                          ct_interp_mode mode, bool align_corners) {
-    const char *op = "ct_interpolate";
-    if (cti_check_not_null(op, 1, &x) || cti_check_floating(op, x, "x")) return NULL;
-    if (x->ndim != 4)
-        return cti_error_null(CT_ERR_SHAPE, "%s: expected a 4-d input [N, C, H, W], got %s", op,
-                              cti_desc(x));
-    if ((unsigned)mode > CT_INTERP_BILINEAR)
-        return cti_error_null(CT_ERR_INVALID_ARG, "%s: unknown mode %d", op, (int)mode);
-    if (!size == !scale_factor)
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: expected exactly one of size and scale_factor", op);
-    if (mode == CT_INTERP_NEAREST && align_corners)
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: align_corners can only be set with the interpolating mode "
-                              "bilinear",
-                              op);
+/* The kernel's op: x [N, C, H, W], mode NEAREST or BILINEAR (size / scale_factor of
+ * H and W, one of them non-NULL, checked by the caller). */
+static ct_tensor *interpolate_2d(const char *op, ct_tensor *x, const int64_t *size,
+                                 const double *scale_factor, ct_interp_mode mode,
+                                 bool align_corners) {
     cti_interp_params p = {.N = x->shape[0], .C = x->shape[1], .H = x->shape[2],
                            .W = x->shape[3], .mode = (int)mode, .align_corners = align_corners};
     if (size) {
@@ -1104,6 +1092,90 @@ ct_tensor *ct_interpolate(ct_tensor *x, const int64_t *size, const double *scale
                                 .nout = 1,
                                 .out = {out},
                                 CTI_AG_PARAMS(&p)});
+}
+
+static const char *const interp_names[4] = {"nearest", "bilinear", "linear", "trilinear"};
+
+/* x [N, C, D, H, W] interpolated along D alone: D made the last dim, the rest folded into
+ * the channels, and each [1, D] plane interpolated by the 2-d kernel along its W (its H of
+ * one maps to itself exactly, where a large H or W would not: the kernel computes source
+ * coordinates in float); sf_d > 0 is the user's scale factor for D. */
+static ct_tensor *interpolate_depth(const char *op, ct_tensor *x, int64_t od, double sf_d,
+                                    ct_interp_mode kmode, bool align) {
+    const int64_t N = x->shape[0], C = x->shape[1], D = x->shape[2], H = x->shape[3],
+                  W = x->shape[4];
+    ct_tensor *pt = ct_permute(x, 5, (int64_t[]){0, 1, 3, 4, 2});
+    ct_tensor *v = pt ? ct_reshape(pt, 4, (int64_t[]){N, C * H * W, 1, D}) : NULL;
+    ct_tensor *y = v ? interpolate_2d(op, v, sf_d > 0 ? NULL : (int64_t[]){1, od},
+                                      sf_d > 0 ? (double[]){1, sf_d} : NULL, kmode, align)
+                     : NULL;
+    ct_tensor *y5 = y ? ct_reshape(y, 5, (int64_t[]){N, C, H, W, y->shape[3]}) : NULL;
+    ct_tensor *back = y5 ? ct_permute(y5, 5, (int64_t[]){0, 1, 4, 2, 3}) : NULL;
+    ct_tensor *r = back ? ct_contiguous(back) : NULL;
+    rel(pt), rel(v), rel(y), rel(y5), rel(back);
+    return r;
+}
+
+ct_tensor *ct_interpolate(ct_tensor *x, const int64_t *size, const double *scale_factor,
+                          ct_interp_mode mode, bool align_corners) {
+    const char *op = "ct_interpolate";
+    if (cti_check_not_null(op, 1, &x) || cti_check_floating(op, x, "x")) return NULL;
+    if (x->ndim < 3 || x->ndim > 5)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: expected a 3-d [N, C, L], 4-d [N, C, H, W] or 5-d [N, C, D, H, "
+                              "W] input, got %s",
+                              op, cti_desc(x));
+    if ((unsigned)mode > CT_INTERP_TRILINEAR)
+        return cti_error_null(CT_ERR_INVALID_ARG, "%s: unknown mode %d", op, (int)mode);
+    const int sd = x->ndim - 2;                  /* spatial dims */
+    static const int dims_of[4] = {0, 2, 1, 3}; /* spatial dims, by mode */
+    if (mode != CT_INTERP_NEAREST && dims_of[mode] != sd)
+        return cti_error_null(CT_ERR_SHAPE, "%s: got a %d-d input %s, but mode %s needs a %d-d input",
+                              op, x->ndim, cti_desc(x), interp_names[mode], dims_of[mode] + 2);
+    if (!size == !scale_factor)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: expected exactly one of size and scale_factor", op);
+    if (mode == CT_INTERP_NEAREST && align_corners)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: align_corners can only be set with the interpolating modes "
+                              "linear, bilinear and trilinear",
+                              op);
+    const ct_interp_mode kmode = mode == CT_INTERP_NEAREST ? CT_INTERP_NEAREST : CT_INTERP_BILINEAR;
+    if (sd == 2) return interpolate_2d(op, x, size, scale_factor, kmode, align_corners);
+    if (sd == 1) { /* [N, C, L] as [N, C, 1, L] */
+        const int64_t N = x->shape[0], C = x->shape[1], L = x->shape[2];
+        ct_tensor *v = ct_reshape(x, 4, (int64_t[]){N, C, 1, L});
+        ct_tensor *y = v ? interpolate_2d(op, v, size ? (int64_t[]){1, size[0]} : NULL,
+                                          scale_factor ? (double[]){1, scale_factor[0]} : NULL,
+                                          kmode, align_corners)
+                         : NULL;
+        ct_tensor *r = y ? ct_reshape(y, 3, (int64_t[]){N, C, y->shape[3]}) : NULL;
+        rel(v), rel(y);
+        return r;
+    }
+    /* [N, C, D, H, W]: the weights of trilinear (and nearest) are products of one weight
+     * per dim, so H and W go first (D folded into the channels), then D. */
+    const int64_t N = x->shape[0], C = x->shape[1], D = x->shape[2], H = x->shape[3],
+                  W = x->shape[4];
+    if (scale_factor && (!(scale_factor[0] > 0) || !isfinite(scale_factor[0])))
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: scale_factor must be positive and finite, got %g", op,
+                              scale_factor[0]);
+    int64_t od = size ? size[0] : (int64_t)fmin(floor((double)D * scale_factor[0]), 9.2e18);
+    if (od <= 0 || D <= 0)
+        return cti_error_null(CT_ERR_SHAPE,
+                              "%s: input %s and output size %lld must be non-empty in D", op,
+                              cti_desc(x), (long long)od);
+    ct_tensor *v = ct_reshape(x, 4, (int64_t[]){N, C * D, H, W});
+    ct_tensor *y = v ? interpolate_2d(op, v, size ? size + 1 : NULL,
+                                      scale_factor ? scale_factor + 1 : NULL, kmode, align_corners)
+                     : NULL;
+    ct_tensor *y5 = y ? ct_reshape(y, 5, (int64_t[]){N, C, D, y->shape[2], y->shape[3]}) : NULL;
+    ct_tensor *r = y5 ? interpolate_depth(op, y5, od, scale_factor ? scale_factor[0] : 0, kmode,
+                                          align_corners)
+                      : NULL;
+    rel(v), rel(y), rel(y5);
+    return r;
 }
 
 /* ---- unfold, fold ----------------------------------------------------------------------------------- */
