@@ -323,6 +323,38 @@ static void test_autograd_matches_cpu(void **state) {
         }
 }
 
+/* Writes through views of tensors with history (CopySlices) and ct_copy_ into rows of a
+ * plain buffer: their backwards are public ops, so the GPU's gradients are the CPU's. */
+static void test_inplace_views_match_cpu(void **state) {
+    (void)state;
+    NEED_GPU();
+    ct_dtype dts[2] = {CT_F64, CT_F32};
+    for (int t = 0; t < 2; t++) {
+        ct_scope *sc = ct_scope_begin();
+        ct_tensor *x = rnd(CT_SHAPE(4, 6), dts[t]), *gx = gpu(x);
+        ct_tensor *s = rnd(CT_SHAPE(6), dts[t]), *gs = gpu(s);
+        ct_tensor *w = rnd(CT_SHAPE(4, 6), dts[t]), *gw = gpu(w);
+        ct_tensor *xs[2] = {x, gx}, *ss[2] = {s, gs}, *ws[2] = {w, gw};
+        for (int d = 0; d < 2; d++) {
+            assert_int_equal(ct_requires_grad_(xs[d], true), CT_OK);
+            assert_int_equal(ct_requires_grad_(ss[d], true), CT_OK);
+            ct_tensor *y = chk(ct_mul(xs[d], xs[d]));
+            ct_tensor *v = chk(ct_narrow(y, 1, 1, 3));
+            assert_int_equal(ct_mul_scalar_(v, 3), CT_OK);
+            ct_tensor *buf = chk(ct_tensor_zeros(2, (int64_t[]){3, 6}, dts[t],
+                                                 ct_tensor_device(xs[d])));
+            for (int r = 0; r < 3; r++)
+                assert_int_equal(ct_copy_(chk(ct_select(buf, 0, r)), ss[d]), CT_OK);
+            ct_tensor *l1 = chk(ct_sum(chk(ct_mul(y, ws[d])), CT_NONE, false));
+            ct_tensor *l2 = chk(ct_sum(chk(ct_mul(buf, chk(ct_narrow(ws[d], 0, 0, 3)))), CT_NONE, false));
+            assert_int_equal(ct_backward(chk(ct_add(l1, l2)), NULL, false), CT_OK);
+        }
+        check_close(ct_grad(gx), ct_grad(x), dts[t] == CT_F64 ? 1e-12 : 1e-5);
+        check_close(ct_grad(gs), ct_grad(s), dts[t] == CT_F64 ? 1e-12 : 1e-5);
+        ct_scope_end(sc);
+    }
+}
+
 static void test_mixed_devices(void **state) {
     (void)state;
     NEED_GPU();
@@ -344,7 +376,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_composites),    T(test_large_copies), T(test_bad_indices),
-        T(test_autograd_matches_cpu), T(test_mixed_devices),
+        T(test_autograd_matches_cpu), T(test_inplace_views_match_cpu), T(test_mixed_devices),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
