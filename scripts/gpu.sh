@@ -57,12 +57,17 @@ step() {
     set -e
     cat "$log" >>"$all"
     tail -n 40 "$log"
-    names+=("$name")
-    times+=("$(($(date +%s) - t0))")
-    if [ "$rc" -eq 0 ]; then
+    record "$name" "$rc" "$(($(date +%s) - t0))"
+}
+
+# record NAME RC SECONDS: a step's line in the summary.
+record() {
+    names+=("$1")
+    times+=("$3")
+    if [ "$2" -eq 0 ]; then
         results+=("ok")
     else
-        results+=("FAILED (exit $rc)")
+        results+=("FAILED (exit $2)")
         failed=1
     fi
     return 0
@@ -243,14 +248,7 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
             printf '\n===== %s\n' "$n" | tee -a "$all"
             cat "$steplogs/$n.log" >>"$all"
             tail -n 12 "$steplogs/$n.log"
-            names+=("$n")
-            times+=("$secs")
-            if [ "$rc" -eq 0 ]; then
-                results+=("ok")
-            else
-                results+=("FAILED (exit $rc)")
-                failed=1
-            fi
+            record "$n" "$rc" "$secs"
         done
     fi
 fi

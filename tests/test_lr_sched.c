@@ -49,21 +49,22 @@ static void test_linear(void **state) {
     tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_lr_linear", "step -1");
 }
 
-/* torch's OneCycleLR.get_lr, transcribed. */
-static double ref_one_cycle(double max_lr, int64_t total, double pct, bool cosine, double div,
-                            double fdiv, bool three, int64_t step) {
-    double init = max_lr / div, mn = init / fdiv;
+/* torch's OneCycleLR phases, transcribed: a to b, then b to c (three phases: a to b, b to
+ * a, a to c); the rate's get_lr with (initial, max_lr, min_lr), its momentum with (max, base,
+ * max). */
+static double ref_cycle(double a, double b, double c, int64_t total, double pct, bool cosine,
+                        bool three, int64_t step) {
     double ends[3], st[3], en[3];
     int n;
     if (three) {
         n = 3;
-        ends[0] = pct * total - 1, st[0] = init, en[0] = max_lr;
-        ends[1] = 2 * pct * total - 2, st[1] = max_lr, en[1] = init;
-        ends[2] = total - 1, st[2] = init, en[2] = mn;
+        ends[0] = pct * total - 1, st[0] = a, en[0] = b;
+        ends[1] = 2 * pct * total - 2, st[1] = b, en[1] = a;
+        ends[2] = total - 1, st[2] = a, en[2] = c;
     } else {
         n = 2;
-        ends[0] = pct * total - 1, st[0] = init, en[0] = max_lr;
-        ends[1] = total - 1, st[1] = max_lr, en[1] = mn;
+        ends[0] = pct * total - 1, st[0] = a, en[0] = b;
+        ends[1] = total - 1, st[1] = b, en[1] = c;
     }
     double start = 0;
     for (int i = 0; i < n; i++) {
@@ -75,6 +76,12 @@ static double ref_one_cycle(double max_lr, int64_t total, double pct, bool cosin
         start = ends[i];
     }
     return NAN;
+}
+
+static double ref_one_cycle(double max_lr, int64_t total, double pct, bool cosine, double div,
+                            double fdiv, bool three, int64_t step) {
+    double init = max_lr / div;
+    return ref_cycle(init, max_lr, init / fdiv, total, pct, cosine, three, step);
 }
 
 static void test_one_cycle(void **state) {
@@ -109,33 +116,6 @@ static void test_one_cycle(void **state) {
     tu_assert_error(ct_last_status(), CT_ERR_INVALID_ARG, "ct_lr_one_cycle", "phase 0");
 }
 
-/* torch's OneCycleLR momentum (cycle_momentum), transcribed. */
-static double ref_one_cycle_momentum(double base, double mx, int64_t total, double pct,
-                                     bool cosine, bool three, int64_t step) {
-    double ends[3], st[3], en[3];
-    int n;
-    if (three) {
-        n = 3;
-        ends[0] = pct * total - 1, st[0] = mx, en[0] = base;
-        ends[1] = 2 * pct * total - 2, st[1] = base, en[1] = mx;
-        ends[2] = total - 1, st[2] = mx, en[2] = mx;
-    } else {
-        n = 2;
-        ends[0] = pct * total - 1, st[0] = mx, en[0] = base;
-        ends[1] = total - 1, st[1] = base, en[1] = mx;
-    }
-    double start = 0;
-    for (int i = 0; i < n; i++) {
-        if (step <= ends[i] || i == n - 1) {
-            double p = (step - start) / (ends[i] - start);
-            if (cosine) return en[i] + (st[i] - en[i]) / 2.0 * (cos(M_PI * p) + 1);
-            return (en[i] - st[i]) * p + st[i];
-        }
-        start = ends[i];
-    }
-    return NAN;
-}
-
 static void test_one_cycle_momentum(void **state) {
     (void)state;
     tu_seed();
@@ -145,7 +125,7 @@ static void test_one_cycle_momentum(void **state) {
         bool cosine = rep % 2, three = (rep / 2) % 2;
         for (int64_t s = 0; s <= total; s++) {
             double got = ct_momentum_one_cycle(base, mx, total, pct, cosine, three, s);
-            double ref = ref_one_cycle_momentum(base, mx, total, pct, cosine, three, s);
+            double ref = ref_cycle(mx, base, mx, total, pct, cosine, three, s);
             assert_true(fabs(got - ref) <= 1e-14);
         }
     }

@@ -85,6 +85,11 @@ static double round_to(double v, ct_dtype dt) {
     }
 }
 
+/* index_put's reference at one position: v written, or added (rounded to dt) with acc. */
+static void put_ref(double *o, double v, bool acc, ct_dtype dt) {
+    *o = acc ? round_to(*o + v, dt) : v;
+}
+
 /* ---- scatter, scatter_reduce ---------------------------------------------------------- */
 
 enum { R_ASSIGN, R_SUM, R_MEAN, R_AMAX, R_AMIN };
@@ -225,9 +230,7 @@ static void test_index_put(void **state) {
                 for (int j = 0; j < 3; j++) {
                     int64_t a = av[i] < 0 ? av[i] + 4 : av[i], b = bv[j] < 0 ? bv[j] + 5 : bv[j];
                     for (int k = 0; k < 3; k++) {
-                        double s = vv[j * 3 + k];
-                        double *o = &ref[(a * 5 + b) * 3 + k];
-                        *o = acc ? round_to(*o + s, dt) : s;
+                        put_ref(&ref[(a * 5 + b) * 3 + k], vv[j * 3 + k], acc, dt);
                     }
                 }
             poison(60 * 8);
@@ -264,8 +267,7 @@ static void test_index_put_slices_masks(void **state) {
                 for (int j = 0; j < 2; j++)
                     for (int k = 0; k < 3; k++) {
                         int64_t b = bv[j] < 0 ? bv[j] + 5 : bv[j];
-                        double *o = &ref[(i * 5 + b) * 3 + k];
-                        *o = acc ? round_to(*o + vv[j * 3 + k], dt) : vv[j * 3 + k];
+                        put_ref(&ref[(i * 5 + b) * 3 + k], vv[j * 3 + k], acc, dt);
                     }
             poison(60 * 8);
             expect(ct_index_put(x, 2, ia, v, acc), 3, xs, dt, ref, 4);
@@ -278,8 +280,7 @@ static void test_index_put_slices_masks(void **state) {
             for (int p = 0; p < 2; p++)
                 for (int j = 0; j < 5; j++) {
                     int64_t c = cv[p] < 0 ? cv[p] + 3 : cv[p];
-                    double *o = &ref[(av[p] * 5 + j) * 3 + c];
-                    *o = acc ? round_to(*o + vv[p * 5 + j], dt) : vv[p * 5 + j];
+                    put_ref(&ref[(av[p] * 5 + j) * 3 + c], vv[p * 5 + j], acc, dt);
                 }
             poison(60 * 8);
             expect(ct_index_put(x, 3, ib, v, acc), 3, xs, dt, ref, 4);
@@ -290,7 +291,7 @@ static void test_index_put_slices_masks(void **state) {
             memcpy(ref, xv, sizeof ref);
             for (int p = 0; p < 20; p++)
                 for (int k = 0; k < 3 && mv[p] != 0; k++)
-                    ref[p * 3 + k] = acc ? round_to(ref[p * 3 + k] + vv[k], dt) : vv[k];
+                    put_ref(&ref[p * 3 + k], vv[k], acc, dt);
             poison(60 * 8);
             expect(ct_index_put(x, 1, &mask, v, acc), 3, xs, dt, ref, 4);
             free(vv), free(mv);
@@ -301,14 +302,15 @@ static void test_index_put_slices_masks(void **state) {
             memcpy(ref, xv, sizeof ref);
             for (int i = 0; i < 4; i++)
                 for (int p = 0; p < 15; p++)
-                    if (mv[p] != 0) ref[i * 15 + p] = acc ? round_to(ref[i * 15 + p] + vv[i], dt) : vv[i];
+                    if (mv[p] != 0) put_ref(&ref[i * 15 + p], vv[i], acc, dt);
             poison(60 * 8);
             expect(ct_index_put(x, 2, id, v, acc), 3, xs, dt, ref, 4);
             free(vv), free(mv);
             /* E: the whole of x */
             v = tu_rand(2, (int64_t[]){5, 3}, dt, lo_of(dt), hi_of(dt), &vv);
             ct_tensor *ie[1] = {NULL};
-            for (int p = 0; p < 60; p++) ref[p] = acc ? round_to(xv[p] + vv[p % 15], dt) : vv[p % 15];
+            memcpy(ref, xv, sizeof ref);
+            for (int p = 0; p < 60; p++) put_ref(&ref[p], vv[p % 15], acc, dt);
             poison(60 * 8);
             expect(ct_index_put(x, 1, ie, v, acc), 3, xs, dt, ref, 4);
             free(vv), free(xv);

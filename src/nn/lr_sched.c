@@ -69,6 +69,16 @@ static ct_status one_cycle_phase(const char *op, int64_t total_steps, double pct
     return cti_error(CT_ERR_INVALID_ARG, "%s: no phase", op); /* not reached */
 }
 
+/* The one-cycle value in phase ph at pct of it: a to b, then b to c (three_phase: a to b,
+ * b back to a, a to c), the rate's cycle and the momentum's alike. */
+static double cycle_value(bool anneal_cos, bool three_phase, int ph, double pct, double a,
+                          double b, double c) {
+    const double from3[3] = {a, b, a}, to3[3] = {b, a, c};
+    const double from2[2] = {a, b}, to2[2] = {b, c};
+    return three_phase ? anneal(anneal_cos, from3[ph], to3[ph], pct)
+                       : anneal(anneal_cos, from2[ph], to2[ph], pct);
+}
+
 double ct_lr_one_cycle(double max_lr, int64_t total_steps, double pct_start, bool anneal_cos,
                        double div_factor, double final_div_factor, bool three_phase,
                        int64_t step) {
@@ -84,10 +94,7 @@ double ct_lr_one_cycle(double max_lr, int64_t total_steps, double pct_start, boo
     double initial = max_lr / div_factor, min_lr = initial / final_div_factor;
     /* torch's phases: up to max_lr, then down to min_lr (three_phase: back
      * to the initial rate first) */
-    const double from3[3] = {initial, max_lr, initial}, to3[3] = {max_lr, initial, min_lr};
-    const double from2[2] = {initial, max_lr}, to2[2] = {max_lr, min_lr};
-    return three_phase ? anneal(anneal_cos, from3[ph], to3[ph], pct)
-                       : anneal(anneal_cos, from2[ph], to2[ph], pct);
+    return cycle_value(anneal_cos, three_phase, ph, pct, initial, max_lr, min_lr);
 }
 
 double ct_momentum_one_cycle(double base_momentum, double max_momentum, int64_t total_steps,
@@ -103,11 +110,8 @@ double ct_momentum_one_cycle(double base_momentum, double max_momentum, int64_t 
         return NAN;
     /* the rate's phases mirrored: down to base while the rate rises, back up
      * while it falls (three_phase: held at max in the last phase) */
-    const double from3[3] = {max_momentum, base_momentum, max_momentum};
-    const double to3[3] = {base_momentum, max_momentum, max_momentum};
-    const double from2[2] = {max_momentum, base_momentum}, to2[2] = {base_momentum, max_momentum};
-    return three_phase ? anneal(anneal_cos, from3[ph], to3[ph], pct)
-                       : anneal(anneal_cos, from2[ph], to2[ph], pct);
+    return cycle_value(anneal_cos, three_phase, ph, pct, max_momentum, base_momentum,
+                       max_momentum);
 }
 
 /* ---- ReduceLROnPlateau ---------------------------------------------------------------------- */

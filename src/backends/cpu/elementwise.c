@@ -322,11 +322,28 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
     } while (0)
 /* Contiguous float32 in and out (not in place) straight through; the rest
  * through blocks converted to and from float32. */
+/* Whether a unary loop's float32 in and out are contiguous and apart, so that blocks
+ * can be computed in place of the output without conversions. */
+static inline bool f32_straight(const ew_ctx *P, char **p, const int64_t *s) {
+    return P->dt[0] == CT_F32 && P->dt[1] == CT_F32 && s[0] == 4 && s[1] == 4 && p[0] != p[1];
+}
+/* The other unary loops: blocks of x loaded as float32 into in, BLOCK (a statement on
+ * out, in and m) run, and out stored in the output's dtype. */
+#define LP_BLOCKS(...)                                                                 \
+    do {                                                                               \
+        float in[BLK], out[BLK];                                                       \
+        for (int64_t off = 0; off < n; off += BLK) {                                   \
+            const int64_t m = n - off < BLK ? n - off : BLK;                           \
+            load_lp(in, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
+            __VA_ARGS__;                                                               \
+            if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], out, m);        \
+            else store_lp(p[0] + off * s[0], s[0], out, m, P->dt[0]);                  \
+        }                                                                              \
+    } while (0)
 #define TRIG_LOOP(name, VF, DF)                                                        \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
         const ew_ctx *P = ctx;                                                         \
-        if (P->dt[0] == CT_F32 && P->dt[1] == CT_F32 && s[0] == 4 && s[1] == 4 &&      \
-            p[0] != p[1]) {                                                            \
+        if (f32_straight(P, p, s)) {                                                   \
             for (int64_t off = 0; off < n; off += BLK) {                               \
                 const int64_t m = n - off < BLK ? n - off : BLK;                       \
                 float *restrict o = (float *)p[0] + off;                               \
@@ -335,14 +352,7 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
             }                                                                          \
             return;                                                                    \
         }                                                                              \
-        float in[BLK], out[BLK];                                                       \
-        for (int64_t off = 0; off < n; off += BLK) {                                   \
-            const int64_t m = n - off < BLK ? n - off : BLK;                           \
-            load_lp(in, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
-            TRIG_BLOCK(out, in, m, VF, DF);                                            \
-            if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], out, m);        \
-            else store_lp(p[0] + off * s[0], s[0], out, m, P->dt[0]);                  \
-        }                                                                              \
+        LP_BLOCKS(TRIG_BLOCK(out, in, m, VF, DF));                                     \
     }
 
 /* Functions with a cheap central form and a costly tail (erfinv): float32 in chunks of
@@ -374,19 +384,11 @@ static inline void store_lp(char *dst, int64_t stride, const float *restrict src
     SPLIT_BLOCK_FN(name##_block, CF, VF)                                               \
     static void name(char **p, const int64_t *s, int64_t n, void *ctx) {               \
         const ew_ctx *P = ctx;                                                         \
-        if (P->dt[0] == CT_F32 && P->dt[1] == CT_F32 && s[0] == 4 && s[1] == 4 &&      \
-            p[0] != p[1]) {                                                            \
+        if (f32_straight(P, p, s)) {                                                   \
             name##_block((float *)p[0], (const float *)p[1], n);                       \
             return;                                                                    \
         }                                                                              \
-        float in[BLK], out[BLK];                                                       \
-        for (int64_t off = 0; off < n; off += BLK) {                                   \
-            const int64_t m = n - off < BLK ? n - off : BLK;                           \
-            load_lp(in, p[1] + off * s[1], s[1], m, P->dt[1]);                         \
-            name##_block(out, in, m);                                                  \
-            if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], out, m);        \
-            else store_lp(p[0] + off * s[0], s[0], out, m, P->dt[0]);                  \
-        }                                                                              \
+        LP_BLOCKS(name##_block(out, in, m));                                           \
     }
 
 /* fmod and remainder (REM) of float32, float16 and bfloat16 in blocks: vm_fmod

@@ -132,6 +132,23 @@ VM_INLINE float vm_exp(float x) {
     return p * s1 * s2; /* NaN stays NaN through p */
 }
 
+/* Cephes' polynomial part of log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1):
+ * log(1 + f) = f - f^2 / 2 + vm_log_poly(f) (vm_log, vm_log_pos and vm_log_split add the
+ * exponent's terms around it). */
+VM_INLINE float vm_log_poly(float f) {
+    float z = f * f;
+    float y = 7.0376836292E-2f;
+    y = VM_FMA(y, f, -1.1514610310E-1f);
+    y = VM_FMA(y, f, 1.1676998740E-1f);
+    y = VM_FMA(y, f, -1.2420140846E-1f);
+    y = VM_FMA(y, f, 1.4249322787E-1f);
+    y = VM_FMA(y, f, -1.6668057665E-1f);
+    y = VM_FMA(y, f, 2.0000714765E-1f);
+    y = VM_FMA(y, f, -2.4999993993E-1f);
+    y = VM_FMA(y, f, 3.3333331174E-1f);
+    return y * f * z;
+}
+
 /* ---- log ------------------------------------------------------------------------------
  * x = 2^e m with m in [sqrt(1/2), sqrt(2)), log x = e ln 2 + log m, Cephes'
  * polynomial for log(1 + f), f = m - 1. Subnormal x is scaled by 2^23 first. */
@@ -145,16 +162,7 @@ VM_INLINE float vm_log(float x) {
     float f = lo ? m + m - 1.0f : m - 1.0f; /* exact */
     float fe = (float)(lo ? e - 1 : e);
     float z = f * f;
-    float y = 7.0376836292E-2f;
-    y = VM_FMA(y, f, -1.1514610310E-1f);
-    y = VM_FMA(y, f, 1.1676998740E-1f);
-    y = VM_FMA(y, f, -1.2420140846E-1f);
-    y = VM_FMA(y, f, 1.4249322787E-1f);
-    y = VM_FMA(y, f, -1.6668057665E-1f);
-    y = VM_FMA(y, f, 2.0000714765E-1f);
-    y = VM_FMA(y, f, -2.4999993993E-1f);
-    y = VM_FMA(y, f, 3.3333331174E-1f);
-    y = y * f * z;
+    float y = vm_log_poly(f);
     y = VM_FMA(fe, -2.12194440e-4f, y);
     y = VM_FMA(z, -0.5f, y);
     float res = VM_FMA(fe, 0.693359375f, f + y);
@@ -429,16 +437,7 @@ VM_INLINE float vm_log_pos(float u, float c) {
     float e = (float)((int32_t)(ix >> 23) - 127);
     float f = vm_from_bits((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f; /* exact */
     float z = f * f;
-    float y = 7.0376836292E-2f;
-    y = VM_FMA(y, f, -1.1514610310E-1f);
-    y = VM_FMA(y, f, 1.1676998740E-1f);
-    y = VM_FMA(y, f, -1.2420140846E-1f);
-    y = VM_FMA(y, f, 1.4249322787E-1f);
-    y = VM_FMA(y, f, -1.6668057665E-1f);
-    y = VM_FMA(y, f, 2.0000714765E-1f);
-    y = VM_FMA(y, f, -2.4999993993E-1f);
-    y = VM_FMA(y, f, 3.3333331174E-1f);
-    y = y * f * z;
+    float y = vm_log_poly(f);
     y = VM_FMA(e, -2.12194440e-4f, y + c);
     y = VM_FMA(z, -0.5f, y);
     return VM_FMA(e, 0.693359375f, f + y);
@@ -493,16 +492,7 @@ VM_INLINE float vm_log_split(float x, float *e, float *f) {
     float ff = lo ? m + m - 1.0f : m - 1.0f;
     *e = (float)(lo ? ex - 1 : ex);
     float z = ff * ff;
-    float y = 7.0376836292E-2f;
-    y = VM_FMA(y, ff, -1.1514610310E-1f);
-    y = VM_FMA(y, ff, 1.1676998740E-1f);
-    y = VM_FMA(y, ff, -1.2420140846E-1f);
-    y = VM_FMA(y, ff, 1.4249322787E-1f);
-    y = VM_FMA(y, ff, -1.6668057665E-1f);
-    y = VM_FMA(y, ff, 2.0000714765E-1f);
-    y = VM_FMA(y, ff, -2.4999993993E-1f);
-    y = VM_FMA(y, ff, 3.3333331174E-1f);
-    y = y * ff * z;
+    float y = vm_log_poly(ff);
     *f = ff;
     return VM_FMA(z, -0.5f, y);
 }
