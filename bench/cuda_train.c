@@ -15,11 +15,12 @@
  * the float32 eager step of the same run; so are the "bf16 autocast" rows'
  * (the forward and loss in an autocast region, float32 weights).
  *
- *     bench_cuda_train [blocks] [--profile]
+ *     bench_cuda_train [blocks] [--profile] [--only TEXT]
  *
  * --profile prints the dispatcher's per-op table of one step of each model
- * (what runs, how often, and the host time spent per op). Skips (exit 0, a
- * line saying why) without a GPU. */
+ * (what runs, how often, and the host time spent per op). --only runs the
+ * cases whose label contains TEXT (a profiler then sees those kernels
+ * alone). Skips (exit 0, a line saying why) without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,10 +219,12 @@ static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool pro
 int main(int argc, char **argv) {
     int blocks = 15;
     bool profile = false;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--profile")) profile = true;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (atoi(argv[i]) > 0) blocks = atoi(argv[i]);
-        else return die("usage", "bench_cuda_train [blocks] [--profile]");
+        else return die("usage", "bench_cuda_train [blocks] [--profile] [--only TEXT]");
     }
     if (ct_device_count(CT_DEVICE_CUDA) == 0) {
         printf("bench_cuda_train: skipped, no usable GPU\n");
@@ -254,6 +257,7 @@ int main(int argc, char **argv) {
     double eager_ms = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bcase *c = &cases[i];
+        if (only && !strstr(c->label, only)) continue;
         double ms, host_ms;
         if (bench_case(c, stream, blocks, profile, &ms, &host_ms)) return 1;
         double anchor = c->torch_ms > 0 ? c->torch_ms : eager_ms;
