@@ -205,7 +205,10 @@ static int where_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tens
 
 /* ---- reductions ---------------------------------------------------------------------------------
  * Variants: 0 [5, 6, 7], 1 the same non-contiguous, 2 [4, 20000] (rows split
- * over blocks), 3 [20000, 3] (columns split), 4 [3, 0, 4] (empty reduced dim). */
+ * over blocks), 3 [20000, 3] (columns split), 4 [3, 0, 4] (empty reduced dim);
+ * sums and means also 5 [20000, 48] (the 16-byte column kernel, split) and 6
+ * [3000, 56] seen through column windows of 40: 8 columns in (16-byte
+ * aligned rows for 2-byte dtypes) and 1 column in (never aligned). */
 static int red_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool *nc) {
     *nc = v == 1;
     switch (v) {
@@ -213,7 +216,9 @@ static int red_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool 
     case 1: in[0] = rnd(pc, dt, CT_SHAPE(5, 6, 7)); break;
     case 2: in[0] = rnd(pc, dt, CT_SHAPE(4, 20000)); break;
     case 3: in[0] = rnd(pc, dt, CT_SHAPE(20000, 3)); break;
-    default: in[0] = rnd(pc, dt, CT_SHAPE(3, 0, 4)); break;
+    case 4: in[0] = rnd(pc, dt, CT_SHAPE(3, 0, 4)); break;
+    case 5: in[0] = rnd(pc, dt, CT_SHAPE(20000, 48)); break;
+    default: in[0] = rnd(pc, dt, CT_SHAPE(3000, 56)); break;
     }
     return 1;
 }
@@ -232,6 +237,16 @@ static int red_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor
             pc->op == CT_OP_SUM ? ct_sum : pc->op == CT_OP_MEAN ? ct_mean : ct_prod;
         if (v == 4) {
             out[n++] = f(x, CT_DIMS(1), false);
+            return n;
+        }
+        if (v == 5) {
+            out[n++] = f(x, CT_DIMS(0), false);
+            out[n++] = f(ct_unsqueeze(x, 0), CT_DIMS(0, 1), true);
+            return n;
+        }
+        if (v == 6) {
+            out[n++] = f(ct_narrow(x, 1, 8, 40), CT_DIMS(0), false);
+            out[n++] = f(ct_narrow(x, 1, 1, 40), CT_DIMS(0), false);
             return n;
         }
         out[n++] = f(x, CT_NONE, false);
@@ -440,6 +455,7 @@ static int fill_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tenso
     {CT_OP_##OP, 5, binary_inputs, binary_run, NULL, fn, sfn, F_RANGE(lo, hi), 1}
 #define LOGICAL(OP, fn) {CT_OP_##OP, 3, binary_inputs, binary_run, NULL, fn, NULL, F_RANGE(-1, 1), 1}
 #define RED(OP, lo, hi, ilo, ihi) {CT_OP_##OP, 5, red_inputs, red_run, NULL, NULL, NULL, lo, hi, ilo, ihi, 100}
+#define RED_SUM(OP, lo, hi, ilo, ihi) {CT_OP_##OP, 7, red_inputs, red_run, NULL, NULL, NULL, lo, hi, ilo, ihi, 100}
 #define MM(OP) {CT_OP_##OP, 5, mm_inputs, mm_run, NULL, NULL, NULL, F_RANGE(-1, 1), 5}
 
 /* Cases of later kernel files, kept beside them. */
@@ -488,8 +504,8 @@ static const pcase cases[] = {
     LOGICAL(LOGICAL_AND, ct_logical_and),
     LOGICAL(LOGICAL_OR, ct_logical_or),
     {CT_OP_WHERE, 3, where_inputs, where_run, NULL, NULL, NULL, F_RANGE(-3, 3), 1},
-    RED(SUM, -3, 3, -9, 10),
-    RED(MEAN, -3, 3, -9, 10),
+    RED_SUM(SUM, -3, 3, -9, 10),
+    RED_SUM(MEAN, -3, 3, -9, 10),
     RED(PROD, 0.8, 1.25, -3, 4),
     RED(VAR, -3, 3, -9, 10),
     RED(NORM, -3, 3, -9, 10),
