@@ -167,6 +167,23 @@ static ct_tensor *new_like_q(const char *op, const ct_tensor *q, int64_t B, int6
     return cti_tensor_new(op, n - drop, s + drop, dt, dev(q));
 }
 
+/* The output [B, Hq, T, Dv]. A 4-d q laid out as [B, T, H, D] (the heads of
+ * a projection, transposed) gets an output laid out the same way, as
+ * PyTorch's fused kernels give it: transposing it back to [B, T, Hq * Dv]
+ * is then a view, not a copy, and so is its gradient's way back. */
+static ct_tensor *new_out(const char *op, const ct_tensor *q, const cti_attention_params *p) {
+    if (q->ndim != 4 || p->T < 2 || p->Hq < 2 || q->stride[1] >= q->stride[2])
+        return new_like_q(op, q, p->B, p->Hq, p->T, p->Dv, q->dtype);
+    const int64_t mem[4] = {p->B, p->T, p->Hq, p->Dv};
+    ct_tensor *m = cti_tensor_new(op, 4, mem, q->dtype, dev(q));
+    if (!m) return NULL;
+    const int64_t sh[4] = {p->B, p->Hq, p->T, p->Dv},
+                  st[4] = {p->T * p->Hq * p->Dv, p->Dv, p->Hq * p->Dv, 1};
+    ct_tensor *o = cti_tensor_view(m, 4, sh, st, 0);
+    ct_tensor_release(m);
+    return o;
+}
+
 ct_tensor *ct_scaled_dot_product_attention(ct_tensor *q, ct_tensor *k, ct_tensor *v,
                                            ct_tensor *attn_mask, double dropout_p,
                                            bool is_causal, double scale, ct_generator *gen) {
@@ -197,7 +214,7 @@ ct_tensor *ct_scaled_dot_product_attention(ct_tensor *q, ct_tensor *k, ct_tensor
         goto done;
     c.in[3] = mk;
     c.nin = 4;
-    out = new_like_q(op, q, p.B, p.Hq, p.T, p.Dv, q->dtype);
+    out = new_out(op, q, &p);
     lse = new_like_q(op, q, p.B, p.Hq, p.T, -1, stat_dtype(q->dtype));
     if (!out || !lse) goto done;
     if (!(c.out[0] = as4(&tp, out))) goto done;
