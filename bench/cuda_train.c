@@ -114,8 +114,8 @@ typedef struct graphed {
 } graphed;
 
 /* One eager step on the static inputs (the warmup), then the capture. */
-static int capture_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_dtype amp,
-                        graphed *gr) {
+static int capture_steps(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_dtype amp,
+                         graphed *gr) {
     gr->sx = ct_tensor_zeros_like(x);
     gr->sy = ct_tensor_zeros_like(y);
     if (!gr->sx || !gr->sy || ct_copy_(gr->sx, x) != CT_OK || ct_copy_(gr->sy, y) != CT_OK ||
@@ -125,6 +125,15 @@ static int capture_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, c
     bool ok = train_step(m, opt, gr->sx, gr->sy, amp, &gr->loss);
     if (ct_cuda_graph_capture_end(gr->g) != CT_OK || !ok) return die("capture", ct_last_error());
     return 0;
+}
+
+static int capture_step(net *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_dtype amp,
+                        graphed *gr) {
+    /* the replayed step runs its convolutions on cuDNN (tensor/cuda.h) */
+    const int64_t limit = ct_cuda_conv_direct_limit(0);
+    int rc = capture_steps(m, opt, x, y, amp, gr);
+    ct_cuda_conv_direct_limit(limit);
+    return rc;
 }
 
 /* A step through the graph: the batch into its inputs, one replay. */

@@ -764,13 +764,18 @@ static bool graph_capture(fashion_run *run) {
     run->graph_loss = loss ? ct_keep(ct_keep(loss)) : NULL;
     ct_scope_end(s);
     ct_status st = ct_cuda_graph_capture_end(run->graph);
+    ct_cuda_conv_direct_limit(run->conv_direct_limit);
     return loss && st == CT_OK;
 }
 
 ct_tensor *fashion_graph_step(fashion_run *run, ct_tensor *x, ct_tensor *y) {
     const fashion_config *cfg = run->cfg;
     if (!run->graph_x) {
-        /* The first step: the static inputs, then an eager step on them. */
+        /* The first step: the static inputs, then an eager step on them.
+         * The warmup and the capture run every convolution on cuDNN: its
+         * kernels are faster on the device, and a replay has no host time
+         * for the direct kernels to save. */
+        run->conv_direct_limit = ct_cuda_conv_direct_limit(0);
         ct_tensor *gx = ct_tensor_zeros(CT_SHAPE(cfg->batch_size, 1, 28, 28), CT_F32, cfg->device);
         ct_tensor *gy = ct_tensor_zeros(CT_SHAPE(cfg->batch_size), CT_I64, cfg->device);
         run->graph_x = gx ? ct_keep(gx) : NULL; /* the run's, not the step's scope's */

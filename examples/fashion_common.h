@@ -99,6 +99,7 @@ typedef struct fashion_run {
      * [batch] and its static output, the loss */
     ct_cuda_graph *graph;
     ct_tensor *graph_x, *graph_y, *graph_loss;
+    int64_t conv_direct_limit; /* ct_cuda_conv_direct_limit's before the capture's warmup */
     /* scaler = torch.amp.GradScaler(enabled=amp == float16): a pass-through
      * unless the run autocasts to float16 */
     ct_grad_scaler *scaler;

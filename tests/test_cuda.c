@@ -156,6 +156,22 @@ static void test_tf32_switch(void **state) {
     assert_false(ct_allow_tf32());
 }
 
+/* The limit of the direct convolution kernels: 2^26 multiply-adds by
+ * default; setting returns the previous value, a negative value only reads;
+ * the CUDA module reads the same setting (its test name for it). */
+static void test_conv_direct_limit(void **state) {
+    (void)state;
+    int64_t (*module_limit)(int64_t) = tu_cuda_symbol("cti_cuda_conv_direct_limit");
+    assert_non_null(module_limit);
+    assert_int_equal(ct_cuda_conv_direct_limit(-1), (int64_t)1 << 26);
+    assert_int_equal(ct_cuda_conv_direct_limit(0), (int64_t)1 << 26);
+    assert_int_equal(ct_cuda_conv_direct_limit(-5), 0);
+    assert_int_equal(module_limit(-1), 0);
+    assert_int_equal(module_limit(12345), 0);
+    assert_int_equal(ct_cuda_conv_direct_limit((int64_t)1 << 26), 12345);
+    assert_int_equal(module_limit(-1), (int64_t)1 << 26);
+}
+
 /* ---- devices ----------------------------------------------------------------------------------- */
 
 static void test_properties(void **state) {
@@ -685,6 +701,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_tf32_switch),
+        T(test_conv_direct_limit),
         T(test_properties),           T(test_invalid_index),
         T(test_public_stream),
         T(test_mixed_devices),        T(test_add_kernel_or_message),

@@ -140,6 +140,18 @@ void ct_cuda_graph_free(ct_cuda_graph *graph);
 void ct_set_allow_tf32(bool allow);
 bool ct_allow_tf32(void);
 
+/* The largest convolution, in multiply-adds, whose forward and input
+ * gradient run cten's direct CUDA kernels instead of cuDNN; returns the
+ * previous limit (a negative macs only reads it). Default 2^26, every layer
+ * of a small CNN at batch 64. Each cuDNN call costs 20-35 us of host time,
+ * more than a small layer's kernel, so an eager training step of a small
+ * CNN, bound by the host's queueing, is faster on the direct kernels; a step
+ * replayed from a CUDA graph has no host time, and there cuDNN's faster
+ * kernels win: set 0 before the eager warmup step that precedes the
+ * capture (cuDNN times its algorithms on a convolution's first call, which
+ * a capture cannot do). Process-wide, read at each convolution call. */
+int64_t ct_cuda_conv_direct_limit(int64_t macs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,12 @@ void ct_set_allow_tf32(bool allow) { atomic_store_explicit(&allow_tf32, allow, m
 
 bool ct_allow_tf32(void) { return atomic_load_explicit(&allow_tf32, memory_order_relaxed); }
 
+static _Atomic int64_t conv_direct_limit = (int64_t)1 << 26;
+
+int64_t ct_cuda_conv_direct_limit(int64_t macs) {
+    return macs < 0 ? atomic_load(&conv_direct_limit) : atomic_exchange(&conv_direct_limit, macs);
+}
+
 void ct_print_info(void *file) {
     FILE *f = file ? (FILE *)file : stdout;
     cti_init();
