@@ -1665,36 +1665,33 @@ emb_keys(const I *__restrict__ idx, int64_t n, int64_t v, unsigned long long *__
     }
 }
 
-__device__ __forceinline__ int64_t lower_bound(const unsigned long long *k, int64_t n,
-                                               unsigned long long key) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (k[mid] < key) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
 constexpr int kEmbCols = 128;
 
+// The weight's gradient from the sorted keys: the block of sorted position
+// i, when a run of equal keys starts there, sums the gradient rows of that
+// run (in sorted order: the stable sort keeps the tokens' order, so the
+// sums are the same from run to run) into the key's row; the rows of tokens
+// that do not occur, and the padding row, keep the zeros the launch wrote
+// first. A block per vocabulary row, each finding its run by two binary
+// searches of dependent loads, took 1.2 ms on 16384 tokens of a 50304-row
+// table; this is bound by the bytes.
 template <int DT>
 __global__ void __launch_bounds__(kEmbCols)
 emb_bwd(const typename dtype<DT>::T *__restrict__ g, const unsigned long long *__restrict__ keys,
         const int *__restrict__ pos, typename dtype<DT>::T *__restrict__ out, int64_t v, int64_t d,
         int64_t n, int64_t pad) {
     typedef typename Acc<DT>::A A;
-    const int64_t nchunk = (d + kEmbCols - 1) / kEmbCols, items = v * nchunk;
-    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
-        int64_t row = it / nchunk, col = (it - row * nchunk) * kEmbCols + threadIdx.x;
-        if (col >= d) continue;
-        A acc = 0;
-        if (row != pad) {
-            int64_t lo = lower_bound(keys, n, (unsigned long long)row);
-            int64_t hi = lower_bound(keys, n, (unsigned long long)row + 1);
-            for (int64_t k = lo; k < hi; k++) acc += (A)dtype<DT>::dec(g[(int64_t)pos[k] * d + col]);
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const unsigned long long key = keys[i];
+        if (key >= (unsigned long long)v || (int64_t)key == pad) continue;
+        if (i > 0 && keys[i - 1] == key) continue; // not the start of its run
+        int64_t end = i + 1;
+        while (end < n && keys[end] == key) end++;
+        for (int64_t col = threadIdx.x; col < d; col += kEmbCols) {
+            A acc = 0;
+            for (int64_t k = i; k < end; k++) acc += (A)dtype<DT>::dec(g[(int64_t)pos[k] * d + col]);
+            out[(int64_t)key * d + col] = dtype<DT>::enc(acc);
         }
-        out[row * d + col] = dtype<DT>::enc(acc);
     }
 }
 
@@ -1751,9 +1748,11 @@ cudaError_t emb_bwd_dt(const void *g, const I *idx, void *out, int64_t v, int64_
                                             (const int *)pin, pout, (int)n, 0, key_bits(v), st);
         if (e != cudaSuccess) return e;
     }
-    int64_t items = v * ((d + kEmbCols - 1) / kEmbCols);
-    emb_bwd<DT><<<blocks_for(items, 1, kGridCap), kEmbCols, 0, st>>>(
-        (const T *)g, n > 0 ? kout : nullptr, n > 0 ? pout : nullptr, (T *)out, v, d, n, pad);
+    // zeros (all-zero bits in every float dtype), then the rows of the tokens
+    e = cudaMemsetAsync(out, 0, (size_t)(v * d) * sizeof(T), st);
+    if (e != cudaSuccess || n == 0) return e;
+    emb_bwd<DT><<<blocks_for(n, 1, kGridCap), kEmbCols, 0, st>>>((const T *)g, kout, pout, (T *)out,
+                                                                v, d, n, pad);
     return cudaGetLastError();
 }
 
