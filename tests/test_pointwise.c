@@ -109,9 +109,9 @@ static void run_binary(size_t k, ct_dtype dt, bool bc, bool nc) {
     double *va, *vb;
     bool flt = ct_dtype_is_floating(dt);
     ct_tensor *a = rnd(na, pa, dt, bin_cases[k].alo, bin_cases[k].ahi, nc, &va);
-    /* integer divisors of the range, and 0 among them */
-    double blo = flt ? bin_cases[k].blo : floor(bin_cases[k].blo) - (bin_cases[k].blo > 0);
-    double bhi = flt ? bin_cases[k].bhi : ceil(bin_cases[k].bhi);
+    /* integer divisors of the range's sign, never 0 (test_int_zero_divisor) */
+    double blo = flt ? bin_cases[k].blo : bin_cases[k].blo > 0 ? 1 : floor(bin_cases[k].blo);
+    double bhi = flt ? bin_cases[k].bhi : bin_cases[k].bhi < 0 ? -1 : ceil(bin_cases[k].bhi);
     ct_tensor *b = rnd(nb, pb, dt, blo, bhi, nc, &vb);
     ct_dtype od = flt || bin_cases[k].ints ? dt : CT_F32;
     int64_t n = tu_numel(nd, po);
@@ -174,20 +174,21 @@ static void test_binary_scalar_promotion(void **state) {
     release_all(6, (ct_tensor *[]){ai, yi, yf, b64, a32, m});
     ct_tensor_release(at);
     free(v);
-    /* C's and Python's signs on exact cases; integer zero divisors give 0 */
+    /* C's and Python's signs on exact cases; a float zero divisor gives NaN */
     const double a5[] = {7, -7, 7, -7, 5}, b5[] = {3, 3, -3, -3, 0};
     const double fm[] = {1, -1, 1, -1, 0}, rm[] = {1, 2, -2, -1, 0};
-    const int64_t s5[] = {5};
+    const int64_t s5[] = {5}, s4[] = {4};
     for (int d = 0; d < 2; d++) {
         ct_dtype dt = d ? CT_I32 : CT_F64;
-        ct_tensor *x = chk(tu_from_f64(a5, 1, s5, dt)), *y = chk(tu_from_f64(b5, 1, s5, dt));
+        const int64_t *sz = d ? s4 : s5; /* integers: the first four (0 fails, below) */
+        ct_tensor *x = chk(tu_from_f64(a5, 1, sz, dt)), *y = chk(tu_from_f64(b5, 1, sz, dt));
         ct_tensor *f = ct_fmod(x, y), *r = ct_remainder(x, y);
         double want_f[5], want_r[5];
         memcpy(want_f, fm, sizeof fm);
         memcpy(want_r, rm, sizeof rm);
-        if (d == 0) want_f[4] = want_r[4] = NAN; /* float: fmod(5, 0) is NaN */
-        expect(f, dt, 1, s5, want_f, 0, 0);
-        expect(r, dt, 1, s5, want_r, 0, 0);
+        want_f[4] = want_r[4] = NAN; /* float: fmod(5, 0) is NaN */
+        expect(f, dt, 1, sz, want_f, 0, 0);
+        expect(r, dt, 1, sz, want_r, 0, 0);
         release_all(4, (ct_tensor *[]){x, y, f, r});
     }
     /* float quotients beyond the vector path's 2^28 (libm's fmodf takes them), zeros and
@@ -230,6 +231,43 @@ static void test_binary_scalar_promotion(void **state) {
     expect(f, CT_I32, 1, s1, zero, 0, 0);
     expect(r, CT_I32, 1, s1, zero, 0, 0);
     release_all(4, (ct_tensor *[]){x, y, f, r});
+}
+
+/* Integer fmod and remainder by zero fail as PyTorch's ZeroDivisionError: a zero anywhere in
+ * a tensor divisor (broadcast or not, int32 or int64 on either side), a scalar 0; the
+ * operands are left as they were; a float divisor of 0 is fine (NaN). */
+static void test_int_zero_divisor(void **state) {
+    (void)state;
+    const double av[] = {7, -8, 9, 10, 11, 12}, bv[] = {3, 2, 0, 5, 1, 4};
+    for (int d = 0; d < 2; d++) {
+        ct_scope *sc = ct_scope_begin(); /* the views and results below */
+        ct_dtype dt = d ? CT_I64 : CT_I32, other = d ? CT_I32 : CT_I64;
+        ct_tensor *a = chk(tu_from_f64(av, 2, (const int64_t[]){2, 3}, dt));
+        ct_tensor *b = chk(tu_from_f64(bv, 2, (const int64_t[]){2, 3}, other));
+        ct_tensor *row = chk(ct_narrow(b, 0, 0, 1)); /* [1, 3] with its 0, broadcast */
+        tu_assert_null_error(ct_fmod(a, b), CT_ERR_INVALID_ARG, "ct_fmod", "ZeroDivisionError");
+        tu_assert_null_error(ct_remainder(a, row), CT_ERR_INVALID_ARG, "ct_remainder",
+                             "ZeroDivisionError");
+        tu_assert_null_error(ct_fmod_scalar(a, 0), CT_ERR_INVALID_ARG, "ct_fmod_scalar",
+                             "ZeroDivisionError");
+        tu_assert_null_error(ct_remainder_scalar(a, 0.0), CT_ERR_INVALID_ARG,
+                             "ct_remainder_scalar", "ZeroDivisionError");
+        double *ga = tu_values(a), *gb = tu_values(b);
+        for (int i = 0; i < 6; i++) assert_true(ga[i] == av[i] && gb[i] == bv[i]);
+        free(ga), free(gb);
+        /* without the zero: the values */
+        ct_tensor *tail = chk(ct_narrow(ct_flatten(b, 0, -1), 0, 3, 3));
+        ct_tensor *at = chk(ct_narrow(ct_flatten(a, 0, -1), 0, 3, 3));
+        const double want[] = {0, 0, 0}; /* 10 % 5, 11 % 1, 12 % 4 */
+        expect(ct_fmod(at, tail), CT_I64, 1, (const int64_t[]){3}, want, 0, 0);
+        /* a float operand makes the division float: NaN, no error */
+        ct_tensor *fb = chk(ct_to_dtype(b, CT_F32));
+        ct_tensor *fr = ct_fmod(a, fb);
+        double *gr = tu_values(chk(fr));
+        assert_true(isnan(gr[2]));
+        free(gr);
+        ct_scope_end(sc);
+    }
 }
 
 /* ---- bitwise ------------------------------------------------------------------------------------ */
@@ -694,6 +732,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_binary_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_scalar_promotion, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_int_zero_divisor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bitwise, setup, teardown),
         cmocka_unit_test_setup_teardown(test_classify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_special_values, setup, teardown),

@@ -671,12 +671,13 @@ ct_tensor *ct_isinf(ct_tensor *x);
 ct_tensor *ct_isfinite(ct_tensor *x);
 /* atan2(a, b), the angle of (b, a), broadcasting; integers give float32. */
 ct_tensor *ct_atan2(ct_tensor *a, ct_tensor *b);
-/* a - trunc(a / b) b: C's fmod, the result takes a's sign. Integer division by zero gives 0
- * (PyTorch raises on the CPU). */
+/* a - trunc(a / b) b: C's fmod, the result takes a's sign. Integer division by zero is
+ * CT_ERR_INVALID_ARG ("ZeroDivisionError", as PyTorch raises) for a CPU b and a scalar 0; a
+ * CUDA b is not read for it (that would wait for the device), and its zeros give 0. */
 ct_tensor *ct_fmod(ct_tensor *a, ct_tensor *b);
 ct_tensor *ct_fmod_scalar(ct_tensor *a, double s);
-/* a - floor(a / b) b: Python's %, the result takes b's sign. Integer division by zero gives
- * 0 (PyTorch raises on the CPU). */
+/* a - floor(a / b) b: Python's %, the result takes b's sign. Integer division by zero as
+ * ct_fmod. */
 ct_tensor *ct_remainder(ct_tensor *a, ct_tensor *b);
 ct_tensor *ct_remainder_scalar(ct_tensor *a, double s);
 /* Bitwise ops on integer and bool tensors (floating refused), broadcasting and promoting as

@@ -1143,8 +1143,39 @@ SPEC(s_bitwise_right_shift_scalar, "ct_bitwise_right_shift_scalar", BITWISE_RIGH
      BK_ARITH);
 
 ct_tensor *ct_atan2(ct_tensor *a, ct_tensor *b) { return binary(&s_atan2, a, b, 1.0); }
-ct_tensor *ct_fmod(ct_tensor *a, ct_tensor *b) { return binary(&s_fmod, a, b, 1.0); }
-ct_tensor *ct_remainder(ct_tensor *a, ct_tensor *b) { return binary(&s_remainder, a, b, 1.0); }
+/* Integer fmod and remainder by zero fail on the CPU, as PyTorch's
+ * ZeroDivisionError: a pass over b. A CUDA b is not read (that would wait
+ * for the device; PyTorch's CUDA kernels do not check either): its zero
+ * divisors give 0. */
+static bool int_operands(const ct_tensor *a, const ct_tensor *b) {
+    return a && b && !ct_dtype_is_floating(a->dtype) && !ct_dtype_is_floating(b->dtype) &&
+           a->dtype != CT_BOOL && b->dtype != CT_BOOL;
+}
+
+static ct_status zero_divisor(const char *op, ct_tensor *a, ct_tensor *b) {
+    if (!int_operands(a, b) || b->storage->device.type != CT_DEVICE_CPU) return CT_OK;
+    ct_tensor *z = ct_eq_scalar(b, 0);
+    ct_tensor *any = z ? ct_any(z, 0, NULL, false) : NULL;
+    ct_tensor_release(z);
+    double v = 0;
+    ct_status st = any ? ct_tensor_item(any, &v) : ct_last_status();
+    ct_tensor_release(any);
+    if (st != CT_OK) return st;
+    if (v != 0)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: ZeroDivisionError: integer division by zero (b %s holds a 0)", op,
+                         cti_desc(b));
+    return CT_OK;
+}
+
+ct_tensor *ct_fmod(ct_tensor *a, ct_tensor *b) {
+    if (zero_divisor("ct_fmod", a, b) != CT_OK) return NULL;
+    return binary(&s_fmod, a, b, 1.0);
+}
+ct_tensor *ct_remainder(ct_tensor *a, ct_tensor *b) {
+    if (zero_divisor("ct_remainder", a, b) != CT_OK) return NULL;
+    return binary(&s_remainder, a, b, 1.0);
+}
 ct_tensor *ct_bitwise_and(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_and, a, b, 1.0); }
 ct_tensor *ct_bitwise_or(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_or, a, b, 1.0); }
 ct_tensor *ct_bitwise_xor(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_xor, a, b, 1.0); }
@@ -1154,8 +1185,20 @@ ct_tensor *ct_bitwise_left_shift(ct_tensor *a, ct_tensor *b) {
 ct_tensor *ct_bitwise_right_shift(ct_tensor *a, ct_tensor *b) {
     return binary(&s_bitwise_right_shift, a, b, 1.0);
 }
-SCALAR_OP(ct_fmod_scalar, s_fmod_scalar)
-SCALAR_OP(ct_remainder_scalar, s_remainder_scalar)
+/* An integer a by a scalar 0 fails on every device (nothing to read). */
+static bool int_by_zero(const char *op, const ct_tensor *a, double s) {
+    if (!a || s != 0 || ct_dtype_is_floating(a->dtype) || a->dtype == CT_BOOL) return false;
+    cti_error(CT_ERR_INVALID_ARG, "%s: ZeroDivisionError: integer division by zero (s is 0, a %s)",
+              op, cti_desc(a));
+    return true;
+}
+ct_tensor *ct_fmod_scalar(ct_tensor *a, double s) {
+    return int_by_zero("ct_fmod_scalar", a, s) ? NULL : binary_scalar(&s_fmod_scalar, a, s, false, 1.0);
+}
+ct_tensor *ct_remainder_scalar(ct_tensor *a, double s) {
+    return int_by_zero("ct_remainder_scalar", a, s) ? NULL
+                                                     : binary_scalar(&s_remainder_scalar, a, s, false, 1.0);
+}
 SCALAR_OP(ct_bitwise_and_scalar, s_bitwise_and_scalar)
 SCALAR_OP(ct_bitwise_or_scalar, s_bitwise_or_scalar)
 SCALAR_OP(ct_bitwise_xor_scalar, s_bitwise_xor_scalar)
