@@ -92,8 +92,8 @@ static void put_ref(double *o, double v, bool acc, ct_dtype dt) {
 
 /* ---- scatter, scatter_reduce ---------------------------------------------------------- */
 
-enum { R_ASSIGN, R_SUM, R_MEAN, R_AMAX, R_AMIN };
-static const char *rname[] = {"none", "sum", "mean", "amax", "amin"};
+enum { R_ASSIGN, R_SUM, R_MEAN, R_AMAX, R_AMIN, R_PROD };
+static const char *rname[] = {"none", "sum", "mean", "amax", "amin", "prod"};
 
 static void scatter_case(ct_dtype dt, int nd, int r, bool include_self, bool nc, bool value) {
     ct_scope *sc = ct_scope_begin();
@@ -105,8 +105,11 @@ static void scatter_case(ct_dtype dt, int nd, int r, bool include_self, bool nc,
         ss[k] = is[k] + tu_randint(0, 2);
     }
     double *xv, *sv, *iv;
-    ct_tensor *x = maybe_nc(tu_rand(nd, xs, dt, lo_of(dt), hi_of(dt), &xv), nc);
-    ct_tensor *src = maybe_nc(tu_rand(nd, ss, dt, lo_of(dt), hi_of(dt), &sv), nc);
+    /* products of up to 9 factors: small floats (float16 would overflow); int32 wraps */
+    bool flt = ct_dtype_is_floating(dt);
+    double lo = r == R_PROD && flt ? -1.5 : lo_of(dt), hi = r == R_PROD && flt ? 1.5 : hi_of(dt);
+    ct_tensor *x = maybe_nc(tu_rand(nd, xs, dt, lo, hi, &xv), nc);
+    ct_tensor *src = maybe_nc(tu_rand(nd, ss, dt, lo, hi, &sv), nc);
     ct_tensor *idx = maybe_nc(tu_rand(nd, is, CT_I64, 0, (double)xs[dim], &iv), nc);
     int64_t n = tu_numel(nd, xs), m = tu_numel(nd, is);
     double *ref = malloc(sizeof(double) * (size_t)(n + 1));
@@ -127,6 +130,12 @@ static void scatter_case(ct_dtype dt, int nd, int r, bool include_self, bool nc,
         if (!hit[o] && !include_self) {
             ref[o] = s;
             cnt[o] = 1;
+        } else if (r == R_PROD) {
+            if (dt == CT_BOOL) ref[o] = ref[o] != 0 && s != 0;
+            else if (!flt) { /* two's complement wrap, as the kernels */
+                uint64_t q = (uint64_t)(int64_t)ref[o] * (uint64_t)(int64_t)s;
+                ref[o] = dt == CT_I32 ? (double)(int32_t)(uint32_t)q : (double)(int64_t)q;
+            } else ref[o] = round_to(ref[o] * s, dt);
         } else if (r == R_SUM || r == R_MEAN) {
             ref[o] = round_to(ref[o] + s, r == R_SUM ? dt : CT_F64);
             if (dt == CT_BOOL) ref[o] = ref[o] != 0;
@@ -162,12 +171,66 @@ static void test_scatter(void **state) {
 static void test_scatter_reduce(void **state) {
     (void)state;
     for (size_t t = 0; t < sizeof tu_all_dtypes / sizeof tu_all_dtypes[0]; t++)
-        for (int r = R_SUM; r <= R_AMIN; r++) {
+        for (int r = R_SUM; r <= R_PROD; r++) {
             ct_dtype dt = tu_all_dtypes[t];
-            if (dt == CT_BOOL && r != R_AMAX && r != R_AMIN) continue;
+            if (dt == CT_BOOL && (r == R_SUM || r == R_MEAN)) continue;
             for (int nd = 1; nd <= 3; nd++)
                 for (int v = 0; v < 4; v++) scatter_case(dt, nd, r, v & 2, v & 1, false);
         }
+}
+
+/* scatter_reduce "prod" where factors are 0, against the float64 products of the other
+ * factors: x [2, 4] and src [2, 3] along dim 1 with index rows {1, 1, 3} and {0, 2, 2}:
+ * position (0, 1) gets a lone zero of src, (1, 2) two zeros of src, (0, 3) and (1, 0) a
+ * zero of x; both include_self settings. */
+static void test_scatter_reduce_prod_zeros(void **state) {
+    (void)state;
+    const double xv[8] = {1.5, -2, 3, 0, 0, 0.5, -1.25, 2};
+    const double sv[6] = {0, 2.5, -3, 4, 0, 0};
+    const int64_t iv[6] = {1, 1, 3, 0, 2, 2}, xs[2] = {2, 4}, ss[2] = {2, 3};
+    const double gv[8] = {0.3, -0.7, 1.1, 0.9, -0.2, 0.4, 0.6, -1.3};
+    for (int self = 0; self < 2; self++) {
+        ct_scope *sc = ct_scope_begin();
+        ct_tensor *x = tu_from_f64(xv, 2, xs, CT_F64), *src = tu_from_f64(sv, 2, ss, CT_F64);
+        ct_tensor *idx = ints(iv, 2, ss), *g = tu_from_f64(gv, 2, xs, CT_F64);
+        assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+        assert_int_equal(ct_requires_grad_(src, true), CT_OK);
+        ct_tensor *y = ct_scatter_reduce(x, 1, idx, src, "prod", self);
+        assert_non_null(y);
+        assert_int_equal(ct_backward(y, g, false), CT_OK);
+        /* references: the factors of each position, then each factor's others */
+        double wx[8], ws[6];
+        for (int p = 0; p < 8; p++) {
+            int row = p / 4, col = p % 4;
+            bool hit = false;
+            for (int k = 0; k < 3; k++) hit |= iv[row * 3 + k] == col;
+            if (hit && !self) {
+                wx[p] = 0; /* x is not a factor */
+                continue;
+            }
+            double others = 1;
+            for (int k = 0; k < 3; k++)
+                if (iv[row * 3 + k] == col) others *= sv[row * 3 + k];
+            wx[p] = gv[p] * others;
+        }
+        for (int q = 0; q < 6; q++) {
+            int row = q / 3, col = (int)iv[q];
+            double others = self ? xv[row * 4 + col] : 1;
+            for (int k = 0; k < 3; k++)
+                if (k != q % 3 && iv[row * 3 + k] == col) others *= sv[row * 3 + k];
+            ws[q] = gv[row * 4 + col] * others;
+        }
+        double *gx = tu_values(ct_grad(x)), *gs = tu_values(ct_grad(src));
+        for (int p = 0; p < 8; p++) assert_true(fabs(gx[p] - wx[p]) <= 1e-12);
+        for (int q = 0; q < 6; q++) {
+            if (fabs(gs[q] - ws[q]) > 1e-12)
+                fprintf(stderr, "include_self %d: src grad %d is %g, expected %g\n", self, q, gs[q],
+                        ws[q]);
+            assert_true(fabs(gs[q] - ws[q]) <= 1e-12);
+        }
+        free(gx), free(gs);
+        ct_scope_end(sc);
+    }
 }
 
 /* ---- index_add, index_put, take, masked_select ------------------------------------------ */
@@ -1007,7 +1070,7 @@ static void test_gradcheck(void **state) {
             gradcheck_ok(what, g_scatter, &g, 3, uin);
             gradcheck_ok("scatter_value", g_scatter_value, &g, 2, uin);
         }
-        for (g.reduce = R_SUM; g.reduce <= R_AMIN; g.reduce++)
+        for (g.reduce = R_SUM; g.reduce <= R_PROD; g.reduce++)
             for (int s = 0; s < 2; s++) {
                 g.flag = s;
                 snprintf(what, sizeof what, "scatter_reduce %s include_self %d it %d",
@@ -1118,8 +1181,8 @@ static void test_bad_inputs(void **state) {
     tu_assert_null_error(ct_scatter(x, 1, i32, src), CT_ERR_DTYPE, "ct_scatter", "int64", "int32");
     tu_assert_null_error(ct_scatter(x, 3, ok, src), CT_ERR_INDEX, "ct_scatter", "dim 3");
     tu_assert_null_error(ct_scatter_value(x, 0, ok, 1), CT_ERR_INDEX, "ct_scatter", "index 4");
-    tu_assert_null_error(ct_scatter_reduce(x, 1, ok, src, "prod", true), CT_ERR_INVALID_ARG,
-                         "ct_scatter_reduce", "\"prod\"");
+    tu_assert_null_error(ct_scatter_reduce(x, 1, ok, src, "median", true), CT_ERR_INVALID_ARG,
+                         "ct_scatter_reduce", "\"median\"", "\"prod\"");
     tu_assert_null_error(ct_scatter_reduce(x, 1, bad, src, "amax", false), CT_ERR_INDEX,
                          "ct_scatter_reduce", "index 7");
     ct_tensor *xi = tu_rand(2, xs, CT_I32, 0, 5, NULL);
@@ -1206,7 +1269,7 @@ int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_scatter),           T(test_scatter_reduce), T(test_index_add),
+        T(test_scatter),           T(test_scatter_reduce), T(test_scatter_reduce_prod_zeros), T(test_index_add),
         T(test_index_put), T(test_index_put_slices_masks), T(test_index_put_slices_masks_errors),         T(test_take_masked_select), T(test_flip_roll_repeat),
         T(test_pad),               T(test_large_copies),   T(test_diag_unbind_one_hot),
         T(test_interpolate), T(test_interpolate_1d_3d),       T(test_unfold_fold),    T(test_gradcheck),

@@ -513,9 +513,10 @@ ct_tensor *ct_unique(ct_tensor *x, bool sorted, ct_tensor **inverse, ct_tensor *
 ct_tensor *ct_scatter(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src);
 /* torch.scatter with a scalar value (which must fit x's dtype). */
 ct_tensor *ct_scatter_value(ct_tensor *x, int dim, ct_tensor *index, double value);
-/* torch.scatter_reduce: reduce "sum", "mean", "amax" or "amin" of src into x at index;
- * include_self false leaves x's own value out of the positions index reaches. mean of
- * integers rounds down (floor division). bool only with "amax"/"amin"/"sum". */
+/* torch.scatter_reduce: reduce "sum", "prod", "mean", "amax" or "amin" of src into x at
+ * index; include_self false leaves x's own value out of the positions index reaches. mean
+ * of integers rounds down (floor division); integer sums and products wrap. bool only with
+ * "amax"/"amin"/"sum"/"prod" (or, and). */
 ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src,
                              const char *reduce, bool include_self);
 /* torch.index_add: x with alpha * source[.., k, ..] added at x[.., index[k], ..] along dim;

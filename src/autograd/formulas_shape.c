@@ -5,8 +5,9 @@
  *                   index)
  *   scatter_reduce: sum: grad_x = g, grad_src = gather(g); mean: both over
  *                   the counts; amax / amin: the gradient shared evenly among
- *                   the values equal to the result; include_self false
- *                   zeroes grad_x where index wrote
+ *                   the values equal to the result; prod: g times the
+ *                   product of the other factors (prod_grads); include_self
+ *                   false zeroes grad_x where index wrote
  *   flip, roll:     the same op undoing it (flip again, roll back)
  *   pad:            constant: the inverse crop (pad by the negated sizes);
  *                   the others, and repeat: per remapped dim, the gradient
@@ -95,6 +96,42 @@ static ct_tensor *eq_as(ct_tensor *a, ct_tensor *b) {
     return r;
 }
 
+/* prod, as PyTorch's: the product of the other factors of an element is
+ * result / factor, except where the factor is 0. grad_x: g times the
+ * result of the same reduction with x's zeros made 1, over x (made 1 too).
+ * grad_src: where src holds the only 0 of its position, g times the result
+ * with that 0 made 1; elsewhere g result / src (src's zeros made 1: a
+ * position with two zeros has result 0, hence gradient 0). Built in a
+ * scope; *gx and *gs are kept out of it. */
+static void prod_grads(ct_tensor *g, ct_tensor *x, ct_tensor *src, ct_tensor *index,
+                       ct_tensor *result, const cti_scatter_reduce_params *rp, ct_tensor **gx,
+                       ct_tensor **gs) {
+    const int dim = rp->p.dim;
+    const bool self = rp->include_self;
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *sn = narrow_to(src, index);
+    ct_tensor *x1 = ct_masked_fill(x, ct_eq_scalar(x, 0), 1);
+    ct_tensor *others_x = ct_scatter_reduce(x1, dim, index, sn, "prod", self);
+    ct_tensor *a = others_x ? ct_div(ct_mul(g, others_x), x1) : NULL;
+    ct_tensor *zero = sn ? ct_eq_scalar(sn, 0) : NULL;
+    ct_tensor *zeros_at = zero ? ct_scatter_add(ct_tensor_zeros_like(x), dim, index,
+                                                 ct_to_dtype(zero, ct_tensor_dtype(x)))
+                               : NULL;
+    ct_tensor *single = zeros_at ? ct_logical_and(zero, ct_eq_scalar(ct_gather(zeros_at, dim, index), 1))
+                                 : NULL;
+    ct_tensor *others_s =
+        single ? ct_scatter_reduce(x, dim, index, ct_masked_fill(sn, single, 1), "prod", self) : NULL;
+    ct_tensor *b = NULL;
+    if (others_s) {
+        ct_tensor *at_zero = ct_gather(ct_mul(g, others_s), dim, index);
+        ct_tensor *plain = ct_div(ct_gather(ct_mul(g, result), dim, index), ct_masked_fill(sn, zero, 1));
+        b = at_zero && plain ? ct_where(single, at_zero, plain) : NULL;
+    }
+    *gx = a ? ct_keep(a) : NULL;
+    *gs = b ? ct_keep(b) : NULL;
+    ct_scope_end(sc);
+}
+
 CTI_BW(cti_bw_scatter_reduce) {
     if (!go[0]) return CT_OK;
     SAVED(index, 0);
@@ -108,6 +145,8 @@ CTI_BW(cti_bw_scatter_reduce) {
     if (rp->p.reduce == CTI_SCATTER_SUM) {
         gx = rp->mean ? ct_div(g, count) : ct_clone(g);
         gs = gx ? ct_gather(gx, dim, index) : NULL;
+    } else if (rp->p.reduce == CTI_SCATTER_PROD) {
+        prod_grads(g, x, src, index, result, rp, &gx, &gs);
     } else {
         ct_tensor *value = ct_gather(result, dim, index);
         ct_tensor *sn = narrow_to(src, index);

@@ -516,8 +516,9 @@ typedef struct cti_sort_params {
  *   For every p of index's shape, in increasing order along dim, out[p with
  *   coordinate dim replaced by index[p]] = reduce(that element, src[p]):
  *   CTI_SCATTER_ASSIGN stores src[p] (the last in order wins), _SUM adds
- *   (rounded to the dtype each time, integers wrap, bool is or), _AMAX /
- *   _AMIN keep the larger / smaller (NaN wins, as PyTorch's). src may be an
+ *   (rounded to the dtype each time, integers wrap, bool is or), _PROD
+ *   multiplies (likewise; bool is and), _AMAX / _AMIN keep the larger /
+ *   smaller (NaN wins, as PyTorch's). src may be an
  *   expanded 0-d value (stride 0). index is int64; the tensors have the same
  *   ndim >= 1 and the kernels read their strides; indices outside [0, size)
  *   fail with CT_ERR_INDEX as GATHER's do. scatter_reduce's mean is the sum
@@ -546,6 +547,7 @@ enum {
     CTI_SCATTER_SUM = 1,
     CTI_SCATTER_AMAX = 2,
     CTI_SCATTER_AMIN = 3,
+    CTI_SCATTER_PROD = 4,
 };
 typedef struct cti_scatter_params {
     int dim;

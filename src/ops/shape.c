@@ -1,6 +1,6 @@
 /* Front ends of the indexing and shape ops of torch / torch.nn.functional:
  *
- *   kernels of their own   scatter, scatter_reduce (sum, amax, amin; mean is
+ *   kernels of their own   scatter, scatter_reduce (sum, prod, amax, amin; mean is
  *                          the sum over counts), flip / roll / repeat / pad
  *                          (one copy kernel, each with its own row),
  *                          interpolate and its backward op, unfold / fold
@@ -269,10 +269,12 @@ ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor 
     else if (!strcmp(reduce, "mean")) r = CTI_SCATTER_SUM, mean = true;
     else if (!strcmp(reduce, "amax")) r = CTI_SCATTER_AMAX;
     else if (!strcmp(reduce, "amin")) r = CTI_SCATTER_AMIN;
+    else if (!strcmp(reduce, "prod")) r = CTI_SCATTER_PROD;
     else
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: reduce must be \"sum\", \"mean\", \"amax\" or \"amin\", got \"%s\"",
-                              op, reduce);
+        return cti_error_null(
+            CT_ERR_INVALID_ARG,
+            "%s: reduce must be \"sum\", \"prod\", \"mean\", \"amax\" or \"amin\", got \"%s\"", op,
+            reduce);
     if (mean && x->dtype == CT_BOOL)
         return cti_error_null(CT_ERR_DTYPE, "%s: reduce \"mean\" takes no bool tensors", op);
     cti_scatter_params p = {.dim = d, .size = x->ndim ? x->shape[d] : 1, .reduce = r,
@@ -283,11 +285,14 @@ ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor 
     ct_status s = ct_copy_(out, x);
     ct_no_grad_end(prev);
     if (s == CT_OK && !include_self) {
-        /* the positions index reaches start from 0 (sum) or from one of
-         * the values they reduce (amax, amin: src itself assigned first) */
+        /* the positions index reaches start from 0 (sum), 1 (prod) or
+         * from one of the values they reduce (amax, amin: src itself
+         * assigned first) */
         cti_scatter_params pa = p;
         pa.reduce = CTI_SCATTER_ASSIGN;
-        ct_tensor *v = r == CTI_SCATTER_SUM ? value_src(x, index, 0) : src;
+        ct_tensor *v = r == CTI_SCATTER_SUM    ? value_src(x, index, 0)
+                       : r == CTI_SCATTER_PROD ? value_src(x, index, 1)
+                                               : src;
         s = v ? scatter_dispatch(CT_OP_SCATTER, x, index, v, out, &pa) : ct_last_status();
         drop_view(v, src);
     }

@@ -87,6 +87,7 @@ typedef struct scatter_ctx {
 static inline double reduce_f(int r, double cur, double s) {
     switch (r) {
     case CTI_SCATTER_SUM: return cur + s;
+    case CTI_SCATTER_PROD: return cur * s;
     case CTI_SCATTER_AMAX: return (isnan(s) || s > cur) ? s : cur;
     case CTI_SCATTER_AMIN: return (isnan(s) || s < cur) ? s : cur;
     default: return s;
@@ -99,6 +100,10 @@ static inline int64_t reduce_i(int r, int64_t cur, int64_t s, ct_dtype dt) {
         if (dt == CT_BOOL) return cur | s;
         if (dt == CT_I32) return (int32_t)((uint32_t)cur + (uint32_t)s);
         return (int64_t)((uint64_t)cur + (uint64_t)s);
+    case CTI_SCATTER_PROD:
+        if (dt == CT_BOOL) return cur & s;
+        if (dt == CT_I32) return (int32_t)((uint32_t)cur * (uint32_t)s);
+        return (int64_t)((uint64_t)cur * (uint64_t)s);
     case CTI_SCATTER_AMAX: return s > cur ? s : cur;
     case CTI_SCATTER_AMIN: return s < cur ? s : cur;
     default: return s;

@@ -42,10 +42,12 @@ __device__ __forceinline__ typename dtype<DT>::T reduce_one(int r, typename dtyp
     auto c = dtype<DT>::dec(cur), v = dtype<DT>::dec(s);
     if constexpr (DT == CT_I32 || DT == CT_I64 || DT == CT_BOOL) {
         if (r == CTI_SCATTER_SUM) return dtype<DT>::enc((int64_t)((uint64_t)c + (uint64_t)v));
+        if (r == CTI_SCATTER_PROD) return dtype<DT>::enc((int64_t)((uint64_t)c * (uint64_t)v));
         if (r == CTI_SCATTER_AMAX) return v > c ? s : cur;
         return v < c ? s : cur;
     } else {
         if (r == CTI_SCATTER_SUM) return dtype<DT>::enc(c + v);
+        if (r == CTI_SCATTER_PROD) return dtype<DT>::enc(c * v);
         if (r == CTI_SCATTER_AMAX) return (v != v || v > c) ? s : cur;
         return (v != v || v < c) ? s : cur;
     }
