@@ -569,22 +569,6 @@ static ct_tensor *gc_chunk(ct_tensor *const *in, void *v) {
     return r;
 }
 
-/* split(x, 1, dim) into more pieces than one node takes (a node each then):
- * piece k times piece 0, plus the last piece summed */
-static ct_tensor *gc_split_many(ct_tensor *const *in, void *v) {
-    gctx *g = v;
-    ct_tensor *out[8] = {NULL};
-    int n = 0;
-    if (ct_split(in[0], 1, g->dim, 8, out, &n) != CT_OK) return NULL;
-    ct_tensor *p = ct_mul(out[g->k < n ? g->k : n - 1], out[0]);
-    ct_tensor *s = ct_sum(out[n - 1], 0, NULL, true);
-    ct_tensor *r = ct_add(p, s);
-    ct_tensor_release(p);
-    ct_tensor_release(s);
-    release_all(n, out);
-    return r;
-}
-
 static ct_tensor *leaf64(int nd, const int64_t *s, bool nc) {
     ct_tensor *t = tu_rand(nd, s, CT_F64, -1, 1, NULL);
     if (nc) t = nc_of(t);
@@ -641,14 +625,6 @@ static void test_gradcheck(void **state) {
         snprintf(what, sizeof what, "chunk it %d piece %d", it, g.k);
         gradcheck_ok(what, gc_chunk, &g, 1, in);
         ct_tensor_release(in[0]);
-        /* 5 to 7 pieces: past the one-node split */
-        int64_t ms[2] = {tu_randint(5, 8), tu_randint(1, 4)};
-        ct_tensor *many[1] = {leaf64(2, ms, nc)};
-        gctx g0 = {.dim = 0, .k = (int)tu_randint(0, ms[0])};
-        snprintf(what, sizeof what, "split into %lld pieces it %d piece %d", (long long)ms[0], it,
-                 g0.k);
-        gradcheck_ok(what, gc_split_many, &g0, 1, many);
-        ct_tensor_release(many[0]);
         ct_tensor_release(idx);
     }
     /* 0-d x: one element along dim 0 */

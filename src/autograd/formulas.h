@@ -59,13 +59,6 @@ typedef struct cti_view_params {
     int64_t start, end, step;  /* slice, narrow: as ct_slice takes them */
     int64_t index;             /* select: non-negative */
 } cti_view_params;
-/* split / chunk with up to CTI_AG_MAX_OUT pieces (ops/indexing.c): one
- * node whose outputs are the pieces, narrow views of t along dim. */
-typedef struct cti_split_params {
-    int dim, n;
-    int64_t start[CTI_AG_MAX_OUT], len[CTI_AG_MAX_OUT];
-} cti_split_params;
-CTI_BW(cti_bw_split);
 CTI_BW(cti_bw_view);
 CTI_BW(cti_bw_transpose);
 CTI_BW(cti_bw_permute);

@@ -73,32 +73,6 @@ CTI_BW(cti_bw_slice) {
     return scatter_into_zeros(n, go[0], slice_part, &gi[0]);
 }
 
-/* One buffer of t's shape, each piece's gradient copied into its part and
- * the parts of pieces without one zeroed: one write of t's size, where a
- * node per piece wrote a zero tensor of t's shape each, which the engine
- * then summed (on a transformer's fused projections, a tenth of the step). */
-CTI_BW(cti_bw_split) {
-    if (!n->needs[0]) return CT_OK;
-    const cti_split_params *p = CTI_NODE_PARAMS(n, cti_split_params);
-    const ct_tensor *like = NULL;
-    for (int k = 0; k < p->n && !like; k++) like = go[k];
-    if (!like) return CT_OK;
-    ct_tensor *z = ct_tensor_empty(n->in_ndim[0], n->in_shape[0], ct_tensor_dtype(like),
-                                   ct_tensor_device(like));
-    if (!z) return ct_last_status();
-    for (int k = 0; k < p->n; k++) {
-        ct_tensor *v = ct_narrow(z, p->dim, p->start[k], p->len[k]);
-        ct_status st = !v ? ct_last_status() : go[k] ? ct_copy_(v, go[k]) : ct_zero_(v);
-        ct_tensor_release(v);
-        if (st != CT_OK) {
-            ct_tensor_release(z);
-            return st;
-        }
-    }
-    gi[0] = z;
-    return CT_OK;
-}
-
 CTI_BW(cti_bw_select) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     return scatter_into_zeros(n, go[0], select_part, &gi[0]);

@@ -320,51 +320,20 @@ ct_tensor *ct_repeat_interleave(ct_tensor *x, int64_t repeats, int dim) {
 
 /* out[0..n) = narrow views of x along d of sizes[k] (or all of size each but
  * the last, when sizes is NULL: then n pieces of `each` cover the dim). */
-static void release_pieces(int n, ct_tensor **out) {
-    for (int j = 0; j < n; j++) {
-        ct_tensor_release(out[j]);
-        out[j] = NULL;
-    }
-}
-
-/* With history, up to CTI_AG_MAX_OUT pieces share one SplitBackward node
- * (cti_bw_split writes the input's gradient once); more pieces get a
- * NarrowBackward each. */
 static ct_status narrow_pieces(const char *op, ct_tensor *x, int d, int n,
                                const int64_t *sizes, int64_t each, ct_tensor **out) {
     int64_t start = 0, total = x->shape[d];
-    const bool one_node = n <= CTI_AG_MAX_OUT && cti_ag_needed(1, &x);
-    cti_split_params sp = {.dim = d, .n = n};
     for (int k = 0; k < n; k++) {
         int64_t len = sizes ? sizes[k] : (total - start < each ? total - start : each);
-        out[k] = one_node ? cti_narrow(x, d, start, len) : ct_narrow(x, d, start, len);
-        if (!out[k]) {
-            release_pieces(k, out);
+        if (!(out[k] = ct_narrow(x, d, start, len))) {
+            for (int j = 0; j < k; j++) ct_tensor_release(out[j]);
+            for (int j = 0; j < k; j++) out[j] = NULL;
             return ct_last_status();
         }
-        if (one_node) {
-            sp.start[k] = start;
-            sp.len[k] = len;
-        }
+        /* PyTorch refuses in-place writes to the pieces of a split. */
+        cti_ag_mark_multi_output(out[k], op);
         start += len;
     }
-    if (one_node) {
-        cti_ag_rec r = {.name = "SplitBackward", .backward = cti_bw_split, .nin = 1, .in = {x},
-                        .nout = n, CTI_AG_PARAMS(&sp)};
-        for (int k = 0; k < n; k++) r.out[k] = out[k];
-        if (cti_ag_record(&r) != CT_OK) {
-            release_pieces(n, out);
-            return ct_last_status();
-        }
-        for (int k = 0; k < n; k++)
-            if (!(out[k] = cti_ag_view_link(x, out[k]))) { /* it released the piece */
-                release_pieces(k, out);
-                release_pieces(n - k - 1, out + k + 1);
-                return ct_last_status();
-            }
-    }
-    /* PyTorch refuses in-place writes to the pieces of a split. */
-    for (int k = 0; k < n; k++) cti_ag_mark_multi_output(out[k], op);
     return CT_OK;
 }
 
