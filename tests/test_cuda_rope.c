@@ -258,7 +258,8 @@ static void test_swiglu(void **state) {
  * (16-byte rows when cols fills vectors), off 1 and width 2 cols + 1 puts
  * every row start off the vector grid (element path). grad_out is the other
  * half of a chunk of its own tensor, or contiguous. The same views of the
- * same values on the CPU give the reference. */
+ * same values on the CPU give the reference. With both gradients wanted of
+ * chunk halves, the kernel writes them into the halves of one buffer. */
 static void swiglu_rows_case(ct_dtype dt, int64_t rows, int64_t cols, int off, bool go_view) {
     ct_scope *sc = ct_scope_begin();
     int64_t width = 2 * cols + off, hs[2] = {rows, width}, ys[2] = {rows, cols};
@@ -293,6 +294,11 @@ static void swiglu_rows_case(ct_dtype dt, int64_t rows, int64_t cols, int off, b
         for (int i = 0; i < 2; i++)
             if (want & (1 << i)) expect_same(a[i], c[i]);
             else assert_null(a[i]);
+        /* chunk halves: both gradients written into the halves of one buffer */
+        if (off == 0 && want == 3) {
+            assert_true(ct_tensor_shares_storage(a[0], a[1]));
+            assert_int_equal(ct_tensor_offset(a[1]), ct_tensor_offset(a[0]) + cols);
+        }
     }
     ct_scope_end(sc);
 }

@@ -333,8 +333,11 @@ typedef struct cti_attention_params {
  * [rows, cols] with a contiguous row: input k's element (r, j) is at
  * cti_data(in[k]) + r ld[k] + j (ld in elements, any value, 0 included:
  * inputs are only read), so the halves of ct_chunk(h, 2, -1) are read in
- * place. The outputs are new contiguous tensors (row stride cols). A
- * contiguous call has rows 1 and cols the element count. */
+ * place. Output element (r, j) is at cti_data(out[k]) + r ldo + j: ldo is
+ * cols for new contiguous outputs, 2 cols when SWIGLU_BACKWARD's dgate and
+ * dup are the two halves of one new [rows, 2 cols] buffer (gate and up the
+ * halves of one tensor: the gradient of the chunk's input is that buffer).
+ * A call on contiguous operands has rows 1 and cols the element count. */
 enum { CTI_ROPE_HALF = 0, CTI_ROPE_INTERLEAVED = 1 };
 typedef struct cti_rope_params {
     int64_t rows, d;
@@ -344,6 +347,7 @@ typedef struct cti_rope_params {
 typedef struct cti_swiglu_params {
     int64_t rows, cols;
     int64_t ld[3]; /* row stride of in[k] */
+    int64_t ldo;   /* row stride of the outputs */
 } cti_swiglu_params;
 
 /* tril, cumsum, topk, multinomial ------------------------------------------------------

@@ -7,6 +7,7 @@
  * dims, so no table is ever materialized at x's size. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_impl.h"
 #include "tensor/ops.h"
@@ -290,6 +291,44 @@ static ct_status swiglu_inputs(ct_call *c, temps *tp, int n, ct_tensor *const *i
         p->cols = numel;
         for (int k = 0; k < n; k++) p->ld[k] = numel;
     }
+    p->ldo = p->cols;
+    return CT_OK;
+}
+
+/* Whether gate and up are the two halves of one tensor's last dim, as
+ * ct_chunk(h, 2, -1) gives them: rows of cols at row stride 2 cols, up
+ * cols elements after gate. */
+static bool chunk_halves(const ct_tensor *gate, const ct_tensor *up) {
+    int nd = gate->ndim;
+    int64_t ld, cols = nd > 0 ? gate->shape[nd - 1] : 1;
+    if (nd == 0 || cols == 0 || gate->storage != up->storage ||
+        up->offset != gate->offset + cols || !row_stride(gate, &ld))
+        return false;
+    if (cti_numel(nd - 1, gate->shape) > 1 && ld != 2 * cols) return false;
+    for (int k = 0; k < nd; k++)
+        if (gate->stride[k] != up->stride[k] && gate->shape[k] > 1) return false;
+    return true;
+}
+
+/* dgate and dup for c as the halves of one new buffer of h's shape (gate's
+ * with its last dim doubled), which the chunk's backward then passes to h
+ * as it is. */
+static ct_status halves_out(const char *op, ct_call *c, const ct_tensor *gate,
+                            cti_swiglu_params *p) {
+    int nd = gate->ndim;
+    int64_t hs[CT_MAX_DIMS], cols = gate->shape[nd - 1];
+    memcpy(hs, gate->shape, sizeof(int64_t) * (size_t)nd);
+    hs[nd - 1] = 2 * cols;
+    ct_tensor *h = cti_tensor_new(op, nd, hs, gate->dtype, dev(gate));
+    if (!h) return ct_last_status();
+    c->out[0] = ct_narrow(h, nd - 1, 0, cols);
+    c->out[1] = c->out[0] ? ct_narrow(h, nd - 1, cols, cols) : NULL;
+    ct_tensor_release(h);
+    if (!c->out[1]) {
+        cti_call_release_outputs(c);
+        return ct_last_status();
+    }
+    if (p->rows > 1) p->ldo = 2 * cols; /* one row (packed) has no row stride */
     return CT_OK;
 }
 
@@ -348,11 +387,16 @@ ct_status ct_swiglu_backward(ct_tensor *grad_out, ct_tensor *gate, ct_tensor *up
     c.nout = 2;
     cti_swiglu_params p = {0};
     if (swiglu_inputs(&c, &tp, 3, req, gate, &p) != CT_OK) goto fail;
-    c.out[0] = dgate ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate)) : NULL;
-    c.out[1] = dup ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate)) : NULL;
-    if ((dgate && !c.out[0]) || (dup && !c.out[1])) {
-        cti_call_release_outputs(&c);
-        goto fail;
+    if (dgate && dup && chunk_halves(gate, up) && cti_numel(gate->ndim, gate->shape) > 0) {
+        if (halves_out(op, &c, gate, &p) != CT_OK) goto fail;
+    } else {
+        c.out[0] = dgate ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate))
+                         : NULL;
+        c.out[1] = dup ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate)) : NULL;
+        if ((dgate && !c.out[0]) || (dup && !c.out[1])) {
+            cti_call_release_outputs(&c);
+            goto fail;
+        }
     }
     cti_call_params(&c, &p);
     if (run(&c, gate) != CT_OK) goto fail;

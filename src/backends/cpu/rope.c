@@ -208,7 +208,7 @@ static void sw_task(int64_t i0, int64_t i1, void *vp) {
         int64_t row = i / p->cols, col = i % p->cols;
         int64_t m = p->cols - col < i1 - i ? p->cols - col : i1 - i;
 #define IN(k) (cti_data(c->in[k]) + (size_t)(row * p->ld[k] + col) * es)
-#define OUT(t) (t ? cti_data(t) + (size_t)i * es : NULL)
+#define OUT(t) (t ? cti_data(t) + (size_t)(row * p->ldo + col) * es : NULL)
         sw_run r = {.g = IN(kg), .u = IN(ku), .go = bwd ? IN(0) : NULL, .a = OUT(c->out[0]),
                     .b = OUT(o1)};
 #undef IN

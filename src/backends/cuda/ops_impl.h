@@ -300,14 +300,14 @@ cudaError_t cti_cuda_rope(const cti_cuda_rope_args *a, int sm_count, cudaStream_
                           const char **routine);
 
 /* SWIGLU (out = y) and SWIGLU_BACKWARD (out = dgate|NULL, dup|NULL) over
- * rows x cols elements: the inputs' rows at their row strides (elements,
- * cti_swiglu_params), the outputs contiguous. 16-byte vectors where every
+ * rows x cols elements, every operand's rows at its row stride (elements,
+ * cti_swiglu_params; ld_out the outputs'). 16-byte vectors where every
  * row start of every operand is aligned for them; elements otherwise. */
 typedef struct cti_cuda_swiglu_args {
     ct_dtype dt;
     bool backward;
     int64_t rows, cols;
-    int64_t ld_gate, ld_up, ld_grad;
+    int64_t ld_gate, ld_up, ld_grad, ld_out;
     const void *gate, *up, *grad;
     void *y, *dgate, *dup;
 } cti_cuda_swiglu_args;

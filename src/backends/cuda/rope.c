@@ -91,6 +91,7 @@ static ct_status k_swiglu(ct_call *c) {
                          .ld_gate = p->ld[kg],
                          .ld_up = p->ld[ku],
                          .ld_grad = bwd ? p->ld[0] : 0,
+                         .ld_out = p->ldo,
                          .gate = cti_data(gate),
                          .up = cti_data(up),
                          .grad = bwd ? cti_data(c->in[0]) : NULL,

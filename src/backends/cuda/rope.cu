@@ -8,8 +8,9 @@
 // (multiply-shift division over the leading dims), so tables broadcast over
 // heads or batches are read where they are (they stay in L2) and x's leading
 // dims may have any strides. The backward is the forward with sin negated.
-// swiglu's unit is one vector of a row; the inputs' rows sit at their row
-// strides (the halves of a chunk are read in place), the outputs' are packed.
+// swiglu's unit is one vector of a row; every operand's rows sit at its row
+// stride (the halves of a chunk are read in place, and the backward may write
+// the two halves of one buffer).
 // f16/bf16 compute in f32, f32 in f32, f64 in f64.
 #include "kernels.cuh"
 #include "ops_impl.h"
@@ -201,7 +202,7 @@ __device__ __forceinline__ void swiglu_unit(int64_t c0, int64_t cols,
 // unit costs a 64-bit division.
 template <int DT, bool VEC, bool BWD>
 __global__ void __launch_bounds__(kThreads)
-swiglu_k(int64_t rows, int64_t cols, int64_t ldg, int64_t ldu, int64_t ldo,
+swiglu_k(int64_t rows, int64_t cols, int64_t ldg, int64_t ldu, int64_t ldgo, int64_t ldy,
          const typename dtype<DT>::T *__restrict__ gate,
          const typename dtype<DT>::T *__restrict__ up, const typename dtype<DT>::T *__restrict__ g,
          typename dtype<DT>::T *__restrict__ o0, typename dtype<DT>::T *__restrict__ o1) {
@@ -212,9 +213,9 @@ swiglu_k(int64_t rows, int64_t cols, int64_t ldg, int64_t ldu, int64_t ldo,
     const int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t r = u / upr, k = u - r * upr;
     while (r < rows) {
-        const int64_t c0 = k * V, out = r * cols + c0;
+        const int64_t c0 = k * V, out = r * ldy + c0;
         const T *go = nullptr;
-        if constexpr (BWD) go = g + r * ldo;
+        if constexpr (BWD) go = g + r * ldgo;
         swiglu_unit<DT, VEC, BWD>(c0, cols, gate + r * ldg, up + r * ldu, go,
                                   o0 ? o0 + out : nullptr, o1 ? o1 + out : nullptr);
         r += sr;
@@ -233,11 +234,12 @@ cudaError_t swiglu_launch(const cti_cuda_swiglu_args *a, int sms, cudaStream_t s
     const unsigned grid = grid_for(a->rows * ((a->cols + V - 1) / V), sms);
     if (a->backward)
         swiglu_k<DT, VEC, true><<<grid, kThreads, 0, st>>>(
-            a->rows, a->cols, a->ld_gate, a->ld_up, a->ld_grad, (const T *)a->gate,
+            a->rows, a->cols, a->ld_gate, a->ld_up, a->ld_grad, a->ld_out, (const T *)a->gate,
             (const T *)a->up, (const T *)a->grad, (T *)a->dgate, (T *)a->dup);
     else
         swiglu_k<DT, VEC, false><<<grid, kThreads, 0, st>>>(
-            a->rows, a->cols, a->ld_gate, a->ld_up, 0, (const T *)a->gate, (const T *)a->up,
+            a->rows, a->cols, a->ld_gate, a->ld_up, 0, a->ld_out, (const T *)a->gate,
+            (const T *)a->up,
             nullptr, (T *)a->y, nullptr);
     return cudaGetLastError();
 }
@@ -245,14 +247,14 @@ cudaError_t swiglu_launch(const cti_cuda_swiglu_args *a, int sms, cudaStream_t s
 bool aligned16(const void *p) { return p == nullptr || ((uintptr_t)p & 15u) == 0; }
 
 // Whether every row start of every operand keeps 16-byte alignment: the
-// pointers aligned and, beyond one row, every row stride (the outputs' is
-// cols) a whole number of vectors.
+// pointers aligned and, beyond one row, every row stride a whole number of
+// vectors.
 bool swiglu_vec_ok(const cti_cuda_swiglu_args *a, int64_t es) {
     if (!(aligned16(a->gate) && aligned16(a->up) && aligned16(a->grad) && aligned16(a->y) &&
           aligned16(a->dgate) && aligned16(a->dup)))
         return false;
     if (a->rows <= 1) return true;
-    return (a->cols * es) % 16 == 0 && (a->ld_gate * es) % 16 == 0 &&
+    return (a->ld_out * es) % 16 == 0 && (a->ld_gate * es) % 16 == 0 &&
            (a->ld_up * es) % 16 == 0 && (!a->backward || (a->ld_grad * es) % 16 == 0);
 }
 
