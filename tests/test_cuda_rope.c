@@ -4,7 +4,8 @@
  * as [T, 1, D/2] and [T, D/2], head dims whose halves do and do not fill
  * 16-byte vectors, x transposed (strided leading dims, vector path) and
  * sliced off alignment (element path), non-contiguous tables, many rows,
- * swiglu lengths with partial vectors and misaligned inputs, each backward
+ * swiglu lengths with partial vectors and misaligned inputs, swiglu on rows
+ * read in place (chunk halves, narrow views off the vector grid), each backward
  * output alone, ct_rope_tables on the device, autograd on the GPU against the
  * CPU, and the messages for inputs on mixed devices. Output memory is
  * poisoned with NaN before each op writes it. Skips without a GPU. */
@@ -252,6 +253,98 @@ static void test_swiglu(void **state) {
             for (int how = 0; how < 3; how++) swiglu_case(tu_float_dtypes[t], ns[k], how);
 }
 
+/* gate and up read in place from one [rows, width] tensor h as rows of cols
+ * at columns off and off + cols: off 0 and width 2 cols is ct_chunk(h, 2, -1)
+ * (16-byte rows when cols fills vectors), off 1 and width 2 cols + 1 puts
+ * every row start off the vector grid (element path). grad_out is the other
+ * half of a chunk of its own tensor, or contiguous. The same views of the
+ * same values on the CPU give the reference. With both gradients wanted of
+ * chunk halves, the kernel writes them into the halves of one buffer. */
+static void swiglu_rows_case(ct_dtype dt, int64_t rows, int64_t cols, int off, bool go_view) {
+    ct_scope *sc = ct_scope_begin();
+    int64_t width = 2 * cols + off, hs[2] = {rows, width}, ys[2] = {rows, cols};
+    ct_tensor *h = checked(tu_rand(2, hs, dt, -8, 8, NULL)), *hg = gpu(h);
+    ct_tensor *o = checked(tu_rand(2, go_view ? hs : ys, dt, -2, 2, NULL)), *og = gpu(o);
+    ct_tensor *in[2][3]; /* [cpu, gpu][gate, up, grad_out] */
+    for (int d = 0; d < 2; d++) {
+        ct_tensor *src = d ? hg : h, *osrc = d ? og : o;
+        if (off == 0) {
+            ct_tensor *pc[2];
+            int np = 0;
+            ok(ct_chunk(src, 2, -1, 2, pc, &np));
+            in[d][0] = checked(pc[0]);
+            in[d][1] = checked(pc[1]);
+        } else {
+            in[d][0] = checked(ct_narrow(src, 1, off, cols));
+            in[d][1] = checked(ct_narrow(src, 1, off + cols, cols));
+        }
+        in[d][2] = go_view ? checked(ct_narrow(osrc, 1, off + cols, cols)) : osrc;
+    }
+    int64_t bytes = rows * cols * (int64_t)ct_dtype_size(dt);
+    poison(bytes);
+    expect_same(checked(ct_swiglu(in[1][0], in[1][1])), checked(ct_swiglu(in[0][0], in[0][1])));
+    for (int want = 3; want >= 1; want--) {
+        ct_tensor *a[2] = {NULL, NULL}, *c[2] = {NULL, NULL};
+        poison(bytes);
+        poison(bytes);
+        ok(ct_swiglu_backward(in[1][2], in[1][0], in[1][1], want & 1 ? &a[0] : NULL,
+                              want & 2 ? &a[1] : NULL));
+        ok(ct_swiglu_backward(in[0][2], in[0][0], in[0][1], want & 1 ? &c[0] : NULL,
+                              want & 2 ? &c[1] : NULL));
+        for (int i = 0; i < 2; i++)
+            if (want & (1 << i)) expect_same(a[i], c[i]);
+            else assert_null(a[i]);
+        /* chunk halves: both gradients written into the halves of one buffer */
+        if (off == 0 && want == 3) {
+            assert_true(ct_tensor_shares_storage(a[0], a[1]));
+            assert_int_equal(ct_tensor_offset(a[1]), ct_tensor_offset(a[0]) + cols);
+        }
+    }
+    ct_scope_end(sc);
+}
+
+static void test_swiglu_rows(void **state) {
+    (void)state;
+    NEED_GPU();
+    static const int64_t cs[] = {1, 3, 7, 8, 16, 33, 64, 1000, 1024};
+    for (size_t t = 0; t < 4; t++) {
+        for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++)
+            for (int off = 0; off < 2; off++) {
+                swiglu_rows_case(tu_float_dtypes[t], 5, cs[k], off, k % 2 == 0);
+                swiglu_rows_case(tu_float_dtypes[t], 1, cs[k], off, k % 2 == 1);
+            }
+        /* more units than one pass of the grid: threads step across rows */
+        swiglu_rows_case(tu_float_dtypes[t], 4099, 1000, 1, t % 2 == 0);
+        swiglu_rows_case(tu_float_dtypes[t], 9001, 1024, 0, t % 2 == 1);
+    }
+}
+
+/* LLaMA's mlp through autograd on the GPU: h -> chunk -> swiglu, h's
+ * gradient against the CPU's. */
+static void test_chunk_swiglu_autograd(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (size_t t = 0; t < 4; t++) {
+        ct_scope *sc = ct_scope_begin();
+        ct_dtype dt = tu_float_dtypes[t];
+        int64_t hs[3] = {3, 17, 2 * 96}, ys[3] = {3, 17, 96};
+        ct_tensor *h = checked(tu_rand(3, hs, dt, -6, 6, NULL));
+        ct_tensor *go = checked(tu_rand(3, ys, dt, -1, 1, NULL));
+        ct_tensor *hg = gpu(h), *gog = gpu(go);
+        ok(ct_requires_grad_(h, true));
+        ok(ct_requires_grad_(hg, true));
+        ct_tensor *ls[2] = {h, hg}, *gs[2] = {go, gog};
+        for (int d = 0; d < 2; d++) {
+            ct_tensor *pc[2];
+            int np = 0;
+            ok(ct_chunk(ls[d], 2, -1, 2, pc, &np));
+            ok(ct_backward(checked(ct_swiglu(pc[0], pc[1])), gs[d], false));
+        }
+        expect_same(ct_grad(hg), ct_grad(h));
+        ct_scope_end(sc);
+    }
+}
+
 static void test_empty(void **state) {
     (void)state;
     NEED_GPU();
@@ -343,6 +436,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_rope),     T(test_rope_large), T(test_rope_tables_gpu), T(test_swiglu),
+        T(test_swiglu_rows), T(test_chunk_swiglu_autograd),
         T(test_empty),    T(test_autograd),   T(test_mixed_devices),
     };
 #undef T

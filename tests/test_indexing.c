@@ -576,6 +576,50 @@ static ct_tensor *leaf64(int nd, const int64_t *s, bool nc) {
     return t;
 }
 
+/* split_with_sizes(x, sizes, dim) put back together by cat, squared: in
+ * order the pieces' gradients (cat's backward gives views of one tensor) lie
+ * side by side and SplitBackward passes them on as one view; reversed they
+ * do not and it cats them. */
+typedef struct split_ctx {
+    int n, dim;
+    int64_t sizes[8];
+    bool reversed;
+} split_ctx;
+
+static ct_tensor *gc_split_cat(ct_tensor *const *in, void *v) {
+    split_ctx *c = v;
+    ct_tensor *p[8] = {NULL}, *q[8] = {NULL};
+    if (ct_split_with_sizes(in[0], c->n, c->sizes, c->dim, p) != CT_OK) return NULL;
+    for (int k = 0; k < c->n; k++) q[k] = p[c->reversed ? c->n - 1 - k : k];
+    ct_tensor *y = ct_cat(c->n, q, c->dim);
+    ct_tensor *r = y ? ct_mul(y, y) : NULL;
+    ct_tensor_release(y);
+    release_all(c->n, p);
+    return r;
+}
+
+/* Up to 4 pieces share one SplitBackward node, more keep a NarrowBackward
+ * each; both give the gradient gradcheck finds. */
+static void test_split_gradcheck(void **state) {
+    (void)state;
+    for (int n = 1; n <= 6; n++)
+        for (int rev = 0; rev < 2; rev++) {
+            int64_t xs[2] = {3, 0};
+            split_ctx c = {.n = n, .dim = 1, .reversed = rev};
+            for (int k = 0; k < n; k++) xs[1] += c.sizes[k] = tu_randint(rev ? 1 : 0, 3);
+            ct_tensor *x = leaf64(2, xs, false);
+            ct_tensor *p[8];
+            assert_int_equal(ct_split_with_sizes(x, n, c.sizes, 1, p), CT_OK);
+            assert_string_equal(ct_grad_fn_name(p[0]),
+                                n <= 4 ? "SplitWithSizesBackward" : "NarrowBackward");
+            release_all(n, p);
+            char what[64];
+            snprintf(what, sizeof what, "split %d pieces -> cat%s", n, rev ? " reversed" : "");
+            gradcheck_ok(what, gc_split_cat, &c, 1, &x);
+            ct_tensor_release(x);
+        }
+}
+
 static void test_gradcheck(void **state) {
     (void)state;
     char what[128];
@@ -829,6 +873,7 @@ int main(void) {
         T(test_repeat_interleave_shapes),
         T(test_split_chunk),
         T(test_gradcheck),
+        T(test_split_gradcheck),
         T(test_grad_values),
         T(test_bad_inputs),
         T(test_results_in_scope),

@@ -4,14 +4,20 @@
  * dtype, both pair layouts, tables broadcast as [T, 1, D/2] against
  * [B, T, H, D] and as [T, D/2] against [B, H, T, D], random sizes with odd
  * and size-1 dims, transposed and strided (non-contiguous) inputs and tables,
- * empty tensors, outputs poisoned with NaN before each op; float64 gradient
- * checks, autograd (the tables get no gradient), and the message of every
- * bad input. */
+ * empty tensors, outputs poisoned with NaN before each op; swiglu on rows
+ * read in place (the halves of ct_chunk(h, 2, -1), narrow views at odd
+ * offsets, odd column counts; the trace shows no copy) and on leading dims
+ * that do not fold (copied); float64 gradient checks, chunk -> swiglu
+ * through autograd, autograd (the tables get no gradient), and the message
+ * of every bad input. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include <string.h>
+#include <unistd.h>
 
 #include "autograd_util.h"
 #include "test_fixture.h"
@@ -36,6 +42,31 @@ static void expect(ct_tensor *got, const double *ref, int nd, const int64_t *sha
     assert_int_equal(ct_tensor_dtype(got), dt);
     assert_true(ct_tensor_is_contiguous(got));
     check_values(got, ref, tu_numel(nd, shape), rtol_of(dt), atol_of(dt));
+}
+
+/* expect without the layout: the gradients of chunk halves are halves too. */
+static void expect_vals(ct_tensor *got, const double *ref, int nd, const int64_t *shape,
+                        ct_dtype dt) {
+    check_shape(got, nd, shape);
+    assert_int_equal(ct_tensor_dtype(got), dt);
+    check_values(got, ref, tu_numel(nd, shape), rtol_of(dt), atol_of(dt));
+}
+
+/* Whether dg and du are the two halves of one contiguous [..., 2 cols]
+ * tensor (what ct_swiglu_backward gives for chunk halves). */
+static bool halves_of_one(const ct_tensor *dg, const ct_tensor *du) {
+    int nd = ct_tensor_ndim(dg);
+    const int64_t *s = ct_tensor_shape(dg), *st = ct_tensor_strides(dg);
+    if (!ct_tensor_shares_storage(dg, du) ||
+        ct_tensor_offset(du) != ct_tensor_offset(dg) + s[nd - 1])
+        return false;
+    int64_t want = 1;
+    for (int k = nd - 1; k >= 0; k--) {
+        if (s[k] > 1 && st[k] != want) return false;
+        if (ct_tensor_strides(du)[k] != st[k]) return false;
+        want *= k == nd - 1 ? 2 * s[k] : s[k];
+    }
+    return true;
 }
 
 /* ---- the float64 rope reference ------------------------------------------------------- */
@@ -517,6 +548,275 @@ static void test_swiglu_autograd(void **state) {
     }
 }
 
+/* ---- swiglu on rows read in place: chunk halves, narrow views ------------------------- */
+
+/* The trace of the ops run between trace_begin and trace_end, which it
+ * returns (caller frees): stderr goes to a temporary file meanwhile. */
+static FILE *trace_file;
+static int trace_stderr = -1;
+static bool trace_was;
+
+static void trace_begin(void) {
+    fflush(stderr);
+    trace_file = tmpfile();
+    assert_non_null(trace_file);
+    trace_stderr = dup(fileno(stderr));
+    assert_true(trace_stderr >= 0);
+    assert_true(dup2(fileno(trace_file), fileno(stderr)) >= 0);
+    trace_was = ct_trace_enabled();
+    ct_set_trace(true);
+}
+
+static char *trace_end(void) {
+    ct_set_trace(trace_was);
+    fflush(stderr);
+    dup2(trace_stderr, fileno(stderr));
+    close(trace_stderr);
+    long len = ftell(trace_file);
+    char *buf = calloc((size_t)len + 1, 1);
+    rewind(trace_file);
+    assert_int_equal(fread(buf, 1, (size_t)len, trace_file), (size_t)len);
+    fclose(trace_file);
+    return buf;
+}
+
+/* Lines of the trace of op name (its lines start "[cten] name "). */
+static int traced_ops(const char *trace, const char *name) {
+    char key[64];
+    snprintf(key, sizeof key, "[cten] %s ", name);
+    int n = 0;
+    for (const char *l = trace; (l = strstr(l, key)); l++) n++;
+    return n;
+}
+
+/* Runs ct_swiglu and ct_swiglu_backward (both gradients) under the trace;
+ * returns how many copy ops ran, the outputs in *y, *dg, *du. */
+static int traced_copies(ct_tensor *go, ct_tensor *g, ct_tensor *u, ct_tensor **y,
+                         ct_tensor **dg, ct_tensor **du) {
+    trace_begin();
+    *y = ct_swiglu(g, u);
+    ct_status st = ct_swiglu_backward(go, g, u, dg, du);
+    char *trace = trace_end();
+    assert_non_null(*y);
+    assert_int_equal(st, CT_OK);
+    int copies = traced_ops(trace, "copy");
+    free(trace);
+    return copies;
+}
+
+/* Values of t, a [rows, cols] view at column off of a row-major [rows, width]
+ * block bv (caller frees). */
+static double *strip_vals(const double *bv, int64_t rows, int64_t cols, int64_t width,
+                          int64_t off) {
+    double *v = malloc(sizeof(double) * (size_t)(rows * cols > 0 ? rows * cols : 1));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) v[r * cols + j] = bv[r * width + off + j];
+    return v;
+}
+
+/* A fresh random [lead..., width] tensor narrowed to columns [off, off +
+ * shape[nd - 1]), with the view's values in *vals. */
+static ct_tensor *rand_strip(int nd, const int64_t *shape, int64_t width, int64_t off,
+                             ct_dtype dt, double lo, double hi, double **vals) {
+    int64_t bs[4];
+    memcpy(bs, shape, sizeof(int64_t) * (size_t)nd);
+    bs[nd - 1] = width;
+    double *bv;
+    ct_tensor *b = tu_rand(nd, bs, dt, lo, hi, &bv);
+    ct_tensor *v = ct_narrow(b, nd - 1, off, shape[nd - 1]);
+    assert_non_null(v);
+    ct_tensor_release(b);
+    *vals = strip_vals(bv, tu_numel(nd - 1, shape), shape[nd - 1], width, off);
+    free(bv);
+    return v;
+}
+
+/* Column counts: 1, odd ones (no row start but the first is 16-byte
+ * aligned), whole vectors of every dtype, and rows past the f32 blocks. */
+static int64_t rows_cols(int rep) {
+    static const int64_t cs[] = {1, 3, 7, 8, 16, 33, 301};
+    return rep < 7 ? cs[rep] : tu_randint(520, 1400);
+}
+
+/* how 0: gate and up the halves of ct_chunk(h, 2, -1), grad_out contiguous;
+ * 1: grad_out a chunk half too; 2: each operand a narrow view at an odd
+ * column of its own wider tensor; 3: chunk halves of a tensor whose leading
+ * dims are transposed (they do not fold into rows: copied first). */
+static void swiglu_rows_case(ct_dtype dt, int64_t cols, int how) {
+    int nd = (int)tu_randint(2, 4);
+    int64_t shape[4];
+    for (int i = 0; i < nd - 1; i++) shape[i] = tu_randint(1, 6);
+    shape[nd - 1] = cols;
+    int64_t rows = tu_numel(nd - 1, shape), n = rows * cols;
+    double *gv, *uv, *ov;
+    ct_tensor *g, *u, *go, *h = NULL;
+    bool strided = false; /* the inputs have no row form: copies expected */
+    if (how == 2) {
+        g = rand_strip(nd, shape, cols + 3, 1, dt, -8, 8, &gv);
+        u = rand_strip(nd, shape, 2 * cols + 5, cols + 2, dt, -3, 3, &uv);
+        go = rand_strip(nd, shape, cols + 1, 1, dt, -2, 2, &ov);
+    } else {
+        int64_t hs[4];
+        memcpy(hs, shape, sizeof hs);
+        hs[nd - 1] = 2 * cols;
+        double *hv;
+        h = tu_rand(nd, hs, dt, -8, 8, &hv);
+        if (how == 3) { /* the same values, leading dims 0 and 1 held transposed */
+            int64_t ts[4];
+            memcpy(ts, hs, sizeof ts);
+            ts[0] = hs[1];
+            ts[1] = hs[0];
+            ct_tensor *tv = ct_transpose(h, 0, 1);
+            ct_tensor *t = ct_contiguous(tv);
+            ct_tensor *back = ct_transpose(t, 0, 1);
+            assert_non_null(back);
+            ct_tensor *tmp[] = {tv, t, h};
+            release_all(3, tmp);
+            h = back;
+            /* 2-d: the last dim gets stride hs[0], unless the halves are one column */
+            strided = hs[0] > 1 && hs[1] > 1 && !(nd == 2 && cols == 1);
+        }
+        ct_tensor *pc[2];
+        int np = 0;
+        assert_int_equal(ct_chunk(h, 2, -1, 2, pc, &np), CT_OK);
+        assert_int_equal(np, 2);
+        g = pc[0];
+        u = pc[1];
+        gv = strip_vals(hv, rows, cols, 2 * cols, 0);
+        uv = strip_vals(hv, rows, cols, 2 * cols, cols);
+        free(hv);
+        if (how == 1) go = rand_strip(nd, shape, 2 * cols, cols, dt, -2, 2, &ov);
+        else go = tu_rand(nd, shape, dt, -2, 2, &ov);
+    }
+    double *ry = malloc(sizeof(double) * (size_t)n), *rg = malloc(sizeof(double) * (size_t)n),
+           *ru = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        double s = sig(gv[i]);
+        ry[i] = tu_round(gv[i] * s * uv[i], dt);
+        rg[i] = tu_round(ov[i] * uv[i] * s * (1 + gv[i] * (1 - s)), dt);
+        ru[i] = tu_round(ov[i] * gv[i] * s, dt);
+    }
+    for (int k = 0; k < 3; k++) poison_output(nd, shape, dt);
+    ct_tensor *y, *dg = NULL, *du = NULL;
+    int copies = traced_copies(go, g, u, &y, &dg, &du);
+    /* the count is seen to work where copies must happen */
+    if (strided ? copies == 0 : copies != 0) {
+        fprintf(stderr, "swiglu rows (how %d, cols %lld): %d copies, expected %s\n", how,
+                (long long)cols, copies, strided ? "some" : "none");
+        fail();
+    }
+    expect(y, ry, nd, shape, dt);
+    /* gate and up chunk halves: dgate and dup fill one buffer of h's shape */
+    if (how <= 1) assert_true(halves_of_one(dg, du));
+    else if (!halves_of_one(dg, du))
+        assert_true(ct_tensor_is_contiguous(dg) && ct_tensor_is_contiguous(du));
+    expect_vals(dg, rg, nd, shape, dt);
+    expect_vals(du, ru, nd, shape, dt);
+    ct_tensor_release(dg);
+    ct_tensor_release(du);
+    /* each gradient alone */
+    for (int want = 2; want >= 1; want--) {
+        dg = du = NULL;
+        poison_output(nd, shape, dt);
+        assert_int_equal(ct_swiglu_backward(go, g, u, want & 1 ? &dg : NULL, want & 2 ? &du : NULL),
+                         CT_OK);
+        if (want & 1) expect(dg, rg, nd, shape, dt);
+        else expect(du, ru, nd, shape, dt);
+        ct_tensor_release(dg);
+        ct_tensor_release(du);
+    }
+    ct_tensor *all[] = {g, u, go, y, h};
+    release_all(h ? 5 : 4, all);
+    free(gv);
+    free(uv);
+    free(ov);
+    free(ry);
+    free(rg);
+    free(ru);
+}
+
+static void test_swiglu_rows(void **state) {
+    (void)state;
+    for (size_t t = 0; t < 4; t++)
+        for (int rep = 0; rep < 8; rep++)
+            for (int how = 0; how < 4; how++)
+                swiglu_rows_case(tu_float_dtypes[t], rows_cols(rep), how);
+}
+
+/* h -> chunk(h, 2, -1) -> swiglu: h's gradient through the chunk views. */
+static ct_tensor *gc_chunk_swiglu(ct_tensor *const *in, void *ctx) {
+    (void)ctx;
+    ct_tensor *pc[2];
+    int np = 0;
+    if (ct_chunk(in[0], 2, -1, 2, pc, &np) != CT_OK) return NULL;
+    ct_tensor *y = ct_swiglu(pc[0], pc[1]);
+    ct_tensor_release(pc[0]);
+    ct_tensor_release(pc[1]);
+    return y;
+}
+
+/* narrow views at odd offsets of one tensor, overlapping: both gradients add up in it. */
+static ct_tensor *gc_narrow_swiglu(ct_tensor *const *in, void *ctx) {
+    int64_t cols = *(const int64_t *)ctx;
+    ct_tensor *g = ct_narrow(in[0], -1, 1, cols), *u = ct_narrow(in[0], -1, 2, cols);
+    ct_tensor *y = g && u ? ct_swiglu(g, u) : NULL;
+    ct_tensor_release(g);
+    ct_tensor_release(u);
+    return y;
+}
+
+static void test_swiglu_chunk_gradcheck(void **state) {
+    (void)state;
+    for (int rep = 0; rep < 4; rep++) {
+        int64_t cols = rep == 0 ? 1 : tu_randint(2, 9);
+        int64_t shape[3] = {tu_randint(1, 4), tu_randint(1, 4), 2 * cols};
+        double *hv = tu_rand_vals(tu_numel(3, shape), CT_F64, -4, 4);
+        ct_tensor *in[1] = {leaf_of(hv, 3, shape, CT_F64)};
+        gradcheck_ok("chunk -> swiglu", gc_chunk_swiglu, NULL, 1, in);
+        if (cols >= 2) gradcheck_ok("narrow -> swiglu", gc_narrow_swiglu, &cols, 1, in);
+        release_all(1, in);
+        free(hv);
+    }
+}
+
+/* The float32 gradient of h through chunk -> swiglu, against the reference:
+ * dgate in h's first half of each row, dup in its second, written there by
+ * swiglu_backward: the backward runs that op alone (no zero fill, copy, cat
+ * or sum). */
+static void test_swiglu_chunk_autograd(void **state) {
+    (void)state;
+    enum { R = 6, C = 37 };
+    int64_t hs[2] = {R, 2 * C}, ys[2] = {R, C};
+    double *hv = tu_rand_vals(R * 2 * C, CT_F32, -6, 6), *ov;
+    ct_tensor *h = leaf_of(hv, 2, hs, CT_F32);
+    ct_tensor *go = tu_rand(2, ys, CT_F32, -1, 1, &ov);
+    ct_tensor *y = gc_chunk_swiglu(&h, NULL);
+    assert_non_null(y);
+    trace_begin();
+    ct_status st = ct_backward(y, go, false);
+    char *trace = trace_end();
+    assert_int_equal(st, CT_OK);
+    int ops = 0;
+    for (const char *l = trace; (l = strstr(l, "[cten] ")); l++) ops++;
+    if (ops != 1 || traced_ops(trace, "swiglu_backward") != 1) {
+        fprintf(stderr, "chunk -> swiglu backward: expected swiglu_backward alone:\n%s", trace);
+        fail();
+    }
+    free(trace);
+    double rh[R * 2 * C];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < C; j++) {
+            double g = hv[r * 2 * C + j], u = hv[r * 2 * C + C + j], o = ov[r * C + j], s = sig(g);
+            rh[r * 2 * C + j] = o * u * s * (1 + g * (1 - s));
+            rh[r * 2 * C + C + j] = o * g * s;
+        }
+    check_values(ct_grad(h), rh, R * 2 * C, 1e-5, 1e-6);
+    ct_tensor *all[] = {h, go, y};
+    release_all(3, all);
+    free(hv);
+    free(ov);
+}
+
 /* ---- bad input -------------------------------------------------------------------------- */
 
 static void test_rope_bad_input(void **state) {
@@ -627,7 +927,8 @@ int main(void) {
         T(test_rope_round_trip), T(test_rope_tables),     T(test_rope_empty),
         T(test_rope_gradcheck), T(test_rope_autograd),    T(test_swiglu),
         T(test_swiglu_empty),   T(test_swiglu_gradcheck), T(test_swiglu_autograd),
-        T(test_rope_bad_input), T(test_swiglu_bad_input),
+        T(test_rope_bad_input), T(test_swiglu_bad_input), T(test_swiglu_rows),
+        T(test_swiglu_chunk_gradcheck), T(test_swiglu_chunk_autograd),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -279,12 +279,17 @@ ct_tensor *ct_rope_backward(ct_tensor *grad_out, ct_tensor *cos, ct_tensor *sin,
 ct_status ct_rope_tables(int64_t seq_len, int64_t dim, double base, ct_dtype dtype,
                          ct_device device, ct_tensor **cos, ct_tensor **sin);
 /* New tensor: silu(gate) * up, fused (one read of each, one write); gate and
- * up of one shape, floating dtype and device; f16/bf16 compute in f32. */
+ * up of one shape, floating dtype and device; f16/bf16 compute in f32.
+ * Inputs whose last dim is contiguous and whose leading dims fold into rows
+ * of one stride (the halves of ct_chunk(h, 2, -1), narrow views) are read in
+ * place, here and in ct_swiglu_backward; other layouts are copied first. */
 ct_tensor *ct_swiglu(ct_tensor *gate, ct_tensor *up);
 /* The gradients of ct_swiglu from grad_out (gate's shape) in one pass: *dgate
  * and *dup receive new tensors; either pointer may be NULL (not wanted), not
  * both. With s = sigmoid(gate): dgate = g up s (1 + gate (1 - s)),
- * dup = g silu(gate). */
+ * dup = g silu(gate). When gate and up are the halves of ct_chunk(h, 2, -1)
+ * and both are wanted, *dgate and *dup are the halves of one new tensor of
+ * h's shape (the chunk's backward hands it to h without a copy). */
 ct_status ct_swiglu_backward(ct_tensor *grad_out, ct_tensor *gate, ct_tensor *up,
                              ct_tensor **dgate, ct_tensor **dup);
 

@@ -65,6 +65,13 @@ CTI_BW(cti_bw_permute);
 CTI_BW(cti_bw_slice);
 CTI_BW(cti_bw_select);
 CTI_BW(cti_bw_expand);
+/* SplitBackward (ct_split, ct_split_with_sizes, ct_chunk: one node whose
+ * outputs are the pieces, each a narrow view of t along dim): params a
+ * cti_join_params (dim); the pieces' shapes are the node's outputs'. t's
+ * gradient is the cat of the pieces' (zeros for a piece without one), or,
+ * when the pieces' gradients already lie side by side in one storage as
+ * that cat would place them, a view over them (nothing copied). */
+CTI_BW(cti_bw_split);
 /* Views and in-place updates through them (graph.c records these nodes).
  * AsStridedBackward, the history of a view whose base was written in
  * place: input the base, output the view. CopySlices, the history of a base

@@ -5,7 +5,9 @@
  * keeps:
  *   rope:    in (x) only, as cos and sin are tables and get no gradient;
  *            saved cos, sin; cti_rope_params (layout)
- *   swiglu:  in (gate, up); saved gate, up; no params
+ *   swiglu:  in (gate, up); saved gate, up; no params. When gate and up are
+ *            the halves of one chunk, their gradients come back as the
+ *            halves of one buffer, which SplitBackward passes on as it is.
  * A NULL incoming gradient means zero: the formulas then return no gradient. */
 #include "formulas.h"
 

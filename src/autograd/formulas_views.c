@@ -8,6 +8,7 @@
  *   slice / narrow: dim, start, end, step (as ct_slice)
  *   select:         dim, index (non-negative)
  *   expand:         none (the engine sums the gradient back to t's shape)
+ *   split / chunk:  a cti_join_params, one node for all the pieces (below)
  * and, for writes through views (nodes graph.c records, at the end of this
  * file): AsStridedBackward, CopySlices and the overwrite nodes of ct_copy_,
  * ct_fill_ and ct_zero_, with a cti_strided_params.
@@ -82,6 +83,50 @@ CTI_BW(cti_bw_expand) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     gi[0] = ct_tensor_retain(go[0]);
     return CT_OK;
+}
+
+/* A view of go[0]'s storage of t's shape when go[0..nout) lie there as the
+ * cat of the pieces along dim would place them (one storage, dtype and
+ * strides; each piece's offset its start along dim further on), else NULL.
+ * Its elements are the pieces' gradients element for element. */
+static ct_tensor *adjacent_grads(cti_node *n, int dim, ct_tensor *const *go) {
+    const ct_tensor *g0 = go[0];
+    if (!g0) return NULL;
+    int64_t start = 0;
+    for (int k = 0; k < n->nout; k++) {
+        const ct_tensor *g = go[k];
+        if (!g || g->storage != g0->storage || g->dtype != g0->dtype || g->ndim != g0->ndim ||
+            g->offset != g0->offset + start * g0->stride[dim])
+            return NULL;
+        for (int d = 0; d < g->ndim; d++)
+            if (g->stride[d] != g0->stride[d] || g->shape[d] != n->out_shape[k][d]) return NULL;
+        start += n->out_shape[k][dim];
+    }
+    return cti_tensor_view(g0, n->in_ndim[0], n->in_shape[0], g0->stride, g0->offset);
+}
+
+CTI_BW(cti_bw_split) {
+    if (!n->needs[0]) return CT_OK;
+    int dim = CTI_NODE_PARAMS(n, cti_join_params)->dim;
+    const ct_tensor *some = NULL;
+    for (int k = 0; k < n->nout && !some; k++) some = go[k];
+    if (!some) return CT_OK;
+    ct_tensor *w = adjacent_grads(n, dim, go);
+    if (w) return put(&gi[0], w);
+    ct_tensor *parts[CTI_AG_MAX_OUT], *zeros[CTI_AG_MAX_OUT] = {NULL};
+    ct_status st = CT_OK;
+    for (int k = 0; k < n->nout && st == CT_OK; k++) {
+        if (go[k]) {
+            parts[k] = go[k];
+            continue;
+        }
+        zeros[k] = parts[k] = ct_tensor_zeros(n->out_ndim[k], n->out_shape[k], n->out_dtype[k],
+                                              ct_tensor_device(some));
+        if (!zeros[k]) st = ct_last_status();
+    }
+    if (st == CT_OK) st = put(&gi[0], ct_cat(n->nout, parts, dim));
+    for (int k = 0; k < n->nout; k++) ct_tensor_release(zeros[k]);
+    return st;
 }
 
 static ct_tensor *diagonal_part(ct_tensor *z, const cti_view_params *p) {

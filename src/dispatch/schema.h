@@ -326,10 +326,18 @@ typedef struct cti_attention_params {
  * last dim contiguous, and with equal strides. ROPE_BACKWARD turns by the
  * opposite angles (the transposed rotation). The kernels read the strides
  * from the tensors.
- * SWIGLU: out = silu(gate) up over n contiguous elements. SWIGLU_BACKWARD:
- * in grad_out, gate, up; out dgate|NULL, dup|NULL (s = sigmoid(gate)):
+ * SWIGLU: out = silu(gate) up elementwise. SWIGLU_BACKWARD: in grad_out,
+ * gate, up; out dgate|NULL, dup|NULL (s = sigmoid(gate)):
  *   dgate = g up s (1 + gate (1 - s)), dup = g gate s
- * Both in f32 for f16/bf16/f32, f64 for f64. */
+ * Both in f32 for f16/bf16/f32, f64 for f64. Every operand is seen as
+ * [rows, cols] with a contiguous row: input k's element (r, j) is at
+ * cti_data(in[k]) + r ld[k] + j (ld in elements, any value, 0 included:
+ * inputs are only read), so the halves of ct_chunk(h, 2, -1) are read in
+ * place. Output element (r, j) is at cti_data(out[k]) + r ldo + j: ldo is
+ * cols for new contiguous outputs, 2 cols when SWIGLU_BACKWARD's dgate and
+ * dup are the two halves of one new [rows, 2 cols] buffer (gate and up the
+ * halves of one tensor: the gradient of the chunk's input is that buffer).
+ * A call on contiguous operands has rows 1 and cols the element count. */
 enum { CTI_ROPE_HALF = 0, CTI_ROPE_INTERLEAVED = 1 };
 typedef struct cti_rope_params {
     int64_t rows, d;
@@ -337,7 +345,9 @@ typedef struct cti_rope_params {
 } cti_rope_params;
 
 typedef struct cti_swiglu_params {
-    int64_t n;
+    int64_t rows, cols;
+    int64_t ld[3]; /* row stride of in[k] */
+    int64_t ldo;   /* row stride of the outputs */
 } cti_swiglu_params;
 
 /* tril, cumsum, topk, multinomial ------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_impl.h"
 #include "tensor/ops.h"
@@ -318,23 +319,53 @@ ct_tensor *ct_repeat_interleave(ct_tensor *x, int64_t repeats, int dim) {
 
 /* ---- split and chunk ------------------------------------------------------------------- */
 
+static const char *sizes_name(const char *op) {
+    return strcmp(op, "ct_split_with_sizes") == 0 ? "SplitWithSizesBackward" : "SplitBackward";
+}
+
+/* The pieces out[0..n) of x (plain narrow views, no history yet) recorded as
+ * the outputs of one SplitBackward node, as PyTorch records a split: their
+ * gradients meet in one cat (or none, when they already lie side by side)
+ * instead of each zero-filling a tensor of x's shape that the engine then
+ * adds up. Then linked to x as views. On failure releases the pieces. */
+static ct_status record_split(const char *op, ct_tensor *x, int d, int n, ct_tensor **out) {
+    cti_join_params p = {.dim = d};
+    cti_ag_rec r = {.name = sizes_name(op), .backward = cti_bw_split, .nin = 1, .in = {x},
+                    .nout = n, CTI_AG_PARAMS(&p)};
+    for (int k = 0; k < n; k++) r.out[k] = out[k];
+    ct_status st = cti_ag_record(&r);
+    for (int k = 0; k < n && st == CT_OK; k++) {
+        if (!(out[k] = cti_ag_view_link(x, out[k]))) st = ct_last_status(); /* released */
+        else cti_ag_mark_multi_output(out[k], op);
+    }
+    if (st != CT_OK)
+        for (int k = 0; k < n; k++) {
+            ct_tensor_release(out[k]);
+            out[k] = NULL;
+        }
+    return st;
+}
+
 /* out[0..n) = narrow views of x along d of sizes[k] (or all of size each but
  * the last, when sizes is NULL: then n pieces of `each` cover the dim). */
 static ct_status narrow_pieces(const char *op, ct_tensor *x, int d, int n,
                                const int64_t *sizes, int64_t each, ct_tensor **out) {
     int64_t start = 0, total = x->shape[d];
+    /* more pieces than a node has outputs keep a NarrowBackward node each */
+    bool one_node = n <= CTI_AG_MAX_OUT && cti_ag_needed(1, &x);
     for (int k = 0; k < n; k++) {
         int64_t len = sizes ? sizes[k] : (total - start < each ? total - start : each);
-        if (!(out[k] = ct_narrow(x, d, start, len))) {
+        out[k] = one_node ? cti_narrow(x, d, start, len) : ct_narrow(x, d, start, len);
+        if (!out[k]) {
             for (int j = 0; j < k; j++) ct_tensor_release(out[j]);
             for (int j = 0; j < k; j++) out[j] = NULL;
             return ct_last_status();
         }
         /* PyTorch refuses in-place writes to the pieces of a split. */
-        cti_ag_mark_multi_output(out[k], op);
+        if (!one_node) cti_ag_mark_multi_output(out[k], op);
         start += len;
     }
-    return CT_OK;
+    return one_node ? record_split(op, x, d, n, out) : CT_OK;
 }
 
 static ct_status check_split_args(const char *op, ct_tensor *x, int dim, int *n_out, int *d) {

@@ -7,6 +7,7 @@
  * dims, so no table is ever materialized at x's size. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_impl.h"
 #include "tensor/ops.h"
@@ -244,6 +245,93 @@ static ct_status check_swiglu(const char *op, const ct_tensor *gate, const ct_te
     return CT_OK;
 }
 
+/* The row stride of t seen as [rows, cols] (cols its last dim) with a
+ * contiguous row, or false when t has no such form: its last dim strided, or
+ * leading dims that do not fold into one (size-1 dims fold anywhere). */
+static bool row_stride(const ct_tensor *t, int64_t *ld) {
+    int nd = t->ndim;
+    int64_t cols = nd > 0 ? t->shape[nd - 1] : 1;
+    if (nd > 0 && cols > 1 && t->stride[nd - 1] != 1) return false;
+    int64_t s = cols, next = 0;
+    bool seen = false;
+    for (int k = nd - 2; k >= 0; k--) {
+        if (t->shape[k] == 1) continue;
+        if (!seen) {
+            s = t->stride[k];
+            seen = true;
+        } else if (t->stride[k] != next) {
+            return false;
+        }
+        next = t->stride[k] * t->shape[k];
+    }
+    *ld = s;
+    return true;
+}
+
+/* Inputs in[0..n) for c as rows of gate's last dim: each read in place when
+ * it has a row stride, else through a contiguous copy kept in tp. Fills p;
+ * a call whose inputs are all contiguous becomes one row. */
+static ct_status swiglu_inputs(ct_call *c, temps *tp, int n, ct_tensor *const *in,
+                               const ct_tensor *gate, cti_swiglu_params *p) {
+    int nd = gate->ndim;
+    int64_t numel = cti_numel(nd, gate->shape);
+    p->cols = nd > 0 ? gate->shape[nd - 1] : 1;
+    p->rows = p->cols > 0 ? numel / p->cols : 0;
+    bool packed = true;
+    for (int k = 0; k < n; k++) {
+        c->in[k] = in[k];
+        if (!row_stride(in[k], &p->ld[k])) {
+            if (!(c->in[k] = keep(tp, ct_contiguous(in[k])))) return ct_last_status();
+            p->ld[k] = p->cols;
+        }
+        packed = packed && (p->ld[k] == p->cols || p->rows <= 1);
+    }
+    if (packed) {
+        p->rows = numel > 0 ? 1 : 0;
+        p->cols = numel;
+        for (int k = 0; k < n; k++) p->ld[k] = numel;
+    }
+    p->ldo = p->cols;
+    return CT_OK;
+}
+
+/* Whether gate and up are the two halves of one tensor's last dim, as
+ * ct_chunk(h, 2, -1) gives them: rows of cols at row stride 2 cols, up
+ * cols elements after gate. */
+static bool chunk_halves(const ct_tensor *gate, const ct_tensor *up) {
+    int nd = gate->ndim;
+    int64_t ld, cols = nd > 0 ? gate->shape[nd - 1] : 1;
+    if (nd == 0 || cols == 0 || gate->storage != up->storage ||
+        up->offset != gate->offset + cols || !row_stride(gate, &ld))
+        return false;
+    if (cti_numel(nd - 1, gate->shape) > 1 && ld != 2 * cols) return false;
+    for (int k = 0; k < nd; k++)
+        if (gate->stride[k] != up->stride[k] && gate->shape[k] > 1) return false;
+    return true;
+}
+
+/* dgate and dup for c as the halves of one new buffer of h's shape (gate's
+ * with its last dim doubled), which the chunk's backward then passes to h
+ * as it is. */
+static ct_status halves_out(const char *op, ct_call *c, const ct_tensor *gate,
+                            cti_swiglu_params *p) {
+    int nd = gate->ndim;
+    int64_t hs[CT_MAX_DIMS], cols = gate->shape[nd - 1];
+    memcpy(hs, gate->shape, sizeof(int64_t) * (size_t)nd);
+    hs[nd - 1] = 2 * cols;
+    ct_tensor *h = cti_tensor_new(op, nd, hs, gate->dtype, dev(gate));
+    if (!h) return ct_last_status();
+    c->out[0] = ct_narrow(h, nd - 1, 0, cols);
+    c->out[1] = c->out[0] ? ct_narrow(h, nd - 1, cols, cols) : NULL;
+    ct_tensor_release(h);
+    if (!c->out[1]) {
+        cti_call_release_outputs(c);
+        return ct_last_status();
+    }
+    if (p->rows > 1) p->ldo = 2 * cols; /* one row (packed) has no row stride */
+    return CT_OK;
+}
+
 ct_tensor *ct_swiglu(ct_tensor *gate, ct_tensor *up) {
     const char *op = "ct_swiglu";
     ct_tensor *req[2] = {gate, up};
@@ -254,14 +342,12 @@ ct_tensor *ct_swiglu(ct_tensor *gate, ct_tensor *up) {
     ct_tensor *out = NULL;
     ct_call c;
     cti_call_init(&c, CT_OP_SWIGLU);
-    c.in[0] = keep(&tp, ct_contiguous(gate));
-    c.in[1] = c.in[0] ? keep(&tp, ct_contiguous(up)) : NULL;
     c.nin = 2;
-    if (!c.in[1]) goto done;
+    cti_swiglu_params p = {0};
+    if (swiglu_inputs(&c, &tp, 2, req, gate, &p) != CT_OK) goto done;
     c.out[0] = cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate));
     c.nout = 1;
     if (!c.out[0]) goto done;
-    cti_swiglu_params p = {.n = cti_numel(gate->ndim, gate->shape)};
     cti_call_params(&c, &p);
     if (run(&c, gate) != CT_OK) goto done;
     out = c.out[0];
@@ -299,15 +385,19 @@ ct_status ct_swiglu_backward(ct_tensor *grad_out, ct_tensor *gate, ct_tensor *up
     cti_call_init(&c, CT_OP_SWIGLU_BACKWARD);
     c.nin = 3;
     c.nout = 2;
-    for (int i = 0; i < 3; i++)
-        if (!(c.in[i] = keep(&tp, ct_contiguous(req[i])))) goto fail;
-    c.out[0] = dgate ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate)) : NULL;
-    c.out[1] = dup ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate)) : NULL;
-    if ((dgate && !c.out[0]) || (dup && !c.out[1])) {
-        cti_call_release_outputs(&c);
-        goto fail;
+    cti_swiglu_params p = {0};
+    if (swiglu_inputs(&c, &tp, 3, req, gate, &p) != CT_OK) goto fail;
+    if (dgate && dup && chunk_halves(gate, up) && cti_numel(gate->ndim, gate->shape) > 0) {
+        if (halves_out(op, &c, gate, &p) != CT_OK) goto fail;
+    } else {
+        c.out[0] = dgate ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate))
+                         : NULL;
+        c.out[1] = dup ? cti_tensor_new(op, gate->ndim, gate->shape, gate->dtype, dev(gate)) : NULL;
+        if ((dgate && !c.out[0]) || (dup && !c.out[1])) {
+            cti_call_release_outputs(&c);
+            goto fail;
+        }
     }
-    cti_swiglu_params p = {.n = cti_numel(gate->ndim, gate->shape)};
     cti_call_params(&c, &p);
     if (run(&c, gate) != CT_OK) goto fail;
     temps_release(&tp);

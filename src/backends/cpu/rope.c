@@ -6,7 +6,8 @@
  * (the expanded views' strides, 0 where the tables broadcast) are found by
  * stepping an index over x's leading dims, so broadcast tables are read in
  * place, never materialized. The backward is the same rotation with sin
- * negated. swiglu is elementwise over contiguous inputs. f16/bf16 convert
+ * negated. swiglu is elementwise over rows with a contiguous last dim (and
+ * a row stride each, so chunk halves are read in place). f16/bf16 convert
  * blocks to f32 scratch and back, so every product is computed in f32; f64
  * keeps f64 and libm. */
 #pragma GCC optimize("O3")
@@ -145,21 +146,19 @@ static double sigmoid_f64(double x) {
     return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
 }
 
-static void sw_task(int64_t i0, int64_t i1, void *vp) {
-    ct_call *c = vp;
-    const bool bwd = c->op == CT_OP_SWIGLU_BACKWARD;
-    /* forward: in gate, up; out y. backward: in grad_out, gate, up; out dgate, dup. */
-    const ct_tensor *gt = c->in[bwd ? 1 : 0], *ut = c->in[bwd ? 2 : 1];
-    const ct_tensor *got = bwd ? c->in[0] : NULL;
-    ct_tensor *o0 = c->out[0], *o1 = bwd && c->nout > 1 ? c->out[1] : NULL;
-    const ct_dtype dt = gt->dtype;
-    const size_t es = ct_dtype_size(dt);
-#define AT(t, i) (t ? cti_data(t) + (size_t)(i) * es : NULL)
+/* The operands of one run of contiguous elements (a row or part of one):
+ * byte pointers, NULL where the call has no such operand. */
+typedef struct sw_run {
+    const char *g, *u, *go;
+    char *a, *b;
+} sw_run;
+
+static void sw_segment(ct_dtype dt, bool bwd, const sw_run *r, int64_t n) {
     if (dt == CT_F64) {
-        const double *g = (const double *)AT(gt, i0), *u = (const double *)AT(ut, i0);
-        const double *go = (const double *)AT(got, i0);
-        double *a = (double *)AT(o0, i0), *b = (double *)AT(o1, i0);
-        for (int64_t i = 0; i < i1 - i0; i++) {
+        const double *g = (const double *)r->g, *u = (const double *)r->u;
+        const double *go = (const double *)r->go;
+        double *a = (double *)r->a, *b = (double *)r->b;
+        for (int64_t i = 0; i < n; i++) {
             double s = sigmoid_f64(g[i]);
             if (!bwd) {
                 a[i] = g[i] * s * u[i];
@@ -171,33 +170,57 @@ static void sw_task(int64_t i0, int64_t i1, void *vp) {
         return;
     }
     if (dt == CT_F32) {
-        const float *g = (const float *)AT(gt, i0), *u = (const float *)AT(ut, i0);
-        if (!bwd) swiglu_f32((float *)AT(o0, i0), g, u, i1 - i0);
-        else
-            swiglu_bwd_f32((float *)AT(o0, i0), (float *)AT(o1, i0), (const float *)AT(got, i0), g,
-                           u, i1 - i0);
+        const float *g = (const float *)r->g, *u = (const float *)r->u;
+        if (!bwd) swiglu_f32((float *)r->a, g, u, n);
+        else swiglu_bwd_f32((float *)r->a, (float *)r->b, (const float *)r->go, g, u, n);
         return;
     }
+    const size_t es = ct_dtype_size(dt);
     float g[SW_BLOCK], u[SW_BLOCK], go[SW_BLOCK], a[SW_BLOCK], b[SW_BLOCK];
-    for (int64_t i = i0; i < i1; i += SW_BLOCK) {
-        int64_t m = i1 - i < SW_BLOCK ? i1 - i : SW_BLOCK;
-        load_f32(AT(gt, i), dt, m, 1, g);
-        load_f32(AT(ut, i), dt, m, 1, u);
+    for (int64_t i = 0; i < n; i += SW_BLOCK) {
+        int64_t m = n - i < SW_BLOCK ? n - i : SW_BLOCK;
+        size_t at = (size_t)i * es;
+        load_f32(r->g + at, dt, m, 1, g);
+        load_f32(r->u + at, dt, m, 1, u);
         if (!bwd) {
             swiglu_f32(a, g, u, m);
-            store_f32(a, dt, m, 1, AT(o0, i));
+            store_f32(a, dt, m, 1, r->a + at);
             continue;
         }
-        load_f32(AT(got, i), dt, m, 1, go);
-        swiglu_bwd_f32(o0 ? a : NULL, o1 ? b : NULL, go, g, u, m);
-        if (o0) store_f32(a, dt, m, 1, AT(o0, i));
-        if (o1) store_f32(b, dt, m, 1, AT(o1, i));
+        load_f32(r->go + at, dt, m, 1, go);
+        swiglu_bwd_f32(r->a ? a : NULL, r->b ? b : NULL, go, g, u, m);
+        if (r->a) store_f32(a, dt, m, 1, r->a + at);
+        if (r->b) store_f32(b, dt, m, 1, r->b + at);
     }
-#undef AT
+}
+
+/* Elements [i0, i1) of the rows x cols index space, cut at row ends. */
+static void sw_task(int64_t i0, int64_t i1, void *vp) {
+    ct_call *c = vp;
+    const cti_swiglu_params *p = CTI_PARAMS(c, cti_swiglu_params);
+    const bool bwd = c->op == CT_OP_SWIGLU_BACKWARD;
+    /* forward: in gate, up; out y. backward: in grad_out, gate, up; out dgate, dup. */
+    const int kg = bwd ? 1 : 0, ku = bwd ? 2 : 1;
+    const ct_tensor *o1 = bwd && c->nout > 1 ? c->out[1] : NULL;
+    const ct_dtype dt = c->in[kg]->dtype;
+    const size_t es = ct_dtype_size(dt);
+    for (int64_t i = i0; i < i1;) {
+        int64_t row = i / p->cols, col = i % p->cols;
+        int64_t m = p->cols - col < i1 - i ? p->cols - col : i1 - i;
+#define IN(k) (cti_data(c->in[k]) + (size_t)(row * p->ld[k] + col) * es)
+#define OUT(t) (t ? cti_data(t) + (size_t)(row * p->ldo + col) * es : NULL)
+        sw_run r = {.g = IN(kg), .u = IN(ku), .go = bwd ? IN(0) : NULL, .a = OUT(c->out[0]),
+                    .b = OUT(o1)};
+#undef IN
+#undef OUT
+        sw_segment(dt, bwd, &r, m);
+        i += m;
+    }
 }
 
 static ct_status k_swiglu(ct_call *c) {
-    int64_t n = CTI_PARAMS(c, cti_swiglu_params)->n;
+    const cti_swiglu_params *p = CTI_PARAMS(c, cti_swiglu_params);
+    int64_t n = p->rows * p->cols;
     if (n > 0) cti_parallel_for(n, CTI_GRAIN / 4, sw_task, c);
     return CT_OK;
 }

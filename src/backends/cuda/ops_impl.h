@@ -299,12 +299,15 @@ int cti_cuda_rope_vec_pairs(ct_dtype dt, bool interleaved);
 cudaError_t cti_cuda_rope(const cti_cuda_rope_args *a, int sm_count, cudaStream_t stream,
                           const char **routine);
 
-/* SWIGLU (out = y) and SWIGLU_BACKWARD (out = dgate|NULL, dup|NULL) over n
- * contiguous elements; 16-byte vectors where every pointer is aligned. */
+/* SWIGLU (out = y) and SWIGLU_BACKWARD (out = dgate|NULL, dup|NULL) over
+ * rows x cols elements, every operand's rows at its row stride (elements,
+ * cti_swiglu_params; ld_out the outputs'). 16-byte vectors where every
+ * row start of every operand is aligned for them; elements otherwise. */
 typedef struct cti_cuda_swiglu_args {
     ct_dtype dt;
     bool backward;
-    int64_t n;
+    int64_t rows, cols;
+    int64_t ld_gate, ld_up, ld_grad, ld_out;
     const void *gate, *up, *grad;
     void *y, *dgate, *dup;
 } cti_cuda_swiglu_args;

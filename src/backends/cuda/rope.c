@@ -79,13 +79,19 @@ static ct_status k_swiglu(ct_call *c) {
     const cti_swiglu_params *p = CTI_PARAMS(c, cti_swiglu_params);
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
-    if (p->n == 0) return CT_OK;
+    if (p->rows == 0 || p->cols == 0) return CT_OK;
     bool bwd = c->op == CT_OP_SWIGLU_BACKWARD;
-    ct_tensor *gate = c->in[bwd ? 1 : 0], *up = c->in[bwd ? 2 : 1];
+    int kg = bwd ? 1 : 0, ku = bwd ? 2 : 1;
+    ct_tensor *gate = c->in[kg], *up = c->in[ku];
     ct_tensor *o1 = bwd && c->nout > 1 ? c->out[1] : NULL;
     cti_cuda_swiglu_args a = {.dt = gate->dtype,
                          .backward = bwd,
-                         .n = p->n,
+                         .rows = p->rows,
+                         .cols = p->cols,
+                         .ld_gate = p->ld[kg],
+                         .ld_up = p->ld[ku],
+                         .ld_grad = bwd ? p->ld[0] : 0,
+                         .ld_out = p->ldo,
                          .gate = cti_data(gate),
                          .up = cti_data(up),
                          .grad = bwd ? cti_data(c->in[0]) : NULL,

@@ -8,6 +8,9 @@
 // (multiply-shift division over the leading dims), so tables broadcast over
 // heads or batches are read where they are (they stay in L2) and x's leading
 // dims may have any strides. The backward is the forward with sin negated.
+// swiglu's unit is one vector of a row; every operand's rows sit at its row
+// stride (the halves of a chunk are read in place, and the backward may write
+// the two halves of one buffer).
 // f16/bf16 compute in f32, f32 in f32, f64 in f64.
 #include "kernels.cuh"
 #include "ops_impl.h"
@@ -143,54 +146,83 @@ template <int DT> __device__ __forceinline__ typename Acc<DT>::A sigm(typename A
     else return __fdividef(1.0f, 1.0f + __expf(-x));
 }
 
-// Units of V elements (one 16-byte vector of each operand when VEC); the
-// last unit may be partial and goes element by element.
+// One unit: V elements of row r from column c0 (one 16-byte vector of each
+// operand when VEC); a row's last unit may be partial and goes element by
+// element. gate, up, g point at row r; o0, o1 (contiguous) at the unit.
 template <int DT, bool VEC, bool BWD>
-__global__ void __launch_bounds__(kThreads)
-swiglu_k(int64_t n, const typename dtype<DT>::T *__restrict__ gate,
-         const typename dtype<DT>::T *__restrict__ up, const typename dtype<DT>::T *__restrict__ g,
-         typename dtype<DT>::T *__restrict__ o0, typename dtype<DT>::T *__restrict__ o1) {
+__device__ __forceinline__ void swiglu_unit(int64_t c0, int64_t cols,
+                                            const typename dtype<DT>::T *__restrict__ gate,
+                                            const typename dtype<DT>::T *__restrict__ up,
+                                            const typename dtype<DT>::T *__restrict__ g,
+                                            typename dtype<DT>::T *__restrict__ o0,
+                                            typename dtype<DT>::T *__restrict__ o1) {
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
     constexpr int V = VEC ? 16 / (int)sizeof(T) : 1;
-    const int64_t units = (n + V - 1) / V, step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += step) {
-        const int64_t i0 = u * V;
-        if (i0 + V > n) { // the partial tail
-            for (int64_t i = i0; i < n; i++) {
-                A x = dtype<DT>::dec(gate[i]), y = dtype<DT>::dec(up[i]), s = sigm<DT>(x);
-                if constexpr (!BWD) {
-                    o0[i] = dtype<DT>::enc(x * s * y);
-                } else {
-                    A go = dtype<DT>::dec(g[i]);
-                    if (o0) o0[i] = dtype<DT>::enc(go * y * s * ((A)1 + x * ((A)1 - s)));
-                    if (o1) o1[i] = dtype<DT>::enc(go * x * s);
-                }
+    if (c0 + V > cols) { // the partial tail of the row
+        for (int64_t i = 0; i < cols - c0; i++) {
+            A x = dtype<DT>::dec(gate[c0 + i]), y = dtype<DT>::dec(up[c0 + i]), s = sigm<DT>(x);
+            if constexpr (!BWD) {
+                o0[i] = dtype<DT>::enc(x * s * y);
+            } else {
+                A go = dtype<DT>::dec(g[c0 + i]);
+                if (o0) o0[i] = dtype<DT>::enc(go * y * s * ((A)1 + x * ((A)1 - s)));
+                if (o1) o1[i] = dtype<DT>::enc(go * x * s);
             }
-            continue;
         }
-        T gv[V], uv[V], r0[V], r1[V];
-        load<VEC>(gate + i0, gv);
-        load<VEC>(up + i0, uv);
-        if constexpr (!BWD) {
+        return;
+    }
+    T gv[V], uv[V], r0[V], r1[V];
+    load<VEC>(gate + c0, gv);
+    load<VEC>(up + c0, uv);
+    if constexpr (!BWD) {
 #pragma unroll
-            for (int j = 0; j < V; j++) {
-                A x = dtype<DT>::dec(gv[j]);
-                r0[j] = dtype<DT>::enc(x * sigm<DT>(x) * dtype<DT>::dec(uv[j]));
-            }
-            store<VEC>(o0 + i0, r0);
-        } else {
-            T ov[V];
-            load<VEC>(g + i0, ov);
+        for (int j = 0; j < V; j++) {
+            A x = dtype<DT>::dec(gv[j]);
+            r0[j] = dtype<DT>::enc(x * sigm<DT>(x) * dtype<DT>::dec(uv[j]));
+        }
+        store<VEC>(o0, r0);
+    } else {
+        T ov[V];
+        load<VEC>(g + c0, ov);
 #pragma unroll
-            for (int j = 0; j < V; j++) {
-                A x = dtype<DT>::dec(gv[j]), y = dtype<DT>::dec(uv[j]), s = sigm<DT>(x);
-                A go = dtype<DT>::dec(ov[j]);
-                r0[j] = dtype<DT>::enc(go * y * s * ((A)1 + x * ((A)1 - s)));
-                r1[j] = dtype<DT>::enc(go * x * s);
-            }
-            if (o0) store<VEC>(o0 + i0, r0);
-            if (o1) store<VEC>(o1 + i0, r1);
+        for (int j = 0; j < V; j++) {
+            A x = dtype<DT>::dec(gv[j]), y = dtype<DT>::dec(uv[j]), s = sigm<DT>(x);
+            A go = dtype<DT>::dec(ov[j]);
+            r0[j] = dtype<DT>::enc(go * y * s * ((A)1 + x * ((A)1 - s)));
+            r1[j] = dtype<DT>::enc(go * x * s);
+        }
+        if (o0) store<VEC>(o0, r0);
+        if (o1) store<VEC>(o1, r1);
+    }
+}
+
+// A grid-stride loop over the rows x ceil(cols / V) units. Each thread keeps
+// its unit's (row, unit in row) and steps both by the grid's stride, so no
+// unit costs a 64-bit division.
+template <int DT, bool VEC, bool BWD>
+__global__ void __launch_bounds__(kThreads)
+swiglu_k(int64_t rows, int64_t cols, int64_t ldg, int64_t ldu, int64_t ldgo, int64_t ldy,
+         const typename dtype<DT>::T *__restrict__ gate,
+         const typename dtype<DT>::T *__restrict__ up, const typename dtype<DT>::T *__restrict__ g,
+         typename dtype<DT>::T *__restrict__ o0, typename dtype<DT>::T *__restrict__ o1) {
+    typedef typename dtype<DT>::T T;
+    constexpr int V = VEC ? 16 / (int)sizeof(T) : 1;
+    const int64_t upr = (cols + V - 1) / V, step = (int64_t)gridDim.x * blockDim.x;
+    const int64_t sr = step / upr, sk = step - sr * upr;
+    const int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t r = u / upr, k = u - r * upr;
+    while (r < rows) {
+        const int64_t c0 = k * V, out = r * ldy + c0;
+        const T *go = nullptr;
+        if constexpr (BWD) go = g + r * ldgo;
+        swiglu_unit<DT, VEC, BWD>(c0, cols, gate + r * ldg, up + r * ldu, go,
+                                  o0 ? o0 + out : nullptr, o1 ? o1 + out : nullptr);
+        r += sr;
+        k += sk;
+        if (k >= upr) {
+            k -= upr;
+            r++;
         }
     }
 }
@@ -199,24 +231,36 @@ template <int DT, bool VEC>
 cudaError_t swiglu_launch(const cti_cuda_swiglu_args *a, int sms, cudaStream_t st) {
     typedef typename dtype<DT>::T T;
     constexpr int V = VEC ? 16 / (int)sizeof(T) : 1;
-    const unsigned grid = grid_for((a->n + V - 1) / V, sms);
+    const unsigned grid = grid_for(a->rows * ((a->cols + V - 1) / V), sms);
     if (a->backward)
-        swiglu_k<DT, VEC, true><<<grid, kThreads, 0, st>>>(a->n, (const T *)a->gate, (const T *)a->up,
-                                                           (const T *)a->grad, (T *)a->dgate,
-                                                           (T *)a->dup);
+        swiglu_k<DT, VEC, true><<<grid, kThreads, 0, st>>>(
+            a->rows, a->cols, a->ld_gate, a->ld_up, a->ld_grad, a->ld_out, (const T *)a->gate,
+            (const T *)a->up, (const T *)a->grad, (T *)a->dgate, (T *)a->dup);
     else
-        swiglu_k<DT, VEC, false><<<grid, kThreads, 0, st>>>(a->n, (const T *)a->gate,
-                                                            (const T *)a->up, nullptr, (T *)a->y,
-                                                            nullptr);
+        swiglu_k<DT, VEC, false><<<grid, kThreads, 0, st>>>(
+            a->rows, a->cols, a->ld_gate, a->ld_up, 0, a->ld_out, (const T *)a->gate,
+            (const T *)a->up,
+            nullptr, (T *)a->y, nullptr);
     return cudaGetLastError();
 }
 
 bool aligned16(const void *p) { return p == nullptr || ((uintptr_t)p & 15u) == 0; }
 
+// Whether every row start of every operand keeps 16-byte alignment: the
+// pointers aligned and, beyond one row, every row stride a whole number of
+// vectors.
+bool swiglu_vec_ok(const cti_cuda_swiglu_args *a, int64_t es) {
+    if (!(aligned16(a->gate) && aligned16(a->up) && aligned16(a->grad) && aligned16(a->y) &&
+          aligned16(a->dgate) && aligned16(a->dup)))
+        return false;
+    if (a->rows <= 1) return true;
+    return (a->ld_out * es) % 16 == 0 && (a->ld_gate * es) % 16 == 0 &&
+           (a->ld_up * es) % 16 == 0 && (!a->backward || (a->ld_grad * es) % 16 == 0);
+}
+
 template <int DT>
 cudaError_t swiglu_dt(const cti_cuda_swiglu_args *a, int sms, cudaStream_t st, const char **routine) {
-    bool vec = aligned16(a->gate) && aligned16(a->up) && aligned16(a->grad) && aligned16(a->y) &&
-               aligned16(a->dgate) && aligned16(a->dup);
+    bool vec = swiglu_vec_ok(a, (int64_t)sizeof(typename dtype<DT>::T));
     if (a->backward) *routine = vec ? "cten_swiglu_bwd_vec16" : "cten_swiglu_bwd";
     else *routine = vec ? "cten_swiglu_fwd_vec16" : "cten_swiglu_fwd";
     return vec ? swiglu_launch<DT, true>(a, sms, st) : swiglu_launch<DT, false>(a, sms, st);
