@@ -569,7 +569,7 @@ typedef struct ew_reg {
  * the other term. */
 #define GELU_C 0.044715
 #define INV_SQRT_2PI 0.39894228040143267794
-static inline float gelu_grad_f(float x) {
+VM_INLINE float gelu_grad_f(float x) {
     float pdf = vm_exp(-0.5f * x * x) * (float)INV_SQRT_2PI;
     float xp = fabsf(x) < 20.0f ? x * pdf : 0.0f; /* vm_exp stops at a subnormal, not 0 */
     return 0.5f * vm_erfc(-x * (float)SQRT1_2) + xp;
@@ -579,7 +579,7 @@ static inline double gelu_grad_d(double x) {
     double xp = fabs(x) < 40.0 ? x * pdf : 0.0; /* where exp underflows to 0 anyway */
     return 0.5 * erfc(-x * SQRT1_2) + xp;
 }
-static inline float gelu_tanh_grad_f(float x) {
+VM_INLINE float gelu_tanh_grad_f(float x) {
     const float k = (float)SQRT_2_OVER_PI, c = (float)GELU_C;
     float x2 = x * x;
     float t = vm_tanh(k * x * (1.0f + c * x2));
@@ -596,7 +596,9 @@ static inline double gelu_tanh_grad_d(double x) {
     return 0.5 * (1.0 + t) + 0.5 * r;
 }
 /* One loop per approximation, chosen outside it, each a loop GCC vectorizes (restrict
- * parameters: block-scope restrict pointers leave it versioning for aliasing). */
+ * parameters: block-scope restrict pointers leave it versioning for aliasing; the
+ * derivatives always inlined: GCC keeps the exact one out of line otherwise, and that
+ * loop runs scalar). */
 static void gelu_bw_block(float *restrict o, const float *restrict g, const float *restrict x,
                           int64_t m, bool tanh_form) {
     if (tanh_form)
