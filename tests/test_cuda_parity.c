@@ -687,6 +687,19 @@ static void test_cpu_scalar_operand(void **state) {
     }
 }
 
+/* gelu_backward refuses operands on two devices, naming itself and the devices. */
+static void test_gelu_backward_devices(void **state) {
+    (void)state;
+    if (ngpu == 0) skip();
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *x = tu_rand(CT_SHAPE(4, 5), CT_F32, -3, 3, NULL);
+    ct_tensor *g = ct_to_device(tu_rand(CT_SHAPE(4, 5), CT_F32, -2, 2, NULL), CT_CUDA(0));
+    assert_non_null(g);
+    tu_assert_null_error(ct_gelu_backward(g, x, CT_GELU_TANH), CT_ERR_DEVICE, "ct_gelu_backward",
+                         "one device", "cuda:0", "cpu");
+    ct_scope_end(sc);
+}
+
 int main(int argc, char **argv) {
     tu_seed();
     if (argc > 1 && !strcmp(argv[1], "cases")) {
@@ -699,6 +712,7 @@ int main(int argc, char **argv) {
         T(test_every_cuda_kernel_has_a_case),
         T(test_parity),
         T(test_cpu_scalar_operand),
+        T(test_gelu_backward_devices),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

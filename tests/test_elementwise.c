@@ -679,6 +679,168 @@ static void test_binary_mixed(void **state) {
     }
 }
 
+/* ---- gelu_backward ------------------------------------------------------------------------
+ * grad_out times d/dx gelu(x) against float64 references written here: exact Phi(x) +
+ * x phi(x), Phi through erfc (no cancellation in the left tail); tanh with (1 + t) / 2
+ * as sigmoid(2u) and 1 - t^2 as 4 s (1 - s), which keep their digits where t nears -1
+ * and 1, unlike the kernels' form of the same formula. */
+static double r_gelu_grad(double x) {
+    if (isinf(x)) return x > 0 ? 1 : 0;
+    return 0.5 * erfc(-x * M_SQRT1_2) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+}
+static double r_gelu_tanh_grad(double x) {
+    if (isinf(x)) return x > 0 ? 1 : 0;
+    const double k = sqrt(2 / M_PI), c = 0.044715;
+    double s = 1 / (1 + exp(-2 * k * (x + c * x * x * x))); /* (1 + t) / 2 */
+    return s + 0.5 * x * (4 * s * (1 - s)) * k * (1 + 3 * c * x * x);
+}
+static double r_gelu_bw(double g, double x, ct_gelu_approx a) {
+    return g * (a == CT_GELU_TANH ? r_gelu_tanh_grad(x) : r_gelu_grad(x));
+}
+
+/* Absolute tolerances: the derivative crosses 0 near x = -0.75, where a relative one
+ * cannot hold; the float32 kernels' 1 - t^2 loses a few ulps of 1 times up to about 20 */
+static double gelu_bw_atol(ct_dtype dt) {
+    switch (dt) {
+    case CT_F64: return 1e-13;
+    case CT_F32: return 1e-5;
+    default: return 1e-4;
+    }
+}
+
+/* grad_out in [-2, 2], x in [lo, hi), either operand non-contiguous (nc bits 1: grad_out,
+ * 2: x), into a poisoned output. */
+static void run_gelu_bw(ct_dtype dt, ct_gelu_approx a, int nd, const int64_t *shape, int nc,
+                        double lo, double hi) {
+    double *gv, *xv;
+    ct_tensor *g = maybe_noncontig(tu_rand(nd, shape, dt, -2, 2, &gv), nc & 1);
+    ct_tensor *x = maybe_noncontig(tu_rand(nd, shape, dt, lo, hi, &xv), nc & 2);
+    int64_t n = tu_numel(nd, shape);
+    double *ref = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) ref[i] = tu_round(r_gelu_bw(gv[i], xv[i], a), dt);
+    poison_output(nd, shape, dt);
+    ct_tensor *y = ct_gelu_backward(g, x, a);
+    if (!y) fprintf(stderr, "gelu_backward %s: %s\n", ct_dtype_name(dt), ct_last_error());
+    check_tensor(y, dt, nd, shape, ref, tol_of(dt), gelu_bw_atol(dt));
+    ct_tensor_release(y);
+    ct_tensor_release(x);
+    ct_tensor_release(g);
+    free(ref);
+    free(xv);
+    free(gv);
+}
+
+static void test_gelu_backward(void **state) {
+    (void)state;
+    static const int64_t s2[] = {37, 29}, s3[] = {3, 5, 7}, s1[] = {300}, s0[] = {4, 0};
+    static const ct_gelu_approx approx[] = {CT_GELU_NONE, CT_GELU_TANH};
+    for (int d = 0; d < N_FLOAT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        for (int k = 0; k < 2; k++) {
+            ct_gelu_approx a = approx[k];
+            run_gelu_bw(dt, a, 2, s2, 0, -8, 8); /* both tails */
+            run_gelu_bw(dt, a, 1, s1, 0, -3, 3); /* densely where it curves */
+            run_gelu_bw(dt, a, 3, s3, 1, -4, 4);
+            run_gelu_bw(dt, a, 3, s3, 2, -4, 4);
+            run_gelu_bw(dt, a, 3, s3, 3, -4, 4);
+            run_gelu_bw(dt, a, 0, NULL, 0, -4, 4);
+            run_gelu_bw(dt, a, 2, s0, 0, -4, 4);
+        }
+    }
+}
+
+/* Pinned points: 0, the zero of the derivative's neighbourhood, far tails, the
+ * infinities (the limits 1 and 0, not inf * 0) and NaN, in float32 and float64. */
+static void test_gelu_backward_points(void **state) {
+    (void)state;
+    static const double xs[] = {0, -0.0, 1e-30, -0.75, 0.5, -1, 3, -5, 9, -9,
+                                30, -30, 1e20, -1e20, INFINITY, -INFINITY, NAN};
+    const int64_t n = (int64_t)(sizeof xs / sizeof xs[0]);
+    static const ct_dtype dts[] = {CT_F32, CT_F64};
+    static const ct_gelu_approx approx[] = {CT_GELU_NONE, CT_GELU_TANH};
+    double gs[sizeof xs / sizeof xs[0]], ref[sizeof xs / sizeof xs[0]];
+    for (int64_t i = 0; i < n; i++) gs[i] = i % 2 ? -1.5 : 1;
+    for (size_t d = 0; d < 2; d++) {
+        for (int k = 0; k < 2; k++) {
+            ct_tensor *x = tu_from_f64(xs, 1, &n, dts[d]);
+            ct_tensor *g = tu_from_f64(gs, 1, &n, dts[d]);
+            for (int64_t i = 0; i < n; i++) {
+                double xi = tu_round(xs[i], dts[d]);
+                ref[i] = isnan(xi) ? NAN : tu_round(r_gelu_bw(gs[i], xi, approx[k]), dts[d]);
+            }
+            ct_tensor *y = ct_gelu_backward(g, x, approx[k]);
+            check_tensor(y, dts[d], 1, &n, ref, tol_of(dts[d]), gelu_bw_atol(dts[d]));
+            ct_tensor_release(y);
+            ct_tensor_release(g);
+            ct_tensor_release(x);
+        }
+    }
+}
+
+/* ct_gelu's gradient through autograd is the kernel's, in every floating dtype. */
+static void test_gelu_backward_autograd(void **state) {
+    (void)state;
+    static const int64_t s2[] = {23, 17};
+    static const ct_gelu_approx approx[] = {CT_GELU_NONE, CT_GELU_TANH};
+    const int64_t n = 23 * 17;
+    for (int d = 0; d < N_FLOAT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        for (int k = 0; k < 2; k++) {
+            double *gv, *xv;
+            ct_tensor *x = tu_rand(2, s2, dt, -5, 5, &xv);
+            ct_tensor *g = tu_rand(2, s2, dt, -2, 2, &gv);
+            assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+            ct_tensor *y = ct_gelu(x, approx[k]);
+            assert_non_null(y);
+            assert_int_equal(ct_backward(y, g, false), CT_OK);
+            double *ref = malloc(sizeof(double) * (size_t)n);
+            for (int64_t i = 0; i < n; i++) ref[i] = tu_round(r_gelu_bw(gv[i], xv[i], approx[k]), dt);
+            check_tensor(ct_grad(x), dt, 2, s2, ref, tol_of(dt), gelu_bw_atol(dt));
+            free(ref);
+            free(xv);
+            free(gv);
+            ct_tensor_release(y);
+            ct_tensor_release(g);
+            ct_tensor_release(x);
+        }
+    }
+}
+
+static void test_gelu_backward_errors(void **state) {
+    (void)state;
+    ct_tensor *a = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
+    ct_tensor *b = tu_rand(CT_SHAPE(3, 4), CT_F64, -1, 1, NULL);
+    ct_tensor *c = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
+    ct_tensor *i = tu_rand(CT_SHAPE(3, 4), CT_I64, -3, 3, NULL);
+    ct_clear_error();
+    tu_assert_null_error(ct_gelu_backward(NULL, a, CT_GELU_NONE), CT_ERR_INVALID_ARG,
+                         "ct_gelu_backward", "argument 1", "NULL");
+    ct_clear_error();
+    tu_assert_null_error(ct_gelu_backward(a, NULL, CT_GELU_TANH), CT_ERR_INVALID_ARG,
+                         "ct_gelu_backward", "argument 2", "NULL");
+    tu_assert_null_error(ct_gelu_backward(a, a, (ct_gelu_approx)7), CT_ERR_INVALID_ARG,
+                         "ct_gelu_backward", "CT_GELU_TANH", "7");
+    tu_assert_null_error(ct_gelu_backward(b, a, CT_GELU_NONE), CT_ERR_DTYPE, "ct_gelu_backward",
+                         "grad_out", "float32", "float64");
+    tu_assert_null_error(ct_gelu_backward(i, i, CT_GELU_NONE), CT_ERR_DTYPE, "ct_gelu_backward",
+                         "floating", "int64");
+    tu_assert_null_error(ct_gelu_backward(c, a, CT_GELU_TANH), CT_ERR_SHAPE, "ct_gelu_backward",
+                         "shape", "[4, 3]", "[3, 4]");
+    /* no double backward: a result that needs grad refuses backward with the reason */
+    assert_int_equal(ct_requires_grad_(c, true), CT_OK);
+    ct_tensor *ct = ct_transpose(c, 0, 1);
+    ct_tensor *y = ct_gelu_backward(ct, a, CT_GELU_NONE);
+    assert_non_null(y);
+    tu_assert_error(ct_backward(y, a, false), CT_ERR_AUTOGRAD, "gelu_backward",
+                    "double backward");
+    ct_tensor_release(y);
+    ct_tensor_release(ct);
+    ct_tensor_release(i);
+    ct_tensor_release(c);
+    ct_tensor_release(b);
+    ct_tensor_release(a);
+}
+
 static void test_broadcast_errors(void **state) {
     (void)state;
     ct_tensor *a = tu_rand(CT_SHAPE(3), CT_F32, -1, 1, NULL);
@@ -1439,6 +1601,10 @@ int main(void) {
         cmocka_unit_test(test_binary_same_dtype),
         cmocka_unit_test(test_binary_mixed),
         cmocka_unit_test(test_broadcast_errors),
+        cmocka_unit_test(test_gelu_backward),
+        cmocka_unit_test(test_gelu_backward_points),
+        cmocka_unit_test(test_gelu_backward_autograd),
+        cmocka_unit_test(test_gelu_backward_errors),
         cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_scalar_ops),
         cmocka_unit_test(test_add_alpha),

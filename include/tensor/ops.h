@@ -35,6 +35,9 @@ ct_tensor *ct_sigmoid(ct_tensor *x);
 ct_tensor *ct_relu(ct_tensor *x);
 typedef enum ct_gelu_approx { CT_GELU_NONE = 0, CT_GELU_TANH = 1 } ct_gelu_approx;
 ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate);
+/* New tensor: grad_out times d/dx gelu(x) with the forward's approximation (PyTorch's
+ * gelu_backward); grad_out and x of one floating dtype, shape and device. */
+ct_tensor *ct_gelu_backward(ct_tensor *grad_out, ct_tensor *x, ct_gelu_approx approximate);
 ct_tensor *ct_silu(ct_tensor *x);
 /* New tensor: log(1 + exp(beta x)) / beta, x where beta x > threshold; floating dtypes only. */
 ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold);

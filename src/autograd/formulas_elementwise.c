@@ -345,73 +345,30 @@ CTI_BW(cti_bw_relu) {
     return put(&gi[0], drop(zero_where(off, go[0]), off));
 }
 
-/* Saved: x. d/dx x*Phi(x) = Phi(x) + x*phi(x). No public op gives erf, so
- * Phi(x) is recovered as gelu(x)/x: the forward kernel computes
- * 0.5*x*(1+erf(x/sqrt 2)) with a relative error of a few ulps, which the
- * division keeps. Below |x| = 1e-30, Phi(x) is 0.5 to double precision. */
-CTI_BW(cti_bw_gelu) {
+/* Saved: x. grad_out times d/dx gelu(x) in one kernel, PyTorch's gelu_backward
+ * (the derivative of each approximation is written at its kernels). grad_out
+ * comes in the output's dtype, which is x's; one of another dtype meets x in
+ * their promoted dtype rather than losing digits. */
+static ct_status gelu_grad(cti_node *n, ct_tensor *const *go, ct_tensor **gi,
+                           ct_gelu_approx approximate) {
     if (!go[0] || !n->needs[0]) return CT_OK;
-    SAVED(x0, 0);
-    ct_tensor *x = up(x0);
-    if (!x) return ct_last_status();
-    ct_tensor *g = ct_gelu(x, CT_GELU_NONE);
-    if (!g) return ct_last_status();
-    ct_tensor *cdf = drop(ct_div(g, x), g);
-    ct_tensor *ax = ct_abs(x);
-    if (!cdf || !ax) return ct_last_status();
-    ct_tensor *tiny = drop(ct_lt_scalar(ax, 1e-30), ax);
-    ct_tensor *h = ct_tensor_scalar(0.5, ct_tensor_dtype(x), ct_tensor_device(x));
-    if (!tiny || !h) return ct_last_status();
-    cdf = drop(drop2(ct_where(tiny, h, cdf), tiny, h), cdf);
-    /* x * phi(x) = x * exp(-x^2/2) / sqrt(2 pi) */
-    ct_tensor *sq = ct_square(x);
-    if (!cdf || !sq) return ct_last_status();
-    ct_tensor *e = drop(ct_mul_scalar(sq, -0.5), sq);
-    if (!e) return ct_last_status();
-    ct_tensor *pdf = drop(ct_exp(e), e);
-    if (!pdf) return ct_last_status();
-    ct_tensor *xp = drop2(ct_mul(pdf, x), pdf, x);
-    if (!xp) return ct_last_status();
-    ct_tensor *d = drop2(ct_add_alpha(cdf, xp, 0.5 * M_2_SQRTPI * M_SQRT1_2), cdf, xp);
-    return chain(go, d, &gi[0]);
+    SAVED(x, 0);
+    ct_dtype dg = ct_tensor_dtype(go[0]), dx = ct_tensor_dtype(x);
+    if (dg == dx) return put(&gi[0], ct_gelu_backward(go[0], x, approximate));
+    ct_dtype dt = ct_promote_types(dg, dx);
+    ct_tensor *g = dg == dt ? ct_tensor_retain(go[0]) : ct_to_dtype(go[0], dt);
+    ct_tensor *xc = dx == dt ? ct_tensor_retain(x) : ct_to_dtype(x, dt);
+    if (!g || !xc) {
+        ct_status st = ct_last_status();
+        ct_tensor_release(g);
+        ct_tensor_release(xc);
+        return st;
+    }
+    return put(&gi[0], drop2(ct_gelu_backward(g, xc, approximate), g, xc));
 }
 
-/* Saved: x. With u = k(x + c x^3) and t = tanh(u), y = x/2 (1 + t), so
- * dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2). */
-CTI_BW(cti_bw_gelu_tanh) {
-    if (!go[0] || !n->needs[0]) return CT_OK;
-    const double k = M_SQRT2 * M_2_SQRTPI * 0.5, c = 0.044715; /* k = sqrt(2/pi) */
-    SAVED(x0, 0);
-    ct_tensor *x = up(x0);
-    if (!x) return ct_last_status();
-    ct_tensor *x2 = ct_square(x);
-    if (!x2) return ct_last_status();
-    ct_tensor *p = ct_mul_scalar(x2, c); /* c x^2 */
-    if (!p) return ct_last_status();
-    ct_tensor *q = drop(ct_add_scalar(p, 1.0), p); /* 1 + c x^2 */
-    if (!q) return ct_last_status();
-    ct_tensor *u = drop(ct_mul(x, q), q); /* x + c x^3 */
-    if (!u) return ct_last_status();
-    ct_tensor *ku = drop(ct_mul_scalar(u, k), u);
-    if (!ku) return ct_last_status();
-    ct_tensor *t = drop(ct_tanh(ku), ku);
-    if (!t) return ct_last_status();
-    ct_tensor *left = ct_add_scalar(t, 1.0); /* 1 + t */
-    ct_tensor *t2 = drop(ct_square(t), t);
-    if (!left || !t2) return ct_last_status();
-    ct_tensor *s = drop(ct_rsub_scalar(t2, 1.0), t2); /* 1 - t^2 */
-    ct_tensor *w = drop(ct_mul_scalar(x2, 3.0 * c), x2);
-    if (!s || !w) return ct_last_status();
-    ct_tensor *w1 = drop(ct_add_scalar(w, 1.0), w); /* 1 + 3c x^2 */
-    if (!w1) return ct_last_status();
-    ct_tensor *r = drop2(ct_mul(s, w1), s, w1);
-    if (!r) return ct_last_status();
-    ct_tensor *xr = drop2(ct_mul(r, x), r, x);
-    if (!xr) return ct_last_status();
-    ct_tensor *sum = drop2(ct_add_alpha(left, xr, k), left, xr);
-    if (!sum) return ct_last_status();
-    return chain(go, drop(ct_mul_scalar(sum, 0.5), sum), &gi[0]);
-}
+CTI_BW(cti_bw_gelu) { return gelu_grad(n, go, gi, CT_GELU_NONE); }
+CTI_BW(cti_bw_gelu_tanh) { return gelu_grad(n, go, gi, CT_GELU_TANH); }
 
 /* Saved: x. d/dx x s(x) = s (1 + x (1 - s)), s = sigmoid(x). */
 CTI_BW(cti_bw_silu) {

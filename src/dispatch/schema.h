@@ -83,6 +83,9 @@ typedef struct cti_pointwise_params {
     double elu_alpha, elu_scale, elu_input_scale;
     double nan_val, posinf_val, neginf_val;
     int64_t decimals;
+    /* gelu_backward (in grad_out, x): the forward's approximation, a
+     * ct_gelu_approx (0 exact, 1 tanh). */
+    int64_t approximate;
 } cti_pointwise_params;
 
 /* SUM ... ARGMIN, and the nodes of their formulas. mask: the reduced dims of
@@ -633,8 +636,8 @@ typedef struct cti_batch_norm_params {
     X(TANH, "tanh", cti_pointwise_params, CTI_F(cti_bw_tanh), NONE)                          \
     X(SIGMOID, "sigmoid", cti_pointwise_params, CTI_F(cti_bw_sigmoid), NONE)                 \
     X(RELU, "relu", cti_pointwise_params, CTI_F(cti_bw_relu), NONE)                          \
-    X(GELU, "gelu", cti_pointwise_params, CTI_F(cti_bw_gelu), NONE)                          \
-    X(GELU_TANH, "gelu_tanh", cti_pointwise_params, CTI_F(cti_bw_gelu_tanh), NONE)           \
+    X(GELU, "gelu", cti_pointwise_params, CTI_F(cti_bw_gelu), GELU_BACKWARD)                 \
+    X(GELU_TANH, "gelu_tanh", cti_pointwise_params, CTI_F(cti_bw_gelu_tanh), GELU_BACKWARD)  \
     X(SILU, "silu", cti_pointwise_params, CTI_F(cti_bw_silu), NONE)                          \
     X(SOFTPLUS, "softplus", cti_pointwise_params, CTI_F(cti_bw_softplus), NONE)              \
     X(RECIPROCAL, "reciprocal", cti_pointwise_params, CTI_F(cti_bw_reciprocal), NONE)        \
@@ -796,6 +799,7 @@ typedef struct cti_batch_norm_params {
     X(BITWISE_LEFT_SHIFT, "bitwise_left_shift", cti_pointwise_params, CTI_NODIFF, NONE)      \
     X(BITWISE_RIGHT_SHIFT, "bitwise_right_shift", cti_pointwise_params, CTI_NODIFF, NONE)    \
     X(LERP, "lerp", cti_pointwise_params, CTI_F(cti_bw_lerp), NONE)                          \
+    X(GELU_BACKWARD, "gelu_backward", cti_pointwise_params, CTI_NOFORMULA, NONE)             \
     /* optimizers: Adam, RMSprop, Adagrad */                                                 \
     X(ADAM_STEP, "adam_step", cti_optim_params, CTI_NODIFF, NONE)                            \
     X(RMSPROP_STEP, "rmsprop_step", cti_optim_params, CTI_NODIFF, NONE)                      \

@@ -830,6 +830,35 @@ ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate) {
     return unary(approximate == CT_GELU_TANH ? &u_gelu_tanh : &u_gelu, x);
 }
 ct_tensor *ct_silu(ct_tensor *x) { return unary(&u_silu, x); }
+/* grad_out times gelu's derivative at x, in one kernel: what the formulas of
+ * both approximations run. The operands agree in dtype (floating), shape and
+ * device, as autograd passes them; the result is new and contiguous. */
+ct_tensor *ct_gelu_backward(ct_tensor *grad_out, ct_tensor *x, ct_gelu_approx approximate) {
+    static const bin_spec sp = {"ct_gelu_backward", CT_OP_GELU_BACKWARD, BK_ARITH};
+    if (check_two(sp.name, grad_out, x) != CT_OK) return NULL;
+    if (approximate != CT_GELU_NONE && approximate != CT_GELU_TANH)
+        return cti_error_null(CT_ERR_INVALID_ARG,
+                              "%s: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d",
+                              sp.name, (int)approximate);
+    if (!ct_dtype_is_floating(x->dtype))
+        return cti_error_null(CT_ERR_DTYPE, "%s: expected a floating dtype for x, got %s",
+                              sp.name, ct_dtype_name(x->dtype));
+    if (grad_out->dtype != x->dtype)
+        return cti_error_null(CT_ERR_DTYPE,
+                              "%s: expected grad_out of x's dtype %s, got %s", sp.name,
+                              ct_dtype_name(x->dtype), ct_dtype_name(grad_out->dtype));
+    if (!same_shape(grad_out, x))
+        return cti_error_null(CT_ERR_SHAPE, "%s: expected grad_out of x's shape, got %s and %s",
+                              sp.name, cti_desc(grad_out), cti_desc(x));
+    ct_tensor *out = cti_tensor_new(sp.name, x->ndim, x->shape, x->dtype, dev_of(x));
+    if (!out) return NULL;
+    cti_pointwise_params p = {.approximate = approximate};
+    if (run_binary(&sp, out, grad_out, x, x->dtype, &p) != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
 ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold) {
     cti_autocast_call ac;
     if (cti_autocast_begin_op(&ac, CTI_AC_SOFTPLUS, 1, &x))

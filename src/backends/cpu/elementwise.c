@@ -560,6 +560,82 @@ typedef struct ew_reg {
 #define SQRT1_2 0.70710678118654752440
 #define SQRT_2_OVER_PI 0.79788456080286535588
 
+/* gelu_backward: d/dx gelu(x), which grad_out multiplies.
+ * Exact: Phi(x) + x phi(x). Phi through erfc(-x / sqrt 2), not 1 + erf, so that the
+ * left tail keeps its relative accuracy. tanh: with u = k (x + c x^3), t = tanh(u),
+ * (1 + t) / 2 + x / 2 (1 - t^2) k (1 + 3 c x^2), PyTorch's formula. Where phi (beyond
+ * |x| = 20 in float32, 40 in float64) or 1 - t^2 is 0, the x term is 0 by a select, so
+ * that x = +-inf gives the limits 1 and 0 rather than inf * 0; NaN still comes through
+ * the other term. */
+#define GELU_C 0.044715
+#define INV_SQRT_2PI 0.39894228040143267794
+VM_INLINE float gelu_grad_f(float x) {
+    float pdf = vm_exp(-0.5f * x * x) * (float)INV_SQRT_2PI;
+    float xp = fabsf(x) < 20.0f ? x * pdf : 0.0f; /* vm_exp stops at a subnormal, not 0 */
+    return 0.5f * vm_erfc(-x * (float)SQRT1_2) + xp;
+}
+static inline double gelu_grad_d(double x) {
+    double pdf = exp(-0.5 * x * x) * INV_SQRT_2PI;
+    double xp = fabs(x) < 40.0 ? x * pdf : 0.0; /* where exp underflows to 0 anyway */
+    return 0.5 * erfc(-x * SQRT1_2) + xp;
+}
+VM_INLINE float gelu_tanh_grad_f(float x) {
+    const float k = (float)SQRT_2_OVER_PI, c = (float)GELU_C;
+    float x2 = x * x;
+    float t = vm_tanh(k * x * (1.0f + c * x2));
+    float s = 1.0f - t * t;
+    float r = s > 0.0f ? x * s * (k * (1.0f + 3.0f * c * x2)) : 0.0f;
+    return 0.5f * (1.0f + t) + 0.5f * r;
+}
+static inline double gelu_tanh_grad_d(double x) {
+    const double k = SQRT_2_OVER_PI, c = GELU_C;
+    double x2 = x * x;
+    double t = tanh(k * x * (1.0 + c * x2));
+    double s = 1.0 - t * t;
+    double r = s > 0.0 ? x * s * (k * (1.0 + 3.0 * c * x2)) : 0.0;
+    return 0.5 * (1.0 + t) + 0.5 * r;
+}
+/* One loop per approximation, chosen outside it, each a loop GCC vectorizes (restrict
+ * parameters: block-scope restrict pointers leave it versioning for aliasing; the
+ * derivatives always inlined: GCC keeps the exact one out of line otherwise, and that
+ * loop runs scalar). */
+static void gelu_bw_block(float *restrict o, const float *restrict g, const float *restrict x,
+                          int64_t m, bool tanh_form) {
+    if (tanh_form)
+        for (int64_t i = 0; i < m; i++) o[i] = g[i] * gelu_tanh_grad_f(x[i]);
+    else
+        for (int64_t i = 0; i < m; i++) o[i] = g[i] * gelu_grad_f(x[i]);
+}
+/* float32, float16 and bfloat16 (in grad_out a, x b): contiguous float32 straight
+ * through, the rest in blocks converted to and from float32. */
+static void loop_gelu_backward_f32(char **p, const int64_t *s, int64_t n, void *ctx) {
+    const ew_ctx *P = ctx;
+    const bool th = P->p->approximate == 1; /* CT_GELU_TANH */
+    if (P->dt[0] == CT_F32 && P->dt[1] == CT_F32 && P->dt[2] == CT_F32 && s[0] == 4 &&
+        s[1] == 4 && s[2] == 4 && p[0] != p[1] && p[0] != p[2]) {
+        gelu_bw_block((float *)p[0], (const float *)p[1], (const float *)p[2], n, th);
+        return;
+    }
+    float fa[BLK], fb[BLK], fo[BLK];
+    for (int64_t off = 0; off < n; off += BLK) {
+        const int64_t m = n - off < BLK ? n - off : BLK;
+        load_lp(fa, p[1] + off * s[1], s[1], m, P->dt[1]);
+        load_lp(fb, p[2] + off * s[2], s[2], m, P->dt[2]);
+        gelu_bw_block(fo, fa, fb, m, th);
+        if (P->dt[0] == CT_F32) store_f32(p[0] + off * s[0], s[0], fo, m);
+        else store_lp(p[0] + off * s[0], s[0], fo, m, P->dt[0]);
+    }
+}
+/* gelu_backward's family: float64 through libm (EXPR unused), the rest through
+ * loop_gelu_backward_f32. */
+#define B_GELU_BW(op, EXPR)                                                            \
+    B_NATIVE(op, f64, double, uint64_t, double, FPARAMS,                               \
+             a * (P->p->approximate == 1 ? gelu_tanh_grad_d(b) : gelu_grad_d(b)))      \
+    KERNEL(k_##op##_f32, loop_##op##_f32, 2)                                           \
+    KERNEL(k_##op##_f16, loop_##op##_f32, 2)                                           \
+    KERNEL(k_##op##_bf16, loop_##op##_f32, 2)
+#define REG_B_GELU_BW R_FLOAT
+
 /* Bounds as given (NaN bounds give NaN); lo > hi gives hi, as PyTorch's
  * min(max(x, lo), hi). */
 #define CLAMP_F(x) ((((x) < p_lo || p_lo != p_lo) ? p_lo : (x)) > p_hi || p_hi != p_hi \
@@ -792,7 +868,9 @@ static double erfinv_d(double y) {
     X(BITWISE_RIGHT_SHIFT, bitwise_right_shift, B_INT, SHR(a, b))                       \
     /* lerp as PyTorch: from the nearer end, so weight 1 gives end exactly */           \
     X(LERP, lerp, T_FLOAT,                                                              \
-      fabs(w) < (cT)0.5 ? a + w * (b - a) : b - (b - a) * ((cT)1 - w))
+      fabs(w) < (cT)0.5 ? a + w * (b - a) : b - (b - a) * ((cT)1 - w))                 \
+    /* grad_out (a) times gelu's derivative at x (b), cti_pointwise_params.approximate */ \
+    X(GELU_BACKWARD, gelu_backward, B_GELU_BW, 0)
 
 #define DEFINE_(ID, op, FAMILY, EXPR) FAMILY(op, EXPR)
 EW_OPS(DEFINE_)
