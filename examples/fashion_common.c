@@ -757,7 +757,10 @@ static bool graph_inputs(fashion_run *run, ct_tensor *x, ct_tensor *y) {
  * are back in the allocator's cache, where the capture takes its memory. */
 static bool graph_capture(fashion_run *run) {
     run->graph = ct_cuda_graph_capture_begin(run->cfg->device.index);
-    if (!run->graph) return false;
+    if (!run->graph) {
+        ct_cuda_conv_direct_limit(run->conv_direct_limit);
+        return false;
+    }
     ct_scope *s = ct_scope_begin();
     ct_tensor *loss = train_step(run, run->graph_x, run->graph_y);
     /* out of the capture's scope and of the step's: the run's own */
