@@ -434,6 +434,22 @@ static ct_tensor *maybe_nc(ct_tensor *t, bool nc) {
     return v;
 }
 
+/* float64 references, rounded to dt: y = silu(g) u and the gradients of g
+ * and u for grad_out o (new arrays; the caller frees them). */
+static void swiglu_refs(const double *gv, const double *uv, const double *ov, int64_t n,
+                        ct_dtype dt, double **ry, double **rg, double **ru) {
+    *ry = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    *rg = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    *ru = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    assert_true(*ry && *rg && *ru);
+    for (int64_t i = 0; i < n; i++) {
+        double s = sig(gv[i]);
+        (*ry)[i] = tu_round(gv[i] * s * uv[i], dt);
+        (*rg)[i] = tu_round(ov[i] * uv[i] * s * (1 + gv[i] * (1 - s)), dt);
+        (*ru)[i] = tu_round(ov[i] * gv[i] * s, dt);
+    }
+}
+
 static void swiglu_case(ct_dtype dt, bool nc) {
     int nd;
     int64_t shape[4];
@@ -443,14 +459,8 @@ static void swiglu_case(ct_dtype dt, bool nc) {
     ct_tensor *g = maybe_nc(tu_rand(nd, shape, dt, -8, 8, &gv), nc);
     ct_tensor *u = maybe_nc(tu_rand(nd, shape, dt, -3, 3, &uv), nc);
     ct_tensor *go = maybe_nc(tu_rand(nd, shape, dt, -2, 2, &ov), nc);
-    double *ry = malloc(sizeof(double) * (size_t)n), *rg = malloc(sizeof(double) * (size_t)n),
-           *ru = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        double s = sig(gv[i]);
-        ry[i] = tu_round(gv[i] * s * uv[i], dt);
-        rg[i] = tu_round(ov[i] * uv[i] * s * (1 + gv[i] * (1 - s)), dt);
-        ru[i] = tu_round(ov[i] * gv[i] * s, dt);
-    }
+    double *ry, *rg, *ru;
+    swiglu_refs(gv, uv, ov, n, dt, &ry, &rg, &ru);
     poison_output(nd, shape, dt);
     ct_tensor *y = ct_swiglu(g, u);
     if (!y) fprintf(stderr, "swiglu: %s\n", ct_last_error());
@@ -550,36 +560,6 @@ static void test_swiglu_autograd(void **state) {
 
 /* ---- swiglu on rows read in place: chunk halves, narrow views ------------------------- */
 
-/* The trace of the ops run between trace_begin and trace_end, which it
- * returns (caller frees): stderr goes to a temporary file meanwhile. */
-static FILE *trace_file;
-static int trace_stderr = -1;
-static bool trace_was;
-
-static void trace_begin(void) {
-    fflush(stderr);
-    trace_file = tmpfile();
-    assert_non_null(trace_file);
-    trace_stderr = dup(fileno(stderr));
-    assert_true(trace_stderr >= 0);
-    assert_true(dup2(fileno(trace_file), fileno(stderr)) >= 0);
-    trace_was = ct_trace_enabled();
-    ct_set_trace(true);
-}
-
-static char *trace_end(void) {
-    ct_set_trace(trace_was);
-    fflush(stderr);
-    dup2(trace_stderr, fileno(stderr));
-    close(trace_stderr);
-    long len = ftell(trace_file);
-    char *buf = calloc((size_t)len + 1, 1);
-    rewind(trace_file);
-    assert_int_equal(fread(buf, 1, (size_t)len, trace_file), (size_t)len);
-    fclose(trace_file);
-    return buf;
-}
-
 /* Lines of the trace of op name (its lines start "[cten] name "). */
 static int traced_ops(const char *trace, const char *name) {
     char key[64];
@@ -593,10 +573,10 @@ static int traced_ops(const char *trace, const char *name) {
  * returns how many copy ops ran, the outputs in *y, *dg, *du. */
 static int traced_copies(ct_tensor *go, ct_tensor *g, ct_tensor *u, ct_tensor **y,
                          ct_tensor **dg, ct_tensor **du) {
-    trace_begin();
+    tu_trace tr = tu_trace_begin();
     *y = ct_swiglu(g, u);
     ct_status st = ct_swiglu_backward(go, g, u, dg, du);
-    char *trace = trace_end();
+    char *trace = tu_trace_end(&tr);
     assert_non_null(*y);
     assert_int_equal(st, CT_OK);
     int copies = traced_ops(trace, "copy");
@@ -688,14 +668,8 @@ static void swiglu_rows_case(ct_dtype dt, int64_t cols, int how) {
         if (how == 1) go = rand_strip(nd, shape, 2 * cols, cols, dt, -2, 2, &ov);
         else go = tu_rand(nd, shape, dt, -2, 2, &ov);
     }
-    double *ry = malloc(sizeof(double) * (size_t)n), *rg = malloc(sizeof(double) * (size_t)n),
-           *ru = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        double s = sig(gv[i]);
-        ry[i] = tu_round(gv[i] * s * uv[i], dt);
-        rg[i] = tu_round(ov[i] * uv[i] * s * (1 + gv[i] * (1 - s)), dt);
-        ru[i] = tu_round(ov[i] * gv[i] * s, dt);
-    }
+    double *ry, *rg, *ru;
+    swiglu_refs(gv, uv, ov, n, dt, &ry, &rg, &ru);
     for (int k = 0; k < 3; k++) poison_output(nd, shape, dt);
     ct_tensor *y, *dg = NULL, *du = NULL;
     int copies = traced_copies(go, g, u, &y, &dg, &du);
@@ -792,9 +766,9 @@ static void test_swiglu_chunk_autograd(void **state) {
     ct_tensor *go = tu_rand(2, ys, CT_F32, -1, 1, &ov);
     ct_tensor *y = gc_chunk_swiglu(&h, NULL);
     assert_non_null(y);
-    trace_begin();
+    tu_trace tr = tu_trace_begin();
     ct_status st = ct_backward(y, go, false);
-    char *trace = trace_end();
+    char *trace = tu_trace_end(&tr);
     assert_int_equal(st, CT_OK);
     int ops = 0;
     for (const char *l = trace; (l = strstr(l, "[cten] ")); l++) ops++;

@@ -186,6 +186,41 @@ static inline void tu_assert_close_(const double *got, const double *ref, int64_
     }
 }
 
+/* The library's trace (ct_set_trace) of the calls made between
+ * tu_trace_begin and tu_trace_end, which returns it (the caller frees it):
+ * stderr goes to a temporary file meanwhile. One capture at a time. */
+typedef struct tu_trace {
+    FILE *file;
+    int saved_stderr;
+    bool was_on;
+} tu_trace;
+
+static inline tu_trace tu_trace_begin(void) {
+    tu_trace t;
+    fflush(stderr);
+    t.file = tmpfile();
+    if (!t.file) _fail(__FILE__, __LINE__);
+    t.saved_stderr = dup(fileno(stderr));
+    if (t.saved_stderr < 0 || dup2(fileno(t.file), fileno(stderr)) < 0) _fail(__FILE__, __LINE__);
+    t.was_on = ct_trace_enabled();
+    ct_set_trace(true);
+    return t;
+}
+
+static inline char *tu_trace_end(tu_trace *t) {
+    ct_set_trace(t->was_on);
+    fflush(stderr);
+    dup2(t->saved_stderr, fileno(stderr));
+    close(t->saved_stderr);
+    long len = ftell(t->file);
+    char *buf = calloc((size_t)(len > 0 ? len : 0) + 1, 1);
+    rewind(t->file);
+    if (!buf || (len > 0 && fread(buf, 1, (size_t)len, t->file) != (size_t)len))
+        _fail(__FILE__, __LINE__);
+    fclose(t->file);
+    return buf;
+}
+
 /* Default tolerances per dtype for results of a few roundings. */
 static inline double tu_rtol(ct_dtype dt) {
     switch (dt) {
