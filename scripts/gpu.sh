@@ -24,7 +24,9 @@
 # CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
 # (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only,
 # CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run, CT_GPU_SANITIZER_JOBS=N
-# runs N at once),
+# runs N at once, default the machine's cores up to 16;
+# CT_GPU_SANITIZER_SHARDS="N [test_cuda_x=M ...]" splits each program's tests
+# over N processes, or M for the programs named, through CT_TEST_SHARD),
 # CT_GPU_SKIP_BENCH=1 step 5 (CT_GPU_BENCH_ONLY="name ..." keeps those),
 # CT_GPU_BENCH=quick|full|0 for step 6, CT_GPU_FASHION_EPOCHS=N (0: none) for
 # step 7. Steps 4-7 can run in separate calls on the same build directory.
@@ -85,7 +87,7 @@ summary() {
             grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass): ' \
                 "$steplogs/tests.log" | sed 's/^/test suite  /' || true
         fi
-        for t in $(for c in $cuda_tests; do echo "sanitizer-memcheck-$c sanitizer-racecheck-$c"; done); do
+        for t in "${snames[@]}"; do
             [ -f "$steplogs/$t.log" ] &&
                 grep -E 'ERROR SUMMARY|PASSED|FAILED|SKIPPED' "$steplogs/$t.log" | grep -v '^\[ *RUN' |
                 sed "s/^/$t  /" | tail -n 6 || true
@@ -121,6 +123,20 @@ sstep() {
         "$@" >"$steplogs/$name.log" 2>&1
         echo "$? $(($(date +%s) - t0))" >"$steplogs/$name.rc"
     ) &
+}
+
+# shards_of PROGRAM: how many processes CT_GPU_SANITIZER_SHARDS gives its
+# tests under compute-sanitizer ("N name=M ...": M for name, N for the rest).
+shards_of() {
+    local n=1 w
+    for w in ${CT_GPU_SANITIZER_SHARDS:-1}; do
+        case $w in
+        "$1"=*) echo "${w#*=}"; return 0 ;;
+        *=*) ;;
+        *) n=$w ;;
+        esac
+    done
+    echo "$n"
 }
 
 # The CUDA test executables, each also run under compute-sanitizer: every
@@ -229,18 +245,26 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
         # CT_GPU_SANITIZER_JOBS=N runs N of them at once on the one GPU (each
         # process has its own context; the tools slow kernels 10-100x, so
         # the runs are bound by the host and overlap well).
-        sjobs=${CT_GPU_SANITIZER_JOBS:-1}
+        cores=$(nproc)
+        sjobs=${CT_GPU_SANITIZER_JOBS:-$((cores < 16 ? cores : 16))}
         for t in $cuda_tests; do
-            sstep "sanitizer-memcheck-$t" "${limit[@]}" env CT_CUDA_NO_CACHE=1 "$sanitizer" \
-                --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
-                "$build/tests/$t"
-            # racecheck looks at cten's own kernels: cuDNN's generated kernels
-            # (warp-specialized, synchronizing through wgmma and mbarriers,
-            # which the tool reports as shared-memory hazards) are left out
-            # by name, or where the tool cannot filter, cuDNN's fused
-            # attention is turned off (the own flash kernels run instead).
-            sstep "sanitizer-racecheck-$t" "${limit[@]}" env "${race_env[@]}" "$sanitizer" \
-                --tool racecheck "${race_filter[@]}" --error-exitcode 99 "$build/tests/$t"
+            n=$(shards_of "$t")
+            for ((i = 0; i < n; i++)); do
+                shard_env=()
+                suffix=
+                [ "$n" -gt 1 ] && shard_env=(CT_TEST_SHARD="$i/$n") && suffix=".$((i + 1))of$n"
+                sstep "sanitizer-memcheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
+                    CT_CUDA_NO_CACHE=1 "$sanitizer" --tool memcheck --leak-check full \
+                    --report-api-errors no --error-exitcode 99 "$build/tests/$t"
+                # racecheck looks at cten's own kernels: cuDNN's generated kernels
+                # (warp-specialized, synchronizing through wgmma and mbarriers,
+                # which the tool reports as shared-memory hazards) are left out
+                # by name, or where the tool cannot filter, cuDNN's fused
+                # attention is turned off (the own flash kernels run instead).
+                sstep "sanitizer-racecheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
+                    "${race_env[@]}" "$sanitizer" --tool racecheck "${race_filter[@]}" \
+                    --error-exitcode 99 "$build/tests/$t"
+            done
         done
         wait
         for n in "${snames[@]}"; do

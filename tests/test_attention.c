@@ -720,5 +720,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_no_grad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_double_backward_refused, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

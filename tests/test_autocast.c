@@ -924,5 +924,5 @@ int main(void) {
         T(test_bad_input),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

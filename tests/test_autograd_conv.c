@@ -631,5 +631,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_saved_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_loop, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -1325,5 +1325,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_scopes_around_backward, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_accumulate_grad_hook, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -216,5 +216,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_no_double_backward, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backward_gradcheck_misuse, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -686,5 +686,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_view_leaf_no_cycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_views_gradcheck, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -954,5 +954,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_leaf_grads_taken_without_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_held_grad_is_copied, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -221,5 +221,5 @@ int main(void) {
         T(test_typed_metadata),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -910,5 +910,5 @@ int main(void) {
         cmocka_unit_test(test_pool_errors),
         cmocka_unit_test(test_geometry_overflow),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -2466,5 +2466,5 @@ int main(void) {
         T(test_properties),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

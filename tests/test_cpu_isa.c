@@ -119,5 +119,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_detection_matches_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conv_path_follows_level, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

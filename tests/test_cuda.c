@@ -713,5 +713,5 @@ int main(void) {
         T(test_empty_cache),          T(test_print_gpu),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -318,5 +318,5 @@ int main(void) {
         T(test_fallback),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

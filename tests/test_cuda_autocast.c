@@ -400,5 +400,5 @@ int main(void) {
         T(test_cache),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

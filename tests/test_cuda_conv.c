@@ -602,5 +602,5 @@ int main(void) {
         T(test_workspace_released),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

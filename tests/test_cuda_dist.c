@@ -187,7 +187,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_wrong_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ddp_and_zero1, setup, teardown),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = tu_run_tests(tests);
     ct_status st = ct_dist_finalize();
     if (st != CT_OK) fprintf(stderr, "ct_dist_finalize: %s\n", ct_last_error());
     return failed || st != CT_OK;

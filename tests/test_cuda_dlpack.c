@@ -246,5 +246,5 @@ int main(void) {
         T(test_export), T(test_import), T(test_import_errors), T(test_roundtrip),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

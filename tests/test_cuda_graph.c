@@ -969,5 +969,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_other_device, setup, teardown_graph),
         cmocka_unit_test_setup_teardown(test_private_pool, setup, teardown_graph),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

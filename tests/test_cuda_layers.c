@@ -292,5 +292,5 @@ int main(void) {
         T(test_mixed_devices),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -267,5 +267,5 @@ int main(void) {
         T(test_memory_bound),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

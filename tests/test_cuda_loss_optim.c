@@ -276,5 +276,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_optim_parity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inplace_parity, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

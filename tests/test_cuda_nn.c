@@ -901,5 +901,5 @@ int main(void) {
         T(test_empty_inputs),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

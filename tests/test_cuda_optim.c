@@ -645,5 +645,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clip_waits, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -630,13 +630,19 @@ static void test_every_cuda_kernel_has_a_case(void **state) {
 }
 
 /* Every registered (op, dtype) against the CPU. */
+/* The (op, dtype) pairs are checked in PARITY_PARTS tests, the ops of part k
+ * being those whose number is k modulo PARITY_PARTS, so that the program can
+ * be split over processes (CT_TEST_SHARD) under compute-sanitizer. */
+#define PARITY_PARTS 8
+static const int parity_part[PARITY_PARTS] = {0, 1, 2, 3, 4, 5, 6, 7};
+
 static void test_parity(void **state) {
-    (void)state;
+    const int part = *(const int *)*state;
     if (ngpu == 0) skip();
     ct_set_allow_tf32(false);
     failures = 0;
     int checked = 0;
-    for (int op = 0; op < CT_NUM_OPS; op++)
+    for (int op = part; op < CT_NUM_OPS; op += PARITY_PARTS)
         for (int dt = 0; dt < CT_NUM_DTYPES; dt++) {
             if (!ct_supports((ct_op)op, CT_DEVICE_CUDA, (ct_dtype)dt)) continue;
             const pcase *pc = case_of((ct_op)op);
@@ -650,7 +656,8 @@ static void test_parity(void **state) {
             run_case(pc, (ct_dtype)dt);
             checked++;
         }
-    fprintf(stderr, "[ parity   ] %d (op, dtype) pairs checked, %d mismatches\n", checked, failures);
+    fprintf(stderr, "[ parity   ] part %d: %d (op, dtype) pairs checked, %d mismatches\n", part,
+            checked, failures);
     assert_int_equal(failures, 0);
 }
 
@@ -710,10 +717,12 @@ int main(int argc, char **argv) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_every_cuda_kernel_has_a_case),
-        T(test_parity),
+#define P(k) {"test_parity part " #k, test_parity, setup, teardown, (void *)&parity_part[k]}
+        P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7),
+#undef P
         T(test_cpu_scalar_operand),
         T(test_gelu_backward_devices),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

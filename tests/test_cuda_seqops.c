@@ -392,5 +392,5 @@ int main(void) {
         T(test_topk_backward_bad_index), T(test_multinomial_parity),
         T(test_multinomial_bad_weights),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -379,5 +379,5 @@ int main(void) {
         T(test_autograd_matches_cpu), T(test_inplace_views_match_cpu), T(test_mixed_devices),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -353,5 +353,5 @@ int main(void) {
         T(test_cumprod_parity),        T(test_nonzero_unique_parity),
         T(test_reductions_parity),     T(test_grad_parity),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -304,5 +304,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cnn_sgd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cnn_adamw, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

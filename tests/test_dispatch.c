@@ -570,5 +570,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cpu_block_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_guard, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -758,7 +758,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_zero1_matches_ddp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sharded_loader, setup, teardown),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = tu_run_tests(tests);
     ct_status fst = ct_dist_finalize();
     if (fst != CT_OK) fprintf(stderr, "ct_dist_finalize: %s\n", ct_last_error());
     return failed || fst != CT_OK;

@@ -218,7 +218,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_rank0_alone, rdv_setup, rdv_teardown),
         cmocka_unit_test_setup_teardown(test_meet, rdv_setup, rdv_teardown),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = tu_run_tests(tests);
     rmdir(dir);
     return rc;
 }

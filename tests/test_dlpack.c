@@ -510,5 +510,5 @@ int main(void) {
         T(test_import_errors), T(test_roundtrip),      T(test_versioned),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

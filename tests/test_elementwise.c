@@ -1622,5 +1622,5 @@ int main(void) {
         cmocka_unit_test(test_parallel_large),
         cmocka_unit_test(test_registration),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -420,5 +420,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_resume_mlp_adamw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_cnn_sgd, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

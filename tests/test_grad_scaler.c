@@ -669,5 +669,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unscale_op, setup, teardown),
         cmocka_unit_test_setup_teardown(test_update_op, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

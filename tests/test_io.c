@@ -1499,7 +1499,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_loader_shard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fashion_mnist, setup, teardown),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = tu_run_tests(tests);
     rm_tmpdir();
     return rc;
 }

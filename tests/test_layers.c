@@ -1249,5 +1249,5 @@ int main(void) {
         T(test_nn_layers),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

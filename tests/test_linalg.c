@@ -760,5 +760,5 @@ int main(void) {
         cmocka_unit_test(test_no_leaks),
         cmocka_unit_test(test_threads),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -652,5 +652,5 @@ int main(void) {
         T(test_results_in_scope),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

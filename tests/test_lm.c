@@ -297,5 +297,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_params, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forward, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

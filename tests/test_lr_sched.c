@@ -394,5 +394,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_plateau, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plateau_errors, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

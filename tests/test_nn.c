@@ -1270,5 +1270,5 @@ int main(void) {
         cmocka_unit_test(test_softmax_nonfinite),
         cmocka_unit_test(test_no_leaks),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

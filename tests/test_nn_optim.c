@@ -1559,5 +1559,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_train_mlp_adamw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_train_memory, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

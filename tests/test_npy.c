@@ -570,7 +570,7 @@ int main(void) {
         T(test_npz_malformed), T(test_npz_save_errors),
     };
 #undef T
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = tu_run_tests(tests);
     rm_tmpdir();
     return rc;
 }

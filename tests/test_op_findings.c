@@ -169,5 +169,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_more_of_empty_tensor_with_huge_sizes, setup,
                                         teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -654,5 +654,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_lists, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clip_non_finite, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

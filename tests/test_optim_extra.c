@@ -435,5 +435,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_weight_decay_per_param, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -251,5 +251,5 @@ int main(void) {
         T(test_release_on_another_thread),
 #undef T
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -742,5 +742,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_gradients, setup, teardown),
     };
     tu_seed();
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -175,5 +175,5 @@ int main(void) {
         T(test_str_contract_and_errors),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -925,5 +925,5 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_thread_count_independence),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

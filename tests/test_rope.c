@@ -905,5 +905,5 @@ int main(void) {
         T(test_swiglu_chunk_gradcheck), T(test_swiglu_chunk_autograd),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

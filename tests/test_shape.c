@@ -1276,5 +1276,5 @@ int main(void) {
         T(test_bad_inputs),        T(test_zero_d_and_empty),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

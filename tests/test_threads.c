@@ -367,5 +367,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_handoff_between_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_profile_from_threads, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_tests(tests);
 }

@@ -271,4 +271,32 @@ static inline void tu_rm_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* Runs a program's group of tests, or one shard of it: CT_TEST_SHARD="i/n"
+ * (0 <= i < n) runs the tests whose index in the group is i modulo n. A
+ * program too slow to run whole under a tool (compute-sanitizer slows
+ * kernels 10-100x) is split over n processes that run at once
+ * (scripts/gpu.sh). A malformed value fails the program. */
+static inline int tu_run_group(const char *name, const struct CMUnitTest *tests, size_t count) {
+    const char *e = getenv("CT_TEST_SHARD");
+    if (!e || !*e) return _cmocka_run_group_tests(name, tests, count, NULL, NULL);
+    unsigned i, n;
+    char tail;
+    if (sscanf(e, "%u/%u%c", &i, &n, &tail) != 2 || n == 0 || i >= n) {
+        fprintf(stderr, "CT_TEST_SHARD=%s: expected i/n with 0 <= i < n\n", e);
+        return 1;
+    }
+    struct CMUnitTest *mine = malloc((count / n + 1) * sizeof *mine);
+    if (!mine) return 1;
+    size_t k = 0;
+    for (size_t j = i; j < count; j += n) mine[k++] = tests[j];
+    int rc = 0;
+    if (k == 0)
+        printf("[ shard    ] %s %u/%u: no tests (the group has %zu)\n", name, i, n, count);
+    else
+        rc = _cmocka_run_group_tests(name, mine, k, NULL, NULL);
+    free(mine);
+    return rc;
+}
+#define tu_run_tests(tests) tu_run_group(#tests, tests, sizeof(tests) / sizeof((tests)[0]))
+
 #endif
