@@ -252,6 +252,9 @@ static void test_int_zero_divisor(void **state) {
                              "ZeroDivisionError");
         tu_assert_null_error(ct_remainder_scalar(a, 0.0), CT_ERR_INVALID_ARG,
                              "ct_remainder_scalar", "ZeroDivisionError");
+        /* operands that do not broadcast: the shapes are the error, as in PyTorch */
+        ct_tensor *col = chk(ct_narrow(b, 1, 1, 2)); /* [2, 2] with a 0, against [2, 3] */
+        tu_assert_null_error(ct_fmod(a, col), CT_ERR_SHAPE, "ct_fmod", "broadcast");
         double *ga = tu_values(a), *gb = tu_values(b);
         for (int i = 0; i < 6; i++) assert_true(ga[i] == av[i] && gb[i] == bv[i]);
         free(ga), free(gb);

@@ -228,6 +228,32 @@ static ct_status binary_record(const bin_spec *sp, ct_tensor *a, ct_tensor *b, c
     return cti_ag_record(&r);
 }
 
+/* Integer fmod and remainder by zero fail on the CPU, as PyTorch's
+ * ZeroDivisionError: a pass over b once the operands are known good (so a
+ * shape or dtype error is reported first), before the kernel divides. A CUDA b is not read (that would wait
+ * for the device; PyTorch's CUDA kernels do not check either): its zero
+ * divisors give 0. */
+static bool int_operands(const ct_tensor *a, const ct_tensor *b) {
+    return a && b && !ct_dtype_is_floating(a->dtype) && !ct_dtype_is_floating(b->dtype) &&
+           a->dtype != CT_BOOL && b->dtype != CT_BOOL;
+}
+
+static ct_status zero_divisor(const char *op, ct_tensor *a, ct_tensor *b) {
+    if (!int_operands(a, b) || b->storage->device.type != CT_DEVICE_CPU) return CT_OK;
+    ct_tensor *z = ct_eq_scalar(b, 0);
+    ct_tensor *any = z ? ct_any(z, 0, NULL, false) : NULL;
+    ct_tensor_release(z);
+    double v = 0;
+    ct_status st = any ? ct_tensor_item(any, &v) : ct_last_status();
+    ct_tensor_release(any);
+    if (st != CT_OK) return st;
+    if (v != 0)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: ZeroDivisionError: integer division by zero (b %s holds a 0)", op,
+                         cti_desc(b));
+    return CT_OK;
+}
+
 static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double alpha) {
     if (check_two(sp->name, a, b) != CT_OK) return NULL;
     ct_dtype rt = a->dtype;
@@ -244,6 +270,9 @@ static ct_tensor *binary(const bin_spec *sp, ct_tensor *a, ct_tensor *b, double 
     int nd;
     int64_t shape[CT_MAX_DIMS];
     if (binary_shape(sp->name, a, b, &nd, shape) != CT_OK) return NULL;
+    if ((sp->op == CT_OP_FMOD || sp->op == CT_OP_REMAINDER) &&
+        zero_divisor(sp->name, a, b) != CT_OK)
+        return NULL;
     ct_tensor *out = cti_tensor_new(sp->name, nd, shape, od, dev_of(a));
     if (!out) return NULL;
     cti_pointwise_params p = binary_params(alpha, 0);
@@ -1172,39 +1201,8 @@ SPEC(s_bitwise_right_shift_scalar, "ct_bitwise_right_shift_scalar", BITWISE_RIGH
      BK_ARITH);
 
 ct_tensor *ct_atan2(ct_tensor *a, ct_tensor *b) { return binary(&s_atan2, a, b, 1.0); }
-/* Integer fmod and remainder by zero fail on the CPU, as PyTorch's
- * ZeroDivisionError: a pass over b. A CUDA b is not read (that would wait
- * for the device; PyTorch's CUDA kernels do not check either): its zero
- * divisors give 0. */
-static bool int_operands(const ct_tensor *a, const ct_tensor *b) {
-    return a && b && !ct_dtype_is_floating(a->dtype) && !ct_dtype_is_floating(b->dtype) &&
-           a->dtype != CT_BOOL && b->dtype != CT_BOOL;
-}
-
-static ct_status zero_divisor(const char *op, ct_tensor *a, ct_tensor *b) {
-    if (!int_operands(a, b) || b->storage->device.type != CT_DEVICE_CPU) return CT_OK;
-    ct_tensor *z = ct_eq_scalar(b, 0);
-    ct_tensor *any = z ? ct_any(z, 0, NULL, false) : NULL;
-    ct_tensor_release(z);
-    double v = 0;
-    ct_status st = any ? ct_tensor_item(any, &v) : ct_last_status();
-    ct_tensor_release(any);
-    if (st != CT_OK) return st;
-    if (v != 0)
-        return cti_error(CT_ERR_INVALID_ARG,
-                         "%s: ZeroDivisionError: integer division by zero (b %s holds a 0)", op,
-                         cti_desc(b));
-    return CT_OK;
-}
-
-ct_tensor *ct_fmod(ct_tensor *a, ct_tensor *b) {
-    if (zero_divisor("ct_fmod", a, b) != CT_OK) return NULL;
-    return binary(&s_fmod, a, b, 1.0);
-}
-ct_tensor *ct_remainder(ct_tensor *a, ct_tensor *b) {
-    if (zero_divisor("ct_remainder", a, b) != CT_OK) return NULL;
-    return binary(&s_remainder, a, b, 1.0);
-}
+ct_tensor *ct_fmod(ct_tensor *a, ct_tensor *b) { return binary(&s_fmod, a, b, 1.0); }
+ct_tensor *ct_remainder(ct_tensor *a, ct_tensor *b) { return binary(&s_remainder, a, b, 1.0); }
 ct_tensor *ct_bitwise_and(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_and, a, b, 1.0); }
 ct_tensor *ct_bitwise_or(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_or, a, b, 1.0); }
 ct_tensor *ct_bitwise_xor(ct_tensor *a, ct_tensor *b) { return binary(&s_bitwise_xor, a, b, 1.0); }
