@@ -26,7 +26,8 @@
 # CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run, CT_GPU_SANITIZER_JOBS=N
 # runs N at once, default the machine's cores up to 16;
 # CT_GPU_SANITIZER_SHARDS="N [test_cuda_x=M ...]" splits each program's tests
-# over N processes, or M for the programs named, through CT_TEST_SHARD),
+# over N processes, or M for the programs named, through CT_TEST_SHARD; the
+# default, "each", gives every test a process of its own),
 # CT_GPU_SKIP_BENCH=1 step 5 (CT_GPU_BENCH_ONLY="name ..." keeps those),
 # CT_GPU_BENCH=quick|full|0 for step 6, CT_GPU_FASHION_EPOCHS=N (0: none) for
 # step 7. Steps 4-7 can run in separate calls on the same build directory.
@@ -126,16 +127,22 @@ sstep() {
 }
 
 # shards_of PROGRAM: how many processes CT_GPU_SANITIZER_SHARDS gives its
-# tests under compute-sanitizer ("N name=M ...": M for name, N for the rest).
+# tests under compute-sanitizer ("N name=M ...": M for name, N for the rest;
+# "each": one a test, the count the program's empty shard reports).
 shards_of() {
-    local n=1 w
-    for w in ${CT_GPU_SANITIZER_SHARDS:-1}; do
+    local n=each w
+    for w in ${CT_GPU_SANITIZER_SHARDS:-each}; do
         case $w in
-        "$1"=*) echo "${w#*=}"; return 0 ;;
+        "$1"=*) n=${w#*=}; break ;;
         *=*) ;;
         *) n=$w ;;
         esac
     done
+    if [ "$n" = each ]; then
+        n=$(CT_TEST_SHARD=999999/1000000 "$build/tests/$1" 2>/dev/null |
+            sed -n 's/.*(the group has \([0-9]*\)).*/\1/p')
+        [ -n "$n" ] || n=1
+    fi
     echo "$n"
 }
 
