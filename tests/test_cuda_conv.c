@@ -121,28 +121,11 @@ static double grad_rtol(ct_dtype dt) {
     }
 }
 
-/* Runs stderr into a temporary file while fn runs with the trace on;
- * returns the trace (caller frees). */
+/* The trace of what fn runs (caller frees). */
 static char *traced(void (*fn)(void *), void *ctx) {
-    fflush(stderr);
-    FILE *tmp = tmpfile();
-    assert_non_null(tmp);
-    int saved = dup(fileno(stderr));
-    assert_true(saved >= 0);
-    assert_true(dup2(fileno(tmp), fileno(stderr)) >= 0);
-    bool was = ct_trace_enabled();
-    ct_set_trace(true);
+    tu_trace t = tu_trace_begin();
     fn(ctx);
-    ct_set_trace(was);
-    fflush(stderr);
-    dup2(saved, fileno(stderr));
-    close(saved);
-    long len = ftell(tmp);
-    char *buf = calloc((size_t)(len > 0 ? len : 0) + 1, 1);
-    rewind(tmp);
-    if (len > 0) assert_int_equal(fread(buf, 1, (size_t)len, tmp), (size_t)len);
-    fclose(tmp);
-    return buf;
+    return tu_trace_end(&t);
 }
 
 /* The kernel= field of the trace's first line for op (static buffer). */
