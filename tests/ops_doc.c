@@ -1,18 +1,34 @@
-/* docs/OPS.md from the op schema and the kernel table, and the checks that
- * keep the op set whole:
+/* docs/OPS.md from the op schema, the kernel table and the table of
+ * functions made of ops below, and the checks that keep both whole:
  *
- *   ops_doc --write FILE TESTS_DIR   writes the coverage table to FILE
- *   ops_doc --check FILE TESTS_DIR   fails when FILE differs from what
- *                                    --write would write, or when an op
- *                                    lacks a CPU kernel, a differentiable op
- *                                    lacks its formula, an op's C function
- *                                    is not exported, or no test under
- *                                    TESTS_DIR calls it
+ *   ops_doc --write FILE TESTS_DIR OPS_H   writes FILE
+ *   ops_doc --check FILE TESTS_DIR OPS_H   fails when FILE differs from what
+ *                                          --write would write, or a check
+ *                                          below fails
  *
- * The CUDA column needs the CUDA module loaded: meson runs this with the
- * toolkit's stub driver in front (no GPU needed). Where the module does not
- * load (a build without CUDA), --check runs the other checks and leaves the
- * file alone; a table is only written with the module. */
+ * FILE has two parts. The op table: one row per dispatchable op, from the
+ * schema and the kernels the backends register. The section "Functions made
+ * of ops": one row per public function of OPS_H (include/tensor/ops.h) that
+ * is no op's C function, from the table `composites` below, which holds each
+ * function's address (removing or renaming one breaks this file's build) and
+ * states by hand its PyTorch name, the ops it runs and whether autograd
+ * differentiates it. A few functions of OPS_H run no op at all (the autocast
+ * regions' switches): they are listed in `not_ops` and have no row.
+ *
+ * The checks: every op has a CPU kernel and, when differentiable, its
+ * formula; every C function of either table and of `not_ops` is exported
+ * and called (or passed as a value) by some test under TESTS_DIR (each one
+ * that is not is named); every function OPS_H declares is an op's C
+ * function, a row of `composites` or in `not_ops`, and every row of those two
+ * names a function OPS_H declares, once.
+ *
+ * The op table's CUDA column needs the CUDA module loaded: meson runs this
+ * with the toolkit's stub driver in front (no GPU needed). Where the module
+ * does not load (a build without CUDA), the op table is left as FILE has it:
+ * --check compares only the section of functions made of ops, and --write
+ * rewrites only that section, keeping FILE's op table byte for byte (all
+ * of FILE is taken as the op table when it has no such section yet). The
+ * section depends on nothing the module registers. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -159,6 +175,214 @@ static void grad_of(int k, char *buf, size_t n) {
         snprintf(buf, n, "no");
 }
 
+/* ---- functions made of ops ------------------------------------------------------------ */
+
+/* A public function's address, whatever its type: naming the function here
+ * makes the build fail when it is removed or renamed. */
+typedef void (*any_fn)(void);
+#define FN(f) #f, (any_fn)(f)
+
+/* One row of "Functions made of ops": the C function, the PyTorch name(s)
+ * it mirrors, the schema ops it runs (their schema names), and whether
+ * autograd differentiates it: "yes" when it records the nodes of the ops it
+ * runs, "yes (`formula`)" when it records one node of its own with that
+ * formula, "no" otherwise. Rows in the order of include/tensor/ops.h. */
+typedef struct composite {
+    const char *function;
+    any_fn address;
+    const char *torch, *runs, *grad;
+} composite;
+
+#define INPLACE_GRAD "yes (the out-of-place form's node, rebased as PyTorch)"
+
+static const composite composites[] = {
+    /* unary, in place */
+    {FN(ct_neg_), "Tensor.neg_", "neg, in place", INPLACE_GRAD},
+    {FN(ct_exp_), "Tensor.exp_", "exp, in place", INPLACE_GRAD},
+    {FN(ct_sqrt_), "Tensor.sqrt_", "sqrt, in place", INPLACE_GRAD},
+    {FN(ct_relu_), "Tensor.relu_, F.relu(inplace=True)", "relu, in place", INPLACE_GRAD},
+    /* binary with alpha */
+    {FN(ct_add_alpha), "torch.add(alpha=)", "add (a + alpha b)", "yes (`cti_bw_add`)"},
+    {FN(ct_sub_alpha), "torch.sub(alpha=)", "sub (a - alpha b)", "yes (`cti_bw_add`)"},
+    /* tensor-scalar */
+    {FN(ct_add_scalar), "torch.add(x, s)", "add with a 0-d operand", "yes (`cti_bw_add`)"},
+    {FN(ct_sub_scalar), "torch.sub(x, s)", "sub with a 0-d operand", "yes (`cti_bw_add`)"},
+    {FN(ct_rsub_scalar), "torch.rsub(x, s)", "sub with a 0-d operand (s - x)",
+     "yes (`cti_bw_neg`)"},
+    {FN(ct_mul_scalar), "torch.mul(x, s)", "mul with a 0-d operand", "yes (`cti_bw_mul_scalar`)"},
+    {FN(ct_div_scalar), "torch.div(x, s)", "div with a 0-d operand", "yes (`cti_bw_div_scalar`)"},
+    {FN(ct_pow_scalar), "torch.pow(x, s)", "pow with a 0-d operand", "yes (`cti_bw_pow_scalar`)"},
+    {FN(ct_maximum_scalar), "torch.maximum(x, torch.tensor(s))", "maximum with a 0-d operand",
+     "yes (`cti_bw_maximum_scalar`)"},
+    {FN(ct_minimum_scalar), "torch.minimum(x, torch.tensor(s))", "minimum with a 0-d operand",
+     "yes (`cti_bw_minimum_scalar`)"},
+    {FN(ct_eq_scalar), "torch.eq(x, s)", "eq with a 0-d operand", "no"},
+    {FN(ct_ne_scalar), "torch.ne(x, s)", "ne with a 0-d operand", "no"},
+    {FN(ct_lt_scalar), "torch.lt(x, s)", "lt with a 0-d operand", "no"},
+    {FN(ct_le_scalar), "torch.le(x, s)", "le with a 0-d operand", "no"},
+    {FN(ct_gt_scalar), "torch.gt(x, s)", "gt with a 0-d operand", "no"},
+    {FN(ct_ge_scalar), "torch.ge(x, s)", "ge with a 0-d operand", "no"},
+    /* binary, in place */
+    {FN(ct_add_), "Tensor.add_", "add, in place", INPLACE_GRAD},
+    {FN(ct_add_alpha_), "Tensor.add_(alpha=)", "add (a + alpha b), in place", INPLACE_GRAD},
+    {FN(ct_sub_), "Tensor.sub_", "sub, in place", INPLACE_GRAD},
+    {FN(ct_mul_), "Tensor.mul_", "mul, in place", INPLACE_GRAD},
+    {FN(ct_div_), "Tensor.div_", "div, in place", INPLACE_GRAD},
+    {FN(ct_pow_), "Tensor.pow_", "pow, in place", INPLACE_GRAD},
+    {FN(ct_add_scalar_), "Tensor.add_(s)", "add with a 0-d operand, in place", INPLACE_GRAD},
+    {FN(ct_sub_scalar_), "Tensor.sub_(s)", "sub with a 0-d operand, in place", INPLACE_GRAD},
+    {FN(ct_mul_scalar_), "Tensor.mul_(s)", "mul with a 0-d operand, in place", INPLACE_GRAD},
+    {FN(ct_div_scalar_), "Tensor.div_(s)", "div with a 0-d operand, in place", INPLACE_GRAD},
+    {FN(ct_clamp_), "Tensor.clamp_", "clamp, in place", INPLACE_GRAD},
+    /* reductions */
+    {FN(ct_std), "torch.std", "var (its std form)", "yes (`cti_bw_std`)"},
+    {FN(ct_max_dim), "torch.max(x, dim)", "max along dim, with int64 indices",
+     "yes (`cti_bw_max_dim`)"},
+    {FN(ct_min_dim), "torch.min(x, dim)", "min along dim, with int64 indices",
+     "yes (`cti_bw_max_dim`)"},
+    {FN(ct_argmax_all), "torch.argmax(x)", "argmax over every dim", "no"},
+    {FN(ct_argmin_all), "torch.argmin(x)", "argmin over every dim", "no"},
+    /* linear algebra */
+    {FN(ct_matmul), "torch.matmul", "mm or bmm on strided views (batch dims broadcast)",
+     "yes (`cti_bw_matmul`)"},
+    {FN(ct_linear), "F.linear", "addmm (with bias) or mm on views of x and w^T",
+     "yes (`cti_bw_linear`)"},
+    /* rope, cumsum, fused linear cross-entropy */
+    {FN(ct_rope_tables), "(LLaMA's precompute_freqs_cis)",
+     "copy (tables computed in float64 on the host, converted to dtype and moved to the device)",
+     "no"},
+    {FN(ct_cumsum_backward), "(backward of cumsum)", "cumsum, from the end",
+     "yes (`cti_bw_cumsum`)"},
+    {FN(ct_linear_cross_entropy_backward), "(backward of Liger's fused linear cross-entropy)",
+     "per chunk of rows: addmm or mm, cross_entropy_fused, mm, addmm, sum; then mul in place by "
+     "the scale",
+     "no"},
+    /* indexing */
+    {FN(ct_masked_fill), "torch.masked_fill", "where with a 0-d value", "yes"},
+    {FN(ct_repeat_interleave), "torch.repeat_interleave (int repeats)",
+     "copy (an expanded view reshaped); index_select for a tensor of the most dims", "yes"},
+    {FN(ct_split), "torch.split (int split_size)", "none: narrow views",
+     "yes (`cti_bw_split`; narrow's past 4 pieces)"},
+    {FN(ct_split_with_sizes), "torch.split_with_sizes, torch.split (a list of sizes)",
+     "none: narrow views", "yes (`cti_bw_split`; narrow's past 4 pieces)"},
+    {FN(ct_chunk), "torch.chunk", "none: narrow views",
+     "yes (`cti_bw_split`; narrow's past 4 pieces)"},
+    /* reductions, scans and sorting */
+    {FN(ct_logsumexp), "torch.logsumexp",
+     "max, abs, eq, where (the shift, without grad); sub, exp, sum, log, add", "yes"},
+    {FN(ct_all), "torch.all", "eq with a 0-d operand, sum, eq", "no"},
+    {FN(ct_any), "torch.any", "ne with a 0-d operand, sum, gt", "no"},
+    {FN(ct_amax), "torch.amax", "max over dims (without grad)", "yes (`cti_bw_amax`)"},
+    {FN(ct_amin), "torch.amin", "min over dims (without grad)", "yes (`cti_bw_amax`)"},
+    {FN(ct_count_nonzero), "torch.count_nonzero", "ne with a 0-d operand, sum", "no"},
+    {FN(ct_argsort), "torch.argsort", "sort (its indices)", "no"},
+    {FN(ct_kthvalue), "torch.kthvalue", "sort, fill, gather", "yes"},
+    {FN(ct_median), "torch.median(x)", "as ct_median_dim over the flattened x", "yes"},
+    {FN(ct_median_dim), "torch.median(x, dim)",
+     "sort, fill, gather; ne, sum, gt, mul, add, where (a slice's first NaN)", "yes"},
+    {FN(ct_mode), "torch.mode",
+     "sort, gather; without grad: fill, ne, copy (cat), cumsum, sub, scatter_add, argmax", "yes"},
+    {FN(ct_unique), "torch.unique (return_inverse, return_counts)",
+     "sort, ne, copy (cat), cumsum, nonzero, index_select, sub, scatter_add", "no"},
+    /* indexing and shape */
+    {FN(ct_scatter_value), "torch.scatter(value=)", "copy, scatter (of an expanded 0-d value)",
+     "yes (`cti_bw_scatter`)"},
+    {FN(ct_index_add), "torch.index_add",
+     "scatter_add (of source, times alpha by mul); lt, ge, logical_or, sum check the indices",
+     "yes"},
+    {FN(ct_index_put), "torch.index_put",
+     "scatter, or scatter_add to accumulate, at flat positions (mul, add); nonzero for a mask, "
+     "arange for a slice; lt, ge, logical_or, sum, where check and wrap the indices",
+     "yes"},
+    {FN(ct_masked_select), "torch.masked_select",
+     "copy (the mask to the host, which counts it), index_select", "yes"},
+    {FN(ct_take), "torch.take",
+     "index_select of the flattened x; lt, ge, logical_or, sum, where check and wrap the indices",
+     "yes"},
+    {FN(ct_tile), "torch.tile", "repeat", "yes"},
+    {FN(ct_unbind), "torch.unbind", "none: select views", "yes (`cti_bw_select`)"},
+    {FN(ct_diagonal), "torch.diagonal", "none: a view", "yes (`cti_bw_diagonal`)"},
+    {FN(ct_diag), "torch.diag", "1-d x: fill, scatter; 2-d x: copy of the diagonal", "yes"},
+    {FN(ct_one_hot), "F.one_hot",
+     "fill, scatter (of 1); lt, ge, logical_or, sum check the classes; max for num_classes -1",
+     "no"},
+    /* elementwise */
+    {FN(ct_selu), "F.selu", "elu with SELU's alpha and scale", "yes (`cti_bw_elu`)"},
+    {FN(ct_celu), "F.celu", "elu with alpha and input scale 1 / alpha", "yes (`cti_bw_elu`)"},
+    {FN(ct_fmod_scalar), "torch.fmod(x, s)", "fmod with a 0-d operand", "yes (`cti_bw_add`)"},
+    {FN(ct_remainder_scalar), "torch.remainder(x, s)", "remainder with a 0-d operand",
+     "yes (`cti_bw_add`)"},
+    {FN(ct_bitwise_and_scalar), "torch.bitwise_and(x, s)", "bitwise_and with a 0-d operand",
+     "no"},
+    {FN(ct_bitwise_or_scalar), "torch.bitwise_or(x, s)", "bitwise_or with a 0-d operand", "no"},
+    {FN(ct_bitwise_xor_scalar), "torch.bitwise_xor(x, s)", "bitwise_xor with a 0-d operand",
+     "no"},
+    {FN(ct_bitwise_left_shift_scalar), "torch.bitwise_left_shift(x, s)",
+     "bitwise_left_shift with a 0-d operand", "no"},
+    {FN(ct_bitwise_right_shift_scalar), "torch.bitwise_right_shift(x, s)",
+     "bitwise_right_shift with a 0-d operand", "no"},
+    {FN(ct_lerp_scalar), "torch.lerp (a number weight)", "lerp with a 0-d weight",
+     "yes (`cti_bw_lerp`)"},
+    {FN(ct_clamp_tensor), "torch.clamp (tensor min, max)", "maximum, minimum", "yes"},
+    /* losses */
+    {FN(ct_binary_cross_entropy), "F.binary_cross_entropy",
+     "log, sub, clamp, mul, add, neg; mul (weight); mean or sum", "yes"},
+    {FN(ct_binary_cross_entropy_with_logits), "F.binary_cross_entropy_with_logits",
+     "neg, softplus, sub, mul, add; pos_weight: sub, mul, add, mul; weight: mul; mean or sum",
+     "yes"},
+    {FN(ct_l1_loss), "F.l1_loss", "sub, abs; mean or sum", "yes"},
+    {FN(ct_smooth_l1_loss), "F.smooth_l1_loss",
+     "sub, abs, mul, lt, where (beta 0: as ct_l1_loss); mean or sum", "yes"},
+    {FN(ct_huber_loss), "F.huber_loss", "sub, abs, mul, lt, where; mean or sum", "yes"},
+    {FN(ct_kl_div), "F.kl_div",
+     "log_target: exp, sub, mul; else eq, fill, where, log, mul, sub; mean, sum, or sum and div "
+     "(batchmean)",
+     "yes"},
+    {FN(ct_cosine_similarity), "F.cosine_similarity",
+     "norm, clamp and sub (without grad), add, div, mul, sum", "yes"},
+    {FN(ct_cosine_embedding_loss), "F.cosine_embedding_loss",
+     "mul, sum, add, sqrt, div, eq, sub, clamp, where; mean or sum", "yes"},
+    {FN(ct_margin_ranking_loss), "F.margin_ranking_loss", "sub, mul, neg, add, clamp; mean or sum",
+     "yes"},
+    {FN(ct_cross_entropy_prob), "F.cross_entropy (class probabilities)",
+     "log_softmax; mul, add (label smoothing); mul (weight); mul, sum, neg; sum and div (mean) "
+     "or sum",
+     "yes"},
+    /* linear algebra and layers */
+    {FN(ct_dot), "torch.dot", "mm (as ct_matmul)", "yes (`cti_bw_matmul`)"},
+    {FN(ct_outer), "torch.outer", "mul of unsqueezed views", "yes"},
+    {FN(ct_einsum), "torch.einsum",
+     "bmm after permutes and reshapes (copy where the strides need it); mul by an eye (fill) "
+     "for a repeated label; sum for a label summed out",
+     "yes"},
+    {FN(ct_baddbmm), "torch.baddbmm", "bmm, mul, add", "yes"},
+    {FN(ct_group_norm), "F.group_norm",
+     "batch_norm over [1, N groups, *], mul and add (weight, bias)", "yes"},
+    {FN(ct_instance_norm), "F.instance_norm",
+     "batch_norm over [1, N C, *], mul and add (weight, bias); the running statistics: mean, "
+     "mul, then mul and add in place; eval: as ct_batch_norm",
+     "yes"},
+    {FN(ct_conv1d), "F.conv1d", "conv2d on unsqueezed views", "yes"},
+    {FN(ct_conv_transpose2d), "F.conv_transpose2d", "conv2d_backward_input, add (bias)",
+     "yes (`cti_bw_conv_transpose2d`, then add's)"},
+    {FN(ct_max_pool1d), "F.max_pool1d", "max_pool2d on unsqueezed views", "yes"},
+    {FN(ct_avg_pool1d), "F.avg_pool1d", "avg_pool2d on unsqueezed views", "yes"},
+};
+
+/* Public functions of include/tensor/ops.h that run no op: the autocast
+ * regions' switches (they change or read this thread's autocast setting).
+ * Neither table has a row for them. */
+static const struct {
+    const char *function;
+    any_fn address;
+} not_ops[] = {
+    {FN(ct_autocast_begin)},   {FN(ct_autocast_begin_disabled)}, {FN(ct_autocast_end)},
+    {FN(ct_autocast_enabled)}, {FN(ct_autocast_dtype)},
+};
+
+#define N_COMPOSITES ((int)(sizeof composites / sizeof composites[0]))
+#define N_NOT_OPS ((int)(sizeof not_ops / sizeof not_ops[0]))
+
 /* ---- the checks ----------------------------------------------------------------------- */
 
 static char *read_file(const char *path) {
@@ -252,6 +476,151 @@ static int check_ops(const char *tests) {
     return bad;
 }
 
+/* The functions a header declares: every identifier ct_... followed by "("
+ * outside comments (the header declares no function pointers and calls no
+ * function). out[] gets pointers into text, which is rewritten in place;
+ * returns the count, or -1 when there are more than max. */
+static int declared_functions(char *text, const char **out, int max) {
+    /* comments become spaces, so nothing in them is read */
+    for (char *p = text; *p; p++) {
+        if (p[0] == '/' && p[1] == '*') {
+            char *end = strstr(p + 2, "*/");
+            char *stop = end ? end + 2 : p + strlen(p);
+            memset(p, ' ', (size_t)(stop - p));
+            p = stop - 1;
+        } else if (p[0] == '/' && p[1] == '/') {
+            while (*p && *p != '\n') *p++ = ' ';
+            if (!*p) break;
+        }
+    }
+    int n = 0;
+    for (char *p = strstr(text, "ct_"); p; p = strstr(p, "ct_")) {
+        char before = p == text ? ' ' : p[-1];
+        size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        char *after = p + len;
+        while (*after == ' ' || *after == '\t' || *after == '\n') after++;
+        bool ident = (before >= 'a' && before <= 'z') || (before >= 'A' && before <= 'Z') ||
+                     (before >= '0' && before <= '9') || before == '_';
+        bool cut = false;
+        if (!ident && *after == '(') {
+            if (n == max) return -1;
+            p[len] = '\0'; /* the name ends the string; its "(" is past it */
+            out[n++] = p;
+            cut = true;
+        }
+        p += len + cut;
+    }
+    return n;
+}
+
+static bool is_op_function(const char *fn) {
+    for (int k = 0; k < CT_NUM_OPS; k++) {
+        char own[128];
+        function_of(cti_schema_rows[k].name, own, sizeof own);
+        if (!strcmp(own, fn)) return true;
+    }
+    return false;
+}
+
+static int composite_row(const char *fn) {
+    for (int i = 0; i < N_COMPOSITES; i++)
+        if (!strcmp(composites[i].function, fn)) return i;
+    return -1;
+}
+
+static int not_op_row(const char *fn) {
+    for (int i = 0; i < N_NOT_OPS; i++)
+        if (!strcmp(not_ops[i].function, fn)) return i;
+    return -1;
+}
+
+static bool is_declared(const char *fn, const char *const *decl, int ndecl) {
+    for (int i = 0; i < ndecl; i++)
+        if (!strcmp(decl[i], fn)) return true;
+    return false;
+}
+
+/* A C function of a row: declared in the header once, in one table only,
+ * exported, called by a test. */
+static int check_row(const char *fn, const char *const *decl, int ndecl, const char *header,
+                     const char *tests) {
+    int bad = 0;
+    if (!is_declared(fn, decl, ndecl)) {
+        fprintf(stderr, "ops_doc: %s has a row in tests/ops_doc.c but %s does not declare it\n",
+                fn, header);
+        bad++;
+    }
+    if (is_op_function(fn)) {
+        fprintf(stderr,
+                "ops_doc: %s is an op's C function (the op table has its row) and has a row "
+                "in tests/ops_doc.c too\n",
+                fn);
+        bad++;
+    }
+    if (!dlsym(RTLD_DEFAULT, fn)) {
+        fprintf(stderr, "ops_doc: %s is not exported\n", fn);
+        bad++;
+    } else if (!calls(tests, fn)) {
+        fprintf(stderr, "ops_doc: no test calls %s\n", fn);
+        bad++;
+    }
+    return bad;
+}
+
+/* The functions of header against the op table, composites and not_ops. */
+static int check_functions(const char *header, const char *tests) {
+    char *text = read_file(header);
+    if (!text) {
+        fprintf(stderr, "ops_doc: cannot read %s\n", header);
+        return 1;
+    }
+    enum { MAX_DECL = 1024 };
+    static const char *decl[MAX_DECL];
+    int ndecl = declared_functions(text, decl, MAX_DECL), bad = 0;
+    if (ndecl < 0) {
+        fprintf(stderr, "ops_doc: %s declares more than %d functions\n", header, MAX_DECL);
+        free(text);
+        return 1;
+    }
+    for (int i = 0; i < ndecl; i++) {
+        const char *fn = decl[i];
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++) seen = !strcmp(decl[j], fn);
+        if (seen || is_op_function(fn) || composite_row(fn) >= 0 || not_op_row(fn) >= 0) continue;
+        fprintf(stderr,
+                "ops_doc: %s is declared in %s but has no row: give it one in the table of "
+                "functions made of ops (`composites` in tests/ops_doc.c), or list it in "
+                "`not_ops` when it runs no op\n",
+                fn, header);
+        bad++;
+    }
+    for (int i = 0; i < N_COMPOSITES; i++) {
+        const composite *c = &composites[i];
+        if (composite_row(c->function) != i) {
+            fprintf(stderr, "ops_doc: %s has two rows in tests/ops_doc.c\n", c->function);
+            bad++;
+        }
+        const char *cells[3] = {c->torch, c->runs, c->grad};
+        for (int k = 0; k < 3; k++)
+            if (!cells[k][0] || strchr(cells[k], '|') || strchr(cells[k], '\n')) {
+                fprintf(stderr, "ops_doc: the row of %s has an empty cell or one with '|' or a "
+                                "line break\n",
+                        c->function);
+                bad++;
+            }
+        bad += check_row(c->function, decl, ndecl, header, tests);
+    }
+    for (int i = 0; i < N_NOT_OPS; i++) {
+        if (not_op_row(not_ops[i].function) != i || composite_row(not_ops[i].function) >= 0) {
+            fprintf(stderr, "ops_doc: %s has two rows in tests/ops_doc.c\n", not_ops[i].function);
+            bad++;
+        }
+        bad += check_row(not_ops[i].function, decl, ndecl, header, tests);
+    }
+    free(text);
+    return bad;
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 static char *table(void) {
@@ -285,44 +654,127 @@ static char *table(void) {
     return text;
 }
 
+/* The heading that begins the section of functions made of ops; what
+ * precedes it is the op table. */
+static const char section_mark[] = "\n## Functions made of ops\n";
+
+static char *section(void) {
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f) return NULL;
+    fprintf(f, "%s\n", section_mark);
+    fprintf(f, "The public functions of `include/tensor/ops.h` that are no op's C function: "
+               "each runs ops of the\ntable above (or only makes views), so it has no kernel of "
+               "its own and runs on the devices\nand dtypes those ops have kernels for. One row "
+               "per function: the PyTorch name it mirrors,\nthe ops it runs (by their schema "
+               "names), and whether autograd differentiates it: yes\nwhen it records the nodes "
+               "of the ops it runs, yes with a formula when it records one node\nof its own "
+               "with that formula. The rows are `composites` in `tests/ops_doc.c`, which holds\n"
+               "each function's address; `meson test ops_doc` fails when a function declared "
+               "in\n`include/tensor/ops.h` has a row in neither table, when a row names a "
+               "function not declared\nthere, or when no test calls one. This section needs no "
+               "CUDA module: a build without\nCUDA checks and rewrites it alone.\n\n");
+    fprintf(f, "| C | PyTorch | runs | differentiable |\n");
+    fprintf(f, "| --- | --- | --- | --- |\n");
+    for (int i = 0; i < N_COMPOSITES; i++)
+        fprintf(f, "| `%s` | %s | %s | %s |\n", composites[i].function, composites[i].torch,
+                composites[i].runs, composites[i].grad);
+    fprintf(f, "\n%d functions.\n\nNot ops, in neither table (they open, close and read this "
+               "thread's autocast regions,\nas `torch.autocast`, and run nothing):",
+            N_COMPOSITES);
+    for (int i = 0; i < N_NOT_OPS; i++)
+        fprintf(f, "%s`%s`", i ? ", " : " ", not_ops[i].function);
+    fprintf(f, ".\n");
+    fclose(f);
+    return text;
+}
+
+static int write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "ops_doc: cannot write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+/* Without the CUDA module: FILE's op table stays as it is and only the
+ * section is checked or rewritten. */
+static int section_only(bool write, const char *path, const char *sec) {
+    char *have = read_file(path);
+    if (!have) {
+        fprintf(stderr, "ops_doc: cannot read %s (its op table needs the CUDA module)\n", path);
+        return 1;
+    }
+    char *mark = strstr(have, section_mark);
+    int status = 0;
+    if (write) {
+        if (mark) *mark = '\0';
+        char *text = NULL;
+        if (asprintf(&text, "%s%s", have, sec) < 0) text = NULL;
+        status = text ? write_file(path, text) : 1;
+        if (!status)
+            printf("ops_doc: wrote the %d functions made of ops into %s; its op table left "
+                   "alone\n",
+                   N_COMPOSITES, path);
+        free(text);
+    } else if (!mark || strcmp(mark, sec)) {
+        fprintf(stderr,
+                "ops_doc: the section \"Functions made of ops\" of %s is not what "
+                "tests/ops_doc.c's table gives; rewrite it with `ninja -C BUILD ops-doc`\n",
+                path);
+        status = 1;
+    } else {
+        printf("ops_doc: the %d functions made of ops in %s match; its op table not compared\n",
+               N_COMPOSITES, path);
+    }
+    free(have);
+    return status;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4 || (strcmp(argv[1], "--write") && strcmp(argv[1], "--check"))) {
-        fprintf(stderr, "usage: ops_doc --write|--check FILE TESTS_DIR\n");
+    if (argc != 5 || (strcmp(argv[1], "--write") && strcmp(argv[1], "--check"))) {
+        fprintf(stderr, "usage: ops_doc --write|--check FILE TESTS_DIR OPS_H\n");
         return 2;
     }
     bool write = !strcmp(argv[1], "--write");
     const char *path = argv[2];
     char *tests = read_tests(argv[3]);
     if (!tests) return 1;
-    int bad = check_ops(tests);
+    int bad = check_ops(tests) + check_functions(argv[4], tests);
     free(tests);
-    bool cuda = ct_backend_available(CT_DEVICE_CUDA);
-    if (!cuda) {
-        printf("ops_doc: the CUDA module did not load (%s): %s left alone\n",
-               cti_backend_missing(CT_DEVICE_CUDA), path);
-        return bad ? 1 : write ? 1 : 0;
+    char *sec = section();
+    if (!sec) return 1;
+    if (!ct_backend_available(CT_DEVICE_CUDA)) {
+        printf("ops_doc: the CUDA module did not load (%s)\n", cti_backend_missing(CT_DEVICE_CUDA));
+        int st = section_only(write, path, sec);
+        free(sec);
+        return bad || st ? 1 : 0;
     }
-    char *want = table();
+    char *ops = table();
+    char *want = NULL;
+    if (!ops || asprintf(&want, "%s%s", ops, sec) < 0) want = NULL;
+    free(ops);
+    free(sec);
     if (!want) return 1;
     int status = bad ? 1 : 0;
     if (write) {
-        FILE *f = fopen(path, "wb");
-        if (!f || fputs(want, f) < 0 || fclose(f) != 0) {
-            fprintf(stderr, "ops_doc: cannot write %s\n", path);
-            status = 1;
-        } else {
-            printf("ops_doc: wrote %s (%d ops)\n", path, CT_NUM_OPS);
-        }
+        if (write_file(path, want)) status = 1;
+        else printf("ops_doc: wrote %s (%d ops, %d functions made of ops)\n", path, CT_NUM_OPS,
+                    N_COMPOSITES);
     } else {
         char *have = read_file(path);
         if (!have || strcmp(have, want)) {
             fprintf(stderr,
-                    "ops_doc: %s is not what the schema and the kernels give; rewrite it with "
-                    "`ninja -C BUILD ops-doc` (a build with the CUDA module)\n",
+                    "ops_doc: %s is not what the schema, the kernels and tests/ops_doc.c's table "
+                    "give; rewrite it with `ninja -C BUILD ops-doc` (a build with the CUDA "
+                    "module)\n",
                     path);
             status = 1;
         } else {
-            printf("ops_doc: %s matches (%d ops)\n", path, CT_NUM_OPS);
+            printf("ops_doc: %s matches (%d ops, %d functions made of ops)\n", path, CT_NUM_OPS,
+                   N_COMPOSITES);
         }
         free(have);
     }
