@@ -54,10 +54,12 @@ static const char *const formulas[CT_NUM_OPS] = {CTI_OP_SCHEMA(FORMULA_)};
 #undef CTI_NODIFF
 #undef CTI_NOFORMULA
 
-/* An op whose C entry point is not ct_<name>, or whose PyTorch counterpart
- * is not torch.<name>. NULL: the default. */
+/* An op whose C entry point is not ct_<name>, whose PyTorch counterpart is
+ * not torch.<name>, or that autograd differentiates through a node its
+ * function records rather than a formula of its own (grad). NULL: the
+ * default. */
 typedef struct op_names {
-    const char *op, *function, *torch;
+    const char *op, *function, *torch, *grad;
 } op_names;
 
 static const op_names names[] = {
@@ -97,7 +99,8 @@ static const op_names names[] = {
     {"amp_update_scale", "ct_grad_scaler_update", "torch._amp_update_scale_"},
     {"rope", NULL, "(LLaMA's apply_rotary_emb)"},
     {"swiglu", NULL, "F.silu(a) * b"},
-    {"cross_entropy_fused", "ct_linear_cross_entropy", "(Liger's fused linear cross-entropy)"},
+    {"cross_entropy_fused", "ct_linear_cross_entropy", "(Liger's fused linear cross-entropy)",
+     "yes, by the node its function records (`cti_bw_linear_cross_entropy`)"},
     {"scaled_dot_product_attention", NULL, "F.scaled_dot_product_attention"},
     {"interpolate", NULL, "F.interpolate"},
     {"repeat", NULL, "Tensor.repeat, torch.tile"},
@@ -166,7 +169,10 @@ static void dtypes_of(int k, ct_device_type dev, char *buf, size_t n) {
 
 static void grad_of(int k, char *buf, size_t n) {
     const cti_op_info *r = &cti_schema_rows[k];
-    if (r->grad == CTI_GRAD_FORMULA)
+    const op_names *o = lookup(r->name);
+    if (o && o->grad)
+        snprintf(buf, n, "%s", o->grad);
+    else if (r->grad == CTI_GRAD_FORMULA)
         snprintf(buf, n, "yes (`%s`%s%s)", formulas[k], r->backward >= 0 ? ", " : "",
                  r->backward >= 0 ? cti_schema_rows[r->backward].name : "");
     else if (r->grad == CTI_GRAD_NOFORMULA)
@@ -394,11 +400,8 @@ static char *read_file(const char *path) {
         len += got;
         if (len + 1 == cap) {
             char *more = realloc(s, cap *= 2);
-            if (!more) {
-                free(s);
-                s = NULL;
-            }
-            s = more;
+            if (!more) free(s);
+            s = more; /* NULL ends the loop and the read */
         }
     }
     fclose(f);
@@ -635,8 +638,8 @@ static char *table(void) {
                "rewrites it). One row per dispatchable op:\nthe C function that runs it, the "
                "PyTorch name it mirrors, whether autograd differentiates it\n(its formula and "
                "the backward op whose kernels the formula runs), and the dtypes with a kernel\n"
-               "on each device. Ops made of other ops (`ct_linear`, `ct_matmul`, the views, "
-               "`ct_std`, ...)\nhave no row of their own.\n\n");
+               "on each device. Functions made of other ops (`ct_linear`, `ct_matmul`, `ct_std`, "
+               "the losses\nof several ops, ...) are in the second table, below this one.\n\n");
     fprintf(f, "| op | C | PyTorch | differentiable | CPU | CUDA |\n");
     fprintf(f, "| --- | --- | --- | --- | --- | --- |\n");
     for (int k = 0; k < CT_NUM_OPS; k++) {
