@@ -261,7 +261,8 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
                 suffix=
                 [ "$n" -gt 1 ] && shard_env=(CT_TEST_SHARD="$i/$n") && suffix=".$((i + 1))of$n"
                 sstep "sanitizer-memcheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
-                    CT_CUDA_NO_CACHE=1 "$sanitizer" --tool memcheck --leak-check full \
+                    CT_TEST_SANITIZER=memcheck CT_CUDA_NO_CACHE=1 \
+                    "$sanitizer" --tool memcheck --leak-check full \
                     --report-api-errors no --error-exitcode 99 "$build/tests/$t"
                 # racecheck looks at cten's own kernels: cuDNN's generated kernels
                 # (warp-specialized, synchronizing through wgmma and mbarriers,
@@ -269,7 +270,8 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
                 # by name, or where the tool cannot filter, cuDNN's fused
                 # attention is turned off (the own flash kernels run instead).
                 sstep "sanitizer-racecheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
-                    "${race_env[@]}" "$sanitizer" --tool racecheck "${race_filter[@]}" \
+                    CT_TEST_SANITIZER=racecheck "${race_env[@]}" \
+                    "$sanitizer" --tool racecheck "${race_filter[@]}" \
                     --error-exitcode 99 "$build/tests/$t"
             done
         done

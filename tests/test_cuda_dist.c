@@ -178,7 +178,10 @@ int main(void) {
     unsetenv("OMPI_COMM_WORLD_SIZE");
     unsetenv("PMI_SIZE");
     unsetenv("PMIX_RANK");
-    if (ct_dist_init(&(ct_dist_options){.timeout_s = 60}) != CT_OK) {
+    /* The library's bound (CT_DIST_TIMEOUT, else 300 s): NCCL's first
+     * communicator takes over a minute under compute-sanitizer on a busy
+     * machine, and one rank has no peer to wait for. */
+    if (ct_dist_init(NULL) != CT_OK) {
         fprintf(stderr, "ct_dist_init: %s\n", ct_last_error());
         return 1;
     }

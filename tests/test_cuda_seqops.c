@@ -197,11 +197,9 @@ static void topk_pair(ct_tensor *x, int64_t k, int dim, bool largest, bool nc) {
 }
 
 static void test_topk_parity(void **state) {
-    (void)state;
     NEED_GPU();
-    static const ct_dtype dts[] = {CT_F32, CT_F64, CT_F16, CT_BF16, CT_I32, CT_I64};
-    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
-        ct_dtype dt = dts[di];
+    {
+        const ct_dtype dt = tu_dtype_of(state);
         for (int rep = 0; rep < 8; rep++) {
             int nd = 1 + rep % 3;
             int64_t shape[4];
@@ -388,7 +386,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_tril_triu_parity),       T(test_cumsum_parity),
-        T(test_topk_parity),            T(test_topk_grad_parity),
+        TU_EACH_NUMERIC_DTYPE(test_topk_parity), T(test_topk_grad_parity),
         T(test_topk_backward_bad_index), T(test_multinomial_parity),
         T(test_multinomial_bad_weights),
     };

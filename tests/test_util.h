@@ -256,6 +256,22 @@ static inline double tu_rtol(ct_dtype dt) {
 static const ct_dtype tu_float_dtypes[] = {CT_F32, CT_F64, CT_F16, CT_BF16};
 static const ct_dtype tu_all_dtypes[] = {CT_F32, CT_F64, CT_F16, CT_BF16, CT_I32, CT_I64, CT_BOOL};
 
+/* A test over dtypes as one cmocka test per dtype (so CT_TEST_SHARD can put
+ * them in processes of their own): TU_EACH_DTYPE(f) is the group entries of
+ * f for every dtype of tu_all_dtypes, TU_EACH_NUMERIC_DTYPE(f) for all but
+ * bool, with the file's setup and teardown; f reads its dtype with
+ * tu_dtype_of(state) and its position in tu_all_dtypes with tu_dtype_index. */
+#define TU_DTYPE_ENTRY_(f, k, nm) {#f " " nm, f, setup, teardown, (void *)&tu_all_dtypes[k]}
+#define TU_EACH_NUMERIC_DTYPE(f)                                                    \
+    TU_DTYPE_ENTRY_(f, 0, "float32"), TU_DTYPE_ENTRY_(f, 1, "float64"),             \
+        TU_DTYPE_ENTRY_(f, 2, "float16"), TU_DTYPE_ENTRY_(f, 3, "bfloat16"),        \
+        TU_DTYPE_ENTRY_(f, 4, "int32"), TU_DTYPE_ENTRY_(f, 5, "int64")
+#define TU_EACH_DTYPE(f) TU_EACH_NUMERIC_DTYPE(f), TU_DTYPE_ENTRY_(f, 6, "bool")
+static inline ct_dtype tu_dtype_of(void **state) { return *(const ct_dtype *)*state; }
+static inline size_t tu_dtype_index(void **state) {
+    return (size_t)((const ct_dtype *)*state - tu_all_dtypes);
+}
+
 /* Removes dir and the files in it (a test's temporary folder; no subfolders). */
 static inline void tu_rm_dir(const char *dir) {
     DIR *d = opendir(dir);
@@ -269,6 +285,13 @@ static inline void tu_rm_dir(const char *dir) {
     }
     closedir(d);
     rmdir(dir);
+}
+
+/* Whether the program runs under compute-sanitizer's tool (memcheck,
+ * racecheck), as scripts/gpu.sh says through CT_TEST_SANITIZER. */
+static inline bool tu_under_tool(const char *tool) {
+    const char *e = getenv("CT_TEST_SANITIZER");
+    return e && !strcmp(e, tool);
 }
 
 /* Runs a program's group of tests, or one shard of it: CT_TEST_SHARD="i/n"
