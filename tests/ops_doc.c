@@ -54,12 +54,10 @@ static const char *const formulas[CT_NUM_OPS] = {CTI_OP_SCHEMA(FORMULA_)};
 #undef CTI_NODIFF
 #undef CTI_NOFORMULA
 
-/* An op whose C entry point is not ct_<name>, whose PyTorch counterpart is
- * not torch.<name>, or that autograd differentiates through a node its
- * function records rather than a formula of its own (grad). NULL: the
- * default. */
+/* An op whose C entry point is not ct_<name>, or whose PyTorch counterpart
+ * is not torch.<name>. NULL: the default. */
 typedef struct op_names {
-    const char *op, *function, *torch, *grad;
+    const char *op, *function, *torch;
 } op_names;
 
 static const op_names names[] = {
@@ -99,8 +97,7 @@ static const op_names names[] = {
     {"amp_update_scale", "ct_grad_scaler_update", "torch._amp_update_scale_"},
     {"rope", NULL, "(LLaMA's apply_rotary_emb)"},
     {"swiglu", NULL, "F.silu(a) * b"},
-    {"cross_entropy_fused", "ct_linear_cross_entropy", "(Liger's fused linear cross-entropy)",
-     "yes, by the node its function records (`cti_bw_linear_cross_entropy`)"},
+    {"cross_entropy_fused", "ct_linear_cross_entropy", "(Liger's fused linear cross-entropy)"},
     {"scaled_dot_product_attention", NULL, "F.scaled_dot_product_attention"},
     {"interpolate", NULL, "F.interpolate"},
     {"repeat", NULL, "Tensor.repeat, torch.tile"},
@@ -118,6 +115,14 @@ static const op_names names[] = {
     {"unfold", NULL, "F.unfold"},
     {"fold", NULL, "F.fold"},
     {"interpolate_backward", "ct_interpolate", NULL},
+};
+
+/* An op without a formula that autograd differentiates all the same,
+ * through the node its function records. */
+static const struct {
+    const char *op, *grad;
+} grad_notes[] = {
+    {"cross_entropy_fused", "yes, by the node its function records (`cti_bw_linear_cross_entropy`)"},
 };
 
 static const op_names *lookup(const char *op) {
@@ -169,10 +174,12 @@ static void dtypes_of(int k, ct_device_type dev, char *buf, size_t n) {
 
 static void grad_of(int k, char *buf, size_t n) {
     const cti_op_info *r = &cti_schema_rows[k];
-    const op_names *o = lookup(r->name);
-    if (o && o->grad)
-        snprintf(buf, n, "%s", o->grad);
-    else if (r->grad == CTI_GRAD_FORMULA)
+    for (size_t i = 0; i < sizeof grad_notes / sizeof grad_notes[0]; i++)
+        if (!strcmp(grad_notes[i].op, r->name)) {
+            snprintf(buf, n, "%s", grad_notes[i].grad);
+            return;
+        }
+    if (r->grad == CTI_GRAD_FORMULA)
         snprintf(buf, n, "yes (`%s`%s%s)", formulas[k], r->backward >= 0 ? ", " : "",
                  r->backward >= 0 ? cti_schema_rows[r->backward].name : "");
     else if (r->grad == CTI_GRAD_NOFORMULA)

@@ -807,7 +807,7 @@ VM_INLINE float vm_erfinv_p(float w) {
 /* erfinv(y) where *tail comes back 0; *tail is 1 for |y| >= 1, NaN and w >= 5 */
 VM_INLINE float vm_erfinv_central(float y, int *tail) {
     float w = vm_erfinv_w(y);
-    *tail = (w < 5.0f) & (fabsf(y) < 1.0f) ? 0 : 1;
+    *tail = ((w < 5.0f) & (fabsf(y) < 1.0f)) ? 0 : 1;
     return vm_erfinv_p(w) * y;
 }
 VM_INLINE float vm_erfinv(float y) {
