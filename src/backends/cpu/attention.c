@@ -28,7 +28,9 @@
  * 262144): it then runs on the calling pool thread and never takes
  * OpenBLAS's own thread server, which would serialize the pool. */
 #ifndef NN_T
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes them at -O2 and knows no such pragma */
 #pragma GCC optimize("O3")
+#endif
 
 #include <cblas.h>
 

@@ -8,7 +8,9 @@
  *   backward: dx = mask ? g / (1 - p) : 0
  *
  * p == 1 drops everything (scale 0). */
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes them at -O2 and knows no such pragma */
 #pragma GCC optimize("O3")
+#endif
 
 #include "nn_impl.h"
 

@@ -18,7 +18,9 @@
  *   hardtanh (lo, hi), nan_to_num (the three replacements), round with
  *   decimals (decimals), lerp's scalar weight (a 0-d third operand)
  * The rest take none; each row below is its element expression. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang knows no such pragma */
 #pragma GCC optimize("O3", "no-math-errno")
+#endif
 
 #include <math.h>
 #include <tgmath.h>

@@ -8,7 +8,9 @@
  * Every index is checked against [0, V) first. The backward's tasks own
  * ranges of weight rows and scan all the indices, so that each row sums in
  * index order whatever the thread count. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes them at -O2 and knows no such pragma */
 #pragma GCC optimize("O3")
+#endif
 
 #include "nn_impl.h"
 

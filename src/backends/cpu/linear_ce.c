@@ -9,7 +9,9 @@
  * in the same types (halves are widened a row at a time), as loss.c's.
  * Every target is checked against [0, C) before any row is touched. */
 #ifndef NN_T
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes them at -O2 and knows no such pragma */
 #pragma GCC optimize("O3")
+#endif
 
 #include "nn_impl.h"
 

@@ -7,7 +7,9 @@
  * over the pool for large parameters. float16/bfloat16 (and a float32
  * master's low-precision gradient and parameter) convert blocks of elements
  * to float32, update them there and round once. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang knows no such pragma */
 #pragma GCC optimize("O3", "no-math-errno")
+#endif
 
 #include <math.h>
 #include <stdatomic.h>

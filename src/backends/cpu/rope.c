@@ -10,7 +10,9 @@
  * a row stride each, so chunk halves are read in place). f16/bf16 convert
  * blocks to f32 scratch and back, so every product is computed in f32; f64
  * keeps f64 and libm. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes them at -O2 and knows no such pragma */
 #pragma GCC optimize("O3")
+#endif
 
 #include "nn_impl.h"
 

@@ -15,7 +15,9 @@
  * The typed row functions are compiled per row type (this file includes
  * itself through nn_types.h). */
 #ifndef NN_T
+#if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes them at -O2 and knows no such pragma */
 #pragma GCC optimize("O3")
+#endif
 
 #include "nn_impl.h"
 
