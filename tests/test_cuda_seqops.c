@@ -204,48 +204,46 @@ static int64_t long_len(int64_t n, int64_t small) {
 
 static void test_topk_parity(void **state) {
     NEED_GPU();
-    {
-        const ct_dtype dt = tu_dtype_of(state);
-        for (int rep = 0; rep < 8; rep++) {
-            int nd = 1 + rep % 3;
-            int64_t shape[4];
-            rand_shape(nd, 1, 40, shape);
-            int dim = (int)tu_randint(-nd, nd);
-            int64_t len = shape[dim < 0 ? dim + nd : dim];
-            int64_t k = rep == 0 ? 0 : rep == 1 ? len : tu_randint(0, len + 1);
-            ct_tensor *x = topk_input(nd, shape, dt, rep % 3 != 0);
-            topk_pair(x, k, dim, rep % 2 == 0, rep % 4 == 1);
-            ct_tensor_release(x);
-        }
-        /* vocabulary rows, the sampler's k (rows of more than 8192: the split
-         * select below kSelectMax, the sorts above) */
-        ct_tensor *x = topk_input(2, (const int64_t[]){8, long_len(50304, 12000)}, dt, dt == CT_BF16);
-        topk_pair(x, 50, -1, true, false);
-        topk_pair(x, 1, -1, false, false);
-        topk_pair(x, 2048, -1, true, false);  /* the largest in-shared sort */
-        topk_pair(x, 2049, -1, false, false); /* the segmented sort */
-        ct_tensor_release(x);
-        /* few long rows, each split over many blocks: ties across the blocks'
-         * boundaries (a handful of distinct values), and the specials */
-        x = tie_input(long_len(200000, 20000), dt);
-        topk_pair(x, 100, -1, true, false);
-        topk_pair(x, 37, -1, false, false);
-        ct_tensor_release(x);
-        x = topk_input(2, (const int64_t[]){3, long_len(100000, 20000)}, dt, true);
-        topk_pair(x, 64, 1, true, false);
-        topk_pair(x, 2048, 1, false, true);
-        ct_tensor_release(x);
-        /* many short rows, along a leading dim */
-        x = topk_input(2, (const int64_t[]){7, 3000}, dt, true);
-        topk_pair(x, 5, 0, true, true);
-        topk_pair(x, 7, 0, false, false);
-        ct_tensor_release(x);
-        /* a whole row sorted */
-        x = topk_input(2, (const int64_t[]){3, 4100}, dt, true);
-        topk_pair(x, 4100, 1, true, false);
-        topk_pair(x, 3000, 1, false, true);
+    const ct_dtype dt = tu_dtype_of(state);
+    for (int rep = 0; rep < 8; rep++) {
+        int nd = 1 + rep % 3;
+        int64_t shape[4];
+        rand_shape(nd, 1, 40, shape);
+        int dim = (int)tu_randint(-nd, nd);
+        int64_t len = shape[dim < 0 ? dim + nd : dim];
+        int64_t k = rep == 0 ? 0 : rep == 1 ? len : tu_randint(0, len + 1);
+        ct_tensor *x = topk_input(nd, shape, dt, rep % 3 != 0);
+        topk_pair(x, k, dim, rep % 2 == 0, rep % 4 == 1);
         ct_tensor_release(x);
     }
+    /* vocabulary rows, the sampler's k (rows of more than 8192: the split
+     * select below kSelectMax, the sorts above) */
+    ct_tensor *x = topk_input(2, (const int64_t[]){8, long_len(50304, 12000)}, dt, dt == CT_BF16);
+    topk_pair(x, 50, -1, true, false);
+    topk_pair(x, 1, -1, false, false);
+    topk_pair(x, 2048, -1, true, false);  /* the largest in-shared sort */
+    topk_pair(x, 2049, -1, false, false); /* the segmented sort */
+    ct_tensor_release(x);
+    /* few long rows, each split over many blocks: ties across the blocks'
+     * boundaries (a handful of distinct values), and the specials */
+    x = tie_input(long_len(200000, 20000), dt);
+    topk_pair(x, 100, -1, true, false);
+    topk_pair(x, 37, -1, false, false);
+    ct_tensor_release(x);
+    x = topk_input(2, (const int64_t[]){3, long_len(100000, 20000)}, dt, true);
+    topk_pair(x, 64, 1, true, false);
+    topk_pair(x, 2048, 1, false, true);
+    ct_tensor_release(x);
+    /* many short rows, along a leading dim */
+    x = topk_input(2, (const int64_t[]){7, 3000}, dt, true);
+    topk_pair(x, 5, 0, true, true);
+    topk_pair(x, 7, 0, false, false);
+    ct_tensor_release(x);
+    /* a whole row sorted */
+    x = topk_input(2, (const int64_t[]){3, 4100}, dt, true);
+    topk_pair(x, 4100, 1, true, false);
+    topk_pair(x, 3000, 1, false, true);
+    ct_tensor_release(x);
 }
 
 static void test_topk_grad_parity(void **state) {

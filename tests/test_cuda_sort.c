@@ -124,79 +124,75 @@ static void sort_pair(ct_tensor *x, int dim, bool desc, bool nc) {
 
 static void test_sort_parity(void **state) {
     NEED_GPU();
-    {
-        const size_t di = tu_dtype_index(state);
-        const ct_dtype dt = tu_dtype_of(state);
-        for (int rep = 0; rep < 6; rep++) {
-            int nd = 1 + rep % 3;
-            int64_t shape[4];
-            rand_shape(nd, 1, 9, shape);
-            ct_tensor *x = special(nd, shape, dt);
-            sort_pair(x, (int)tu_randint(-nd, nd), rep & 1, rep % 3 == 2);
-            ct_tensor_release(x);
-        }
-        /* each block size of the shared-memory sort, the segmented and the device sort */
-        static const int64_t lens[] = {1, 100, 129, 500, 1024, 2000, 4096, 4097, 9000, 140000};
-        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-            int64_t shape[2] = {tu_randint(1, 5), lens[li]};
-            ct_tensor *x = special(2, shape, dt);
-            sort_pair(x, 1, li & 1, false);
-            sort_pair(x, 0, !(li & 1), li % 3 == 0);
-            ct_tensor_release(x);
-        }
-        ct_tensor *x = special(1, (const int64_t[]){200000}, dt);
-        sort_pair(x, 0, di & 1, false);
+    const size_t di = tu_dtype_index(state);
+    const ct_dtype dt = tu_dtype_of(state);
+    for (int rep = 0; rep < 6; rep++) {
+        int nd = 1 + rep % 3;
+        int64_t shape[4];
+        rand_shape(nd, 1, 9, shape);
+        ct_tensor *x = special(nd, shape, dt);
+        sort_pair(x, (int)tu_randint(-nd, nd), rep & 1, rep % 3 == 2);
         ct_tensor_release(x);
-        ct_tensor *s = special(0, NULL, dt);
-        sort_pair(s, 0, false, false);
-        ct_tensor_release(s);
     }
-    /* many short rows, as a batch of logits */
-    if (tu_dtype_of(state) != CT_F32) return;
-    ct_tensor *x = special(2, (const int64_t[]){1000, 1024}, CT_F32);
-    sort_pair(x, -1, true, false);
+    /* each block size of the shared-memory sort, the segmented and the device sort */
+    static const int64_t lens[] = {1, 100, 129, 500, 1024, 2000, 4096, 4097, 9000, 140000};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int64_t shape[2] = {tu_randint(1, 5), lens[li]};
+        ct_tensor *x = special(2, shape, dt);
+        sort_pair(x, 1, li & 1, false);
+        sort_pair(x, 0, !(li & 1), li % 3 == 0);
+        ct_tensor_release(x);
+    }
+    ct_tensor *x = special(1, (const int64_t[]){200000}, dt);
+    sort_pair(x, 0, di & 1, false);
     ct_tensor_release(x);
+    ct_tensor *s = special(0, NULL, dt);
+    sort_pair(s, 0, false, false);
+    ct_tensor_release(s);
+    /* many short rows, as a batch of logits */
+    if (dt != CT_F32) return;
+    ct_tensor *rows = special(2, (const int64_t[]){1000, 1024}, CT_F32);
+    sort_pair(rows, -1, true, false);
+    ct_tensor_release(rows);
 }
 
 /* ---- kthvalue, median --------------------------------------------------------------------- */
 
 static void test_kthvalue_median_mode_parity(void **state) {
     NEED_GPU();
-    {
-        const ct_dtype dt = tu_dtype_of(state);
-        for (int rep = 0; rep < 6; rep++) {
-            int nd = 1 + rep % 3;
-            int64_t shape[4];
-            rand_shape(nd, 1, rep == 5 ? 5000 / (nd * nd) : 9, shape);
-            int dim = (int)tu_randint(-nd, nd), d = dim < 0 ? dim + nd : dim;
-            int64_t k = tu_randint(1, shape[d] + 1);
-            ct_tensor *x = special(nd, shape, dt);
-            bool nc = rep % 2, keep = rep % 3 == 0;
-            ct_tensor *xc = place(x, false, nc), *xg = place(x, true, nc), *ic = NULL, *ig = NULL;
-            ct_tensor *w = chk(ct_kthvalue(xc, k, dim, keep, &ic));
-            ct_tensor *g = chk(ct_kthvalue(xg, k, dim, keep, &ig));
-            check_equal("kthvalue", g, w);
-            check_equal("kthvalue indices", ig, ic);
-            release3(w, g, ic);
-            ct_tensor_release(ig);
-            w = chk(ct_median_dim(xc, dim, keep, &ic));
-            g = chk(ct_median_dim(xg, dim, keep, &ig));
-            check_equal("median_dim", g, w);
-            check_equal("median_dim indices", ig, ic);
-            release3(w, g, ic);
-            ct_tensor_release(ig);
-            w = chk(ct_mode(xc, dim, keep, &ic));
-            g = chk(ct_mode(xg, dim, keep, &ig));
-            check_equal("mode", g, w);
-            check_equal("mode indices", ig, ic);
-            release3(w, g, ic);
-            ct_tensor_release(ig);
-            w = chk(ct_median(xc));
-            g = chk(ct_median(xg));
-            check_equal("median", g, w);
-            release3(w, g, NULL);
-            release3(x, xc, xg);
-        }
+    const ct_dtype dt = tu_dtype_of(state);
+    for (int rep = 0; rep < 6; rep++) {
+        int nd = 1 + rep % 3;
+        int64_t shape[4];
+        rand_shape(nd, 1, rep == 5 ? 5000 / (nd * nd) : 9, shape);
+        int dim = (int)tu_randint(-nd, nd), d = dim < 0 ? dim + nd : dim;
+        int64_t k = tu_randint(1, shape[d] + 1);
+        ct_tensor *x = special(nd, shape, dt);
+        bool nc = rep % 2, keep = rep % 3 == 0;
+        ct_tensor *xc = place(x, false, nc), *xg = place(x, true, nc), *ic = NULL, *ig = NULL;
+        ct_tensor *w = chk(ct_kthvalue(xc, k, dim, keep, &ic));
+        ct_tensor *g = chk(ct_kthvalue(xg, k, dim, keep, &ig));
+        check_equal("kthvalue", g, w);
+        check_equal("kthvalue indices", ig, ic);
+        release3(w, g, ic);
+        ct_tensor_release(ig);
+        w = chk(ct_median_dim(xc, dim, keep, &ic));
+        g = chk(ct_median_dim(xg, dim, keep, &ig));
+        check_equal("median_dim", g, w);
+        check_equal("median_dim indices", ig, ic);
+        release3(w, g, ic);
+        ct_tensor_release(ig);
+        w = chk(ct_mode(xc, dim, keep, &ic));
+        g = chk(ct_mode(xg, dim, keep, &ig));
+        check_equal("mode", g, w);
+        check_equal("mode indices", ig, ic);
+        release3(w, g, ic);
+        ct_tensor_release(ig);
+        w = chk(ct_median(xc));
+        g = chk(ct_median(xg));
+        check_equal("median", g, w);
+        release3(w, g, NULL);
+        release3(x, xc, xg);
     }
 }
 
