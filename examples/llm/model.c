@@ -202,8 +202,16 @@ ct_tensor *lm_model_hidden(lm_model *m, ct_tensor *tokens) {
     if (c->family == LM_GPT2) x = ct_add(x, ct_narrow(m->wpe, 0, 0, T));
     for (int64_t i = 0; i < c->n_layer; i++) {
         const lm_block *b = &m->blocks[i];
+        /* The block's own scope frees what the backward does not read (the
+         * norms' outputs, the projections' results before the residual
+         * adds) at the block's end, as Python frees a temporary when its
+         * last reference goes: the tensors autograd saved stay alive, the
+         * rest of the step's activations do not wait for the step's end. */
+        ct_scope *scope = ct_scope_begin();
         x = ct_add(x, attention(m, b, norm(m, x, b->norm1_w, b->norm1_b)));
         x = ct_add(x, mlp(m, b, norm(m, x, b->norm2_w, b->norm2_b)));
+        x = x ? ct_keep(x) : NULL;
+        ct_scope_end(scope);
     }
     return norm(m, x, m->normf_w, m->normf_b);
 }
