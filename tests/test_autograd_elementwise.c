@@ -1293,6 +1293,54 @@ static void test_post_accumulate_grad_hook(void **state) {
     ct_tensor_release(w);
 }
 
+/* Unless retain_graph, a node's saved tensors go as soon as its formula has run, before the
+ * nodes below it run: w's hook, which runs when MulBackward's gradient reaches w, finds s
+ * (saved by MulBackward alone) held by the caller's handle only. With retain_graph, the
+ * node's alias of s holds its storage too. */
+typedef struct storage_probe {
+    const ct_tensor *watched;
+    int refs; /* the watched storage's references when the hook ran */
+} storage_probe;
+
+static ct_status probe_hook(ct_tensor *leaf, void *ctx) {
+    (void)leaf;
+    storage_probe *p = ctx;
+    p->refs = atomic_load(&p->watched->storage->refcount);
+    return CT_OK;
+}
+
+static void test_saved_freed_as_nodes_run(void **state) {
+    (void)state;
+    double *xv, *wv;
+    ct_tensor *x = tu_rand(CT_SHAPE(5), CT_F64, -1, 1, &xv);
+    ct_tensor *w = tu_rand(CT_SHAPE(5), CT_F64, -1, 1, &wv);
+    assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+    assert_int_equal(ct_requires_grad_(w, true), CT_OK);
+    ct_tensor *s = ct_sin(x);
+    storage_probe probe = {.watched = s, .refs = -1};
+    assert_int_equal(ct_set_post_accumulate_grad_hook(w, probe_hook, &probe), CT_OK);
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *loss = ct_sum(ct_mul(s, w), 0, NULL, false);
+    assert_int_equal(ct_backward(loss, NULL, true), CT_OK);
+    assert_int_equal(probe.refs, 2);
+    assert_int_equal(ct_backward(loss, NULL, false), CT_OK);
+    assert_int_equal(probe.refs, 1);
+    ct_scope_end(sc);
+    /* both passes' gradients: 2 w cos(x) and 2 sin(x) */
+    double gx[5], gw[5];
+    for (int i = 0; i < 5; i++) {
+        gx[i] = 2 * wv[i] * cos(xv[i]);
+        gw[i] = 2 * sin(xv[i]);
+    }
+    check_values(ct_grad(x), gx, 5, 1e-14, 0);
+    check_values(ct_grad(w), gw, 5, 1e-14, 0);
+    assert_int_equal(ct_set_post_accumulate_grad_hook(w, NULL, NULL), CT_OK);
+    free(xv);
+    free(wv);
+    ct_tensor *ts[3] = {x, w, s};
+    for (int i = 0; i < 3; i++) ct_tensor_release(ts[i]);
+}
+
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
@@ -1324,6 +1372,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_memory_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scopes_around_backward, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_accumulate_grad_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_saved_freed_as_nodes_run, setup, teardown),
     };
     return tu_run_tests(tests);
 }

@@ -40,8 +40,9 @@ ct_status ct_set_grad(ct_tensor *t, ct_tensor *g);
  * accumulated the last gradient it delivers to the leaf in that pass, with
  * ct_grad(leaf) then final for the pass (a pass whose formulas give the leaf
  * no gradient still calls it; ct_grad may then be NULL). A hook that returns
- * an error stops the backward with that error (the graph is kept, as after
- * any failed backward). Data-parallel training starts each gradient's
+ * an error stops the backward with that error (as any failed backward: the
+ * nodes that ran before it have freed their saved tensors unless
+ * retain_graph). Data-parallel training starts each gradient's
  * reduction from here (tensor/dist.h). One hook per leaf: fn NULL removes
  * it; setting one on a leaf that has one is CT_ERR_AUTOGRAD. ctx is the
  * caller's and must outlive the hook. */
@@ -55,8 +56,10 @@ const char *ct_grad_fn_name(const ct_tensor *t);
 
 /* Backpropagates from out. grad_out is d(loss)/d(out), of out's shape and
  * device and a floating dtype (converted to out's), or NULL when out has
- * one element (then 1). The graph's saved tensors are freed afterwards unless
- * retain_graph; a second backward through a freed graph is an error. */
+ * one element (then 1). Unless retain_graph, each node's saved tensors are
+ * freed as soon as its formula has run (so the activations go while the
+ * gradients come, as in PyTorch), also when a later node fails; a second
+ * backward through a freed node is an error naming it. */
 ct_status ct_backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph);
 
 /* Grad mode, per thread (on by default). Returns the previous setting. */

@@ -150,13 +150,26 @@ static ct_status leaf_accumulate(ct_tensor *leaf, ct_tensor *g) {
     return CT_OK;
 }
 
-static ct_status run_node(cti_node *n, vec *ready, uint64_t pass) {
+/* Frees n's saved tensors: its formula will not run again. */
+static void release_saved(cti_node *n) {
+    for (int j = 0; j < n->nsaved; j++) {
+        ct_tensor_release(n->saved[j]);
+        n->saved[j] = NULL;
+    }
+    n->released = true;
+}
+
+static ct_status run_node(cti_node *n, vec *ready, uint64_t pass, bool retain_graph) {
     ct_tensor *gin[CTI_AG_MAX_IN] = {NULL};
     ct_status st = n->backward(n, n->acc, gin);
     for (int k = 0; k < CTI_AG_MAX_OUT; k++) {
         ct_tensor_release(n->acc[k]);
         n->acc[k] = NULL;
     }
+    /* As soon as the formula has run, as PyTorch frees a node's saved
+     * variables: the activations go one by one while the gradients come,
+     * instead of all of them staying to the end of the backward. */
+    if (st == CT_OK && !retain_graph) release_saved(n);
     for (int k = 0; k < n->nin; k++) {
         ct_tensor *g = gin[k];
         cti_edge *e = &n->next[k];
@@ -287,7 +300,7 @@ static ct_status backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph
     ct_tensor_release(g);
     while (st == CT_OK && ready.n) {
         cti_node *n = ready.v[--ready.n];
-        st = run_node(n, &ready, pass);
+        st = run_node(n, &ready, pass, retain_graph);
     }
     for (size_t k = 0; k < all.n; k++) {
         cti_node *n = all.v[k];
@@ -296,13 +309,7 @@ static ct_status backward(ct_tensor *out, ct_tensor *grad_out, bool retain_graph
             ct_tensor_release(n->acc[j]);
             n->acc[j] = NULL;
         }
-        if (!retain_graph && st == CT_OK) {
-            for (int j = 0; j < n->nsaved; j++) {
-                ct_tensor_release(n->saved[j]);
-                n->saved[j] = NULL;
-            }
-            n->released = true;
-        }
+        if (!retain_graph && st == CT_OK) release_saved(n);
     }
     free(all.v);
     free(ready.v);
