@@ -69,6 +69,27 @@ bool ct_is_grad_enabled(void);
 bool ct_no_grad_begin(void);
 void ct_no_grad_end(bool prev);
 
+/* Recomputation of cheap results in the backward, per thread, off by
+ * default; returns the previous setting. It trades one more pointwise
+ * kernel in the backward for the memory of a result, as llm.c's
+ * --recompute does for GELU and torch.compile's partitioner does on its
+ * own. While it is on, an op that saves for its backward the output of a
+ * pointwise op (a linear layer saving GELU's or SwiGLU's result, say) keeps
+ * a note of it instead of the tensor, when that pointwise op saved its own
+ * inputs: the backward runs the pointwise op again on those inputs when the
+ * formula reads the result, and frees it with the formula's other saved
+ * tensors. The result's memory is thus free from the moment the caller
+ * releases it until the backward, and the gradients are bit for bit those
+ * without recomputation. The ops it covers: the unary ops that save their
+ * input (GELU, SiLU, ELU and the rest; not ReLU, tanh or sigmoid, whose
+ * formulas read their output) and ct_swiglu. What is decided is decided
+ * when the consumer records its node: a result written in place since its
+ * op made it is saved as usual, and one written without autograd (in
+ * no-grad mode) after a consumer saved it gives the gradient of the values
+ * that consumer saw, not the error of an in-place modification. */
+bool ct_set_recompute_enabled(bool enabled);
+bool ct_is_recompute_enabled(void);
+
 /* ---- gradient checking ------------------------------------------------------------
  * fn computes a tensor from inputs (borrowed; it returns a new tensor).
  * ct_gradcheck compares the gradient that backward computes for a random

@@ -25,6 +25,12 @@ typedef struct cti_node cti_node;
 typedef ct_status (*cti_backward_fn)(cti_node *n, ct_tensor *const *grads_out,
                                      ct_tensor **grads_in);
 
+/* Recomputes a node's single output from the node's own saved tensors and
+ * parameters (cti_ag_saved, CTI_NODE_PARAMS), as its forward computed it,
+ * bit for bit: a new tensor outside any scope, or NULL with the error set.
+ * Runs inside a formula (no-grad mode). */
+typedef ct_tensor *(*cti_recompute_fn)(cti_node *n);
+
 typedef struct cti_edge {
     cti_node *fn;    /* the producer's node (retained), or NULL */
     ct_tensor *leaf; /* or the leaf to accumulate into (retained), or NULL */
@@ -46,7 +52,18 @@ struct cti_node {
     ct_dtype out_dtype[CTI_AG_MAX_OUT];
     ct_tensor *saved[CTI_AG_MAX_SAVED];
     unsigned saved_version[CTI_AG_MAX_SAVED];
+    /* Saved tensor k left to be recomputed (ct_set_recompute_enabled): the
+     * producer whose single output it is (retained); saved[k] holds it once
+     * a formula has asked for it. */
+    cti_node *from[CTI_AG_MAX_SAVED];
     bool released; /* saved tensors freed by a backward without retain_graph */
+    /* How this node's output can be made again (NULL: it cannot), and the
+     * output's storage version when it was recorded: a consumer that saves
+     * the output later leaves it to recomputation only while the version is
+     * unchanged (nothing wrote it since). */
+    cti_recompute_fn recompute;
+    const void *recompute_ctx;
+    unsigned out_version;
     /* A copy of the op's parameter struct, read with CTI_NODE_PARAMS. */
     _Alignas(max_align_t) unsigned char params[CTI_PARAMS_MAX];
     size_t params_size;
@@ -99,10 +116,15 @@ bool cti_ag_needed(int n, ct_tensor *const *ts);
  * in: the op's inputs (NULL for an absent optional one); inputs that do not
  * require grad get no edge. saved: what the formula reads (detached aliases
  * are kept with their storage version; NULL entries allowed). params: the
- * parameter struct the formula reads with CTI_NODE_PARAMS, copied. */
+ * parameter struct the formula reads with CTI_NODE_PARAMS, copied.
+ * recompute (optional, with its recompute_ctx): for an op of one output,
+ * cheap to run again, that saves what it needs to run again (a pointwise op
+ * that saves its inputs). */
 typedef struct cti_ag_rec {
     const char *name;
     cti_backward_fn backward;
+    cti_recompute_fn recompute;
+    const void *recompute_ctx;
     int nin, nout, nsaved;
     ct_tensor *in[CTI_AG_MAX_IN];
     ct_tensor *out[CTI_AG_MAX_OUT];
@@ -127,8 +149,9 @@ static inline const void *cti_node_params_(const cti_node *n, size_t size) {
 }
 
 /* Saved tensor k of n, checked against in-place modification since the
- * forward (error naming the node and the versions). NULL if it was saved as
- * NULL or on error (status in *st). */
+ * forward (error naming the node and the versions), or recomputed by its
+ * producer when it was left to recomputation. NULL if it was saved as NULL
+ * or on error (status in *st). */
 ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st);
 
 /* Sums g over the dims it was broadcast along so it has shape (ndim, shape).

@@ -17,6 +17,16 @@ bool ct_set_grad_enabled(bool enabled) {
 bool ct_no_grad_begin(void) { return ct_set_grad_enabled(false); }
 void ct_no_grad_end(bool prev) { ct_set_grad_enabled(prev); }
 
+static _Thread_local bool recompute_on;
+
+bool ct_is_recompute_enabled(void) { return recompute_on; }
+
+bool ct_set_recompute_enabled(bool enabled) {
+    bool prev = recompute_on;
+    recompute_on = enabled;
+    return prev;
+}
+
 /* ---- nodes ------------------------------------------------------------------------ */
 static void node_release_saved(cti_node *n) {
     for (int k = 0; k < n->nsaved; k++) {
@@ -34,9 +44,9 @@ static void node_release(cti_node *n) {
         if (atomic_fetch_sub_explicit(&n->refcount, 1, memory_order_acq_rel) == 1) {
             node_release_saved(n);
             for (int k = 0; k < CTI_AG_MAX_OUT; k++) ct_tensor_release(n->acc[k]);
-            for (int k = 0; k < n->nin; k++) {
-                cti_unref(n->next[k].leaf);
-                cti_node *p = n->next[k].fn;
+            for (int k = 0; k < n->nin + n->nsaved; k++) {
+                cti_node *p = k < n->nin ? n->next[k].fn : n->from[k - n->nin];
+                if (k < n->nin) cti_unref(n->next[k].leaf);
                 if (!p) continue;
                 if (len == cap) {
                     size_t nc = cap ? cap * 2 : 16;
@@ -93,6 +103,22 @@ bool cti_ag_needed(int n, ct_tensor *const *ts) {
     return false;
 }
 
+/* The node whose single output sv is, when a consumer saving sv may leave
+ * it to recomputation: sv is that output as it was made (same geometry and
+ * dtype, its storage not written since, dense from offset 0) and the node
+ * can make it again. NULL otherwise. */
+static cti_node *recompute_source(const ct_tensor *sv) {
+    const struct ct_autograd_meta *m = sv->autograd;
+    cti_node *p = m ? m->grad_fn : NULL;
+    if (!p || !p->recompute || p->nout != 1 || m->output_nr != 0 || m->base) return NULL;
+    if (sv->dtype != p->out_dtype[0] || sv->ndim != p->out_ndim[0] ||
+        memcmp(sv->shape, p->out_shape[0], sizeof(int64_t) * (size_t)sv->ndim) != 0 ||
+        sv->offset != 0 || !cti_is_contiguous(sv) ||
+        atomic_load(&sv->storage->version) != p->out_version)
+        return NULL;
+    return p;
+}
+
 static ct_tensor *alias(ct_tensor *t) {
     /* A handle of its own, outside any scope and without history, so saving
      * it creates no reference cycle through the graph. */
@@ -147,6 +173,12 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
     for (int k = 0; k < r->nsaved; k++) {
         ct_tensor *sv = r->saved[k];
         if (!sv) continue;
+        cti_node *src = recompute_on ? recompute_source(sv) : NULL;
+        if (src) {
+            atomic_fetch_add(&src->refcount, 1);
+            n->from[k] = src;
+            continue;
+        }
         n->saved[k] = alias(sv);
         n->saved_version[k] = atomic_load(&sv->storage->version);
         if (!n->saved[k]) {
@@ -156,6 +188,9 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
     }
     if (r->params_size) memcpy(n->params, r->params, r->params_size);
     n->params_size = r->params_size;
+    n->recompute = r->nout == 1 ? r->recompute : NULL;
+    n->recompute_ctx = r->recompute_ctx;
+    if (n->recompute) n->out_version = atomic_load(&r->out[0]->storage->version);
     /* Outputs: floating ones get history; integer outputs (indices) stay
      * plain, as in PyTorch. */
     for (int k = 0; k < r->nout; k++) {
@@ -176,6 +211,24 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
     return CT_OK;
 }
 
+/* Saved tensor k of n, left to recomputation: made again by its producer
+ * (or taken from another slot of n that the same producer's output filled)
+ * and kept in the slot, so the formula borrows it as any saved tensor and
+ * the backward frees it with the others. */
+static ct_tensor *materialize(cti_node *n, int k, ct_status *st) {
+    ct_tensor *t = NULL;
+    for (int j = 0; j < n->nsaved && !t; j++)
+        if (j != k && n->from[j] == n->from[k] && n->saved[j]) t = ct_tensor_retain(n->saved[j]);
+    if (!t) t = n->from[k]->recompute(n->from[k]);
+    if (!t) {
+        *st = ct_last_status();
+        return NULL;
+    }
+    n->saved[k] = t;
+    n->saved_version[k] = atomic_load(&t->storage->version);
+    return t;
+}
+
 ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st) {
     *st = CT_OK;
     if (n->released) {
@@ -186,6 +239,7 @@ ct_tensor *cti_ag_saved(cti_node *n, int k, ct_status *st) {
         return NULL;
     }
     ct_tensor *t = n->saved[k];
+    if (!t && n->from[k]) return materialize(n, k, st);
     if (!t) return NULL;
     unsigned v = atomic_load(&t->storage->version);
     if (v != n->saved_version[k]) {

@@ -743,16 +743,37 @@ static ct_status run_unary(const un_spec *sp, ct_tensor *out, ct_tensor *x, ct_d
     return st;
 }
 
+/* out = op(x) again for a node that saved x (ct_set_recompute_enabled):
+ * the same kernel on the same input, so the same bits. */
+static ct_tensor *unary_recompute(cti_node *n) {
+    const un_spec *sp = n->recompute_ctx;
+    ct_status st;
+    ct_tensor *x = cti_ag_saved(n, 0, &st);
+    if (!x) return NULL;
+    ct_tensor *out = cti_tensor_new(sp->name, x->ndim, x->shape, x->dtype, dev_of(x));
+    if (!out) return NULL;
+    cti_scope_forget(out);
+    if (run_unary(sp, out, x, x->dtype, CTI_NODE_PARAMS(n, cti_pointwise_params)) != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* Records out = op(x) for autograd when x requires grad: the schema's
- * formula, the spec's node name and saved tensor, the call's parameters. */
+ * formula, the spec's node name and saved tensor, the call's parameters.
+ * An op that saves x can make out again (recomputation). */
 static ct_status unary_record(const un_spec *sp, ct_tensor *x, ct_tensor *out,
                               const cti_pointwise_params *p) {
     cti_backward_fn bw = formula_of[sp->op];
     if (!bw || !cti_ag_needed(1, &x)) return CT_OK; /* logical_not: a bool result */
     ct_tensor *saved = sp->save == SAVE_X ? x : sp->save == SAVE_OUT ? out : NULL;
-    return cti_ag_record(&(cti_ag_rec){.name = sp->node, .backward = bw, .nin = 1, .in = {x},
-                                       .nout = 1, .out = {out}, .nsaved = saved ? 1 : 0,
-                                       .saved = {saved}, CTI_AG_PARAMS(p)});
+    bool again = sp->save == SAVE_X && x->dtype == out->dtype;
+    return cti_ag_record(&(cti_ag_rec){.name = sp->node, .backward = bw,
+                                       .recompute = again ? unary_recompute : NULL,
+                                       .recompute_ctx = sp, .nin = 1, .in = {x}, .nout = 1,
+                                       .out = {out}, .nsaved = saved ? 1 : 0, .saved = {saved},
+                                       CTI_AG_PARAMS(p)});
 }
 
 /* out = op(x), the op taking the parameters p (unary: no_params). */

@@ -332,6 +332,20 @@ static ct_status halves_out(const char *op, ct_call *c, const ct_tensor *gate,
     return CT_OK;
 }
 
+/* silu(gate) * up again for a node that saved gate and up
+ * (ct_set_recompute_enabled): the same call, so the same bits. */
+static ct_tensor *swiglu_recompute(cti_node *n) {
+    ct_status st;
+    ct_tensor *gate = cti_ag_saved(n, 0, &st);
+    ct_tensor *up = gate ? cti_ag_saved(n, 1, &st) : NULL;
+    if (!up) return NULL;
+    bool prev = ct_set_grad_enabled(false);
+    ct_tensor *out = ct_swiglu(gate, up);
+    ct_set_grad_enabled(prev);
+    if (out) cti_scope_forget(out);
+    return out;
+}
+
 ct_tensor *ct_swiglu(ct_tensor *gate, ct_tensor *up) {
     const char *op = "ct_swiglu";
     ct_tensor *req[2] = {gate, up};
@@ -354,6 +368,7 @@ ct_tensor *ct_swiglu(ct_tensor *gate, ct_tensor *up) {
     if (cti_ag_needed(2, req) &&
         cti_ag_record(&(cti_ag_rec){.name = "SwigluBackward",
                                     .backward = cti_bw_swiglu,
+                                    .recompute = swiglu_recompute,
                                     .nin = 2,
                                     .in = {gate, up},
                                     .nout = 1,
