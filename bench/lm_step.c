@@ -5,7 +5,7 @@
  * its PyTorch twin (eager and torch.compile) and runs it beside itself.
  *
  *   bench_lm_step --shape gpt2-124m|llama-124m|small [--device cuda|cpu]
- *                 [--batch N] [--steps N] [--amp bf16|off]
+ *                 [--batch N] [--steps N] [--amp bf16|off] [--recompute 0|1]
  *
  * gpt2-124m: 12 layers, width 768, 12 heads, vocab 50304, context 1024,
  * batch 16, GELU MLP 3072, LayerNorm, learned positions; llama-124m: the
@@ -15,8 +15,9 @@
  * ms per step over blocks of --steps steps after 3 warmup steps, tokens/s
  * and the peak memory (the device allocator's on a GPU, the process's
  * resident peak on the CPU). A GPU shape without a GPU prints a line saying
- * so and exits 0. CT_PROFILE=sync adds the per-op table of the timed steps
- * with device times (at exit, on stderr). */
+ * so and exits 0. --recompute 1 makes the MLP's activation again in the
+ * backward (ct_set_recompute_enabled). CT_PROFILE=sync adds the per-op table
+ * of the timed steps with device times (at exit, on stderr). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,12 +72,14 @@ static double peak_gib(ct_device d) {
 
 /* opt.zero_grad(); with autocast: loss = model(x, y); loss.backward(); opt.step() */
 static bool step(lm_model *m, ct_optimizer *opt, ct_tensor *x, ct_tensor *y, ct_dtype amp,
-                 ct_device dev) {
+                 ct_device dev, bool recompute) {
     ct_scope *s = ct_scope_begin();
     ct_optim_zero_grad(opt);
+    bool prev = ct_set_recompute_enabled(recompute);
     if (amp != CT_F32) ct_autocast_begin(dev, amp);
     ct_tensor *loss = lm_model_loss(m, x, y);
     if (amp != CT_F32) ct_autocast_end();
+    ct_set_recompute_enabled(prev);
     bool ok = loss && ct_backward(loss, NULL, false) == CT_OK && ct_optim_step(opt) == CT_OK;
     ct_scope_end(s);
     return ok;
@@ -87,6 +90,7 @@ int main(int argc, char **argv) {
     ct_device dev = CT_CPU;
     int64_t batch = 0, steps = 10, blocks = 3;
     int amp_opt = -1; /* -1: bf16 on a GPU, off on the CPU */
+    bool recompute = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--shape")) shape = argv[i + 1];
         else if (!strcmp(argv[i], "--device"))
@@ -95,6 +99,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps")) steps = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--blocks")) blocks = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--amp")) amp_opt = !strcmp(argv[i + 1], "bf16");
+        else if (!strcmp(argv[i], "--recompute")) recompute = atoi(argv[i + 1]) != 0;
         else {
             fprintf(stderr, "bench_lm_step: unknown option %s\n", argv[i]);
             return 2;
@@ -125,7 +130,7 @@ int main(int argc, char **argv) {
     ct_tensor *x = ct_tensor_randint(gen, 0, cfg.vocab, CT_SHAPE(batch, cfg.context), CT_I64, dev);
     ct_tensor *y = ct_tensor_randint(gen, 0, cfg.vocab, CT_SHAPE(batch, cfg.context), CT_I64, dev);
     bool ok = m && opt && x && y;
-    for (int i = 0; ok && i < 3; i++) ok = step(m, opt, x, y, amp, dev);
+    for (int i = 0; ok && i < 3; i++) ok = step(m, opt, x, y, amp, dev, recompute);
     sync(dev);
     /* CT_PROFILE's table then covers the timed steps alone, not the first
      * calls' plan building and autotuning */
@@ -133,7 +138,7 @@ int main(int argc, char **argv) {
     double *ms = calloc((size_t)blocks, sizeof *ms);
     for (int64_t b = 0; ok && ms && b < blocks; b++) {
         double t0 = now_s();
-        for (int64_t i = 0; ok && i < steps; i++) ok = step(m, opt, x, y, amp, dev);
+        for (int64_t i = 0; ok && i < steps; i++) ok = step(m, opt, x, y, amp, dev, recompute);
         sync(dev);
         ms[b] = 1e3 * (now_s() - t0) / (double)steps;
     }
@@ -142,9 +147,11 @@ int main(int argc, char **argv) {
     } else {
         qsort(ms, (size_t)blocks, sizeof *ms, cmp_double);
         double med = ms[blocks / 2];
-        printf("cten %s %s%s B%" PRId64 " T%" PRId64 ": %.2f ms/step  %.0f tok/s  peak %.2f GiB\n",
+        printf("cten %s %s%s%s B%" PRId64 " T%" PRId64
+               ": %.2f ms/step  %.0f tok/s  peak %.2f GiB\n",
                shape, dev.type == CT_DEVICE_CUDA ? "cuda" : "cpu",
-               amp == CT_BF16 ? " bf16" : " f32", batch, cfg.context, med,
+               amp == CT_BF16 ? " bf16" : " f32", recompute ? " recompute" : "", batch,
+               cfg.context, med,
                (double)(batch * cfg.context) / (med / 1e3), peak_gib(dev));
     }
     free(ms);

@@ -85,6 +85,8 @@ def run_cten(args):
            "--blocks", str(args.blocks)]
     if args.batch:
         cmd += ["--batch", str(args.batch)]
+    if args.recompute:
+        cmd += ["--recompute", "1"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
     print(out, flush=True)
     return float(out.split(" tok/s")[0].split()[-1]) if "tok/s" in out else None
@@ -99,6 +101,8 @@ def main():
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cten", help="bench_lm_step to run in alternation")
+    p.add_argument("--recompute", action="store_true",
+                   help="cten recomputes the MLP's activation in the backward")
     args = p.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

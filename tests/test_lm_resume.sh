@@ -2,7 +2,9 @@
 # cten-train-lm stopped and resumed continues exactly: 6 steps in one run
 # and 3 + 3 steps (--stop-after 3, then --resume) write the same final
 # checkpoint, byte for byte (parameters, AdamW's state, the data position
-# and the step). Runs on DATA_FILE, a small text.
+# and the step). Runs on DATA_FILE, a small text. --recompute (the MLP's
+# activation made again in the backward) writes that checkpoint too, for
+# both model families.
 # usage: test_lm_resume.sh CTEN_TRAIN_LM DATA_FILE
 set -eu
 exe=$1
@@ -27,3 +29,11 @@ grep "^step     6/6  loss" "$dir/second.log" > "$dir/b"
 sed -i 's/ *[0-9]* tok\/s.*//' "$dir/a" "$dir/b"
 cmp "$dir/a" "$dir/b"
 echo "resumed run matches: $(cat "$dir/a")"
+# Recomputation changes no bit of the training.
+"$exe" $args --checkpoint "$dir/recompute.safetensors" --recompute > "$dir/recompute.log"
+cmp "$dir/whole.safetensors" "$dir/recompute.safetensors"
+"$exe" $args --model gpt2 --kv-heads 4 --checkpoint "$dir/gpt2.safetensors" > "$dir/gpt2.log"
+"$exe" $args --model gpt2 --kv-heads 4 --checkpoint "$dir/gpt2r.safetensors" --recompute \
+    > "$dir/gpt2r.log"
+cmp "$dir/gpt2.safetensors" "$dir/gpt2r.safetensors"
+echo "recomputing runs match (llama and gpt2)"

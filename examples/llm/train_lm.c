@@ -57,6 +57,7 @@ typedef struct settings {
     const char *compare; /* directory for --compare, or NULL */
     bool ddp;            /* --ddp: data-parallel over the ranks of an MPI launch */
     bool cuda_graph;     /* --cuda-graph: replay the step from a CUDA graph */
+    bool recompute;      /* --recompute: the MLP's activation made again in the backward */
 } settings;
 
 static settings defaults(void) {
@@ -130,7 +131,9 @@ static void usage(const char *prog) {
            "  --ddp                data-parallel over the processes of an MPI launch (mpirun -np N):\n"
            "                       --batch-size per rank, rank 0 prints, saves and samples\n"
            "  --cuda-graph         on a GPU: record the step into a CUDA graph once and replay\n"
-           "                       it (the progress line then has no gradient norm)\n",
+           "                       it (the progress line then has no gradient norm)\n"
+           "  --recompute          recompute GELU's (SwiGLU's) output in the backward instead\n"
+           "                       of keeping it: less memory, the same gradients\n",
            prog, d.model.n_layer, d.model.n_embd, d.model.n_head, d.model.n_kv_head,
            d.model.context, LM_FORTUNES_DIR, d.val_fraction, d.batch, d.steps, d.lr, d.warmup,
            d.weight_decay, d.clip, d.seed, d.log_every, d.val_every, d.val_batches,
@@ -186,6 +189,10 @@ static int parse_args(int argc, char **argv, settings *s) {
         }
         if (!strcmp(a, "--cuda-graph")) {
             s->cuda_graph = true;
+            continue;
+        }
+        if (!strcmp(a, "--recompute")) {
+            s->recompute = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -421,11 +428,13 @@ static bool next_batch(run *r, int64_t micro, ct_tensor **x, ct_tensor **y) {
  * its loss added to r->loss_sum on the device. */
 static bool micro_step(run *r, int64_t micro, ct_tensor *x, ct_tensor *y) {
     const settings *s = &r->s;
+    bool prev = ct_set_recompute_enabled(s->recompute);
     autocast_begin(s);
     ct_tensor *loss = lm_model_loss(r->model, x, y);
     autocast_end(s);
+    ct_set_recompute_enabled(prev);
     ct_tensor *scaled = ct_div_scalar(loss, (double)s->accum);
-    bool prev = ct_no_grad_begin();
+    prev = ct_no_grad_begin();
     bool ok = scaled && ct_add_(r->loss_sum, scaled) == CT_OK;
     ct_no_grad_end(prev);
     if (!ok) return false;
