@@ -217,22 +217,29 @@ ct_optimizer *ct_optim_sgd_new(const ct_params *params, double lr, double moment
     return opt;
 }
 
+/* Adam's and AdamW's hyperparameters, as PyTorch checks them; false with
+ * the error set naming op. */
+static bool adam_args_ok(const char *op, double lr, double beta1, double beta2, double eps,
+                         double weight_decay) {
+    if (bad_nonneg(lr))
+        cti_error(CT_ERR_INVALID_ARG, "%s: invalid learning rate %g (expected >= 0)", op, lr);
+    else if (bad_nonneg(eps))
+        cti_error(CT_ERR_INVALID_ARG, "%s: invalid epsilon %g (expected >= 0)", op, eps);
+    else if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+        cti_error(CT_ERR_INVALID_ARG, "%s: invalid betas (%g, %g) (expected each in [0, 1))", op,
+                  beta1, beta2);
+    else if (bad_nonneg(weight_decay))
+        cti_error(CT_ERR_INVALID_ARG, "%s: invalid weight_decay %g (expected >= 0)", op,
+                  weight_decay);
+    else
+        return true;
+    return false;
+}
+
 ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta1,
                                  double beta2, double eps, double weight_decay) {
     static const char op[] = "ct_optim_adamw_new";
-    if (bad_nonneg(lr))
-        return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid learning rate %g (expected >= 0)",
-                              op, lr);
-    if (bad_nonneg(eps))
-        return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid epsilon %g (expected >= 0)", op,
-                              eps);
-    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: invalid betas (%g, %g) (expected each in [0, 1))", op, beta1,
-                              beta2);
-    if (bad_nonneg(weight_decay))
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: invalid weight_decay %g (expected >= 0)", op, weight_decay);
+    if (!adam_args_ok(op, lr, beta1, beta2, eps, weight_decay)) return NULL;
     static const char *const names[] = {"exp_avg", "exp_avg_sq"};
     ct_optimizer *opt = create(op, params, OPT_ADAMW, 2, names, lr);
     if (!opt) return NULL;
@@ -246,19 +253,7 @@ ct_optimizer *ct_optim_adamw_new(const ct_params *params, double lr, double beta
 ct_optimizer *ct_optim_adam_new(const ct_params *params, double lr, double beta1, double beta2,
                                 double eps, double weight_decay, bool amsgrad) {
     static const char op[] = "ct_optim_adam_new";
-    if (bad_nonneg(lr))
-        return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid learning rate %g (expected >= 0)",
-                              op, lr);
-    if (bad_nonneg(eps))
-        return cti_error_null(CT_ERR_INVALID_ARG, "%s: invalid epsilon %g (expected >= 0)", op,
-                              eps);
-    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: invalid betas (%g, %g) (expected each in [0, 1))", op, beta1,
-                              beta2);
-    if (bad_nonneg(weight_decay))
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: invalid weight_decay %g (expected >= 0)", op, weight_decay);
+    if (!adam_args_ok(op, lr, beta1, beta2, eps, weight_decay)) return NULL;
     static const char *const names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     ct_optimizer *opt = create(op, params, OPT_ADAM, amsgrad ? 3 : 2, names, lr);
     if (!opt) return NULL;
