@@ -33,6 +33,16 @@ ct_status cti_check_scalar_fits(const char *op, double v, ct_dtype dt);
 ct_tensor *cti_dim_last(ct_tensor *t, int dim);
 /* The inverse of cti_dim_last for a result: consumes t. */
 ct_tensor *cti_dim_back(ct_tensor *t, int dim);
+/* The call of an op that selects along dim d of x (sort, topk): its input x
+ * with d moved last (*xl, the caller's to release) and two new outputs of
+ * that layout, len elements along d: values in x's dtype, int64 indices.
+ * *outer is the count of slices. On failure nothing is left to release. */
+ct_status cti_select_call(const char *op, ct_op id, ct_tensor *x, int d, int64_t len,
+                          ct_call *c, ct_tensor **xl, int64_t *outer);
+/* Runs that call (its params set) and moves d back in place in both
+ * outputs: new *vals and *idx, or the error with the outputs released. */
+ct_status cti_select_run(ct_call *c, ct_device device, ct_dtype dt, int d, ct_tensor **vals,
+                         ct_tensor **idx);
 
 /* Releases the outputs of a call (after a failed dispatch). */
 void cti_call_release_outputs(ct_call *c);

@@ -49,6 +49,47 @@ ct_tensor *cti_dim_back(ct_tensor *t, int dim) {
     return c;
 }
 
+ct_status cti_select_call(const char *op, ct_op id, ct_tensor *x, int d, int64_t len,
+                          ct_call *c, ct_tensor **xl, int64_t *outer) {
+    int nd = x->ndim;
+    int64_t oshape[CT_MAX_DIMS];
+    for (int i = 0; i < nd; i++) oshape[i] = x->shape[i];
+    if (nd) {
+        oshape[d] = oshape[nd - 1];
+        oshape[nd - 1] = len;
+    }
+    *outer = nd ? cti_numel(nd - 1, oshape) : 1;
+    *xl = cti_dim_last(x, d);
+    if (!*xl) return ct_last_status();
+    cti_call_init(c, id);
+    c->in[0] = *xl;
+    c->nin = 1;
+    c->nout = 2;
+    c->out[0] = cti_tensor_new(op, nd, oshape, x->dtype, dev(x));
+    c->out[1] = cti_tensor_new(op, nd, oshape, CT_I64, dev(x));
+    if (c->out[0] && c->out[1]) return CT_OK;
+    ct_status st = ct_last_status();
+    cti_call_release_outputs(c);
+    ct_tensor_release(*xl);
+    *xl = NULL;
+    return st;
+}
+
+ct_status cti_select_run(ct_call *c, ct_device device, ct_dtype dt, int d, ct_tensor **vals,
+                         ct_tensor **idx) {
+    *vals = *idx = NULL;
+    ct_status st = run(c, device, dt);
+    if (st != CT_OK) return st;
+    *vals = cti_dim_back(c->out[0], d);
+    *idx = cti_dim_back(c->out[1], d);
+    if (*vals && *idx) return CT_OK;
+    st = ct_last_status();
+    ct_tensor_release(*vals);
+    ct_tensor_release(*idx);
+    *vals = *idx = NULL;
+    return st;
+}
+
 /* ---- tril / triu ------------------------------------------------------------------------ */
 
 static ct_tensor *triangle(const char *op, ct_op id, ct_tensor *x, int64_t diagonal) {
@@ -160,38 +201,13 @@ ct_tensor *ct_topk(ct_tensor *x, int64_t k, int dim, bool largest, bool sorted,
                               op, (long long)k, d, (long long)n, (long long)n);
     if (x->ndim == 0 && k == 0)
         return cti_error_null(CT_ERR_INVALID_ARG, "%s: k 0 of a 0-d tensor has no shape", op);
-    int64_t oshape[CT_MAX_DIMS];
-    int nd = x->ndim;
-    for (int i = 0; i < nd; i++) oshape[i] = x->shape[i];
-    if (nd) {
-        oshape[d] = oshape[nd - 1];
-        oshape[nd - 1] = k;
-    }
-    ct_tensor *xl = cti_dim_last(x, d);
-    if (!xl) return NULL;
+    ct_tensor *xl, *vals = NULL, *idx = NULL, *out = NULL;
+    int64_t outer;
     ct_call c;
-    cti_call_init(&c, CT_OP_TOPK);
-    c.in[0] = xl;
-    c.nin = 1;
-    c.nout = 2;
-    c.out[0] = cti_tensor_new(op, nd, oshape, x->dtype, dev(x));
-    c.out[1] = cti_tensor_new(op, nd, oshape, CT_I64, dev(x));
-    ct_tensor *vals = NULL, *idx = NULL, *out = NULL;
-    if (!c.out[0] || !c.out[1]) {
-        cti_call_release_outputs(&c);
-        goto done;
-    }
-    cti_seq_params p = {.outer = nd ? prod(oshape, 0, nd - 1) : 1,
-                        .n = n,
-                        .inner = 1,
-                        .k = k,
-                        .dim = d,
-                        .largest = largest};
+    if (cti_select_call(op, CT_OP_TOPK, x, d, k, &c, &xl, &outer) != CT_OK) return NULL;
+    cti_seq_params p = {.outer = outer, .n = n, .inner = 1, .k = k, .dim = d, .largest = largest};
     cti_call_params(&c, &p);
-    if (run(&c, dev(x), x->dtype) != CT_OK) goto done;
-    vals = cti_dim_back(c.out[0], d);
-    idx = cti_dim_back(c.out[1], d);
-    if (!vals || !idx) goto done;
+    if (cti_select_run(&c, dev(x), x->dtype, d, &vals, &idx) != CT_OK) goto done;
     out = record(&(cti_ag_rec){.name = "TopkBackward",
                                .backward = cti_bw_topk,
                                .nin = 1,

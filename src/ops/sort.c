@@ -38,39 +38,13 @@ ct_tensor *ct_sort(ct_tensor *x, int dim, bool descending, bool stable, ct_tenso
     if (cti_check_not_null(op, 1, &x)) return NULL;
     int d = cti_wrap_dim(op, dim, x->ndim);
     if (d < 0) return NULL;
-    int nd = x->ndim;
-    int64_t n = nd ? x->shape[d] : 1, oshape[CT_MAX_DIMS];
-    for (int i = 0; i < nd; i++) oshape[i] = x->shape[i];
-    if (nd) {
-        oshape[d] = oshape[nd - 1];
-        oshape[nd - 1] = n;
-    }
-    ct_tensor *xl = cti_dim_last(x, d);
-    if (!xl) return NULL;
+    int64_t n = x->ndim ? x->shape[d] : 1, outer;
+    ct_tensor *xl, *vals = NULL, *idx = NULL, *out = NULL;
     ct_call c;
-    cti_call_init(&c, CT_OP_SORT);
-    c.in[0] = xl;
-    c.nin = 1;
-    c.nout = 2;
-    c.out[0] = cti_tensor_new(op, nd, oshape, x->dtype, dev(x));
-    c.out[1] = cti_tensor_new(op, nd, oshape, CT_I64, dev(x));
-    ct_tensor *vals = NULL, *idx = NULL, *out = NULL;
-    if (!c.out[0] || !c.out[1]) {
-        cti_call_release_outputs(&c);
-        goto done;
-    }
-    cti_sort_params p = {.outer = nd ? prod(oshape, 0, nd - 1) : 1,
-                         .n = n,
-                         .dim = d,
-                         .descending = descending};
+    if (cti_select_call(op, CT_OP_SORT, x, d, n, &c, &xl, &outer) != CT_OK) return NULL;
+    cti_sort_params p = {.outer = outer, .n = n, .dim = d, .descending = descending};
     cti_call_params(&c, &p);
-    if (cti_run(&c, dev(x), x->dtype) != CT_OK) {
-        cti_call_release_outputs(&c);
-        goto done;
-    }
-    vals = cti_dim_back(c.out[0], d);
-    idx = cti_dim_back(c.out[1], d);
-    if (!vals || !idx) goto done;
+    if (cti_select_run(&c, dev(x), x->dtype, d, &vals, &idx) != CT_OK) goto done;
     if (ct_dtype_is_floating(x->dtype) && cti_ag_needed(1, &x) &&
         cti_ag_record(&(cti_ag_rec){.name = "SortBackward",
                                     .backward = cti_bw_sort,
@@ -133,6 +107,31 @@ static ct_tensor *back_to_0d(ct_tensor *t, bool was_0d) {
     return t && was_0d ? ct_reshape(t, 0, NULL) : t;
 }
 
+/* The int64 position at (one per slice: s's shape with size 1 at d), in
+ * the caller's scope. */
+static ct_tensor *position(ct_tensor *s, int d, int64_t at) {
+    int64_t shape[CT_MAX_DIMS];
+    for (int i = 0; i < s->ndim; i++) shape[i] = i == d ? 1 : s->shape[i];
+    return ct_tensor_full(s->ndim, shape, (double)at, CT_I64, dev(s));
+}
+
+/* The result of kthvalue, median and mode, which all take an element of
+ * each slice of x sorted along d (s, and the sort's indices si): the one at
+ * pos, and its index into *indices when asked; keepdim as the reductions',
+ * back to 0-d when x was. Ends the caller's scope sc keeping them. */
+static ct_tensor *pick_sorted(ct_scope *sc, ct_tensor *s, ct_tensor *si, int d, ct_tensor *pos,
+                              bool keepdim, bool was_0d, ct_tensor **indices) {
+    ct_tensor *ii = NULL;
+    ct_tensor *out = pos ? sorted_at(s, si, d, pos, keepdim, indices ? &ii : NULL) : NULL;
+    out = back_to_0d(out, was_0d);
+    if (out && indices) {
+        ii = back_to_0d(ii, was_0d);
+        if (!ii) out = NULL;
+        else *indices = ct_keep(ii);
+    }
+    return end_keep(sc, out);
+}
+
 ct_tensor *ct_kthvalue(ct_tensor *x, int64_t k, int dim, bool keepdim, ct_tensor **indices) {
     const char *op = "ct_kthvalue";
     if (cti_check_not_null(op, 1, &x)) return NULL;
@@ -146,19 +145,10 @@ ct_tensor *ct_kthvalue(ct_tensor *x, int64_t k, int dim, bool keepdim, ct_tensor
                               op, (long long)k, d, (long long)n, (long long)n);
     ct_scope *sc = ct_scope_begin();
     bool was_0d = x->ndim == 0;
-    ct_tensor *x1 = at_least_1d(x), *si = NULL, *ii = NULL, *out = NULL;
+    ct_tensor *x1 = at_least_1d(x), *si = NULL;
     ct_tensor *s = x1 ? ct_sort(x1, d, false, true, &si) : NULL;
-    int64_t shape[CT_MAX_DIMS];
-    for (int i = 0; s && i < s->ndim; i++) shape[i] = i == d ? 1 : s->shape[i];
-    ct_tensor *pos = s ? ct_tensor_full(s->ndim, shape, (double)(k - 1), CT_I64, dev(x)) : NULL;
-    if (pos) out = sorted_at(s, si, d, pos, keepdim, indices ? &ii : NULL);
-    out = back_to_0d(out, was_0d);
-    if (out && indices) {
-        ii = back_to_0d(ii, was_0d);
-        if (!ii) out = NULL;
-        else *indices = ct_keep(ii);
-    }
-    return end_keep(sc, out);
+    ct_tensor *pos = s ? position(s, d, k - 1) : NULL;
+    return pick_sorted(sc, s, si, d, pos, keepdim, was_0d, indices);
 }
 
 ct_tensor *ct_median_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
@@ -172,12 +162,9 @@ ct_tensor *ct_median_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indice
                               "dim %d of %s", op, d, cti_desc(x));
     ct_scope *sc = ct_scope_begin();
     bool was_0d = x->ndim == 0;
-    ct_tensor *x1 = at_least_1d(x), *si = NULL, *ii = NULL, *out = NULL;
+    ct_tensor *x1 = at_least_1d(x), *si = NULL;
     ct_tensor *s = x1 ? ct_sort(x1, d, false, true, &si) : NULL;
-    int64_t shape[CT_MAX_DIMS];
-    for (int i = 0; s && i < s->ndim; i++) shape[i] = i == d ? 1 : s->shape[i];
-    ct_tensor *pos = s ? ct_tensor_full(s->ndim, shape, (double)((n - 1) / 2), CT_I64, dev(x))
-                       : NULL;
+    ct_tensor *pos = s ? position(s, d, (n - 1) / 2) : NULL;
     if (pos && ct_dtype_is_floating(x->dtype)) {
         /* A slice with NaN: its first NaN, which the stable sort put at n - nans. */
         int64_t dd = d;
@@ -188,14 +175,7 @@ ct_tensor *ct_median_dim(ct_tensor *x, int dim, bool keepdim, ct_tensor **indice
         at = at ? ct_add_scalar(at, (double)n) : NULL;
         pos = at ? ct_where(has, at, pos) : NULL;
     }
-    if (pos) out = sorted_at(s, si, d, pos, keepdim, indices ? &ii : NULL);
-    out = back_to_0d(out, was_0d);
-    if (out && indices) {
-        ii = back_to_0d(ii, was_0d);
-        if (!ii) out = NULL;
-        else *indices = ct_keep(ii);
-    }
-    return end_keep(sc, out);
+    return pick_sorted(sc, s, si, d, pos, keepdim, was_0d, indices);
 }
 
 ct_tensor *ct_median(ct_tensor *x) {
@@ -229,7 +209,7 @@ ct_tensor *ct_mode(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
                               "%d of %s", op, d, cti_desc(x));
     ct_scope *sc = ct_scope_begin();
     bool was_0d = x->ndim == 0;
-    ct_tensor *x1 = at_least_1d(x), *si = NULL, *ii = NULL, *out = NULL, *pos = NULL;
+    ct_tensor *x1 = at_least_1d(x), *si = NULL, *pos = NULL;
     ct_tensor *s = x1 ? ct_sort(x1, d, false, true, &si) : NULL;
     if (s) {
         bool prev = ct_no_grad_begin();
@@ -252,14 +232,7 @@ ct_tensor *ct_mode(ct_tensor *x, int dim, bool keepdim, ct_tensor **indices) {
         pos = end ? ct_sub_scalar(end, 1) : NULL;
         ct_no_grad_end(prev);
     }
-    if (pos) out = sorted_at(s, si, d, pos, keepdim, indices ? &ii : NULL);
-    out = back_to_0d(out, was_0d);
-    if (out && indices) {
-        ii = back_to_0d(ii, was_0d);
-        if (!ii) out = NULL;
-        else *indices = ct_keep(ii);
-    }
-    return end_keep(sc, out);
+    return pick_sorted(sc, s, si, d, pos, keepdim, was_0d, indices);
 }
 
 /* ---- nonzero / count_nonzero ----------------------------------------------------------------- */
