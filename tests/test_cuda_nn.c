@@ -322,91 +322,88 @@ static void cls_grad_ref(bool nll, const double *x, const int64_t *t, const doub
     }
 }
 
-static void run_cls_reference(bool nll) {
-    for (size_t di = 0; di < 4; di++)
-        for (size_t gi = 0; gi < sizeof cls_geoms / sizeof cls_geoms[0]; gi++) {
-            ct_dtype dt = tu_float_dtypes[di];
-            const clsg *g = &cls_geoms[gi];
-            ct_scope *sc = ct_scope_begin();
-            int64_t c = g->nd == 1 ? g->s[0] : g->s[1], n = g->nd == 1 ? 1 : g->s[0];
-            int64_t inner = g->nd > 2 ? tu_numel(g->nd - 2, g->s + 2) : 1, npos = n * inner;
-            int64_t tsh[4];
-            int tnd = 0;
-            if (g->nd > 1) {
-                tsh[tnd++] = g->s[0];
-                for (int d = 2; d < g->nd; d++) tsh[tnd++] = g->s[d];
-            }
-            double *xv, *wv, *gv;
-            ct_tensor *x = chk(tu_rand(g->nd, g->s, dt, nll ? -6 : -4, nll ? 0 : 4, &xv));
-            ct_tensor *w = chk(tu_rand(1, &c, dt, 0.25, 2, &wv));
-            ct_tensor *gl = chk(tu_rand(tnd, tsh, dt, -1, 1, &gv));
-            int64_t *tv = malloc(sizeof(int64_t) * (size_t)npos);
-            for (int64_t p = 0; p < npos; p++) tv[p] = tu_next() % 4 == 0 ? 0 : tu_randint(0, c);
-            ct_tensor *t = ints(tv, tnd, tsh, CT_I64);
-            ct_tensor *gx = gpu_nc(x, g->nc), *gt = gpu_nc(t, g->nc), *gw = gpu(w), *ggl = gpu(gl);
-            ct_tensor *g0 = chk(ct_tensor_scalar(0.75, dt, CT_CUDA(0)));
-            size_t nx = (size_t)(npos * c);
-            double *loss = malloc(sizeof(double) * (size_t)npos), *wt = malloc(sizeof(double) * (size_t)npos);
-            double *gp = malloc(sizeof(double) * (size_t)npos), *dx = malloc(sizeof(double) * nx);
-            double rt = rtol_for(dt);
-            for (size_t oi = 0; oi < sizeof cls_opts / sizeof cls_opts[0]; oi++) {
-                const clsopt *o = &cls_opts[oi];
-                double ls = nll ? 0 : o->ls;
-                const double *w64 = o->weighted ? wv : NULL;
-                ct_tensor *wt_t = o->weighted ? gw : NULL;
-                cls_ref(nll, xv, tv, w64, n, c, inner, o->ignore, ls, loss, wt);
-                double lsum = 0, wsum = 0;
-                for (int64_t p = 0; p < npos; p++) lsum += loss[p], wsum += wt[p];
-                for (int red = 0; red < 3; red++) {
-                    ct_tensor *y = chk(nll ? ct_nll_loss(gx, gt, wt_t, (ct_reduction)red, o->ignore)
-                                           : ct_cross_entropy(gx, gt, wt_t, (ct_reduction)red,
-                                                              o->ignore, ls));
-                    double r = red == CT_REDUCTION_MEAN ? lsum / wsum : lsum;
-                    if (red == CT_REDUCTION_NONE) {
-                        assert_shape(y, tnd, tsh);
-                        check_ref(y, loss, npos, rt, rt);
-                    } else {
-                        assert_int_equal(ct_tensor_ndim(y), 0);
-                        /* a float16 sum past 65504 is inf on both devices */
-                        if (dt != CT_F16 || fabs(r) < 6e4) check_ref(y, &r, 1, rt, rt);
-                    }
-                    for (int64_t p = 0; p < npos; p++)
-                        gp[p] = red == CT_REDUCTION_NONE ? gv[p]
-                                : red == CT_REDUCTION_SUM ? 0.75 : 0.75 / wsum;
-                    ct_tensor *gg = red == CT_REDUCTION_NONE ? ggl : g0;
-                    ct_tensor *d = chk(nll ? ct_nll_loss_backward(gg, gx, gt, wt_t, (ct_reduction)red, o->ignore)
-                                           : ct_cross_entropy_backward(gg, gx, gt, wt_t, (ct_reduction)red,
-                                                                       o->ignore, ls));
-                    assert_shape(d, g->nd, g->s);
-                    cls_grad_ref(nll, xv, tv, w64, n, c, inner, o->ignore, ls, gp, dx);
-                    check_ref(d, dx, (int64_t)nx, rt, rt);
-                    if (!nll) {
-                        /* through autograd: the backward reads the forward's row
-                         * statistics (the saved-statistics kernel where inner is 1) */
-                        ct_tensor *lx = chk(ct_detach(gx));
-                        assert_int_equal(ct_requires_grad_(lx, true), CT_OK);
-                        ct_tensor *ly = chk(ct_cross_entropy(lx, gt, wt_t, (ct_reduction)red,
-                                                             o->ignore, ls));
-                        assert_int_equal(ct_backward(ly, gg, false), CT_OK);
-                        check_ref(chk(ct_grad(lx)), dx, (int64_t)nx, rt, rt);
-                    }
+static void run_cls_reference(bool nll, ct_dtype dt) {
+    for (size_t gi = 0; gi < sizeof cls_geoms / sizeof cls_geoms[0]; gi++) {
+        const clsg *g = &cls_geoms[gi];
+        ct_scope *sc = ct_scope_begin();
+        int64_t c = g->nd == 1 ? g->s[0] : g->s[1], n = g->nd == 1 ? 1 : g->s[0];
+        int64_t inner = g->nd > 2 ? tu_numel(g->nd - 2, g->s + 2) : 1, npos = n * inner;
+        int64_t tsh[4];
+        int tnd = 0;
+        if (g->nd > 1) {
+            tsh[tnd++] = g->s[0];
+            for (int d = 2; d < g->nd; d++) tsh[tnd++] = g->s[d];
+        }
+        double *xv, *wv, *gv;
+        ct_tensor *x = chk(tu_rand(g->nd, g->s, dt, nll ? -6 : -4, nll ? 0 : 4, &xv));
+        ct_tensor *w = chk(tu_rand(1, &c, dt, 0.25, 2, &wv));
+        ct_tensor *gl = chk(tu_rand(tnd, tsh, dt, -1, 1, &gv));
+        int64_t *tv = malloc(sizeof(int64_t) * (size_t)npos);
+        for (int64_t p = 0; p < npos; p++) tv[p] = tu_next() % 4 == 0 ? 0 : tu_randint(0, c);
+        ct_tensor *t = ints(tv, tnd, tsh, CT_I64);
+        ct_tensor *gx = gpu_nc(x, g->nc), *gt = gpu_nc(t, g->nc), *gw = gpu(w), *ggl = gpu(gl);
+        ct_tensor *g0 = chk(ct_tensor_scalar(0.75, dt, CT_CUDA(0)));
+        size_t nx = (size_t)(npos * c);
+        double *loss = malloc(sizeof(double) * (size_t)npos), *wt = malloc(sizeof(double) * (size_t)npos);
+        double *gp = malloc(sizeof(double) * (size_t)npos), *dx = malloc(sizeof(double) * nx);
+        double rt = rtol_for(dt);
+        for (size_t oi = 0; oi < sizeof cls_opts / sizeof cls_opts[0]; oi++) {
+            const clsopt *o = &cls_opts[oi];
+            double ls = nll ? 0 : o->ls;
+            const double *w64 = o->weighted ? wv : NULL;
+            ct_tensor *wt_t = o->weighted ? gw : NULL;
+            cls_ref(nll, xv, tv, w64, n, c, inner, o->ignore, ls, loss, wt);
+            double lsum = 0, wsum = 0;
+            for (int64_t p = 0; p < npos; p++) lsum += loss[p], wsum += wt[p];
+            for (int red = 0; red < 3; red++) {
+                ct_tensor *y = chk(nll ? ct_nll_loss(gx, gt, wt_t, (ct_reduction)red, o->ignore)
+                                       : ct_cross_entropy(gx, gt, wt_t, (ct_reduction)red,
+                                                          o->ignore, ls));
+                double r = red == CT_REDUCTION_MEAN ? lsum / wsum : lsum;
+                if (red == CT_REDUCTION_NONE) {
+                    assert_shape(y, tnd, tsh);
+                    check_ref(y, loss, npos, rt, rt);
+                } else {
+                    assert_int_equal(ct_tensor_ndim(y), 0);
+                    /* a float16 sum past 65504 is inf on both devices */
+                    if (dt != CT_F16 || fabs(r) < 6e4) check_ref(y, &r, 1, rt, rt);
+                }
+                for (int64_t p = 0; p < npos; p++)
+                    gp[p] = red == CT_REDUCTION_NONE ? gv[p]
+                            : red == CT_REDUCTION_SUM ? 0.75 : 0.75 / wsum;
+                ct_tensor *gg = red == CT_REDUCTION_NONE ? ggl : g0;
+                ct_tensor *d = chk(nll ? ct_nll_loss_backward(gg, gx, gt, wt_t, (ct_reduction)red, o->ignore)
+                                       : ct_cross_entropy_backward(gg, gx, gt, wt_t, (ct_reduction)red,
+                                                                   o->ignore, ls));
+                assert_shape(d, g->nd, g->s);
+                cls_grad_ref(nll, xv, tv, w64, n, c, inner, o->ignore, ls, gp, dx);
+                check_ref(d, dx, (int64_t)nx, rt, rt);
+                if (!nll) {
+                    /* through autograd: the backward reads the forward's row
+                     * statistics (the saved-statistics kernel where inner is 1) */
+                    ct_tensor *lx = chk(ct_detach(gx));
+                    assert_int_equal(ct_requires_grad_(lx, true), CT_OK);
+                    ct_tensor *ly = chk(ct_cross_entropy(lx, gt, wt_t, (ct_reduction)red,
+                                                         o->ignore, ls));
+                    assert_int_equal(ct_backward(ly, gg, false), CT_OK);
+                    check_ref(chk(ct_grad(lx)), dx, (int64_t)nx, rt, rt);
                 }
             }
-            free(loss), free(wt), free(gp), free(dx), free(tv), free(xv), free(wv), free(gv);
-            ct_scope_end(sc);
         }
+        free(loss), free(wt), free(gp), free(dx), free(tv), free(xv), free(wv), free(gv);
+        ct_scope_end(sc);
+    }
 }
 
+/* A test per dtype: a process each under compute-sanitizer (CT_TEST_SHARD). */
 static void test_cross_entropy_reference(void **state) {
-    (void)state;
     NEED_GPU();
-    run_cls_reference(false);
+    run_cls_reference(false, tu_dtype_of(state));
 }
 
 static void test_nll_loss_reference(void **state) {
-    (void)state;
     NEED_GPU();
-    run_cls_reference(true);
+    run_cls_reference(true, tu_dtype_of(state));
 }
 
 /* Repeated calls give the same bits (no atomics in any fold), and a small
@@ -886,8 +883,8 @@ int main(void) {
         T(test_softmax_reference),
         T(test_softmax_special_values),
         T(test_softmax_backward_reference),
-        T(test_cross_entropy_reference),
-        T(test_nll_loss_reference),
+        TU_EACH_FLOAT_DTYPE(test_cross_entropy_reference),
+        TU_EACH_FLOAT_DTYPE(test_nll_loss_reference),
         T(test_cross_entropy_deterministic),
         T(test_cross_entropy_bad_target_fails_next_wait),
         T(test_profile_sync_reports_fault_at_op),

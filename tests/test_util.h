@@ -259,13 +259,15 @@ static const ct_dtype tu_all_dtypes[] = {CT_F32, CT_F64, CT_F16, CT_BF16, CT_I32
 /* A test over dtypes as one cmocka test per dtype (so CT_TEST_SHARD can put
  * them in processes of their own): TU_EACH_DTYPE(f) is the group entries of
  * f for every dtype of tu_all_dtypes, TU_EACH_NUMERIC_DTYPE(f) for all but
- * bool, with the file's setup and teardown; f reads its dtype with
- * tu_dtype_of(state) and its position in tu_all_dtypes with tu_dtype_index. */
+ * bool, TU_EACH_FLOAT_DTYPE(f) for the floating ones, with the file's setup
+ * and teardown; f reads its dtype with tu_dtype_of(state) and its position
+ * in tu_all_dtypes with tu_dtype_index. */
 #define TU_DTYPE_ENTRY_(f, k, nm) {#f " " nm, f, setup, teardown, (void *)&tu_all_dtypes[k]}
-#define TU_EACH_NUMERIC_DTYPE(f)                                                    \
+#define TU_EACH_FLOAT_DTYPE(f)                                                      \
     TU_DTYPE_ENTRY_(f, 0, "float32"), TU_DTYPE_ENTRY_(f, 1, "float64"),             \
-        TU_DTYPE_ENTRY_(f, 2, "float16"), TU_DTYPE_ENTRY_(f, 3, "bfloat16"),        \
-        TU_DTYPE_ENTRY_(f, 4, "int32"), TU_DTYPE_ENTRY_(f, 5, "int64")
+        TU_DTYPE_ENTRY_(f, 2, "float16"), TU_DTYPE_ENTRY_(f, 3, "bfloat16")
+#define TU_EACH_NUMERIC_DTYPE(f)                                                    \
+    TU_EACH_FLOAT_DTYPE(f), TU_DTYPE_ENTRY_(f, 4, "int32"), TU_DTYPE_ENTRY_(f, 5, "int64")
 #define TU_EACH_DTYPE(f) TU_EACH_NUMERIC_DTYPE(f), TU_DTYPE_ENTRY_(f, 6, "bool")
 static inline ct_dtype tu_dtype_of(void **state) { return *(const ct_dtype *)*state; }
 static inline size_t tu_dtype_index(void **state) {
