@@ -426,18 +426,16 @@ static ct_tensor *record_pool(ct_call *c, const cti_pool_params *p, const char *
     return c->out[0];
 }
 
-ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t stride[2],
-                         const int64_t padding[2], const int64_t dilation[2], bool ceil_mode,
-                         ct_tensor **indices) {
-    const char *op = "ct_max_pool2d";
-    cti_pool_params a = {0};
-    if (cti_check_not_null(op, 1, &x) != CT_OK ||
-        pool_setup(op, x, kernel, stride, padding, dilation, ceil_mode, &a) != CT_OK)
-        return NULL;
+/* The max pools' common end, their geometry in a: the values and the
+ * argmax indices (int64, into *indices when asked), recorded for autograd
+ * under node; the kernel computes the indices either way and the backward
+ * keeps them. */
+static ct_tensor *max_pool_run(const char *op, ct_op id, const char *node, ct_tensor *x,
+                               const cti_pool_params *a, ct_tensor **indices) {
     int64_t shape[4];
-    int nd = result_shape(x->ndim, a.N, a.C, a.OH, a.OW, shape);
+    int nd = result_shape(x->ndim, a->N, a->C, a->OH, a->OW, shape);
     ct_call c;
-    pool_call(&c, CT_OP_MAX_POOL2D, &a);
+    pool_call(&c, id, a);
     c.in[0] = x;
     c.nin = 1;
     c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
@@ -448,12 +446,21 @@ ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t st
         return NULL;
     }
     if (!dispatch_one(&c, x)) return NULL;
-    /* the kernel computes the indices either way; the backward keeps them */
-    if (!record_pool(&c, &a, "MaxPool2DWithIndicesBackward", cti_bw_max_pool2d, c.out[1]))
-        return NULL;
+    if (!record_pool(&c, a, node, cti_bw_max_pool2d, c.out[1])) return NULL;
     if (indices) *indices = c.out[1];
     else ct_tensor_release(c.out[1]);
     return c.out[0];
+}
+
+ct_tensor *ct_max_pool2d(ct_tensor *x, const int64_t kernel[2], const int64_t stride[2],
+                         const int64_t padding[2], const int64_t dilation[2], bool ceil_mode,
+                         ct_tensor **indices) {
+    const char *op = "ct_max_pool2d";
+    cti_pool_params a = {0};
+    if (cti_check_not_null(op, 1, &x) != CT_OK ||
+        pool_setup(op, x, kernel, stride, padding, dilation, ceil_mode, &a) != CT_OK)
+        return NULL;
+    return max_pool_run(op, CT_OP_MAX_POOL2D, "MaxPool2DWithIndicesBackward", x, &a, indices);
 }
 
 ct_tensor *ct_max_pool2d_backward(ct_tensor *grad_out, ct_tensor *x, ct_tensor *indices) {
@@ -627,23 +634,6 @@ ct_tensor *ct_adaptive_max_pool2d(ct_tensor *x, int64_t out_h, int64_t out_w,
                               (long long)out_h, (long long)out_w);
     a.OH = out_h;
     a.OW = out_w;
-    int64_t shape[4];
-    int nd = result_shape(x->ndim, a.N, a.C, a.OH, a.OW, shape);
-    ct_call c;
-    pool_call(&c, CT_OP_ADAPTIVE_MAX_POOL2D, &a);
-    c.in[0] = x;
-    c.nin = 1;
-    c.out[0] = cti_tensor_new(op, nd, shape, x->dtype, x->storage->device);
-    c.out[1] = c.out[0] ? cti_tensor_new(op, nd, shape, CT_I64, x->storage->device) : NULL;
-    c.nout = 2;
-    if (!c.out[1]) {
-        cti_call_release_outputs(&c);
-        return NULL;
-    }
-    if (!dispatch_one(&c, x)) return NULL;
-    if (!record_pool(&c, &a, "AdaptiveMaxPool2DBackward", cti_bw_max_pool2d, c.out[1]))
-        return NULL;
-    if (indices) *indices = c.out[1];
-    else ct_tensor_release(c.out[1]);
-    return c.out[0];
+    return max_pool_run(op, CT_OP_ADAPTIVE_MAX_POOL2D, "AdaptiveMaxPool2DBackward", x, &a,
+                        indices);
 }
