@@ -33,15 +33,6 @@ static void drop_view(ct_tensor *v, ct_tensor *t) {
     if (v && v != t) ct_tensor_release(v);
 }
 
-/* Records r, whose one output is r->out[0], when grad mode is on and an
- * input requires grad; on failure releases the output and returns NULL. */
-static ct_tensor *record(const cti_ag_rec *r) {
-    ct_tensor *out = r->out[0];
-    if (!out || !cti_ag_needed(r->nin, r->in)) return out;
-    if (cti_ag_record(r) == CT_OK) return out;
-    ct_tensor_release(out);
-    return NULL;
-}
 
 static ct_status check_index_dtype(const char *op, const ct_tensor *idx, bool allow_i32) {
     if (idx->dtype == CT_I64 || (allow_i32 && idx->dtype == CT_I32)) return CT_OK;
@@ -57,20 +48,6 @@ static ct_status check_same_ndim(const char *op, const ct_tensor *t, const char 
                      cti_desc(t), cti_desc(x));
 }
 
-/* index.size(k) <= t.size(k) for every k (but skip, when >= 0). */
-static ct_status check_fits(const char *op, const ct_tensor *index, const ct_tensor *t,
-                            const char *name, int skip) {
-    for (int k = 0; k < index->ndim && k < t->ndim; k++) {
-        if (k == skip || index->shape[k] <= t->shape[k]) continue;
-        char but[32] = "";
-        if (skip >= 0) snprintf(but, sizeof but, " but %d", skip);
-        return cti_error(CT_ERR_SHAPE,
-                         "%s: index %s is larger than %s %s in dim %d (expected index.size(d) <= "
-                         "%s.size(d) for every dim d%s)",
-                         op, cti_desc(index), name, cti_desc(t), k, name, but);
-    }
-    return CT_OK;
-}
 
 /* Dispatches op with in[0..nin) (viewed as 1-d where 0-d) into out. */
 static ct_status dispatch(ct_op id, int nin, ct_tensor *const *in, ct_tensor *out,
@@ -104,7 +81,7 @@ ct_tensor *ct_gather(ct_tensor *x, int dim, ct_tensor *index) {
         check_index_dtype(op, index, false) || check_same_ndim(op, index, "index", x))
         return NULL;
     int d = cti_wrap_dim(op, dim, x->ndim);
-    if (d < 0 || check_fits(op, index, x, "x", d)) return NULL;
+    if (d < 0 || cti_check_index_fits(op, index, x, "x", d)) return NULL;
     ct_tensor *out = cti_tensor_new(op, index->ndim, index->shape, x->dtype, dev(x));
     if (!out) return NULL;
     cti_index_params p = {.dim = d, .size = x->ndim > 0 ? x->shape[d] : 1};
@@ -112,7 +89,7 @@ ct_tensor *ct_gather(ct_tensor *x, int dim, ct_tensor *index) {
         ct_tensor_release(out);
         return NULL;
     }
-    return record(&(cti_ag_rec){.name = "GatherBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "GatherBackward",
                                 .backward = cti_bw_gather,
                                 .nin = 1,
                                 .in = {x},
@@ -141,7 +118,7 @@ ct_tensor *ct_scatter_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *sr
                               "%s: src has dtype %s but x has %s (expected equal dtypes)", op,
                               ct_dtype_name(src->dtype), ct_dtype_name(x->dtype));
     int d = cti_wrap_dim(op, dim, x->ndim);
-    if (d < 0 || check_fits(op, index, x, "x", d) || check_fits(op, index, src, "src", -1))
+    if (d < 0 || cti_check_index_fits(op, index, x, "x", d) || cti_check_index_fits(op, index, src, "src", -1))
         return NULL;
     ct_tensor *out = cti_tensor_new(op, x->ndim, x->shape, x->dtype, dev(x));
     if (!out) return NULL;
@@ -155,7 +132,7 @@ ct_tensor *ct_scatter_add(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *sr
         ct_tensor_release(out);
         return NULL;
     }
-    return record(&(cti_ag_rec){.name = "ScatterAddBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "ScatterAddBackward",
                                 .backward = cti_bw_scatter_add,
                                 .nin = 2,
                                 .in = {x, src},
@@ -204,7 +181,7 @@ ct_tensor *ct_index_select(ct_tensor *x, int dim, ct_tensor *index) {
         ct_tensor_release(out);
         return NULL;
     }
-    return record(&(cti_ag_rec){.name = "IndexSelectBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "IndexSelectBackward",
                                 .backward = cti_bw_index_select,
                                 .nin = 1,
                                 .in = {x},

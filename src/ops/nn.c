@@ -70,16 +70,6 @@ static ct_status check_shape_eq(const char *op, const ct_tensor *t, const char *
                      cti_shape_s(t->ndim, t->shape), cti_shape_s(n, shape));
 }
 
-/* Records r, whose one output is r->out[0], when grad mode is on and an
- * input requires grad. Returns the output, or NULL after releasing it when
- * recording fails. */
-static ct_tensor *record(const cti_ag_rec *r) {
-    ct_tensor *out = r->out[0];
-    if (!out || !cti_ag_needed(r->nin, r->in)) return out;
-    if (cti_ag_record(r) == CT_OK) return out;
-    ct_tensor_release(out);
-    return NULL;
-}
 
 /* Dispatches c on t's device with t's dtype; on failure releases the outputs. */
 static ct_status run(ct_call *c, const ct_tensor *t) {
@@ -172,7 +162,7 @@ ct_tensor *ct_rms_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shape,
     temps_release(&tp);
     {
         /* The backward needs inv_rms even when the caller does not. */
-        ct_tensor *y = record(&(cti_ag_rec){.name = "RmsNormBackward",
+        ct_tensor *y = cti_record_one(&(cti_ag_rec){.name = "RmsNormBackward",
                                             .backward = cti_bw_rms_norm,
                                             .nin = 2,
                                             .in = {x, weight},
@@ -269,7 +259,7 @@ ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shap
     if (run(&c, x) != CT_OK) goto fail;
     temps_release(&tp);
     {
-        ct_tensor *y = record(&(cti_ag_rec){.name = "LayerNormBackward",
+        ct_tensor *y = cti_record_one(&(cti_ag_rec){.name = "LayerNormBackward",
                                             .backward = cti_bw_layer_norm,
                                             .nin = 3,
                                             .in = {x, weight, bias},
@@ -373,7 +363,7 @@ static ct_tensor *softmax_fwd(const char *op, ct_op id, ct_tensor *x, int dim, b
     if (!c.out[0]) goto done;
     cti_call_params(&c, &p);
     if (run(&c, x) == CT_OK)
-        out = record(&(cti_ag_rec){.name = lg ? "LogSoftmaxBackward" : "SoftmaxBackward",
+        out = cti_record_one(&(cti_ag_rec){.name = lg ? "LogSoftmaxBackward" : "SoftmaxBackward",
                                    .backward = lg ? cti_bw_log_softmax : cti_bw_softmax,
                                    .nin = 1,
                                    .in = {x},
@@ -546,7 +536,7 @@ done:
 static ct_tensor *cls_record(const char *name, cti_backward_fn bw, ct_tensor *out,
                              ct_tensor *input, ct_tensor *target, ct_tensor *weight,
                              const cti_loss_params *p) {
-    return record(&(cti_ag_rec){.name = name,
+    return cti_record_one(&(cti_ag_rec){.name = name,
                                 .backward = bw,
                                 .nin = 1,
                                 .in = {input},
@@ -593,7 +583,7 @@ ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *wei
     ct_tensor *out = cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits",
                               target, weight, &p, keep ? &stats : NULL);
     if (!out || !keep) return out;
-    out = record(&(cti_ag_rec){.name = "CrossEntropyBackward",
+    out = cti_record_one(&(cti_ag_rec){.name = "CrossEntropyBackward",
                                .backward = cti_bw_cross_entropy,
                                .nin = 1,
                                .in = {logits},
@@ -720,7 +710,7 @@ ct_tensor *ct_mse_loss(ct_tensor *input, ct_tensor *target, ct_reduction reducti
     cti_loss_params p = {.n = prod(bs, 0, nb), .reduction = (int)reduction};
     cti_call_params(&c, &p);
     if (run(&c, input) == CT_OK)
-        out = record(&(cti_ag_rec){.name = "MseLossBackward",
+        out = cti_record_one(&(cti_ag_rec){.name = "MseLossBackward",
                                    .backward = cti_bw_mse_loss,
                                    .nin = 2,
                                    .in = {input, target},
@@ -837,7 +827,7 @@ ct_tensor *ct_embedding(ct_tensor *weight, ct_tensor *indices) {
                               .padding_idx = -1};
     cti_call_params(&c, &p);
     if (run(&c, weight) == CT_OK)
-        out = record(&(cti_ag_rec){.name = "EmbeddingBackward",
+        out = cti_record_one(&(cti_ag_rec){.name = "EmbeddingBackward",
                                    .backward = cti_bw_embedding,
                                    .nin = 1,
                                    .in = {weight},
@@ -907,7 +897,7 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
     /* Identity: no mask (ct_dropout_backward takes NULL). */
     if (!train || p == 0) {
         /* x itself, as PyTorch returns it: a view of x for in-place writes. */
-        ct_tensor *y = cti_ag_view_link(x, record(&(cti_ag_rec){.name = "DropoutBackward",
+        ct_tensor *y = cti_ag_view_link(x, cti_record_one(&(cti_ag_rec){.name = "DropoutBackward",
                                             .backward = cti_bw_dropout,
                                             .nin = 1,
                                             .in = {x},
@@ -939,7 +929,7 @@ ct_tensor *ct_dropout(ct_tensor *x, double p, bool train, ct_generator *gen, ct_
     dp.offset = ct_generator_reserve(g, (uint64_t)n);
     cti_call_params(&c, &dp);
     if (run(&c, x) != CT_OK) goto done;
-    out = record(&(cti_ag_rec){.name = "DropoutBackward",
+    out = cti_record_one(&(cti_ag_rec){.name = "DropoutBackward",
                                .backward = cti_bw_dropout,
                                .nin = 1,
                                .in = {x},

@@ -46,6 +46,15 @@ ct_status cti_select_run(ct_call *c, ct_device device, ct_dtype dt, int d, ct_te
 
 /* Releases the outputs of a call (after a failed dispatch). */
 void cti_call_release_outputs(ct_call *c);
+/* Records r, whose one output is r->out[0], when grad mode is on and an
+ * input requires grad: that output, or NULL after releasing it when
+ * recording fails (and NULL for a NULL output). */
+ct_tensor *cti_record_one(const cti_ag_rec *r);
+/* index.size(k) <= t.size(k) for every dim k but skip (none when skip < 0),
+ * the rule of gather, scatter and their kin; the error names op, the
+ * index and t (called name). */
+ct_status cti_check_index_fits(const char *op, const ct_tensor *index, const ct_tensor *t,
+                               const char *name, int skip);
 
 /* An in-place op recorded by autograd (src/ops/inplace.c; decide with
  * cti_ag_inplace_mode after the op's own checks): fn(src, ctx) computes

@@ -22,6 +22,14 @@ static ct_status record_without_formula(const ct_call *c) {
     return cti_ag_record(&r);
 }
 
+ct_tensor *cti_record_one(const cti_ag_rec *r) {
+    ct_tensor *out = r->out[0];
+    if (!out || !cti_ag_needed(r->nin, r->in)) return out;
+    if (cti_ag_record(r) == CT_OK) return out;
+    ct_tensor_release(out);
+    return NULL;
+}
+
 ct_status cti_run(ct_call *c, ct_device device, ct_dtype dtype) {
     ct_status st = cti_dispatch(c, device, dtype);
     if (st == CT_OK && cti_op_schema(c->op)->grad == CTI_GRAD_NOFORMULA &&
@@ -74,4 +82,18 @@ void cti_call_release_outputs(ct_call *c) {
         ct_tensor_release(c->out[i]);
         c->out[i] = NULL;
     }
+}
+
+ct_status cti_check_index_fits(const char *op, const ct_tensor *index, const ct_tensor *t,
+                               const char *name, int skip) {
+    for (int k = 0; k < index->ndim && k < t->ndim; k++) {
+        if (k == skip || index->shape[k] <= t->shape[k]) continue;
+        char but[32] = "";
+        if (skip >= 0) snprintf(but, sizeof but, " but %d", skip);
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: index %s is larger than %s %s in dim %d (expected index.size(d) <= "
+                         "%s.size(d) for every dim d%s)",
+                         op, cti_desc(index), name, cti_desc(t), k, name, but);
+    }
+    return CT_OK;
 }

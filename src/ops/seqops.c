@@ -18,15 +18,6 @@ static ct_status run(ct_call *c, ct_device device, ct_dtype dt) {
     return s;
 }
 
-/* Records r (one output) when an input needs grad; NULL after releasing the
- * output when recording fails. */
-static ct_tensor *record(const cti_ag_rec *r) {
-    ct_tensor *out = r->out[0];
-    if (!out || !cti_ag_needed(r->nin, r->in)) return out;
-    if (cti_ag_record(r) == CT_OK) return out;
-    ct_tensor_release(out);
-    return NULL;
-}
 
 ct_tensor *cti_dim_last(ct_tensor *t, int dim) {
     int last = t->ndim - 1;
@@ -113,7 +104,7 @@ static ct_tensor *triangle(const char *op, ct_op id, ct_tensor *x, int64_t diago
                         .diagonal = diagonal};
     cti_call_params(&c, &p);
     if (run(&c, dev(x), x->dtype) != CT_OK) goto done;
-    out = record(&(cti_ag_rec){.name = id == CT_OP_TRIL ? "TrilBackward" : "TriuBackward",
+    out = cti_record_one(&(cti_ag_rec){.name = id == CT_OP_TRIL ? "TrilBackward" : "TriuBackward",
                                .backward = id == CT_OP_TRIL ? cti_bw_tril : cti_bw_triu,
                                .nin = 1,
                                .in = {x},
@@ -159,7 +150,7 @@ static ct_tensor *cumsum(const char *op, ct_tensor *x, int dim, bool reverse) {
                         .reverse = reverse};
     cti_call_params(&c, &p);
     if (run(&c, dev(x), x->dtype) != CT_OK) goto done;
-    out = record(&(cti_ag_rec){.name = reverse ? "CumsumBackwardBackward" : "CumsumBackward",
+    out = cti_record_one(&(cti_ag_rec){.name = reverse ? "CumsumBackwardBackward" : "CumsumBackward",
                                .backward = cti_bw_cumsum,
                                .nin = 1,
                                .in = {x},
@@ -208,7 +199,7 @@ ct_tensor *ct_topk(ct_tensor *x, int64_t k, int dim, bool largest, bool sorted,
     cti_seq_params p = {.outer = outer, .n = n, .inner = 1, .k = k, .dim = d, .largest = largest};
     cti_call_params(&c, &p);
     if (cti_select_run(&c, dev(x), x->dtype, d, &vals, &idx) != CT_OK) goto done;
-    out = record(&(cti_ag_rec){.name = "TopkBackward",
+    out = cti_record_one(&(cti_ag_rec){.name = "TopkBackward",
                                .backward = cti_bw_topk,
                                .nin = 1,
                                .in = {x},

@@ -28,15 +28,6 @@ static ct_device dev(const ct_tensor *t) { return t->storage->device; }
 
 static int nd1(const ct_tensor *t) { return t->ndim > 0 ? t->ndim : 1; }
 
-/* Records r, whose one output is r->out[0], when grad mode is on and an
- * input requires grad; on failure releases the output and returns NULL. */
-static ct_tensor *record(const cti_ag_rec *r) {
-    ct_tensor *out = r->out[0];
-    if (!out || !cti_ag_needed(r->nin, r->in)) return out;
-    if (cti_ag_record(r) == CT_OK) return out;
-    ct_tensor_release(out);
-    return NULL;
-}
 
 static void rel(ct_tensor *t) {
     if (t) ct_tensor_release(t);
@@ -112,20 +103,6 @@ static ct_tensor *wrap_negative(ct_tensor *idx, int64_t size) {
 
 /* ---- scatter, scatter_reduce ---------------------------------------------------------- */
 
-static ct_status check_fits(const char *op, const ct_tensor *index, const ct_tensor *t,
-                            const char *name, int skip) {
-    for (int k = 0; k < index->ndim && k < t->ndim; k++) {
-        if (k == skip || index->shape[k] <= t->shape[k]) continue;
-        char but[32] = "";
-        if (skip >= 0) snprintf(but, sizeof but, " but %d", skip);
-        return cti_error(CT_ERR_SHAPE,
-                         "%s: index %s is larger than %s %s in dim %d (expected index.size(d) <= "
-                         "%s.size(d) for every dim d%s)",
-                         op, cti_desc(index), name, cti_desc(t), k, name, but);
-    }
-    return CT_OK;
-}
-
 /* The checks scatter_add makes: index int64 of x's ndim, fits x but along
  * dim, and fits src (when src is not NULL: src of x's dtype and ndim). */
 static int scatter_checks(const char *op, ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src) {
@@ -150,7 +127,7 @@ static int scatter_checks(const char *op, ct_tensor *x, int dim, ct_tensor *inde
         return -1;
     }
     int d = cti_wrap_dim(op, dim, x->ndim);
-    if (d < 0 || check_fits(op, index, x, "x", d) || (src && check_fits(op, index, src, "src", -1)))
+    if (d < 0 || cti_check_index_fits(op, index, x, "x", d) || (src && cti_check_index_fits(op, index, src, "src", -1)))
         return -1;
     return d;
 }
@@ -211,7 +188,7 @@ ct_tensor *ct_scatter(ct_tensor *x, int dim, ct_tensor *index, ct_tensor *src) {
     cti_scatter_params p = {.dim = d, .size = x->ndim ? x->shape[d] : 1,
                             .reduce = CTI_SCATTER_ASSIGN};
     ct_tensor *out = scatter_into_copy(op, CT_OP_SCATTER, x, index, src, &p);
-    return record(&(cti_ag_rec){.name = "ScatterBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "ScatterBackward",
                                 .backward = cti_bw_scatter,
                                 .nin = 2,
                                 .in = {x, src},
@@ -231,7 +208,7 @@ ct_tensor *ct_scatter_value(ct_tensor *x, int dim, ct_tensor *index, double valu
     ct_tensor *src = value_src(x, index, value);
     ct_tensor *out = src ? scatter_into_copy(op, CT_OP_SCATTER, x, index, src, &p) : NULL;
     rel(src);
-    return record(&(cti_ag_rec){.name = "ScatterBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "ScatterBackward",
                                 .backward = cti_bw_scatter,
                                 .nin = 1,
                                 .in = {x},
@@ -319,7 +296,7 @@ ct_tensor *ct_scatter_reduce(ct_tensor *x, int dim, ct_tensor *index, ct_tensor 
         return NULL;
     }
     cti_scatter_reduce_params rp = {.p = p, .mean = mean, .include_self = include_self};
-    ct_tensor *res = record(&(cti_ag_rec){.name = "ScatterReduceBackward",
+    ct_tensor *res = cti_record_one(&(cti_ag_rec){.name = "ScatterReduceBackward",
                                           .backward = cti_bw_scatter_reduce,
                                           .nin = 2,
                                           .in = {x, src},
@@ -739,7 +716,7 @@ ct_tensor *cti_remap_run(const char *op, ct_op id, ct_tensor *x, const int64_t *
 static ct_tensor *remap_recorded(const char *op, ct_op id, ct_tensor *x, const int64_t *oshape,
                                  const cti_remap_params *p, const char *node, cti_backward_fn bw) {
     ct_tensor *out = cti_remap_run(op, id, x, oshape, p);
-    return record(&(cti_ag_rec){.name = node,
+    return cti_record_one(&(cti_ag_rec){.name = node,
                                 .backward = bw,
                                 .nin = 1,
                                 .in = {x},
@@ -846,7 +823,7 @@ ct_tensor *ct_repeat(ct_tensor *x, int n, const int64_t *repeats) {
     if (xv != x) rel(xv);
     cti_repeat_params rp = {.n = n};
     memcpy(rp.repeats, repeats, sizeof(int64_t) * (size_t)n);
-    return record(&(cti_ag_rec){.name = "RepeatBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "RepeatBackward",
                                 .backward = cti_bw_repeat,
                                 .nin = 1,
                                 .in = {x},
@@ -1089,7 +1066,7 @@ static ct_tensor *interpolate_2d(const char *op, ct_tensor *x, const int64_t *si
         out = NULL;
     }
     rel(xc);
-    return record(&(cti_ag_rec){.name = mode == CT_INTERP_NEAREST ? "UpsampleNearest2DBackward"
+    return cti_record_one(&(cti_ag_rec){.name = mode == CT_INTERP_NEAREST ? "UpsampleNearest2DBackward"
                                                                   : "UpsampleBilinear2DBackward",
                                 .backward = cti_bw_interpolate,
                                 .nin = 1,
@@ -1264,7 +1241,7 @@ ct_tensor *ct_unfold(ct_tensor *x, const int64_t kernel_size[2], const int64_t d
                               cti_desc(x), (long long)p.kernel[0], (long long)p.kernel[1]);
     int64_t shape[3] = {p.N, p.C * kk, p.OH * p.OW};
     ct_tensor *out = fold_run(op, CT_OP_UNFOLD, x, batched ? 3 : 2, batched ? shape : shape + 1, &p);
-    return record(&(cti_ag_rec){.name = "Im2ColBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "Im2ColBackward",
                                 .backward = cti_bw_unfold,
                                 .nin = 1,
                                 .in = {x},
@@ -1303,7 +1280,7 @@ ct_tensor *ct_fold(ct_tensor *x, const int64_t output_size[2], const int64_t ker
                               (long long)p.OH, (long long)p.OW);
     int64_t shape[4] = {p.N, p.C, p.H, p.W};
     ct_tensor *out = fold_run(op, CT_OP_FOLD, x, batched ? 4 : 3, batched ? shape : shape + 1, &p);
-    return record(&(cti_ag_rec){.name = "Col2ImBackward",
+    return cti_record_one(&(cti_ag_rec){.name = "Col2ImBackward",
                                 .backward = cti_bw_fold,
                                 .nin = 1,
                                 .in = {x},
