@@ -157,6 +157,11 @@ ct_tensor *cti_remap_run(const char *op, ct_op id, ct_tensor *x, const int64_t *
                          const cti_remap_params *p);
 /* INTERPOLATE_BACKWARD of grad_out [N, C, OH, OW] with the forward's p. */
 ct_tensor *cti_interpolate_backward(ct_tensor *grad_out, const cti_interp_params *p);
+/* g (of an index's shape or smaller, as scatter's and scatter_add's src
+ * gradients) placed in zeros of input k's shape when that is larger: the
+ * elements the index does not reach get none. Takes g's reference; NULL
+ * for a NULL g or on error. */
+ct_tensor *cti_grad_into_input(cti_node *n, int k, ct_tensor *g);
 CTI_BW(cti_bw_diagonal);
 /* formulas_layers.c: ct_conv_transpose2d. Inputs (x, w); saved[0] x (only
  * when w needs a gradient), saved[1] w (only when x needs one); params the

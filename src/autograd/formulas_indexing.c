@@ -39,40 +39,14 @@ CTI_BW(cti_bw_gather) {
     return put(&gi[0], scatter_into_zeros(n, 0, go[0], p->dim, index));
 }
 
-/* gather(g, dim, index) placed in zeros of src's shape when src is larger
- * than index (the elements of src that index does not reach add nothing). */
-static ct_tensor *src_grad(cti_node *n, ct_tensor *g, int dim, ct_tensor *index) {
-    ct_tensor *gs = ct_gather(g, dim, index);
-    if (!gs) return NULL;
-    int nd = n->in_ndim[1];
-    const int64_t *ss = n->in_shape[1];
-    bool same = ct_tensor_ndim(gs) == nd;
-    for (int k = 0; same && k < nd; k++) same = ct_tensor_shape(gs)[k] == ss[k];
-    if (same) return gs;
-    ct_tensor *z = ct_tensor_zeros(nd, ss, ct_tensor_dtype(gs), ct_tensor_device(gs));
-    ct_tensor *part = z ? ct_tensor_retain(z) : NULL;
-    for (int k = 0; part && k < nd; k++) {
-        ct_tensor *nx = ct_narrow(part, k, 0, ct_tensor_shape(gs)[k]);
-        ct_tensor_release(part);
-        part = nx;
-    }
-    ct_status s = part ? ct_copy_(part, gs) : ct_last_status();
-    ct_tensor_release(part);
-    ct_tensor_release(gs);
-    if (s != CT_OK) {
-        ct_tensor_release(z);
-        return NULL;
-    }
-    return z;
-}
-
 CTI_BW(cti_bw_scatter_add) {
     if (!go[0]) return CT_OK;
     SAVED(index, 0);
     const cti_index_params *p = CTI_NODE_PARAMS(n, cti_index_params);
     ct_status st = CT_OK;
     if (n->needs[0]) st = put(&gi[0], ct_tensor_retain(go[0]));
-    if (st == CT_OK && n->needs[1]) st = put(&gi[1], src_grad(n, go[0], p->dim, index));
+    if (st == CT_OK && n->needs[1])
+        st = put(&gi[1], cti_grad_into_input(n, 1, ct_gather(go[0], p->dim, index)));
     return st;
 }
 

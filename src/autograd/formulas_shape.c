@@ -33,9 +33,7 @@ static void rel(ct_tensor *t) {
     if (t) ct_tensor_release(t);
 }
 
-/* g (of index's shape or smaller) placed in zeros of input k's shape when
- * that is larger; takes g's reference. */
-static ct_tensor *into_shape(cti_node *n, int k, ct_tensor *g) {
+ct_tensor *cti_grad_into_input(cti_node *n, int k, ct_tensor *g) {
     if (!g) return NULL;
     int nd = n->in_ndim[k];
     const int64_t *ss = n->in_shape[k];
@@ -84,7 +82,7 @@ CTI_BW(cti_bw_scatter) {
     ct_status st = CT_OK;
     if (n->needs[0]) st = put(&gi[0], ct_scatter_value(go[0], p->dim, index, 0));
     if (st == CT_OK && n->nin > 1 && n->needs[1])
-        st = put(&gi[1], into_shape(n, 1, ct_gather(go[0], p->dim, index)));
+        st = put(&gi[1], cti_grad_into_input(n, 1, ct_gather(go[0], p->dim, index)));
     return st;
 }
 
@@ -171,7 +169,7 @@ CTI_BW(cti_bw_scatter_reduce) {
         gx = NULL;
     }
     if (st == CT_OK && n->needs[1]) {
-        st = put(&gi[1], into_shape(n, 1, gs));
+        st = put(&gi[1], cti_grad_into_input(n, 1, gs));
         gs = NULL;
     }
     rel(gx), rel(gs);
