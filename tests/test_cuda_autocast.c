@@ -5,7 +5,8 @@
  * CPU's values; a CUDA region leaves CPU tensors alone and a CPU region CUDA ones; a model
  * trained one step in a CUDA region (linear -> relu -> linear -> cross_entropy) gets the
  * CPU's gradients, float32 for float32 leaves; the weight casts are made once per region on
- * the GPU too. Skips without a GPU. */
+ * the GPU too; recomputing an MLP block's activation changes no bit of its gradients. Skips
+ * without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -388,6 +389,73 @@ static void test_cache(void **state) {
     for (int i = 0; i < 7; i++) ct_tensor_release(ts[i]);
 }
 
+/* An MLP block in a bfloat16 region, its activation (GELU's or SwiGLU's output, which the
+ * second linear saves) left to recomputation (ct_set_recompute_enabled) or not: the same
+ * float32 weight gradients bit for bit, and the activation's device memory free once its
+ * handle goes. */
+typedef struct block_run {
+    double *g1, *g2;
+    uint64_t allocated; /* after the forward, the activation's handle released */
+} block_run;
+
+static block_run mlp_block(bool swiglu, bool recompute, ct_tensor *x, ct_tensor *w1,
+                           ct_tensor *w2, ct_tensor *g) {
+    ct_zero_grad(w1);
+    ct_zero_grad(w2);
+    bool prev = ct_set_recompute_enabled(recompute);
+    ok(ct_autocast_begin(CT_CUDA(0), CT_BF16));
+    ct_tensor *h = checked(ct_linear(x, w1, NULL)), *a;
+    if (swiglu) {
+        ct_tensor *gu[2] = {NULL, NULL};
+        int n = 0;
+        ok(ct_chunk(h, 2, -1, 2, gu, &n));
+        a = checked(ct_swiglu(gu[0], gu[1]));
+        ct_tensor_release(gu[0]);
+        ct_tensor_release(gu[1]);
+    } else {
+        a = checked(ct_gelu(h, CT_GELU_TANH));
+    }
+    assert_int_equal(ct_tensor_dtype(a), CT_BF16);
+    ct_tensor *z = checked(ct_linear(a, w2, NULL));
+    ok(ct_autocast_end());
+    ct_set_recompute_enabled(prev);
+    ct_tensor_release(h);
+    ct_tensor_release(a);
+    ok(ct_cuda_synchronize(0));
+    ct_cuda_memstats st;
+    ok(ct_cuda_memory_stats(0, &st));
+    ok(ct_backward(z, g, false));
+    ct_tensor_release(z);
+    block_run r = {tu_values(ct_grad(w1)), tu_values(ct_grad(w2)), st.allocated};
+    return r;
+}
+
+static void test_recompute_block(void **state) {
+    (void)state;
+    for (int sw = 0; sw < 2; sw++) {
+        int64_t hid = H, w1rows = sw ? 2 * H : H;
+        ct_scope *s = ct_scope_begin();
+        ct_tensor *x = gpu(tu_rand(CT_SHAPE(N, D), CT_F32, -1, 1, NULL));
+        ct_tensor *w1 = gpu(tu_rand(CT_SHAPE(w1rows, D), CT_F32, -0.3, 0.3, NULL));
+        ct_tensor *w2 = gpu(tu_rand(CT_SHAPE(C, hid), CT_F32, -0.3, 0.3, NULL));
+        ct_tensor *g = gpu(tu_rand(CT_SHAPE(N, C), CT_BF16, -1, 1, NULL));
+        ok(ct_requires_grad_(w1, true));
+        ok(ct_requires_grad_(w2, true));
+        block_run off = mlp_block(sw, false, x, w1, w2, g);
+        block_run on = mlp_block(sw, true, x, w1, w2, g);
+        for (int64_t i = 0; i < w1rows * D; i++)
+            assert_memory_equal(&on.g1[i], &off.g1[i], sizeof(double));
+        for (int64_t i = 0; i < C * hid; i++)
+            assert_memory_equal(&on.g2[i], &off.g2[i], sizeof(double));
+        assert_true((int64_t)off.allocated - (int64_t)on.allocated >= N * hid * 2);
+        free(off.g1);
+        free(off.g2);
+        free(on.g1);
+        free(on.g2);
+        ct_scope_end(s);
+    }
+}
+
 int main(void) {
     tu_seed();
     cti_init();
@@ -398,6 +466,7 @@ int main(void) {
         T(test_device_types),
         T(test_training_step),
         T(test_cache),
+        T(test_recompute_block),
     };
 #undef T
     return tu_run_tests(tests);
