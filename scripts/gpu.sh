@@ -14,7 +14,10 @@
 #      (bench/torch_cuda_*.py),
 #   6. cten-bench and bench/torch_ref.py on the GPU (JSON into $OUT),
 #   7. both Fashion-MNIST models on the GPU beside PyTorch, when the data set
-#      is there (Debian's dataset-fashion-mnist, or a copy in .data/).
+#      is there (Debian's dataset-fashion-mnist, or a copy in .data/),
+#   8. the language model's training step (bench_lm_step, GPT-2 and
+#      LLaMA-style 124M, B16 T1024 bf16) beside PyTorch eager and
+#      torch.compile (bench/torch_lm_step.py), then with --recompute 1.
 # Every step runs even when an earlier check fails; a summary table ends the
 # output and the exit status is non-zero if any step failed. Logs go to $OUT
 # when it is set (gpu.log: every step's output; summary.txt; testlog.txt:
@@ -32,7 +35,8 @@
 # by it),
 # CT_GPU_SKIP_BENCH=1 step 5 (CT_GPU_BENCH_ONLY="name ..." keeps those),
 # CT_GPU_BENCH=quick|full|0 for step 6, CT_GPU_FASHION_EPOCHS=N (0: none) for
-# step 7. Steps 4-7 can run in separate calls on the same build directory.
+# step 7, CT_GPU_LM=0 leaves out step 8. Steps 4-8 can run in separate calls
+# on the same build directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -98,7 +102,8 @@ summary() {
         for f in "$steplogs"/fashion-*.log; do
             [ -f "$f" ] && grep -iE 'best|total|epoch .*acc' "$f" | tail -n 3 | sed "s/^/$(basename "$f" .log)  /"
         done
-        for b in "$steplogs"/bench_cuda_*.log "$steplogs"/torch_cuda_*.log "$steplogs"/cten-bench-gpu.log; do
+        for b in "$steplogs"/bench_cuda_*.log "$steplogs"/torch_cuda_*.log "$steplogs"/cten-bench-gpu.log \
+            "$steplogs"/lm-*.log; do
             [ -f "$b" ] && sed "s/^/$(basename "$b" .log)  /" "$b"
         done
         # A step left out leaves no log: the group still succeeds (pipefail
@@ -350,6 +355,17 @@ if [ "$fashion_epochs" -gt 0 ] && [ -n "$fashion_dir" ]; then
             --epochs "$fashion_epochs" --data "$fashion_dir"
         step "fashion-$m-torch" python3 "examples/reference/fashion_$m.py" --device cuda \
             --epochs "$fashion_epochs" --data "$fashion_dir"
+    done
+fi
+
+# ---- 8. the language model's step against PyTorch eager and torch.compile (issue 18's figures),
+# one round each in alternation, then cten alone with the MLP's activation recomputed.
+if [ "${CT_GPU_LM:-1}" != 0 ] && [ -x "$build/bench/bench_lm_step" ]; then
+    for shape in gpt2-124m llama-124m; do
+        step "lm-$shape" python3 bench/torch_lm_step.py --shape "$shape" --device cuda \
+            --cten "$build/bench/bench_lm_step" --rounds 1
+        step "lm-$shape-recompute" "$build/bench/bench_lm_step" --shape "$shape" --device cuda \
+            --recompute 1
     done
 fi
 
