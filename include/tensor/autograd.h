@@ -90,6 +90,40 @@ void ct_no_grad_end(bool prev);
 bool ct_set_recompute_enabled(bool enabled);
 bool ct_is_recompute_enabled(void);
 
+/* ---- activation checkpointing -------------------------------------------------------
+ * ct_checkpoint(fn, ctx, n, inputs) is fn(ctx, n, inputs) without the memory
+ * of fn's intermediate results (torch.utils.checkpoint, its reentrant form):
+ * a transformer's block, say, keeps only its input for the backward, not
+ * its attention and MLP activations, for one more forward of the block in
+ * the backward.
+ *
+ * fn computes a new tensor from inputs (borrowed, at most 6) and what ctx
+ * holds (the parameters); it runs in a scope of its own, so its temporaries
+ * go when it returns. It must compute the same result each time it runs on
+ * the same values: a dropout inside draws from a generator fn reseeds
+ * itself (PyTorch stashes the global RNG state; cten has none).
+ *
+ * In grad mode with an input that requires grad, fn runs without recording
+ * and the result's node keeps the inputs (written in place later, they are
+ * refused at backward as any saved tensor). The backward runs fn again,
+ * recording, in the autocast state of the first run, on leaves holding the
+ * inputs' values, and backpropagates the result's gradient through that
+ * graph: the parameters fn reads get their gradients there (accumulated as
+ * by any backward), the inputs get theirs through the node. The gradients
+ * are those without checkpointing, but for the order in which a parameter
+ * used both inside and outside fn has its parts summed. A parameter's
+ * post-accumulate-grad hook runs when the backward inside is done with it:
+ * one used both inside and outside fn has its hook run twice per backward,
+ * which data parallelism (tensor/dist.h) does not support, as PyTorch's
+ * reentrant checkpoint does not.
+ *
+ * Otherwise (grad mode off, no input requiring grad) fn just runs, and
+ * records as any code does. Errors: fn NULL, more than 6 inputs, a NULL
+ * input, fn's own (returned as they are; in the backward, prefixed with
+ * ct_checkpoint's), a result of another shape or dtype when fn runs again. */
+typedef ct_tensor *(*ct_checkpoint_fn)(void *ctx, int n, ct_tensor *const *inputs);
+ct_tensor *ct_checkpoint(ct_checkpoint_fn fn, void *ctx, int n, ct_tensor *const *inputs);
+
 /* ---- gradient checking ------------------------------------------------------------
  * fn computes a tensor from inputs (borrowed; it returns a new tensor).
  * ct_gradcheck compares the gradient that backward computes for a random
