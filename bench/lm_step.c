@@ -6,6 +6,7 @@
  *
  *   bench_lm_step --shape gpt2-124m|llama-124m|small [--device cuda|cpu]
  *                 [--batch N] [--steps N] [--amp bf16|off] [--recompute 0|1]
+ *                 [--activation-checkpointing 0|1]
  *
  * gpt2-124m: 12 layers, width 768, 12 heads, vocab 50304, context 1024,
  * batch 16, GELU MLP 3072, LayerNorm, learned positions; llama-124m: the
@@ -16,7 +17,8 @@
  * and the peak memory (the device allocator's on a GPU, the process's
  * resident peak on the CPU). A GPU shape without a GPU prints a line saying
  * so and exits 0. --recompute 1 makes the MLP's activation again in the
- * backward (ct_set_recompute_enabled). CT_PROFILE=sync adds the per-op table
+ * backward (ct_set_recompute_enabled), --activation-checkpointing 1 each
+ * block (ct_activation_checkpoint). CT_PROFILE=sync adds the per-op table
  * of the timed steps with device times (at exit, on stderr). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -90,7 +92,7 @@ int main(int argc, char **argv) {
     ct_device dev = CT_CPU;
     int64_t batch = 0, steps = 10, blocks = 3;
     int amp_opt = -1; /* -1: bf16 on a GPU, off on the CPU */
-    bool recompute = false;
+    bool recompute = false, act_ckpt = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--shape")) shape = argv[i + 1];
         else if (!strcmp(argv[i], "--device"))
@@ -100,6 +102,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--blocks")) blocks = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--amp")) amp_opt = !strcmp(argv[i + 1], "bf16");
         else if (!strcmp(argv[i], "--recompute")) recompute = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--activation-checkpointing")) act_ckpt = atoi(argv[i + 1]) != 0;
         else {
             fprintf(stderr, "bench_lm_step: unknown option %s\n", argv[i]);
             return 2;
@@ -122,6 +125,7 @@ int main(int argc, char **argv) {
                                : amp_opt ? CT_BF16 : CT_F32;
     ct_generator *gen = ct_generator_new(1);
     lm_model *m = lm_model_new(&cfg, dev, gen);
+    if (m) m->checkpoint_blocks = act_ckpt;
     ct_optimizer *opt =
         m ? ct_optim_adamw_new(m->params, 6e-4, 0.9, 0.95, 1e-8, 0.1) : NULL;
     for (int64_t k = 0; opt && k < ct_params_count(m->params); k++)
@@ -147,11 +151,11 @@ int main(int argc, char **argv) {
     } else {
         qsort(ms, (size_t)blocks, sizeof *ms, cmp_double);
         double med = ms[blocks / 2];
-        printf("cten %s %s%s%s B%" PRId64 " T%" PRId64
+        printf("cten %s %s%s%s%s B%" PRId64 " T%" PRId64
                ": %.2f ms/step  %.0f tok/s  peak %.2f GiB\n",
                shape, dev.type == CT_DEVICE_CUDA ? "cuda" : "cpu",
-               amp == CT_BF16 ? " bf16" : " f32", recompute ? " recompute" : "", batch,
-               cfg.context, med,
+               amp == CT_BF16 ? " bf16" : " f32", recompute ? " recompute" : "",
+               act_ckpt ? " checkpointed" : "", batch, cfg.context, med,
                (double)(batch * cfg.context) / (med / 1e3), peak_gib(dev));
     }
     free(ms);

@@ -1,4 +1,4 @@
-/* Activation checkpointing (ct_checkpoint): the gradients of a checkpointed
+/* Activation checkpointing (ct_activation_checkpoint): the gradients of a checkpointed
  * MLP block against the same block run plainly and against float64 formulas
  * written out, in each floating dtype, on non-contiguous inputs; what the
  * forward keeps alive; several inputs (one without grad, one unused),
@@ -40,7 +40,7 @@ static ct_tensor *block_fn(void *ctx, int n, ct_tensor *const *in) {
     ct_tensor *h = ct_linear(in[0], b->w1, b->b1);
     if (!h) return NULL;
     if (b->other_shape && b->calls == 2) h = ct_narrow(h, 0, 0, 1);
-    if (b->nested) return ct_checkpoint(second_half, b, 1, &h);
+    if (b->nested) return ct_activation_checkpoint(second_half, b, 1, &h);
     return second_half(b, 1, &h);
 }
 
@@ -90,7 +90,7 @@ static void test_same_gradients(void **state) {
             grads_of(x, &b, want);
             zero_grads(x, &b);
             b.calls = 0;
-            ct_tensor *y1 = ct_checkpoint(block_fn, &b, 1, &x);
+            ct_tensor *y1 = ct_activation_checkpoint(block_fn, &b, 1, &x);
             assert_non_null(y1);
             assert_string_equal(ct_grad_fn_name(y1), "CheckpointBackward");
             assert_int_equal(b.calls, 1);
@@ -142,10 +142,11 @@ static void test_reference(void **state) {
     ct_tensor *g = tu_rand(CT_SHAPE(rows, o), CT_F64, -1, 1, &gv);
     ct_tensor *ts[5] = {x, b.w1, b.b1, b.w2, g};
     for (int i = 0; i < 4; i++) assert_int_equal(ct_requires_grad_(ts[i], true), CT_OK);
-    ct_tensor *y = ct_checkpoint(block_fn, &b, 1, &x);
+    ct_tensor *y = ct_activation_checkpoint(block_fn, &b, 1, &x);
     assert_int_equal(ct_backward(y, g, false), CT_OK);
     double *dx = calloc((size_t)(rows * d), sizeof *dx), *dw1 = calloc((size_t)(h * d), 8);
-    double *db1 = calloc((size_t)h, 8), *dw2 = calloc((size_t)(o * h), 8), *yv = calloc((size_t)(rows * o), 8);
+    double *db1 = calloc((size_t)h, 8), *dw2 = calloc((size_t)(o * h), 8);
+    double *yv = calloc((size_t)(rows * o), 8);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < h; j++) {
             double a = b1v[j], ds = 0;
@@ -187,7 +188,7 @@ static void test_memory(void **state) {
     ct_keep(y0);
     ct_scope_end(sc);
     cti_alloc_stats plain = cti_get_alloc_stats();
-    ct_tensor *y1 = ct_checkpoint(block_fn, &b, 1, &x);
+    ct_tensor *y1 = ct_activation_checkpoint(block_fn, &b, 1, &x);
     cti_alloc_stats ckpt = cti_get_alloc_stats();
     /* plainly: y, and [16, 32] twice (the pre-activation and gelu's output) */
     assert_int_equal(plain.live_bytes - s0.live_bytes, (16 * 4 + 2 * 16 * 32) * 4);
@@ -215,7 +216,7 @@ static void test_inputs(void **state) {
     assert_int_equal(ct_requires_grad_(x, true), CT_OK);
     assert_int_equal(ct_requires_grad_(u, true), CT_OK);
     ct_tensor *in[3] = {x, m, u};
-    ct_tensor *y = ct_checkpoint(masked_fn, NULL, 3, in);
+    ct_tensor *y = ct_activation_checkpoint(masked_fn, NULL, 3, in);
     backward_ones(y);
     double want[32];
     for (int64_t i = 0; i < len; i++) want[i] = cos(xv[i]) * mv[i];
@@ -242,7 +243,7 @@ static void test_autocast(void **state) {
         zero_grads(x, &b);
         ct_scope *sc = ct_scope_begin();
         assert_int_equal(ct_autocast_begin(CT_CPU, CT_BF16), CT_OK);
-        ct_tensor *y = ck ? ct_checkpoint(block_fn, &b, 1, &x) : block_fn(&b, 1, &x);
+        ct_tensor *y = ck ? ct_activation_checkpoint(block_fn, &b, 1, &x) : block_fn(&b, 1, &x);
         assert_int_equal(ct_autocast_end(), CT_OK);
         assert_int_equal(ct_tensor_dtype(y), CT_BF16);
         assert_int_equal(ct_backward(y, g, false), CT_OK);
@@ -270,13 +271,14 @@ static void test_retain_and_modes(void **state) {
                .b1 = leaf_rand(CT_SHAPE(5), CT_F64, false),
                .w2 = leaf_rand(CT_SHAPE(2, 5), CT_F64, false)};
     ct_scope *sc = ct_scope_begin();
-    ct_tensor *y = ct_checkpoint(block_fn, &b, 1, &x);
+    ct_tensor *y = ct_activation_checkpoint(block_fn, &b, 1, &x);
     backward_ones_retain(y, true);
     double *once = tu_values(ct_grad(b.w1));
     backward_ones_retain(y, false);
     assert_int_equal(b.calls, 3);
     double *twice = tu_values(ct_grad(b.w1));
-    for (int i = 0; i < 20; i++) assert_true(fabs(twice[i] - 2 * once[i]) <= 1e-14 * (1 + fabs(once[i])));
+    for (int i = 0; i < 20; i++)
+        assert_true(fabs(twice[i] - 2 * once[i]) <= 1e-14 * (1 + fabs(once[i])));
     free(once);
     free(twice);
     tu_assert_error(ct_backward(y, ct_tensor_ones_like(y), false), CT_ERR_AUTOGRAD,
@@ -284,7 +286,7 @@ static void test_retain_and_modes(void **state) {
     /* grad mode off */
     b.calls = 0;
     bool prev = ct_no_grad_begin();
-    ct_tensor *y2 = ct_checkpoint(block_fn, &b, 1, &x);
+    ct_tensor *y2 = ct_activation_checkpoint(block_fn, &b, 1, &x);
     ct_no_grad_end(prev);
     assert_non_null(y2);
     assert_false(ct_requires_grad(y2));
@@ -292,7 +294,7 @@ static void test_retain_and_modes(void **state) {
     /* an input without grad: plain recording */
     ct_tensor *xd = ct_detach(x);
     ct_zero_grad(b.w1);
-    ct_tensor *y3 = ct_checkpoint(block_fn, &b, 1, &xd);
+    ct_tensor *y3 = ct_activation_checkpoint(block_fn, &b, 1, &xd);
     assert_non_null(ct_grad_fn_name(y3));
     assert_string_not_equal(ct_grad_fn_name(y3), "CheckpointBackward");
     backward_ones(y3);
@@ -309,40 +311,42 @@ static void test_errors(void **state) {
     block b = {.w1 = leaf_rand(CT_SHAPE(5, 4), CT_F32, false),
                .b1 = leaf_rand(CT_SHAPE(5), CT_F32, false),
                .w2 = leaf_rand(CT_SHAPE(2, 5), CT_F32, false)};
-    tu_assert_null_error(ct_checkpoint(NULL, &b, 1, &x), CT_ERR_INVALID_ARG, "ct_checkpoint",
+    const char *op = "ct_activation_checkpoint";
+    tu_assert_null_error(ct_activation_checkpoint(NULL, &b, 1, &x), CT_ERR_INVALID_ARG, op,
                          "fn is NULL");
     ct_tensor *seven[7] = {x, x, x, x, x, x, x};
-    tu_assert_null_error(ct_checkpoint(block_fn, &b, 7, seven), CT_ERR_INVALID_ARG,
-                         "ct_checkpoint", "0 to 6 inputs, got 7");
+    tu_assert_null_error(ct_activation_checkpoint(block_fn, &b, 7, seven), CT_ERR_INVALID_ARG, op,
+                         "0 to 6 inputs, got 7");
     ct_tensor *none[1] = {NULL};
-    tu_assert_null_error(ct_checkpoint(block_fn, &b, 1, none), CT_ERR_INVALID_ARG,
-                         "ct_checkpoint", "input 0 is NULL");
-    tu_assert_null_error(ct_checkpoint(block_fn, &b, 1, NULL), CT_ERR_INVALID_ARG,
-                         "ct_checkpoint", "inputs is NULL");
+    tu_assert_null_error(ct_activation_checkpoint(block_fn, &b, 1, none), CT_ERR_INVALID_ARG, op,
+                         "input 0 is NULL");
+    tu_assert_null_error(ct_activation_checkpoint(block_fn, &b, 1, NULL), CT_ERR_INVALID_ARG, op,
+                         "inputs is NULL");
     ct_scope *sc = ct_scope_begin();
     /* fn's own error on the first run, as it is */
     block wrong = b;
     wrong.w1 = b.w2;
-    tu_assert_null_error(ct_checkpoint(block_fn, &wrong, 1, &x), CT_ERR_SHAPE, "ct_linear",
-                         "do not align");
+    tu_assert_null_error(ct_activation_checkpoint(block_fn, &wrong, 1, &x), CT_ERR_SHAPE,
+                         "ct_linear", "do not align");
     /* fails when run again */
     b.fail_second = true;
-    ct_tensor *y = ct_checkpoint(block_fn, &b, 1, &x);
+    ct_tensor *y = ct_activation_checkpoint(block_fn, &b, 1, &x);
     assert_non_null(y);
     tu_assert_error(ct_backward(y, ct_tensor_ones_like(y), false), CT_ERR_SHAPE,
-                    "ct_backward: ct_checkpoint's function failed when run again", "ct_matmul");
+                    "ct_backward: ct_activation_checkpoint's function failed when run again",
+                    "ct_matmul");
     /* another shape when run again */
     b.fail_second = false;
     b.other_shape = true;
     b.calls = 0;
-    y = ct_checkpoint(block_fn, &b, 1, &x);
+    y = ct_activation_checkpoint(block_fn, &b, 1, &x);
     tu_assert_error(ct_backward(y, ct_tensor_ones_like(y), false), CT_ERR_AUTOGRAD,
-                    "ct_checkpoint's function gave", "the first time",
+                    "ct_activation_checkpoint's function gave", "the first time",
                     "must compute the same each time");
     /* the input written in place after the call */
     b.other_shape = false;
     ct_tensor *h = ct_mul_scalar(x, 2);
-    y = ct_checkpoint(block_fn, &b, 1, &h);
+    y = ct_activation_checkpoint(block_fn, &b, 1, &h);
     bool prev = ct_no_grad_begin();
     assert_int_equal(ct_add_scalar_(h, 1), CT_OK);
     ct_no_grad_end(prev);

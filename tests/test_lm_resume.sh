@@ -3,8 +3,8 @@
 # and 3 + 3 steps (--stop-after 3, then --resume) write the same final
 # checkpoint, byte for byte (parameters, AdamW's state, the data position
 # and the step). Runs on DATA_FILE, a small text. --recompute (the MLP's
-# activation made again in the backward) writes that checkpoint too, for
-# both model families.
+# activation made again in the backward) and --activation-checkpointing
+# (each block made again) write that checkpoint too, for both families.
 # usage: test_lm_resume.sh CTEN_TRAIN_LM DATA_FILE
 set -eu
 exe=$1
@@ -36,4 +36,9 @@ cmp "$dir/whole.safetensors" "$dir/recompute.safetensors"
 "$exe" $args --model gpt2 --kv-heads 4 --checkpoint "$dir/gpt2r.safetensors" --recompute \
     > "$dir/gpt2r.log"
 cmp "$dir/gpt2.safetensors" "$dir/gpt2r.safetensors"
-echo "recomputing runs match (llama and gpt2)"
+"$exe" $args --checkpoint "$dir/ckpt.safetensors" --activation-checkpointing > "$dir/ckpt.log"
+cmp "$dir/whole.safetensors" "$dir/ckpt.safetensors"
+"$exe" $args --model gpt2 --kv-heads 4 --checkpoint "$dir/gpt2c.safetensors" \
+    --activation-checkpointing > "$dir/gpt2c.log"
+cmp "$dir/gpt2.safetensors" "$dir/gpt2c.safetensors"
+echo "recomputing and checkpointing runs match (llama and gpt2)"

@@ -73,6 +73,7 @@ static ct_tensor *param(lm_model *m, ct_generator *gen, const char *name, init_k
 static bool make_block(lm_model *m, ct_generator *gen, int64_t i) {
     const lm_config *c = &m->cfg;
     lm_block *b = &m->blocks[i];
+    b->model = m;
     bool gpt2 = c->family == LM_GPT2;
     int64_t C = c->n_embd, hd = C / c->n_head, qkv = (c->n_head + 2 * c->n_kv_head) * hd;
     int64_t ffn_in = gpt2 ? c->ffn_hidden : 2 * c->ffn_hidden;
@@ -195,25 +196,39 @@ static ct_tensor *mlp(const lm_model *m, const lm_block *b, ct_tensor *x) {
     return ct_linear(h, b->w_out, b->b_out);
 }
 
+/* One block (ctx: its lm_block): x + attention(norm(x)), then + mlp(norm(.)). */
+static ct_tensor *block(void *ctx, int n, ct_tensor *const *in) {
+    const lm_block *b = ctx;
+    const lm_model *m = b->model;
+    (void)n;
+    ct_tensor *x = ct_add(in[0], attention(m, b, norm(m, in[0], b->norm1_w, b->norm1_b)));
+    return ct_add(x, mlp(m, b, norm(m, x, b->norm2_w, b->norm2_b)));
+}
+
 ct_tensor *lm_model_hidden(lm_model *m, ct_tensor *tokens) {
     const lm_config *c = &m->cfg;
     int64_t T = ct_tensor_size(tokens, 1);
     ct_tensor *x = ct_embedding(m->wte, tokens);
     if (c->family == LM_GPT2) x = ct_add(x, ct_narrow(m->wpe, 0, 0, T));
-    for (int64_t i = 0; i < c->n_layer; i++) {
-        const lm_block *b = &m->blocks[i];
+    for (int64_t i = 0; x && i < c->n_layer; i++) {
+        lm_block *b = &m->blocks[i];
+        if (m->checkpoint_blocks) {
+            /* ct_activation_checkpoint runs the block in a scope of its own;
+             * the block (ctx) lives as long as the model */
+            x = ct_activation_checkpoint(block, b, 1, &x);
+            continue;
+        }
         /* The block's own scope frees what the backward does not read (the
          * norms' outputs, the projections' results before the residual
          * adds) at the block's end, as Python frees a temporary when its
          * last reference goes: the tensors autograd saved stay alive, the
          * rest of the step's activations do not wait for the step's end. */
         ct_scope *scope = ct_scope_begin();
-        x = ct_add(x, attention(m, b, norm(m, x, b->norm1_w, b->norm1_b)));
-        x = ct_add(x, mlp(m, b, norm(m, x, b->norm2_w, b->norm2_b)));
+        x = block(b, 1, &x);
         x = x ? ct_keep(x) : NULL;
         ct_scope_end(scope);
     }
-    return norm(m, x, m->normf_w, m->normf_b);
+    return x ? norm(m, x, m->normf_w, m->normf_b) : NULL;
 }
 
 ct_tensor *lm_model_loss(lm_model *m, ct_tensor *tokens, ct_tensor *targets) {

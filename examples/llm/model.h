@@ -50,6 +50,7 @@ bool lm_config_check(lm_config *cfg, char *why, size_t n);
 const char *lm_family_name(lm_family f);
 
 typedef struct lm_block {
+    const struct lm_model *model; /* the model it belongs to */
     ct_tensor *norm1_w, *norm1_b; /* [C] (b: gpt2 only) */
     ct_tensor *wqkv, *bqkv;       /* [(n_head + 2 n_kv_head) * head_dim, C], bias gpt2 only */
     ct_tensor *wo, *bo;           /* [C, C] */
@@ -67,6 +68,9 @@ typedef struct lm_model {
     ct_tensor *normf_w, *normf_b;
     ct_tensor *rope_cos, *rope_sin; /* [context, head_dim / 2], llama only */
     ct_params *params;       /* every parameter, named as in checkpoints */
+    /* Each block through ct_activation_checkpoint: its activations are made again in
+     * the backward instead of kept (false after lm_model_new). */
+    bool checkpoint_blocks;
 } lm_model;
 
 /* A model on device (float32 parameters) initialised as GPT-2 is: linear

@@ -91,15 +91,16 @@ bool ct_set_recompute_enabled(bool enabled);
 bool ct_is_recompute_enabled(void);
 
 /* ---- activation checkpointing -------------------------------------------------------
- * ct_checkpoint(fn, ctx, n, inputs) is fn(ctx, n, inputs) without the memory
+ * ct_activation_checkpoint(fn, ctx, n, inputs) is fn(ctx, n, inputs) without the memory
  * of fn's intermediate results (torch.utils.checkpoint, its reentrant form):
  * a transformer's block, say, keeps only its input for the backward, not
  * its attention and MLP activations, for one more forward of the block in
  * the backward.
  *
  * fn computes a new tensor from inputs (borrowed, at most 6) and what ctx
- * holds (the parameters); it runs in a scope of its own, so its temporaries
- * go when it returns. It must compute the same result each time it runs on
+ * holds (the parameters; ctx must stay valid until the backward through the
+ * result has run); fn runs in a scope of its own, so its temporaries go when
+ * it returns. It must compute the same result each time it runs on
  * the same values: a dropout inside draws from a generator fn reseeds
  * itself (PyTorch stashes the global RNG state; cten has none).
  *
@@ -120,9 +121,10 @@ bool ct_is_recompute_enabled(void);
  * Otherwise (grad mode off, no input requiring grad) fn just runs, and
  * records as any code does. Errors: fn NULL, more than 6 inputs, a NULL
  * input, fn's own (returned as they are; in the backward, prefixed with
- * ct_checkpoint's), a result of another shape or dtype when fn runs again. */
-typedef ct_tensor *(*ct_checkpoint_fn)(void *ctx, int n, ct_tensor *const *inputs);
-ct_tensor *ct_checkpoint(ct_checkpoint_fn fn, void *ctx, int n, ct_tensor *const *inputs);
+ * ct_activation_checkpoint's), a result of another shape or dtype when fn runs again. */
+typedef ct_tensor *(*ct_activation_checkpoint_fn)(void *ctx, int n, ct_tensor *const *inputs);
+ct_tensor *ct_activation_checkpoint(ct_activation_checkpoint_fn fn, void *ctx, int n,
+                                    ct_tensor *const *inputs);
 
 /* ---- gradient checking ------------------------------------------------------------
  * fn computes a tensor from inputs (borrowed; it returns a new tensor).

@@ -1,4 +1,4 @@
-/* Activation checkpointing (ct_checkpoint, torch.utils.checkpoint's
+/* Activation checkpointing (ct_activation_checkpoint, torch.utils.checkpoint's
  * reentrant form): the forward runs the function without recording and the
  * node keeps only its inputs; the node's formula runs the function again,
  * recording, on detached copies of the inputs, in the autocast state of the
@@ -11,7 +11,7 @@
 #include "formulas.h"
 
 typedef struct ckpt_params {
-    ct_checkpoint_fn fn;
+    ct_activation_checkpoint_fn fn;
     void *ctx;
     /* the autocast state of the forward, per device type */
     bool autocast[CT_NUM_DEVICE_TYPES];
@@ -48,7 +48,7 @@ static ct_status rerun_failed(const char *why) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", ct_last_error());
     return cti_error(ct_last_status() ? ct_last_status() : CT_ERR_AUTOGRAD,
-                     "ct_backward: ct_checkpoint's function %s: %s", why, msg);
+                     "ct_backward: ct_activation_checkpoint's function %s: %s", why, msg);
 }
 
 /* The function's result again, on leaves that stand for the inputs: xs[k]
@@ -77,8 +77,9 @@ static ct_tensor *rerun(cti_node *n, const ckpt_params *p, ct_tensor **xs, ct_st
     for (int d = 0; same && d < y->ndim; d++) same = y->shape[d] == n->out_shape[0][d];
     if (!same) {
         *st = cti_error(CT_ERR_AUTOGRAD,
-                        "ct_backward: ct_checkpoint's function gave %s when run again, a %s "
-                        "tensor of %s the first time (it must compute the same each time)",
+                        "ct_backward: ct_activation_checkpoint's function gave %s when run "
+                        "again, a %s tensor of %s the first time (it must compute the same each "
+                        "time)",
                         cti_desc(y), ct_dtype_name(n->out_dtype[0]),
                         cti_shape_s(n->out_ndim[0], n->out_shape[0]));
         ct_tensor_release(y);
@@ -109,8 +110,9 @@ static bool any_requires_grad(int n, ct_tensor *const *inputs) {
     return cti_ag_needed(n, inputs);
 }
 
-ct_tensor *ct_checkpoint(ct_checkpoint_fn fn, void *ctx, int n, ct_tensor *const *inputs) {
-    static const char op[] = "ct_checkpoint";
+ct_tensor *ct_activation_checkpoint(ct_activation_checkpoint_fn fn, void *ctx, int n,
+                                    ct_tensor *const *inputs) {
+    static const char op[] = "ct_activation_checkpoint";
     if (!fn) return cti_error_null(CT_ERR_INVALID_ARG, "%s: fn is NULL", op);
     if (n < 0 || n > CTI_AG_MAX_SAVED)
         return cti_error_null(CT_ERR_INVALID_ARG, "%s: takes 0 to %d inputs, got %d", op,
