@@ -638,6 +638,44 @@ static void test_view_leaf_no_cycle(void **state) {
     release_all(7, (ct_tensor *[]){buf, w, leafv, twice, row, bw, l});
 }
 
+/* A view made while its leaf base required grad, the base then turned off
+ * (ct_requires_grad_(base, false)): the view's history is dropped when next
+ * read, as PyTorch's AccumulateGrad of such a leaf takes no gradient, so a
+ * write through the view is a plain update and gives the base no node whose
+ * graph would hold the base itself; writing into the base a tensor whose
+ * graph holds the base as a leaf is refused for the same reason (the
+ * fixture checks that all is freed). */
+static void test_view_of_leaf_turned_off(void **state) {
+    (void)state;
+    ct_tensor *base = tu_rand(CT_SHAPE(2, 3), CT_F64, -1, 1, NULL);
+    assert_int_equal(ct_requires_grad_(base, true), CT_OK);
+    ct_tensor *v = ct_squeeze(base);
+    ct_tensor *w = ct_mul_scalar(v, 2); /* before: recorded through the view */
+    assert_non_null(ct_grad_fn_name(w));
+    assert_int_equal(ct_requires_grad_(base, false), CT_OK);
+    assert_int_equal(ct_clamp_(v, -0.5, 0.5), CT_OK);
+    assert_null(ct_grad_fn_name(base));
+    assert_null(ct_grad_fn_name(v));
+    ct_tensor *u = ct_mul_scalar(v, 3); /* after: nothing to record */
+    assert_false(ct_requires_grad(u));
+    double *bv = tu_values(base);
+    for (int i = 0; i < 6; i++) assert_true(bv[i] >= -0.5 && bv[i] <= 0.5);
+    /* w's graph holds base as its leaf: writing w into base (or through a
+     * view of it) would make base's new history reach base itself; refused,
+     * base unchanged */
+    tu_assert_error(ct_add_(base, w), CT_ERR_AUTOGRAD, "ct_add_", "was a leaf of the graph",
+                    "ct_detach the operand");
+    tu_assert_error(ct_copy_(v, w), CT_ERR_AUTOGRAD, "ct_copy_", "was a leaf of the graph");
+    double *again = tu_values(base);
+    assert_memory_equal(again, bv, 6 * sizeof(double));
+    free(bv);
+    free(again);
+    /* a detached operand is fine */
+    ct_tensor *wd = ct_detach(w);
+    assert_int_equal(ct_add_(base, wd), CT_OK);
+    release_all(5, (ct_tensor *[]){base, v, w, u, wd});
+}
+
 /* Writes through views of one graph, differentiated by gradcheck. */
 static ct_tensor *through_views(ct_tensor *const *in, void *ctx) {
     (void)ctx;
@@ -684,6 +722,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_view_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alias_results_are_views, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_leaf_no_cycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_view_of_leaf_turned_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_views_gradcheck, setup, teardown),
     };
     return tu_run_tests(tests);

@@ -162,6 +162,7 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
             n->next[k].output_nr = m->output_nr;
         } else {
             n->next[k].leaf = cti_ref(t);
+            m->leaf_edges = true;
         }
     }
     for (int k = 0; k < r->nout; k++) {
@@ -419,15 +420,27 @@ static ct_status regenerate(ct_tensor *t, struct ct_autograd_meta *m) {
                                        CTI_AG_PARAMS(&p)});
 }
 
-/* Rebuilds view t's history when its storage was written since it was set. */
+/* A view's history made while its base required grad, read after the base
+ * stopped (ct_requires_grad_(base, false), a leaf then): it would send
+ * gradients to a tensor that no longer takes them, as PyTorch's
+ * AccumulateGrad of such a leaf drops them, and a write through the view
+ * would give the base a node whose graph holds the base itself (a cycle
+ * that is never freed). The view has no history then. */
+static bool stale_view(const struct ct_autograd_meta *m) {
+    const struct ct_autograd_meta *bm = m->base->autograd;
+    return m->grad_fn && !(bm && (bm->requires_grad || bm->grad_fn));
+}
+
+/* Rebuilds view t's history when its storage was written since it was set,
+ * or its base stopped requiring grad. */
 static ct_status view_refresh(ct_tensor *t) {
     struct ct_autograd_meta *m = t->autograd;
     if (!m || !m->base) return CT_OK;
     unsigned v = atomic_load(&t->storage->version);
-    if (atomic_load(&m->view_version) == v) return CT_OK;
+    if (atomic_load(&m->view_version) == v && !stale_view(m)) return CT_OK;
     pthread_mutex_lock(&view_lock);
     ct_status st = CT_OK;
-    if (atomic_load(&m->view_version) != v) {
+    if (atomic_load(&m->view_version) != v || stale_view(m)) {
         st = regenerate(t, m);
         if (st == CT_OK) atomic_store(&m->view_version, v);
     }
@@ -460,6 +473,82 @@ void cti_ag_mark_multi_output(ct_tensor *v, const char *op) {
 
 bool cti_ag_is_view(const ct_tensor *t) { return t && t->autograd && t->autograd->base; }
 
+/* Whether the graph from node root holds target as a leaf: a walk over
+ * every node once (a set of the nodes seen, open addressing). Only for a
+ * tensor that was a leaf of some graph and may be written in place now. */
+static bool graph_holds_leaf(cti_node *root, const ct_tensor *target, bool *oom) {
+    size_t cap = 64, len = 0, nstack = 1;
+    cti_node **seen = calloc(cap, sizeof *seen), **stack = malloc(sizeof *stack * 64);
+    size_t stack_cap = 64;
+    bool found = false;
+    *oom = !seen || !stack;
+    if (!*oom) stack[0] = root;
+    while (!*oom && !found && nstack) {
+        cti_node *n = stack[--nstack];
+        size_t h = ((uintptr_t)n >> 4) & (cap - 1);
+        while (seen[h] && seen[h] != n) h = (h + 1) & (cap - 1);
+        if (seen[h]) continue;
+        seen[h] = n;
+        if (++len * 2 > cap) { /* grow the set and rehash */
+            cti_node **ns = calloc(cap * 2, sizeof *ns);
+            if (!ns) {
+                *oom = true;
+                break;
+            }
+            for (size_t i = 0; i < cap; i++) {
+                if (!seen[i]) continue;
+                size_t g = ((uintptr_t)seen[i] >> 4) & (cap * 2 - 1);
+                while (ns[g]) g = (g + 1) & (cap * 2 - 1);
+                ns[g] = seen[i];
+            }
+            free(seen);
+            seen = ns;
+            cap *= 2;
+        }
+        for (int k = 0; k < n->nin && !found; k++) {
+            if (n->next[k].leaf == target) found = true;
+            if (!n->next[k].fn) continue;
+            if (nstack == stack_cap) {
+                cti_node **st = realloc(stack, sizeof *st * stack_cap * 2);
+                if (!st) {
+                    *oom = true;
+                    break;
+                }
+                stack = st;
+                stack_cap *= 2;
+            }
+            stack[nstack++] = n->next[k].fn;
+        }
+    }
+    free(seen);
+    free(stack);
+    return found;
+}
+
+/* Refuses (true, error set) an in-place write into target, a tensor without
+ * history that once was a leaf of some graph, from other when other's graph
+ * holds target as that leaf: target's new history would reach target itself,
+ * a cycle of references that is never freed. */
+static bool would_hold_itself(const char *op, const ct_tensor *target, ct_tensor *other) {
+    const struct ct_autograd_meta *m = target->autograd;
+    if (!m || !m->leaf_edges || m->grad_fn || !other || !other->autograd ||
+        !other->autograd->grad_fn)
+        return false;
+    bool oom;
+    bool found = graph_holds_leaf(other->autograd->grad_fn, target, &oom);
+    if (oom) {
+        cti_error(CT_ERR_OOM, "%s: out of memory walking the graph", op);
+        return true;
+    }
+    if (found)
+        cti_error(CT_ERR_AUTOGRAD,
+                  "%s: %s was a leaf of the graph that computed the operand %s (it required "
+                  "grad then); writing the operand into it in place would make that graph "
+                  "hold it: use the out-of-place op, or ct_detach the operand",
+                  op, cti_desc(target), cti_desc(other));
+    return found;
+}
+
 int cti_ag_inplace_mode(const char *op, ct_tensor *t, ct_tensor *other) {
     if (grad_disabled || !ct_dtype_is_floating(t->dtype)) return 0;
     if (view_refresh(t) != CT_OK) return -1;
@@ -483,7 +572,7 @@ int cti_ag_inplace_mode(const char *op, ct_tensor *t, ct_tensor *other) {
                   op, cti_desc(t));
         return -1;
     }
-    if (!b) return 1;
+    if (!b) return would_hold_itself(op, t, other) ? -1 : 1;
     if (m->multi_output) {
         cti_error(CT_ERR_AUTOGRAD,
                   "%s: %s is a view returned by %s, which returns several views; such views "
@@ -507,7 +596,7 @@ int cti_ag_inplace_mode(const char *op, ct_tensor *t, ct_tensor *other) {
                   op, cti_desc(t), cti_desc(b), cti_shape_s(b->ndim, b->stride));
         return -1;
     }
-    return 1;
+    return would_hold_itself(op, b, other) ? -1 : 1;
 }
 
 ct_status cti_ag_rebase(ct_tensor *t, const ct_tensor *src) {
