@@ -1022,6 +1022,7 @@ static void op_optim(prog *g) {
     switch (u8(g) % 7) {
     case 0: {
         ct_tensor *t = arg(g);
+        if (!small(t)) return; /* an optimizer step over millions of halves takes seconds */
         if (!g->params) g->params = ct_params_new();
         if (!g->params) return;
         char name[16];
@@ -1140,7 +1141,7 @@ static void epilogue(prog *g) {
     if (!leaves) return;
     for (int k = 0; k < NENT; k++) {
         ct_tensor *t = g->e[k].t;
-        if (!t || !ct_is_leaf(t) || !ct_grad(t)) continue;
+        if (!t || !small(t) || !ct_is_leaf(t) || !ct_grad(t)) continue;
         char name[16];
         snprintf(name, sizeof name, "leaf%d", k);
         S_CALL(g, "ct_params_add", ct_params_add(leaves, name, t));
