@@ -663,9 +663,9 @@ static void test_view_of_leaf_turned_off(void **state) {
     /* w's graph holds base as its leaf: writing w into base (or through a
      * view of it) would make base's new history reach base itself; refused,
      * base unchanged */
-    tu_assert_error(ct_add_(base, w), CT_ERR_AUTOGRAD, "ct_add_", "was a leaf of the graph",
-                    "ct_detach the operand");
-    tu_assert_error(ct_copy_(v, w), CT_ERR_AUTOGRAD, "ct_copy_", "was a leaf of the graph");
+    tu_assert_error(ct_add_(base, w), CT_ERR_AUTOGRAD, "ct_add_", "the graph of the operand",
+                    "cycle", "ct_detach the operand");
+    tu_assert_error(ct_copy_(v, w), CT_ERR_AUTOGRAD, "ct_copy_", "the graph of the operand");
     double *again = tu_values(base);
     assert_memory_equal(again, bv, 6 * sizeof(double));
     free(bv);
@@ -674,6 +674,35 @@ static void test_view_of_leaf_turned_off(void **state) {
     ct_tensor *wd = ct_detach(w);
     assert_int_equal(ct_add_(base, wd), CT_OK);
     release_all(5, (ct_tensor *[]){base, v, w, u, wd});
+}
+
+/* A leaf's gradient written in place with a function of the leaf (or the
+ * leaf itself) would hold the leaf through its new history, as the leaf
+ * holds its gradient: refused, the gradient unchanged (PyTorch warns of the
+ * same cycle for create_graph). */
+static void test_grad_written_with_its_leaf(void **state) {
+    (void)state;
+    ct_tensor *x = tu_rand(CT_SHAPE(4), CT_F64, -1, 1, NULL);
+    assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+    ct_tensor *y = ct_mul_scalar(x, 3);
+    backward_ones(y);
+    ct_tensor *g = ct_grad(x);
+    double *before = tu_values(g);
+    tu_assert_error(ct_add_(g, y), CT_ERR_AUTOGRAD, "ct_add_", "the graph of the operand",
+                    "a leaf's gradient");
+    tu_assert_error(ct_mul_(g, x), CT_ERR_AUTOGRAD, "ct_mul_", "the graph of the operand");
+    ct_tensor *sel = ct_select(g, 0, 1), *y2 = ct_select(y, 0, 2);
+    tu_assert_error(ct_copy_(sel, y2), CT_ERR_AUTOGRAD, "ct_copy_");
+    double *after = tu_values(ct_grad(x));
+    assert_memory_equal(after, before, 4 * sizeof(double));
+    assert_null(ct_grad_fn_name(ct_grad(x)));
+    /* in no-grad mode, the usual manual update */
+    bool prev = ct_no_grad_begin();
+    assert_int_equal(ct_add_(g, y), CT_OK);
+    ct_no_grad_end(prev);
+    free(before);
+    free(after);
+    release_all(4, (ct_tensor *[]){x, y, sel, y2});
 }
 
 /* Writes through views of one graph, differentiated by gradcheck. */
@@ -723,6 +752,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_alias_results_are_views, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_leaf_no_cycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_of_leaf_turned_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grad_written_with_its_leaf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_views_gradcheck, setup, teardown),
     };
     return tu_run_tests(tests);

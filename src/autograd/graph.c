@@ -162,7 +162,6 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
             n->next[k].output_nr = m->output_nr;
         } else {
             n->next[k].leaf = cti_ref(t);
-            m->leaf_edges = true;
         }
     }
     for (int k = 0; k < r->nout; k++) {
@@ -473,13 +472,17 @@ void cti_ag_mark_multi_output(ct_tensor *v, const char *op) {
 
 bool cti_ag_is_view(const ct_tensor *t) { return t && t->autograd && t->autograd->base; }
 
-/* Whether the graph from node root holds target as a leaf: a walk over
- * every node once (a set of the nodes seen, open addressing). Only for a
- * tensor that was a leaf of some graph and may be written in place now. */
-static bool graph_holds_leaf(cti_node *root, const ct_tensor *target, bool *oom) {
-    size_t cap = 64, len = 0, nstack = 1;
-    cti_node **seen = calloc(cap, sizeof *seen), **stack = malloc(sizeof *stack * 64);
-    size_t stack_cap = 64;
+/* Whether leaf (held by a graph's edge) holds target: is it, or has it as
+ * its gradient. */
+static bool leaf_holds(const ct_tensor *leaf, const ct_tensor *target) {
+    return leaf == target || (leaf->autograd && leaf->autograd->grad == target);
+}
+
+/* Whether the graph from node root has a leaf edge that holds target: a walk
+ * over every node once (a set of the nodes seen, open addressing). */
+static bool graph_holds(cti_node *root, const ct_tensor *target, bool *oom) {
+    size_t cap = 64, len = 0, nstack = 1, stack_cap = 64;
+    cti_node **seen = calloc(cap, sizeof *seen), **stack = malloc(sizeof *stack * stack_cap);
     bool found = false;
     *oom = !seen || !stack;
     if (!*oom) stack[0] = root;
@@ -505,8 +508,8 @@ static bool graph_holds_leaf(cti_node *root, const ct_tensor *target, bool *oom)
             seen = ns;
             cap *= 2;
         }
-        for (int k = 0; k < n->nin && !found; k++) {
-            if (n->next[k].leaf == target) found = true;
+        for (int k = 0; k < n->nin && !found && !*oom; k++) {
+            if (n->next[k].leaf && leaf_holds(n->next[k].leaf, target)) found = true;
             if (!n->next[k].fn) continue;
             if (nstack == stack_cap) {
                 cti_node **st = realloc(stack, sizeof *st * stack_cap * 2);
@@ -525,27 +528,28 @@ static bool graph_holds_leaf(cti_node *root, const ct_tensor *target, bool *oom)
     return found;
 }
 
-/* Refuses (true, error set) an in-place write into target, a tensor without
- * history that once was a leaf of some graph, from other when other's graph
- * holds target as that leaf: target's new history would reach target itself,
- * a cycle of references that is never freed. */
+/* Refuses (true, error set) an in-place write from other into target that
+ * would give target a history reaching target itself: other's graph holds
+ * as a leaf target, or a leaf whose gradient target is (a tensor that was a
+ * leaf before ct_requires_grad_(t, false), a leaf's .grad written with a
+ * function of the leaf). Such a cycle of references is never freed
+ * (PyTorch warns of the same one for create_graph). */
 static bool would_hold_itself(const char *op, const ct_tensor *target, ct_tensor *other) {
-    const struct ct_autograd_meta *m = target->autograd;
-    if (!m || !m->leaf_edges || m->grad_fn || !other || !other->autograd ||
-        !other->autograd->grad_fn)
-        return false;
-    bool oom;
-    bool found = graph_holds_leaf(other->autograd->grad_fn, target, &oom);
+    const struct ct_autograd_meta *om = other ? other->autograd : NULL;
+    if (!om || !om->requires_grad) return false;
+    bool oom = false;
+    bool found = om->grad_fn ? graph_holds(om->grad_fn, target, &oom) : leaf_holds(other, target);
     if (oom) {
         cti_error(CT_ERR_OOM, "%s: out of memory walking the graph", op);
         return true;
     }
     if (found)
         cti_error(CT_ERR_AUTOGRAD,
-                  "%s: %s was a leaf of the graph that computed the operand %s (it required "
-                  "grad then); writing the operand into it in place would make that graph "
-                  "hold it: use the out-of-place op, or ct_detach the operand",
-                  op, cti_desc(target), cti_desc(other));
+                  "%s: the graph of the operand %s holds %s (as a leaf that required grad "
+                  "then, or as a leaf's gradient); writing the operand into it in place would "
+                  "make a cycle of references that is never freed: use the out-of-place op, "
+                  "or ct_detach the operand",
+                  op, cti_desc(other), cti_desc(target));
     return found;
 }
 
