@@ -673,7 +673,14 @@ static void test_view_of_leaf_turned_off(void **state) {
     /* a detached operand is fine */
     ct_tensor *wd = ct_detach(w);
     assert_int_equal(ct_add_(base, wd), CT_OK);
-    release_all(5, (ct_tensor *[]){base, v, w, u, wd});
+    /* base given a history of its own by an operand that does not hold it:
+     * still refused w afterwards */
+    ct_tensor *z = tu_rand(CT_SHAPE(2, 3), CT_F64, -1, 1, NULL);
+    assert_int_equal(ct_requires_grad_(z, true), CT_OK);
+    assert_int_equal(ct_add_(base, z), CT_OK);
+    assert_non_null(ct_grad_fn_name(base));
+    tu_assert_error(ct_add_(base, w), CT_ERR_AUTOGRAD, "ct_add_", "the graph of the operand");
+    release_all(6, (ct_tensor *[]){base, v, w, u, wd, z});
 }
 
 /* A leaf's gradient written in place with a function of the leaf (or the

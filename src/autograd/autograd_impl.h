@@ -104,6 +104,11 @@ struct ct_autograd_meta {
     /* The op that returned this view among several (ct_split, ct_chunk,
      * ct_unbind), which PyTorch does not let be written in place; or NULL. */
     const char *multi_output;
+    /* A node holds this tensor as a leaf edge (it required grad when the node
+     * was recorded): an in-place write that would give it a graph reaching
+     * such a node is refused (cti_ag_inplace_mode), also after it has got a
+     * history of its own. */
+    bool leaf_edges;
 };
 
 /* Grad mode on and any of the n tensors (NULLs skipped) requires grad. */

@@ -162,6 +162,7 @@ ct_status cti_ag_record(const cti_ag_rec *r) {
             n->next[k].output_nr = m->output_nr;
         } else {
             n->next[k].leaf = cti_ref(t);
+            m->leaf_edges = true;
         }
     }
     for (int k = 0; k < r->nout; k++) {
@@ -537,6 +538,13 @@ static bool graph_holds(cti_node *root, const ct_tensor *target, bool *oom) {
 static bool would_hold_itself(const char *op, const ct_tensor *target, ct_tensor *other) {
     const struct ct_autograd_meta *om = other ? other->autograd : NULL;
     if (!om || !om->requires_grad) return false;
+    /* Only a tensor that some edge holds as a leaf, or a leaf's gradient
+     * (which never has a history: the engine and ct_set_grad store plain
+     * tensors, and the first write that would give it one is refused here),
+     * can close such a cycle; a tensor with a history of its own that was
+     * never a leaf needs no walk (a residual stream written in place). */
+    const struct ct_autograd_meta *tm = target->autograd;
+    if (tm && tm->grad_fn && !tm->leaf_edges) return false;
     bool oom = false;
     bool found = om->grad_fn ? graph_holds(om->grad_fn, target, &oom) : leaf_holds(other, target);
     if (oom) {
