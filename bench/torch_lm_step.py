@@ -7,7 +7,9 @@ knows (gpt2-124m, llama-124m: B16 T1024 vocab 50304; small: the CPU comparison's
   python3 bench/torch_lm_step.py --shape llama-124m --device cuda [--cten build/bench/bench_lm_step]
 
 With --cten, the cten program runs in alternation with PyTorch, --rounds times each, and each
-line is printed as it comes, so the ratios come from one run on one machine. A GPU shape on a
+line is printed as it comes, so the ratios come from one run on one machine; --recompute has
+cten recompute the MLP's activation in the backward (torch.compile's partitioner recomputes
+what it finds cheap on its own). A GPU shape on a
 machine without a GPU prints a line saying so and exits 0."""
 import argparse
 import os
