@@ -6,8 +6,6 @@
  * backward of its own. The parameters the function reads are leaves of the
  * inner graph, so their gradients accumulate as without checkpointing; the
  * inputs' gradients are the node's. */
-#include <stdio.h>
-
 #include "formulas.h"
 
 typedef struct ckpt_params {
@@ -44,13 +42,6 @@ static int autocast_reopen(const ckpt_params *p) {
     return opened;
 }
 
-static ct_status rerun_failed(const char *why) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", ct_last_error());
-    return cti_error(ct_last_status() ? ct_last_status() : CT_ERR_AUTOGRAD,
-                     "ct_backward: ct_activation_checkpoint's function %s: %s", why, msg);
-}
-
 /* The function's result again, on leaves that stand for the inputs: xs[k]
  * a detached alias of saved input k, requiring grad where the node needs
  * its gradient. Runs in grad mode and the forward's autocast state. */
@@ -70,7 +61,9 @@ static ct_tensor *rerun(cti_node *n, const ckpt_params *p, ct_tensor **xs, ct_st
     while (opened-- > 0) ct_autocast_end();
     ct_set_grad_enabled(prev);
     if (!y) {
-        *st = rerun_failed("failed when run again");
+        *st = cti_error_wrap(CT_ERR_AUTOGRAD,
+                             "ct_backward: ct_activation_checkpoint's function failed when run "
+                             "again");
         return NULL;
     }
     bool same = y->dtype == n->out_dtype[0] && y->ndim == n->out_ndim[0];
@@ -106,10 +99,6 @@ static CTI_BW(bw_checkpoint) {
     return st;
 }
 
-static bool any_requires_grad(int n, ct_tensor *const *inputs) {
-    return cti_ag_needed(n, inputs);
-}
-
 ct_tensor *ct_activation_checkpoint(ct_activation_checkpoint_fn fn, void *ctx, int n,
                                     ct_tensor *const *inputs) {
     static const char op[] = "ct_activation_checkpoint";
@@ -123,7 +112,7 @@ ct_tensor *ct_activation_checkpoint(ct_activation_checkpoint_fn fn, void *ctx, i
             return cti_error_null(CT_ERR_INVALID_ARG, "%s: input %d is NULL", op, k);
     ckpt_params p = {.fn = fn, .ctx = ctx};
     /* Nothing to save the memory of: fn records as any code does. */
-    if (!any_requires_grad(n, inputs)) return run_fn(&p, n, inputs);
+    if (!cti_ag_needed(n, inputs)) return run_fn(&p, n, inputs);
     for (int t = 0; t < CT_NUM_DEVICE_TYPES; t++) {
         ct_device d = {(ct_device_type)t, 0};
         p.autocast[t] = ct_autocast_enabled(d);

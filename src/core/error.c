@@ -40,6 +40,13 @@ ct_status cti_error(ct_status s, const char *fmt, ...) {
     return s;
 }
 
+ct_status cti_error_wrap(ct_status fallback, const char *prefix) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ct_last_error());
+    ct_status s = ct_last_status();
+    return cti_error(s != CT_OK ? s : fallback, "%s: %s", prefix, msg);
+}
+
 void *cti_error_null(ct_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -67,6 +67,9 @@ struct ct_tensor {
 ct_status cti_error(ct_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void *cti_error_null(ct_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Re-reports the last error (an inner call's) as "prefix: message", with
+ * its status, or fallback when none is set; returns the status. */
+ct_status cti_error_wrap(ct_status fallback, const char *prefix);
 /* Called with every error set on any thread (the trace uses it to show
  * argument-check failures); NULL for none. Set by the dispatcher at init. */
 typedef void (*cti_error_hook_fn)(ct_status s, const char *msg);

@@ -431,10 +431,7 @@ ct_tensor *ct_einsum(const char *equation, int n, ct_tensor *const *operands) {
         ct_tensor_release(result);
         result = NULL;
     }
-    if (!result && strncmp(ct_last_error(), OP, sizeof OP - 1) != 0) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", ct_last_error());
-        cti_error(ct_last_status(), "%s: %s", OP, msg);
-    }
+    if (!result && strncmp(ct_last_error(), OP, sizeof OP - 1) != 0)
+        cti_error_wrap(CT_ERR_RUNTIME, OP);
     return result;
 }

@@ -39,11 +39,11 @@ static void bag_free(bag *b) {
 
 /* Re-reports the last error under op's name (an inner op failed). */
 static void *fail_as(const char *op) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", ct_last_error());
+    const char *msg = ct_last_error();
     if (strncmp(msg, op, strlen(op)) == 0 && msg[strlen(op)] == ':')
         return NULL; /* already ours */
-    return cti_error_null(ct_last_status(), "%s: %s", op, msg);
+    cti_error_wrap(CT_ERR_RUNTIME, op);
+    return NULL;
 }
 
 /* Releases the bag and returns result, or NULL with op's error when result

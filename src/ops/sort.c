@@ -15,14 +15,6 @@ static ct_device dev(const ct_tensor *t) { return t->storage->device; }
 
 static int64_t prod(const int64_t *s, int a, int b) { return b > a ? cti_numel(b - a, s + a) : 1; }
 
-/* Prefixes the last error, which an inner op set, with op (a composite's
- * name), keeping its status. */
-static void rewrap(const char *op) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", ct_last_error());
-    cti_error(ct_last_status(), "%s: %s", op, msg);
-}
-
 /* Ends scope s keeping out (NULL: nothing) and returns out. */
 static ct_tensor *end_keep(ct_scope *s, ct_tensor *out) {
     if (out) ct_keep(out);
@@ -284,7 +276,7 @@ ct_tensor *ct_count_nonzero(ct_tensor *x, int ndims, const int64_t *dims) {
     if (!nz) return NULL;
     ct_tensor *out = ct_sum(nz, ndims, dims, false);
     ct_tensor_release(nz);
-    if (!out) rewrap("ct_count_nonzero");
+    if (!out) cti_error_wrap(CT_ERR_RUNTIME, "ct_count_nonzero");
     return out;
 }
 
@@ -300,7 +292,7 @@ static ct_tensor *all_any(const char *op, bool all, ct_tensor *x, int ndims, con
     ct_tensor *hit = all ? ct_eq_scalar(x, 0) : ct_ne_scalar(x, 0);
     ct_tensor *n = hit ? ct_sum(hit, ndims, dims, keepdim) : NULL;
     ct_tensor *out = n ? (all ? ct_eq_scalar(n, 0) : ct_gt_scalar(n, 0)) : NULL;
-    if (!out) rewrap(op);
+    if (!out) cti_error_wrap(CT_ERR_RUNTIME, op);
     return end_keep(sc, out);
 }
 
@@ -339,7 +331,7 @@ ct_tensor *ct_logsumexp(ct_tensor *x, int ndims, const int64_t *dims, bool keepd
         m = zero ? ct_where(isinf_, zero, mx) : NULL;
         ct_no_grad_end(prev);
         if (!m) {
-            rewrap(op);
+            cti_error_wrap(CT_ERR_RUNTIME, op);
             return end_keep(sc, NULL);
         }
     }
@@ -353,7 +345,7 @@ ct_tensor *ct_logsumexp(ct_tensor *x, int ndims, const int64_t *dims, bool keepd
     } else {
         out = l;
     }
-    if (!out) rewrap(op);
+    if (!out) cti_error_wrap(CT_ERR_RUNTIME, op);
     return end_keep(sc, out);
 }
 
@@ -462,7 +454,7 @@ done:
     if (vals && inverse && !inv) vals = NULL;
     if (vals && counts && !cnt) vals = NULL;
     if (!vals) {
-        rewrap(op);
+        cti_error_wrap(CT_ERR_RUNTIME, op);
         return end_keep(sc, NULL);
     }
     if (inverse) *inverse = ct_keep(inv);
