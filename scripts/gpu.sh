@@ -26,7 +26,10 @@
 # Environment: CT_GPU_BUILD (build directory, default build-gpu),
 # CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
 # (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only,
-# CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run, CT_GPU_SANITIZER_JOBS=N
+# CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run,
+# CT_GPU_SANITIZER_DEADLINE=SECONDS the whole step: a run gets at most what
+# is left of it, and one that would start later is recorded as not started,
+# so a call with a time limit still ends with its summary; CT_GPU_SANITIZER_JOBS=N
 # runs N at once, default the machine's cores up to 16;
 # CT_GPU_SANITIZER_SHARDS="N [test_cuda_x=M ...]" splits each program's tests
 # over N processes, or M for the programs named, through CT_TEST_SHARD; the
@@ -121,14 +124,26 @@ trap summary EXIT
 # the results in the order the runs were started (snames).
 snames=()
 sstep() {
-    local name=$1
+    local name=$1 left bound=()
     shift
     while [ "$(jobs -rp | wc -l)" -ge "$sjobs" ]; do wait -n || true; done
     snames+=("$name")
+    if [ -n "${CT_GPU_SANITIZER_DEADLINE:-}" ]; then
+        left=$((sanitizer_t0 + CT_GPU_SANITIZER_DEADLINE - $(date +%s)))
+        if [ "$left" -lt 10 ]; then
+            echo "not started: the step's deadline (CT_GPU_SANITIZER_DEADLINE) had passed" >"$steplogs/$name.log"
+            echo "125 0" >"$steplogs/$name.rc"
+            return 0
+        fi
+        if [ -n "${CT_GPU_SANITIZER_TIMEOUT:-}" ] && [ "$CT_GPU_SANITIZER_TIMEOUT" -lt "$left" ]; then
+            left=$CT_GPU_SANITIZER_TIMEOUT
+        fi
+        bound=(timeout "$left")
+    fi
     (
         t0=$(date +%s)
         set +e
-        "$@" >"$steplogs/$name.log" 2>&1
+        "${bound[@]}" "$@" >"$steplogs/$name.log" 2>&1
         echo "$? $(($(date +%s) - t0))" >"$steplogs/$name.rc"
     ) &
 }
@@ -228,7 +243,15 @@ if [ "$failed" -ne 0 ]; then
 fi
 step cten-info "$build/examples/cten-info"
 if [ -z "$cuda_tests" ]; then
+    # The programs whose runs under the tools take longest come first, so
+    # that the step's end is not one long run started late.
+    slow="test_cuda_sort test_cuda_nn test_cuda_attention test_cuda_linear_ce test_cuda_seqops
+        test_cuda_parity test_cuda_rope test_cuda_dist"
+    for t in $slow; do
+        [ -x "$build/tests/$t" ] && cuda_tests="$cuda_tests $t"
+    done
     for t in "$build"/tests/test_cuda*; do
+        case " $slow " in *" $(basename "$t") "*) continue ;; esac
         [ -f "$t" ] && [ -x "$t" ] && cuda_tests="$cuda_tests $(basename "$t")"
     done
 fi
@@ -270,25 +293,27 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
         # the runs are bound by the host and overlap well).
         cores=$(nproc)
         sjobs=${CT_GPU_SANITIZER_JOBS:-$((cores < 16 ? cores : 16))}
+        sanitizer_t0=$(date +%s)
         for t in $cuda_tests; do
             n=$(shards_of "$t")
             for ((i = 0; i < n; i++)); do
                 shard_env=()
                 suffix=
                 [ "$n" -gt 1 ] && shard_env=(CT_TEST_SHARD="$i/$n") && suffix=".$((i + 1))of$n"
-                sstep "sanitizer-memcheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
-                    CT_TEST_SANITIZER=memcheck CT_CUDA_NO_CACHE=1 \
-                    "$sanitizer" --tool memcheck --leak-check full \
-                    --report-api-errors no --error-exitcode 99 "$build/tests/$t"
                 # racecheck looks at cten's own kernels: cuDNN's generated kernels
                 # (warp-specialized, synchronizing through wgmma and mbarriers,
                 # which the tool reports as shared-memory hazards) are left out
                 # by name, or where the tool cannot filter, cuDNN's fused
                 # attention is turned off (the own flash kernels run instead).
+                # It is the slower tool, so its run starts first.
                 sstep "sanitizer-racecheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
                     CT_TEST_SANITIZER=racecheck "${race_env[@]}" \
                     "$sanitizer" --tool racecheck "${race_filter[@]}" \
                     --error-exitcode 99 "$build/tests/$t"
+                sstep "sanitizer-memcheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
+                    CT_TEST_SANITIZER=memcheck CT_CUDA_NO_CACHE=1 \
+                    "$sanitizer" --tool memcheck --leak-check full \
+                    --report-api-errors no --error-exitcode 99 "$build/tests/$t"
             done
         done
         wait
