@@ -24,7 +24,9 @@
 # meson's), else to the build directory's gpu-logs/.
 #
 # Environment: CT_GPU_BUILD (build directory, default build-gpu),
-# CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
+# CT_GPU_BUILD_TARGETS="examples/cten-info tests/test_cuda_x ..." builds those
+# targets alone (with CT_GPU_SANITIZER_TESTS, for a sanitizer call on a fresh
+# machine), CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
 # (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only,
 # CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run,
 # CT_GPU_SANITIZER_DEADLINE=SECONDS the whole step: a run gets at most what
@@ -236,7 +238,7 @@ if [ -f "$build/build.ninja" ]; then
 else
     step setup meson setup "$build" -Dcuda=enabled
 fi
-step build ninja -C "$build"
+step build ninja -C "$build" ${CT_GPU_BUILD_TARGETS:-}
 if [ "$failed" -ne 0 ]; then
     echo "setup or build failed: nothing to run"
     exit 1
