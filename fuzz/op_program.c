@@ -4,8 +4,9 @@
  * tensor, take a view with extreme integers (narrow, slice, select, expand,
  * permute, reshape, ... with values near INT64_MAX/MIN), run an elementwise,
  * in-place, reduction, matmul, conv/pool, norm, softmax or loss op (targets
- * out of range included), record and run backward, open and end scopes,
- * retain and release handles, build parameter lists and take optimizer steps.
+ * out of range included), record and run backward (with recomputation on
+ * or off), open and end scopes, retain and release handles, build parameter
+ * lists and take optimizer steps.
  * Operands are drawn from the pool, so in-place ops meet their own views and
  * ops meet released-and-replaced handles as a real program would. After the
  * instructions, an epilogue that reads no input backpropagates from every
@@ -965,7 +966,12 @@ static void op_autograd(prog *g) {
     }
     case 5: ct_zero_grad(t); break;
     case 6: S_CALL(g, "ct_set_grad", ct_set_grad(t, pick_bool(g) ? arg(g) : NULL)); break;
-    default: ct_set_grad_enabled(pick_bool(g)); break;
+    default:
+        /* Recomputation changes what the backward reads (a note in place of
+         * a saved output), so programs run with it on as well as off. */
+        if (pick_bool(g)) ct_set_grad_enabled(pick_bool(g));
+        else ct_set_recompute_enabled(pick_bool(g));
+        break;
     }
 }
 
@@ -1177,6 +1183,7 @@ static void teardown(prog *g) {
     }
     ct_generator_free(g->gen);
     ct_set_grad_enabled(true);
+    ct_set_recompute_enabled(false);
     ct_clear_error();
 }
 
