@@ -24,9 +24,9 @@
 # meson's), else to the build directory's gpu-logs/.
 #
 # Environment: CT_GPU_BUILD (build directory, default build-gpu),
-# CT_GPU_BUILD_TARGETS="examples/cten-info tests/test_cuda_x ..." builds those
-# targets alone (with CT_GPU_SANITIZER_TESTS, for a sanitizer call on a fresh
-# machine), CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
+# CT_GPU_BUILD_TARGETS="tests/test_cuda_x ..." builds those targets alone, with
+# the CUDA module and cten-info (with CT_GPU_SANITIZER_TESTS, for a sanitizer
+# call on a fresh machine), CT_GPU_SKIP_TESTS=1 to leave out step 3, CT_GPU_SKIP_SANITIZER=1 step 4
 # (CT_GPU_SANITIZER_TESTS="test_cuda_x ..." runs it on those programs only,
 # CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run,
 # CT_GPU_SANITIZER_DEADLINE=SECONDS the whole step: a run gets at most what
@@ -126,22 +126,21 @@ trap summary EXIT
 # the results in the order the runs were started (snames).
 snames=()
 sstep() {
-    local name=$1 left bound=()
+    local name=$1 left=${CT_GPU_SANITIZER_TIMEOUT:-} rest bound=()
     shift
     while [ "$(jobs -rp | wc -l)" -ge "$sjobs" ]; do wait -n || true; done
     snames+=("$name")
+    # A run cut short by either bound fails.
     if [ -n "${CT_GPU_SANITIZER_DEADLINE:-}" ]; then
-        left=$((sanitizer_t0 + CT_GPU_SANITIZER_DEADLINE - $(date +%s)))
-        if [ "$left" -lt 10 ]; then
+        rest=$((sanitizer_t0 + CT_GPU_SANITIZER_DEADLINE - $(date +%s)))
+        if [ "$rest" -lt 10 ]; then
             echo "not started: the step's deadline (CT_GPU_SANITIZER_DEADLINE) had passed" >"$steplogs/$name.log"
             echo "125 0" >"$steplogs/$name.rc"
             return 0
         fi
-        if [ -n "${CT_GPU_SANITIZER_TIMEOUT:-}" ] && [ "$CT_GPU_SANITIZER_TIMEOUT" -lt "$left" ]; then
-            left=$CT_GPU_SANITIZER_TIMEOUT
-        fi
-        bound=(timeout "$left")
+        [ -n "$left" ] && [ "$left" -lt "$rest" ] || left=$rest
     fi
+    [ -n "$left" ] && bound=(timeout "$left")
     (
         t0=$(date +%s)
         set +e
@@ -238,7 +237,9 @@ if [ -f "$build/build.ninja" ]; then
 else
     step setup meson setup "$build" -Dcuda=enabled
 fi
-step build ninja -C "$build" ${CT_GPU_BUILD_TARGETS:-}
+# Named targets come with what the script itself runs on any call: the CUDA
+# module the test programs load and cten-info.
+step build ninja -C "$build" ${CT_GPU_BUILD_TARGETS:+libcten-cuda.so examples/cten-info $CT_GPU_BUILD_TARGETS}
 if [ "$failed" -ne 0 ]; then
     echo "setup or build failed: nothing to run"
     exit 1
@@ -272,9 +273,6 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
     else
         # API errors are not reported: the out-of-memory test provokes failing
         # cudaMalloc calls on purpose, and the tests check every call's status.
-        # CT_GPU_SANITIZER_TIMEOUT=SECONDS bounds each run (a run cut short fails).
-        limit=()
-        [ -n "${CT_GPU_SANITIZER_TIMEOUT:-}" ] && limit=(timeout "$CT_GPU_SANITIZER_TIMEOUT")
         race_filter=()
         race_env=(CT_CUDA_SDPA_CUDNN=0)
         if "$sanitizer" --help 2>/dev/null | grep -q -- '--kernel-name-exclude'; then
@@ -308,11 +306,11 @@ if [ "${CT_GPU_SKIP_SANITIZER:-0}" != 1 ]; then
                 # by name, or where the tool cannot filter, cuDNN's fused
                 # attention is turned off (the own flash kernels run instead).
                 # It is the slower tool, so its run starts first.
-                sstep "sanitizer-racecheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
+                sstep "sanitizer-racecheck-$t$suffix" env "${shard_env[@]}" \
                     CT_TEST_SANITIZER=racecheck "${race_env[@]}" \
                     "$sanitizer" --tool racecheck "${race_filter[@]}" \
                     --error-exitcode 99 "$build/tests/$t"
-                sstep "sanitizer-memcheck-$t$suffix" "${limit[@]}" env "${shard_env[@]}" \
+                sstep "sanitizer-memcheck-$t$suffix" env "${shard_env[@]}" \
                     CT_TEST_SANITIZER=memcheck CT_CUDA_NO_CACHE=1 \
                     "$sanitizer" --tool memcheck --leak-check full \
                     --report-api-errors no --error-exitcode 99 "$build/tests/$t"

@@ -247,18 +247,21 @@ typedef struct clsg {
     bool nc;
 } clsg;
 
-/* [64, 10] (one launch), [4, 5, 3, 2] non-contiguous, [300, 2000] (split), [7] (0-d target),
+/* Three sets, a test each per dtype (under racecheck one dtype's whole set
+ * ran past two minutes in one process).
+ * [64, 10] (one launch), [4, 5, 3, 2] non-contiguous, [300, 2000] (split), [7] (0-d target),
  * [20000, 3] (the backward's weight sum runs apart). */
-static const clsg cls_geoms[] = {
+static const clsg cls_small[] = {
     {2, {64, 10}, false}, {4, {4, 5, 3, 2}, true}, {2, {300, 2000}, false},
     {1, {7}, false},      {2, {20000, 3}, false},
-    /* long rows (the register kernels: 16-byte chunks, 1 to 8 a thread; 2001
-     * is no multiple of a chunk and 9000 float64 does not fit, so both take
-     * the warp-per-row kernels) */
-    {2, {40, 9000}, false}, {2, {50, 2001}, true}, {2, {17, 4096}, true},
-    /* more rows than the forward's grid: each block loops over rows */
-    {2, {1500, 1104}, false},
 };
+/* long rows (the register kernels: 16-byte chunks, 1 to 8 a thread; 2001
+ * is no multiple of a chunk and 9000 float64 does not fit, so both take
+ * the warp-per-row kernels) */
+static const clsg cls_long[] = {{2, {40, 9000}, false}, {2, {50, 2001}, true}, {2, {17, 4096}, true}};
+/* more rows than the forward's grid: each block loops over rows */
+static const clsg cls_many[] = {{2, {1500, 1104}, false}};
+#define CLS_SET(a) a, sizeof a / sizeof a[0]
 
 typedef struct clsopt {
     bool weighted;
@@ -322,10 +325,10 @@ static void cls_grad_ref(bool nll, const double *x, const int64_t *t, const doub
     }
 }
 
-/* Geometries [from, to) of cls_geoms, every option and reduction. */
-static void run_cls_reference(bool nll, ct_dtype dt, size_t from, size_t to) {
-    for (size_t gi = from; gi < to; gi++) {
-        const clsg *g = &cls_geoms[gi];
+/* Each of the geometries, every option and reduction. */
+static void run_cls_reference(bool nll, ct_dtype dt, const clsg *geoms, size_t count) {
+    for (size_t gi = 0; gi < count; gi++) {
+        const clsg *g = &geoms[gi];
         ct_scope *sc = ct_scope_begin();
         int64_t c = g->nd == 1 ? g->s[0] : g->s[1], n = g->nd == 1 ? 1 : g->s[0];
         int64_t inner = g->nd > 2 ? tu_numel(g->nd - 2, g->s + 2) : 1, npos = n * inner;
@@ -396,29 +399,27 @@ static void run_cls_reference(bool nll, ct_dtype dt, size_t from, size_t to) {
     }
 }
 
-/* A test per dtype: a process each under compute-sanitizer (CT_TEST_SHARD).
- * Cross-entropy's geometries are split over three tests (the small and
- * many-row ones, the long rows, the rows past the forward's grid): under
- * racecheck one dtype's whole set ran past two minutes. */
-#define CLS_NGEOMS (sizeof cls_geoms / sizeof cls_geoms[0])
+/* A test per dtype: a process each under compute-sanitizer (CT_TEST_SHARD). */
 static void test_cross_entropy_reference(void **state) {
     NEED_GPU();
-    run_cls_reference(false, tu_dtype_of(state), 0, 5);
+    run_cls_reference(false, tu_dtype_of(state), CLS_SET(cls_small));
 }
 
 static void test_cross_entropy_reference_long_rows(void **state) {
     NEED_GPU();
-    run_cls_reference(false, tu_dtype_of(state), 5, CLS_NGEOMS - 1);
+    run_cls_reference(false, tu_dtype_of(state), CLS_SET(cls_long));
 }
 
 static void test_cross_entropy_reference_many_rows(void **state) {
     NEED_GPU();
-    run_cls_reference(false, tu_dtype_of(state), CLS_NGEOMS - 1, CLS_NGEOMS);
+    run_cls_reference(false, tu_dtype_of(state), CLS_SET(cls_many));
 }
 
 static void test_nll_loss_reference(void **state) {
     NEED_GPU();
-    run_cls_reference(true, tu_dtype_of(state), 0, CLS_NGEOMS);
+    run_cls_reference(true, tu_dtype_of(state), CLS_SET(cls_small));
+    run_cls_reference(true, tu_dtype_of(state), CLS_SET(cls_long));
+    run_cls_reference(true, tu_dtype_of(state), CLS_SET(cls_many));
 }
 
 /* Repeated calls give the same bits (no atomics in any fold), and a small
