@@ -841,6 +841,134 @@ static void test_gelu_backward_errors(void **state) {
     ct_tensor_release(a);
 }
 
+/* ---- threshold_backward ---------------------------------------------------------------------
+ * grad_out where x > threshold, else 0: exact in every dtype, so the references are the
+ * rounded inputs themselves. x is drawn from a few values around the threshold as well as
+ * a range, so that ties (x == threshold gives 0) are in every run. */
+static double r_thr_bw(double g, double x, double thr) { return x <= thr ? 0.0 : g; }
+
+static void run_thr_bw(ct_dtype dt, double thr, int nd, const int64_t *shape, int nc) {
+    double *gv, *xv;
+    ct_tensor *g = maybe_noncontig(tu_rand(nd, shape, dt, -2, 2, &gv), nc & 1);
+    int64_t n = tu_numel(nd, shape);
+    /* every third x on the threshold or a neighbour of it */
+    ct_tensor *xr = tu_rand(nd, shape, dt, thr - 2, thr + 2, &xv);
+    static const double near[] = {0.0, 0.25, -0.25};
+    for (int64_t i = 0; i < n; i += 3) xv[i] = tu_round(thr + near[(i / 3) % 3], dt);
+    ct_tensor *xc = tu_from_f64(xv, nd, shape, dt);
+    ct_tensor_release(xr);
+    ct_tensor *x = maybe_noncontig(xc, nc & 2);
+    double *ref = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    double tr = tu_round(thr, dt); /* the kernels compare in the compute type */
+    for (int64_t i = 0; i < n; i++) ref[i] = r_thr_bw(gv[i], xv[i], tr);
+    poison_output(nd, shape, dt);
+    ct_tensor *y = ct_threshold_backward(g, x, thr);
+    if (!y) fprintf(stderr, "threshold_backward %s: %s\n", ct_dtype_name(dt), ct_last_error());
+    check_tensor(y, dt, nd, shape, ref, 0, 0);
+    ct_tensor_release(y);
+    ct_tensor_release(x);
+    ct_tensor_release(g);
+    free(ref);
+    free(xv);
+    free(gv);
+}
+
+static void test_threshold_backward(void **state) {
+    (void)state;
+    static const int64_t s2[] = {37, 29}, s3[] = {3, 5, 7}, s1[] = {1000}, s0[] = {4, 0};
+    static const double thr[] = {0.0, 0.5, -1.25};
+    for (int d = 0; d < N_FLOAT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        for (int k = 0; k < 3; k++) {
+            run_thr_bw(dt, thr[k], 2, s2, 0);
+            run_thr_bw(dt, thr[k], 1, s1, 0);
+            run_thr_bw(dt, thr[k], 3, s3, 1);
+            run_thr_bw(dt, thr[k], 3, s3, 2);
+            run_thr_bw(dt, thr[k], 3, s3, 3);
+            run_thr_bw(dt, thr[k], 0, NULL, 0);
+            run_thr_bw(dt, thr[k], 2, s0, 0);
+        }
+    }
+}
+
+/* Pinned points at threshold 0: both zeros give 0, NaN x passes grad_out, the
+ * infinities, and a NaN gradient stays where x > 0 and is dropped where x <= 0. */
+static void test_threshold_backward_points(void **state) {
+    (void)state;
+    static const double xs[] = {0, -0.0, 1e-30, -1e-30, 2, -2, INFINITY, -INFINITY, NAN, 3, -3};
+    static const double gs[] = {1, -2, 3, 4, -5, 6, 7, 8, -9, NAN, NAN};
+    static const double want[] = {0, 0, 3, 0, -5, 0, 7, 0, -9, NAN, 0};
+    const int64_t n = (int64_t)(sizeof xs / sizeof xs[0]);
+    for (int d = 0; d < N_FLOAT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        ct_tensor *x = tu_from_f64(xs, 1, &n, dt);
+        ct_tensor *g = tu_from_f64(gs, 1, &n, dt);
+        double ref[sizeof xs / sizeof xs[0]];
+        for (int64_t i = 0; i < n; i++) ref[i] = tu_round(want[i], dt);
+        /* 1e-30 underflows in float16 and bfloat16 keeps it: the reference follows x */
+        for (int64_t i = 2; i < 4; i++) ref[i] = tu_round(xs[i], dt) > 0 ? tu_round(gs[i], dt) : 0;
+        ct_tensor *y = ct_threshold_backward(g, x, 0.0);
+        check_tensor(y, dt, 1, &n, ref, 0, 0);
+        ct_tensor_release(y);
+        ct_tensor_release(g);
+        ct_tensor_release(x);
+    }
+}
+
+/* relu's gradient through autograd is threshold_backward's at 0 on its output, in every
+ * floating dtype, with exact zeros among the inputs (gradient 0 there, as PyTorch). */
+static void test_relu_backward_autograd(void **state) {
+    (void)state;
+    static const int64_t s2[] = {23, 17};
+    const int64_t n = 23 * 17;
+    for (int d = 0; d < N_FLOAT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        double *gv, *xv;
+        ct_tensor *x0 = tu_rand(2, s2, dt, -3, 3, &xv);
+        for (int64_t i = 0; i < n; i += 5) xv[i] = 0.0;
+        ct_tensor *x = tu_from_f64(xv, 2, s2, dt);
+        ct_tensor_release(x0);
+        ct_tensor *g = tu_rand(2, s2, dt, -2, 2, &gv);
+        assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+        ct_tensor *y = ct_relu(x);
+        assert_non_null(y);
+        assert_int_equal(ct_backward(y, g, false), CT_OK);
+        double *ref = malloc(sizeof(double) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) ref[i] = xv[i] > 0 ? gv[i] : 0.0;
+        check_tensor(ct_grad(x), dt, 2, s2, ref, 0, 0);
+        free(ref);
+        free(xv);
+        free(gv);
+        ct_tensor_release(y);
+        ct_tensor_release(g);
+        ct_tensor_release(x);
+    }
+}
+
+static void test_threshold_backward_errors(void **state) {
+    (void)state;
+    ct_tensor *a = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
+    ct_tensor *b = tu_rand(CT_SHAPE(3, 4), CT_F64, -1, 1, NULL);
+    ct_tensor *c = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
+    ct_tensor *i = tu_rand(CT_SHAPE(3, 4), CT_I64, -3, 3, NULL);
+    ct_clear_error();
+    tu_assert_null_error(ct_threshold_backward(NULL, a, 0), CT_ERR_INVALID_ARG,
+                         "ct_threshold_backward", "argument 1", "NULL");
+    ct_clear_error();
+    tu_assert_null_error(ct_threshold_backward(a, NULL, 0), CT_ERR_INVALID_ARG,
+                         "ct_threshold_backward", "argument 2", "NULL");
+    tu_assert_null_error(ct_threshold_backward(b, a, 0), CT_ERR_DTYPE, "ct_threshold_backward",
+                         "grad_out", "float32", "float64");
+    tu_assert_null_error(ct_threshold_backward(i, i, 0), CT_ERR_DTYPE, "ct_threshold_backward",
+                         "floating", "int64");
+    tu_assert_null_error(ct_threshold_backward(c, a, 0), CT_ERR_SHAPE, "ct_threshold_backward",
+                         "shape", "[4, 3]", "[3, 4]");
+    ct_tensor_release(i);
+    ct_tensor_release(c);
+    ct_tensor_release(b);
+    ct_tensor_release(a);
+}
+
 static void test_broadcast_errors(void **state) {
     (void)state;
     ct_tensor *a = tu_rand(CT_SHAPE(3), CT_F32, -1, 1, NULL);
@@ -1605,6 +1733,10 @@ int main(void) {
         cmocka_unit_test(test_gelu_backward_points),
         cmocka_unit_test(test_gelu_backward_autograd),
         cmocka_unit_test(test_gelu_backward_errors),
+        cmocka_unit_test(test_threshold_backward),
+        cmocka_unit_test(test_threshold_backward_points),
+        cmocka_unit_test(test_relu_backward_autograd),
+        cmocka_unit_test(test_threshold_backward_errors),
         cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_scalar_ops),
         cmocka_unit_test(test_add_alpha),

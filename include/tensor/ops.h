@@ -38,6 +38,10 @@ ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate);
 /* New tensor: grad_out times d/dx gelu(x) with the forward's approximation (PyTorch's
  * gelu_backward); grad_out and x of one floating dtype, shape and device. */
 ct_tensor *ct_gelu_backward(ct_tensor *grad_out, ct_tensor *x, ct_gelu_approx approximate);
+/* New tensor: 0 where x <= threshold, else grad_out (PyTorch's threshold_backward; relu's
+ * backward with x its output and threshold 0; NaN x passes grad_out); grad_out and x of one
+ * floating dtype, shape and device. */
+ct_tensor *ct_threshold_backward(ct_tensor *grad_out, ct_tensor *x, double threshold);
 ct_tensor *ct_silu(ct_tensor *x);
 /* New tensor: log(1 + exp(beta x)) / beta, x where beta x > threshold; floating dtypes only. */
 ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold);

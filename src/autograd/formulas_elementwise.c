@@ -336,13 +336,23 @@ CTI_BW(cti_bw_sigmoid) {
     return chain(go, drop2(ct_mul(y, c), y, c), &gi[0]);
 }
 
-/* Saved: out. 0 where out <= 0 (so 0 at 0), as PyTorch's threshold_backward. */
+/* Saved: out. 0 where out <= 0 (so 0 at 0): PyTorch's threshold_backward, one
+ * kernel. grad_out of another dtype than out meets it in their promoted dtype. */
 CTI_BW(cti_bw_relu) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(out, 0);
-    ct_tensor *off = ct_le_scalar(out, 0.0);
-    if (!off) return ct_last_status();
-    return put(&gi[0], drop(zero_where(off, go[0]), off));
+    ct_dtype dg = ct_tensor_dtype(go[0]), dy = ct_tensor_dtype(out);
+    if (dg == dy) return put(&gi[0], ct_threshold_backward(go[0], out, 0.0));
+    ct_dtype dt = ct_promote_types(dg, dy);
+    ct_tensor *g = dg == dt ? ct_tensor_retain(go[0]) : ct_to_dtype(go[0], dt);
+    ct_tensor *yc = dy == dt ? ct_tensor_retain(out) : ct_to_dtype(out, dt);
+    if (!g || !yc) {
+        ct_status st = ct_last_status();
+        ct_tensor_release(g);
+        ct_tensor_release(yc);
+        return st;
+    }
+    return put(&gi[0], drop2(ct_threshold_backward(g, yc, 0.0), g, yc));
 }
 
 /* Saved: x. grad_out times d/dx gelu(x) in one kernel, PyTorch's gelu_backward

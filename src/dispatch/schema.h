@@ -84,7 +84,8 @@ typedef struct cti_pointwise_params {
     double nan_val, posinf_val, neginf_val;
     int64_t decimals;
     /* gelu_backward (in grad_out, x): the forward's approximation, a
-     * ct_gelu_approx (0 exact, 1 tanh). */
+     * ct_gelu_approx (0 exact, 1 tanh). threshold_backward (in grad_out,
+     * x) reads threshold. */
     int64_t approximate;
 } cti_pointwise_params;
 
@@ -635,7 +636,7 @@ typedef struct cti_batch_norm_params {
     X(COS, "cos", cti_pointwise_params, CTI_F(cti_bw_cos), NONE)                             \
     X(TANH, "tanh", cti_pointwise_params, CTI_F(cti_bw_tanh), NONE)                          \
     X(SIGMOID, "sigmoid", cti_pointwise_params, CTI_F(cti_bw_sigmoid), NONE)                 \
-    X(RELU, "relu", cti_pointwise_params, CTI_F(cti_bw_relu), NONE)                          \
+    X(RELU, "relu", cti_pointwise_params, CTI_F(cti_bw_relu), THRESHOLD_BACKWARD)            \
     X(GELU, "gelu", cti_pointwise_params, CTI_F(cti_bw_gelu), GELU_BACKWARD)                 \
     X(GELU_TANH, "gelu_tanh", cti_pointwise_params, CTI_F(cti_bw_gelu_tanh), GELU_BACKWARD)  \
     X(SILU, "silu", cti_pointwise_params, CTI_F(cti_bw_silu), NONE)                          \
@@ -800,6 +801,7 @@ typedef struct cti_batch_norm_params {
     X(BITWISE_RIGHT_SHIFT, "bitwise_right_shift", cti_pointwise_params, CTI_NODIFF, NONE)    \
     X(LERP, "lerp", cti_pointwise_params, CTI_F(cti_bw_lerp), NONE)                          \
     X(GELU_BACKWARD, "gelu_backward", cti_pointwise_params, CTI_NOFORMULA, NONE)             \
+    X(THRESHOLD_BACKWARD, "threshold_backward", cti_pointwise_params, CTI_NOFORMULA, NONE)   \
     /* optimizers: Adam, RMSprop, Adagrad */                                                 \
     X(ADAM_STEP, "adam_step", cti_optim_params, CTI_NODIFF, NONE)                            \
     X(RMSPROP_STEP, "rmsprop_step", cti_optim_params, CTI_NODIFF, NONE)                      \

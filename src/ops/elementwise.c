@@ -880,29 +880,50 @@ ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate) {
     return unary(approximate == CT_GELU_TANH ? &u_gelu_tanh : &u_gelu, x);
 }
 ct_tensor *ct_silu(ct_tensor *x) { return unary(&u_silu, x); }
+/* The checks of a backward pointwise op's operands: grad_out and x of one
+ * floating dtype, one shape and one device, as autograd passes them. */
+static ct_status check_backward_pair(const char *name, ct_tensor *grad_out, ct_tensor *x) {
+    if (check_two(name, grad_out, x) != CT_OK) return ct_last_status();
+    if (!ct_dtype_is_floating(x->dtype))
+        return cti_error(CT_ERR_DTYPE, "%s: expected a floating dtype for x, got %s", name,
+                         ct_dtype_name(x->dtype));
+    if (grad_out->dtype != x->dtype)
+        return cti_error(CT_ERR_DTYPE, "%s: expected grad_out of x's dtype %s, got %s", name,
+                         ct_dtype_name(x->dtype), ct_dtype_name(grad_out->dtype));
+    if (!same_shape(grad_out, x))
+        return cti_error(CT_ERR_SHAPE, "%s: expected grad_out of x's shape, got %s and %s",
+                         name, cti_desc(grad_out), cti_desc(x));
+    return CT_OK;
+}
+
 /* grad_out times gelu's derivative at x, in one kernel: what the formulas of
  * both approximations run. The operands agree in dtype (floating), shape and
  * device, as autograd passes them; the result is new and contiguous. */
 ct_tensor *ct_gelu_backward(ct_tensor *grad_out, ct_tensor *x, ct_gelu_approx approximate) {
     static const bin_spec sp = {"ct_gelu_backward", CT_OP_GELU_BACKWARD, BK_ARITH};
-    if (check_two(sp.name, grad_out, x) != CT_OK) return NULL;
+    if (check_backward_pair(sp.name, grad_out, x) != CT_OK) return NULL;
     if (approximate != CT_GELU_NONE && approximate != CT_GELU_TANH)
         return cti_error_null(CT_ERR_INVALID_ARG,
                               "%s: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d",
                               sp.name, (int)approximate);
-    if (!ct_dtype_is_floating(x->dtype))
-        return cti_error_null(CT_ERR_DTYPE, "%s: expected a floating dtype for x, got %s",
-                              sp.name, ct_dtype_name(x->dtype));
-    if (grad_out->dtype != x->dtype)
-        return cti_error_null(CT_ERR_DTYPE,
-                              "%s: expected grad_out of x's dtype %s, got %s", sp.name,
-                              ct_dtype_name(x->dtype), ct_dtype_name(grad_out->dtype));
-    if (!same_shape(grad_out, x))
-        return cti_error_null(CT_ERR_SHAPE, "%s: expected grad_out of x's shape, got %s and %s",
-                              sp.name, cti_desc(grad_out), cti_desc(x));
     ct_tensor *out = cti_tensor_new(sp.name, x->ndim, x->shape, x->dtype, dev_of(x));
     if (!out) return NULL;
     cti_pointwise_params p = {.approximate = approximate};
+    if (run_binary(&sp, out, grad_out, x, x->dtype, &p) != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* relu's backward in one kernel, where the compare, the zero and the select
+ * were three (a host-bound step pays for each launch). */
+ct_tensor *ct_threshold_backward(ct_tensor *grad_out, ct_tensor *x, double threshold) {
+    static const bin_spec sp = {"ct_threshold_backward", CT_OP_THRESHOLD_BACKWARD, BK_ARITH};
+    if (check_backward_pair(sp.name, grad_out, x) != CT_OK) return NULL;
+    ct_tensor *out = cti_tensor_new(sp.name, x->ndim, x->shape, x->dtype, dev_of(x));
+    if (!out) return NULL;
+    cti_pointwise_params p = {.threshold = threshold};
     if (run_binary(&sp, out, grad_out, x, x->dtype, &p) != CT_OK) {
         ct_tensor_release(out);
         return NULL;

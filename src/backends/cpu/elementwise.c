@@ -872,7 +872,9 @@ static double erfinv_d(double y) {
     X(LERP, lerp, T_FLOAT,                                                              \
       fabs(w) < (cT)0.5 ? a + w * (b - a) : b - (b - a) * ((cT)1 - w))                 \
     /* grad_out (a) times gelu's derivative at x (b), cti_pointwise_params.approximate */ \
-    X(GELU_BACKWARD, gelu_backward, B_GELU_BW, 0)
+    X(GELU_BACKWARD, gelu_backward, B_GELU_BW, 0)                                       \
+    /* grad_out (a) where x (b) > threshold, else 0; NaN x passes grad_out */             \
+    X(THRESHOLD_BACKWARD, threshold_backward, B_FLOAT, b <= p_threshold ? (cT)0 : a)
 
 #define DEFINE_(ID, op, FAMILY, EXPR) FAMILY(op, EXPR)
 EW_OPS(DEFINE_)

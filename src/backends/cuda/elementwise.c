@@ -1,4 +1,4 @@
-/* CT_OP_NEG ... CT_OP_CLAMP and CT_OP_LOG1P ... CT_OP_GELU_BACKWARD for CUDA tensors: the
+/* CT_OP_NEG ... CT_OP_CLAMP and CT_OP_LOG1P ... CT_OP_THRESHOLD_BACKWARD for CUDA tensors: the
  * call record into a launch of elementwise.cu.
  *
  * The front ends (src/ops/elementwise.c) are device-agnostic, so these
@@ -142,7 +142,7 @@ static ct_status k_elementwise(ct_call *c) {
     return st;
 }
 
-/* The schema's two blocks of elementwise ops: NEG .. CLAMP, and LOG1P .. GELU_BACKWARD. */
+/* The schema's two blocks of elementwise ops: NEG .. CLAMP, and LOG1P .. THRESHOLD_BACKWARD. */
 static void register_range(int first, int last) {
     for (int op = first; op <= last; op++)
         for (int d = 0; d < CT_NUM_DTYPES; d++)
@@ -153,5 +153,5 @@ static void register_range(int first, int last) {
 
 void cti_cuda_register_elementwise(void) {
     register_range(CT_OP_NEG, CT_OP_CLAMP);
-    register_range(CT_OP_LOG1P, CT_OP_GELU_BACKWARD);
+    register_range(CT_OP_LOG1P, CT_OP_THRESHOLD_BACKWARD);
 }

@@ -308,6 +308,8 @@ BOP(GELU_BACKWARD, F_FLOAT, Same,
         d = (V)0.5 * merfc(-x * (V)SQRT1_2) + (pdf > 0 ? x * pdf : (V)0);
     }
     return a * d;)
+// threshold_backward: grad_out (a) where x (b) > threshold, else 0 (NaN x passes a).
+BOP(THRESHOLD_BACKWARD, F_FLOAT, Same, return b <= p.threshold ? (V)0 : a;)
 BOP(FMOD, F_FI, Same,
     if constexpr (isf<V>) return mfmod(a, b);
     else return (b == 0 || b == -1) ? (V)0 : (V)(a % b);)
