@@ -390,7 +390,8 @@ static const struct {
     any_fn address;
 } not_ops[] = {
     {FN(ct_autocast_begin)},   {FN(ct_autocast_begin_disabled)}, {FN(ct_autocast_end)},
-    {FN(ct_autocast_enabled)}, {FN(ct_autocast_dtype)},
+    {FN(ct_autocast_enabled)}, {FN(ct_autocast_dtype)},       {FN(ct_autocast_set_lasting_casts)},
+    {FN(ct_autocast_lasting_casts)},
 };
 
 #define N_COMPOSITES ((int)(sizeof composites / sizeof composites[0]))

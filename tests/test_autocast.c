@@ -23,8 +23,12 @@
 
 #include "test_fixture.h"
 
-/* Private test hook (src/ops/autocast.c): casts made and cache hits on this thread. */
+/* Private test hooks (src/ops/autocast.c): casts made and cache hits on this thread; casts
+ * taken from lasting copies. */
 void cti_autocast_counts(int64_t *casts, int64_t *hits);
+int64_t cti_autocast_kept_count(void);
+/* src/autograd/graph.c: a leaf's lasting cast (borrowed), NULL when it has none. */
+ct_tensor *cti_ag_amp_copy(const ct_tensor *t, unsigned *src_version, unsigned *copy_version);
 
 static void ok(ct_status s) {
     if (s != CT_OK) fprintf(stderr, "unexpected failure: %s\n", ct_last_error());
@@ -719,6 +723,7 @@ static int64_t live_tensors(void) { return cti_get_alloc_stats().live_tensors; }
 
 static void test_cache(void **state) {
     (void)state;
+    ct_autocast_set_lasting_casts(false); /* the region cache alone, as PyTorch's */
     ct_tensor *x = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
     ct_tensor *w = tu_rand(CT_SHAPE(5, 4), CT_F32, -1, 1, NULL);
     ct_tensor *b = tu_rand(CT_SHAPE(5), CT_F32, -1, 1, NULL);
@@ -768,6 +773,7 @@ static void test_cache(void **state) {
  * cached. */
 static void test_cache_invalidation(void **state) {
     (void)state;
+    ct_autocast_set_lasting_casts(false); /* the region cache alone, as PyTorch's */
     ct_tensor *x = tu_rand(CT_SHAPE(2, 3), CT_F32, -1, 1, NULL);
     ct_tensor *w = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
     ok(ct_requires_grad_(w, true));
@@ -815,6 +821,7 @@ static void test_cache_invalidation(void **state) {
  * fixture counts; ASan checks the frees). */
 static void test_cache_scopes(void **state) {
     (void)state;
+    ct_autocast_set_lasting_casts(false); /* the region cache alone, as PyTorch's */
     ct_tensor *x = tu_rand(CT_SHAPE(2, 3), CT_F32, -1, 1, NULL);
     ct_tensor *w = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
     ok(ct_requires_grad_(w, true));
@@ -844,11 +851,172 @@ static void test_cache_scopes(void **state) {
     ct_tensor_release(x);
 }
 
+/* ---- lasting casts -------------------------------------------------------------------------- */
+
+/* Casts taken from lasting copies since *k0 (advanced). */
+static int64_t kept_since(int64_t *k0) {
+    int64_t k = cti_autocast_kept_count(), d = k - *k0;
+    *k0 = k;
+    return d;
+}
+
+/* One training step of linear(x, w, b) -> relu -> sum in a bfloat16 region, its output
+ * (float32 copy, the caller's) in *y. */
+static void lasting_step(ct_optimizer *opt, ct_tensor *x, ct_tensor *w, ct_tensor *b,
+                         ct_tensor **y) {
+    ok(ct_autocast_begin(CT_CPU, CT_BF16));
+    ct_tensor *h = checked(ct_linear(x, w, b));
+    ct_tensor *r = checked(ct_relu(h));
+    ok(ct_autocast_end());
+    *y = checked(ct_to_dtype(r, CT_F32));
+    ct_optim_zero_grad(opt);
+    backward_sum(r);
+    ok(ct_optim_step(opt));
+    ct_tensor_release(r);
+    ct_tensor_release(h);
+}
+
+/* Each optimizer, with the options that take its kernels' other paths. */
+static ct_optimizer *lasting_optimizer(int alg, ct_params *ps) {
+    switch (alg) {
+    case 0: return ct_optim_sgd_new(ps, 0.1, 0.9, 0.0, 0.01, false);
+    case 1: return ct_optim_adamw_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.1);
+    case 2: return ct_optim_adam_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.01, true);
+    case 3: return ct_optim_rmsprop_new(ps, 0.01, 0.99, 1e-8, 0.0, 0.9, true);
+    default: return ct_optim_adagrad_new(ps, 0.1, 0.01, 0.0, 0.1, 1e-10);
+    }
+}
+#define N_LASTING_ALGS 5
+
+/* Training with lasting casts gives bit for bit what casting afresh in every region gives
+ * (outputs, gradients, parameters, for every optimizer), and after the first step the
+ * weights' casts come from the copies the optimizer writes. */
+static void test_lasting_casts_training(void **state) {
+    (void)state;
+    for (int alg = 0; alg < N_LASTING_ALGS; alg++) {
+        double *xv, *wv, *bv;
+        ct_tensor *x = tu_rand(CT_SHAPE(6, 5), CT_F32, -1, 1, &xv);
+        ct_tensor *w[2], *b[2];
+        ct_params *ps[2];
+        ct_optimizer *opt[2];
+        ct_tensor *w0 = tu_rand(CT_SHAPE(7, 5), CT_F32, -1, 1, &wv);
+        ct_tensor *b0 = tu_rand(CT_SHAPE(7), CT_F32, -1, 1, &bv);
+        for (int k = 0; k < 2; k++) {
+            w[k] = checked(ct_clone(w0));
+            b[k] = checked(ct_clone(b0));
+            ok(ct_requires_grad_(w[k], true));
+            ok(ct_requires_grad_(b[k], true));
+            ps[k] = ct_params_new();
+            ok(ct_params_add(ps[k], "w", w[k]));
+            ok(ct_params_add(ps[k], "b", b[k]));
+            opt[k] = lasting_optimizer(alg, ps[k]);
+            assert_non_null(opt[k]);
+        }
+        int64_t k0 = cti_autocast_kept_count(), c0, h0, hits;
+        cti_autocast_counts(&c0, &h0);
+        for (int step = 0; step < 4; step++) {
+            ct_tensor *y[2];
+            ct_autocast_set_lasting_casts(true);
+            lasting_step(opt[0], x, w[0], b[0], &y[0]);
+            /* the first step casts x, w and b; the later ones x alone, w and b kept */
+            assert_int_equal(kept_since(&k0), step == 0 ? 0 : 2);
+            assert_int_equal(casts_since(&c0, &h0, &hits), step == 0 ? 3 : 1);
+            ct_autocast_set_lasting_casts(false);
+            lasting_step(opt[1], x, w[1], b[1], &y[1]);
+            assert_int_equal(kept_since(&k0), 0);
+            assert_int_equal(casts_since(&c0, &h0, &hits), 3);
+            expect_identical("output", y[0], y[1]);
+            expect_identical("weight gradient", ct_grad(w[0]), ct_grad(w[1]));
+            expect_identical("bias gradient", ct_grad(b[0]), ct_grad(b[1]));
+            expect_identical("weight", w[0], w[1]);
+            expect_identical("bias", b[0], b[1]);
+            release_all(2, y);
+        }
+        ct_autocast_set_lasting_casts(true);
+        for (int k = 0; k < 2; k++) {
+            ct_optim_free(opt[k]);
+            ct_params_free(ps[k]);
+            ct_tensor_release(w[k]);
+            ct_tensor_release(b[k]);
+        }
+        ct_tensor *ts[3] = {x, w0, b0};
+        release_all(3, ts);
+        free(xv);
+        free(wv);
+        free(bv);
+    }
+}
+
+/* A kept cast serves only while it holds the leaf's values: a write of the leaf outside the
+ * optimizer, a region of the other dtype and switching lasting casts off each make a fresh
+ * cast; off, the kept cast is dropped when autocast meets its leaf, and the leaf's release
+ * frees it (the fixture counts). */
+static void test_lasting_casts_invalidation(void **state) {
+    (void)state;
+    ct_tensor *x = tu_rand(CT_SHAPE(2, 3), CT_F32, -1, 1, NULL);
+    ct_tensor *w = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
+    ok(ct_requires_grad_(w, true));
+    int64_t k0 = cti_autocast_kept_count(), c0, h0, hits;
+    cti_autocast_counts(&c0, &h0);
+    ct_tensor *y[6];
+    ok(ct_autocast_begin(CT_CPU, CT_BF16));
+    y[0] = checked(ct_linear(x, w, NULL));
+    ok(ct_autocast_end());
+    assert_int_equal(casts_since(&c0, &h0, &hits), 2);
+    /* a new region takes the kept cast */
+    ok(ct_autocast_begin(CT_CPU, CT_BF16));
+    y[1] = checked(ct_linear(x, w, NULL));
+    ok(ct_autocast_end());
+    assert_int_equal(casts_since(&c0, &h0, &hits), 1);
+    assert_int_equal(kept_since(&k0), 1);
+    expect_identical("kept cast", y[1], y[0]);
+    /* w written in place: cast afresh, from the new values */
+    bool prev = ct_no_grad_begin();
+    ok(ct_mul_scalar_(w, -2.0));
+    ct_no_grad_end(prev);
+    ok(ct_autocast_begin(CT_CPU, CT_BF16));
+    y[2] = checked(ct_linear(x, w, NULL));
+    ok(ct_autocast_end());
+    assert_int_equal(casts_since(&c0, &h0, &hits), 2);
+    assert_int_equal(kept_since(&k0), 0);
+    ct_tensor *twice = checked(ct_mul_scalar(y[0], -2.0));
+    expect_identical("after the write", y[2], twice);
+    /* a float16 region: a cast of its own */
+    ok(ct_autocast_begin(CT_CPU, CT_F16));
+    y[3] = checked(ct_linear(x, w, NULL));
+    ok(ct_autocast_end());
+    assert_int_equal(ct_tensor_dtype(y[3]), CT_F16);
+    assert_int_equal(casts_since(&c0, &h0, &hits), 2);
+    assert_int_equal(kept_since(&k0), 0);
+    /* off: no kept cast is used, and w's goes when autocast meets w */
+    ct_autocast_set_lasting_casts(false);
+    assert_false(ct_autocast_lasting_casts());
+    unsigned sv, cv;
+    assert_non_null(cti_ag_amp_copy(w, &sv, &cv));
+    ok(ct_autocast_begin(CT_CPU, CT_F16));
+    y[4] = checked(ct_linear(x, w, NULL));
+    ok(ct_autocast_end());
+    assert_int_equal(casts_since(&c0, &h0, &hits), 2);
+    assert_int_equal(kept_since(&k0), 0);
+    assert_null(cti_ag_amp_copy(w, &sv, &cv));
+    ct_autocast_set_lasting_casts(true);
+    assert_true(ct_autocast_lasting_casts());
+    ok(ct_autocast_begin(CT_CPU, CT_F16));
+    y[5] = checked(ct_linear(x, w, NULL));
+    ok(ct_autocast_end());
+    assert_int_equal(casts_since(&c0, &h0, &hits), 2);
+    expect_identical("cast again", y[5], y[4]);
+    release_all(6, y);
+    ct_tensor *ts[3] = {x, w, twice};
+    release_all(3, ts);
+}
+
 /* The ops an op of the table runs inside it run on what they are given: the fused
  * linear + cross-entropy sums its bfloat16 logits' gradient for the bias with ct_sum, an
  * fp32 op of the table, and that sum casts nothing. */
 static void test_inner_ops_not_cast(void **state) {
     (void)state;
+    ct_autocast_set_lasting_casts(false); /* the region cache alone, as PyTorch's */
     ct_tensor *x = tu_rand(CT_SHAPE(6, 4), CT_F32, -1, 1, NULL);
     ct_tensor *w = tu_rand(CT_SHAPE(5, 4), CT_F32, -1, 1, NULL);
     ct_tensor *b = tu_rand(CT_SHAPE(5), CT_F32, -1, 1, NULL);
@@ -920,6 +1088,7 @@ static void test_bad_input(void **state) {
 static int close_regions(void **state) {
     while (ct_autocast_end() == CT_OK) continue;
     ct_clear_error();
+    ct_autocast_set_lasting_casts(true);
     return teardown(state);
 }
 
@@ -933,6 +1102,7 @@ int main(void) {
         T(test_nesting),          T(test_thread_local),
         T(test_cache),            T(test_cache_invalidation),
         T(test_cache_scopes),     T(test_inner_ops_not_cast),
+        T(test_lasting_casts_training), T(test_lasting_casts_invalidation),
         T(test_failure_inside_region),
         T(test_bad_input),
     };

@@ -5,8 +5,8 @@
  * CPU's values; a CUDA region leaves CPU tensors alone and a CPU region CUDA ones; a model
  * trained one step in a CUDA region (linear -> relu -> linear -> cross_entropy) gets the
  * CPU's gradients, float32 for float32 leaves; the weight casts are made once per region on
- * the GPU too; recomputing an MLP block's activation changes no bit of its gradients. Skips
- * without a GPU. */
+ * the GPU too; recomputing an MLP block's activation changes no bit of its gradients; the
+ * fused optimizers write the lasting casts, bit for bit fresh casts. Skips without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,8 +20,10 @@
 
 #include "test_fixture.h"
 
-/* Private test hook (src/ops/autocast.c): casts made and cache hits on this thread. */
+/* Private test hooks (src/ops/autocast.c): casts made and cache hits on this thread; casts
+ * taken from lasting copies. */
 void cti_autocast_counts(int64_t *casts, int64_t *hits);
+int64_t cti_autocast_kept_count(void);
 
 static ct_tensor *gpu(ct_tensor *t) { return checked(ct_to_device(t, CT_CUDA(0))); }
 
@@ -456,6 +458,105 @@ static void test_recompute_block(void **state) {
     }
 }
 
+/* ---- lasting casts: the fused optimizers write them -------------------------------------- */
+
+static ct_optimizer *lasting_optimizer(int alg, ct_params *ps) {
+    switch (alg) {
+    case 0: return ct_optim_sgd_new(ps, 0.1, 0.9, 0.0, 0.01, false);
+    case 1: return ct_optim_adamw_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.1);
+    case 2: return ct_optim_adam_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.01, true);
+    case 3: return ct_optim_rmsprop_new(ps, 0.01, 0.99, 1e-8, 0.0, 0.9, true);
+    default: return ct_optim_adagrad_new(ps, 0.1, 0.01, 0.0, 0.1, 1e-10);
+    }
+}
+
+/* One step of linear(x, w, b) -> tanh -> sum in a region of dtype, its output (float32,
+ * the caller's) in *y. */
+static void lasting_step(ct_optimizer *opt, ct_tensor *x, ct_tensor *w, ct_tensor *b,
+                         ct_dtype dtype, ct_tensor **y) {
+    ok(ct_autocast_begin(CT_CUDA(0), dtype));
+    ct_tensor *h = checked(ct_tanh(checked(ct_linear(x, w, b))));
+    ok(ct_autocast_end());
+    *y = checked(ct_to_dtype(h, CT_F32));
+    ct_optim_zero_grad(opt);
+    ct_tensor *l = checked(ct_sum(h, CT_NONE, false));
+    ok(ct_backward(l, NULL, false));
+    ok(ct_optim_step(opt));
+    ct_tensor_release(l);
+    ct_tensor_release(h);
+}
+
+static void expect_identical_gpu(const char *what, ct_tensor *got, ct_tensor *ref) {
+    assert_non_null(got);
+    assert_non_null(ref);
+    assert_int_equal(ct_tensor_dtype(got), ct_tensor_dtype(ref));
+    int64_t n = ct_tensor_numel(ref);
+    double *g = tu_values(got), *r = tu_values(ref);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&g[i], &r[i], sizeof(double))) {
+            fprintf(stderr, "%s: element %lld: %.9g, expected %.9g\n", what, (long long)i, g[i],
+                    r[i]);
+            fail();
+        }
+    free(g);
+    free(r);
+}
+
+/* Every fused optimizer, in bfloat16 and float16 regions, over a weight of several kernel
+ * chunks with a ragged end: with lasting casts the optimizer writes the weights' casts in its
+ * pass and the next regions take them without a kernel, and every output, gradient and
+ * parameter is bit for bit that of casting afresh in every region. */
+static void test_lasting_casts(void **state) {
+    (void)state;
+    static const ct_dtype dts[2] = {CT_BF16, CT_F16};
+    for (int di = 0; di < 2; di++)
+        for (int alg = 0; alg < 5; alg++) {
+            ct_scope *s = ct_scope_begin();
+            ct_tensor *x = gpu(tu_rand(CT_SHAPE(8, 257), CT_F32, -1, 1, NULL));
+            ct_tensor *w0 = tu_rand(CT_SHAPE(300, 257), CT_F32, -0.2, 0.2, NULL);
+            ct_tensor *b0 = tu_rand(CT_SHAPE(300), CT_F32, -0.2, 0.2, NULL);
+            ct_tensor *w[2], *b[2];
+            ct_params *ps[2];
+            ct_optimizer *opt[2];
+            for (int k = 0; k < 2; k++) {
+                w[k] = gpu(w0);
+                b[k] = gpu(b0);
+                ok(ct_requires_grad_(w[k], true));
+                ok(ct_requires_grad_(b[k], true));
+                ps[k] = ct_params_new();
+                ok(ct_params_add(ps[k], "w", w[k]));
+                ok(ct_params_add(ps[k], "b", b[k]));
+                opt[k] = lasting_optimizer(alg, ps[k]);
+                assert_non_null(opt[k]);
+            }
+            int64_t k0 = cti_autocast_kept_count();
+            for (int st = 0; st < 3; st++) {
+                ct_tensor *y[2];
+                ct_autocast_set_lasting_casts(true);
+                lasting_step(opt[0], x, w[0], b[0], dts[di], &y[0]);
+                int64_t k1 = cti_autocast_kept_count();
+                assert_int_equal(k1 - k0, st == 0 ? 0 : 2);
+                ct_autocast_set_lasting_casts(false);
+                lasting_step(opt[1], x, w[1], b[1], dts[di], &y[1]);
+                k0 = cti_autocast_kept_count();
+                assert_int_equal(k0, k1);
+                expect_identical_gpu("output", y[0], y[1]);
+                expect_identical_gpu("weight gradient", ct_grad(w[0]), ct_grad(w[1]));
+                expect_identical_gpu("bias gradient", ct_grad(b[0]), ct_grad(b[1]));
+                expect_identical_gpu("weight", w[0], w[1]);
+                expect_identical_gpu("bias", b[0], b[1]);
+                ct_tensor_release(y[0]);
+                ct_tensor_release(y[1]);
+            }
+            ct_autocast_set_lasting_casts(true);
+            for (int k = 0; k < 2; k++) {
+                ct_optim_free(opt[k]);
+                ct_params_free(ps[k]);
+            }
+            ct_scope_end(s);
+        }
+}
+
 int main(void) {
     tu_seed();
     cti_init();
@@ -467,6 +568,7 @@ int main(void) {
         T(test_training_step),
         T(test_cache),
         T(test_recompute_block),
+        T(test_lasting_casts),
     };
 #undef T
     return tu_run_tests(tests);

@@ -462,6 +462,17 @@ bool ct_autocast_enabled(ct_device device);
 /* The dtype device's type autocasts to: the innermost region's, else PyTorch's default
  * (float16 for CUDA, bfloat16 for the CPU); CT_NUM_DTYPES for an unknown type. */
 ct_dtype ct_autocast_dtype(ct_device device);
+/* Lasting casts, on by default (process-wide): the cast of a float32 leaf that requires
+ * grad also stays with the leaf after the outermost region ends (2 bytes an element), and a
+ * later region takes it without a kernel while neither the leaf nor the cast has been
+ * written since. The optimizers (ct_optim_step) write it with the parameter, rounding the
+ * updated float32 value to nearest even as ct_to_dtype does, in the same pass: a training
+ * step casts its weights only in its first step, and inference with fixed weights casts
+ * them once. The values are those of a fresh cast, so results do not change. Off: casts end
+ * with the outermost region, as PyTorch's do, and a leaf's kept cast is dropped when autocast
+ * next meets the leaf (or with the leaf). */
+void ct_autocast_set_lasting_casts(bool on);
+bool ct_autocast_lasting_casts(void);
 
 /* ---- reductions, scans and sorting (issue 20) -----------------------------------------------
  * As PyTorch's. dims lists follow the reductions' rule above (CT_NONE: every dim); dim < 0

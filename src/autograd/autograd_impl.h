@@ -109,7 +109,20 @@ struct ct_autograd_meta {
      * such a node is refused (cti_ag_inplace_mode), also after it has got a
      * history of its own. */
     bool leaf_edges;
+    /* Autocast's lasting cast of this float32 leaf (src/ops/autocast.c):
+     * a float16/bfloat16 tensor of its values, valid while this tensor's
+     * storage version is amp_src_version and the copy's own is
+     * amp_copy_version. Optimizers write it with the parameter. */
+    ct_tensor *amp_copy;
+    unsigned amp_src_version, amp_copy_version;
 };
+
+/* A leaf's lasting autocast copy (the handle is borrowed) with the versions
+ * it is valid for; NULL when it has none. Setting one retains copy (NULL
+ * drops it) and makes the record when t has none; false without memory. */
+ct_tensor *cti_ag_amp_copy(const ct_tensor *t, unsigned *src_version, unsigned *copy_version);
+bool cti_ag_set_amp_copy(ct_tensor *t, ct_tensor *copy, unsigned src_version,
+                         unsigned copy_version);
 
 /* Grad mode on and any of the n tensors (NULLs skipped) requires grad. */
 bool cti_ag_needed(int n, ct_tensor *const *ts);

@@ -73,6 +73,7 @@ static void meta_free(ct_tensor *t) {
     ct_tensor_release(m->grad);
     if (m->grad_fn) node_release(m->grad_fn);
     cti_unref(m->base);
+    cti_unref(m->amp_copy);
     free(m);
 }
 
@@ -89,6 +90,28 @@ static struct ct_autograd_meta *meta_get(ct_tensor *t) {
     if (!m) return NULL;
     t->autograd = m;
     return m;
+}
+
+ct_tensor *cti_ag_amp_copy(const ct_tensor *t, unsigned *src_version, unsigned *copy_version) {
+    const struct ct_autograd_meta *m = t->autograd;
+    if (!m || !m->amp_copy) return NULL;
+    *src_version = m->amp_src_version;
+    *copy_version = m->amp_copy_version;
+    return m->amp_copy;
+}
+
+bool cti_ag_set_amp_copy(ct_tensor *t, ct_tensor *copy, unsigned src_version,
+                         unsigned copy_version) {
+    struct ct_autograd_meta *m = copy ? meta_get(t) : t->autograd;
+    if (!m) return !copy;
+    if (copy != m->amp_copy) {
+        if (copy) cti_ref(copy);
+        cti_unref(m->amp_copy);
+        m->amp_copy = copy;
+    }
+    m->amp_src_version = src_version;
+    m->amp_copy_version = copy_version;
+    return true;
 }
 
 static ct_status view_refresh(ct_tensor *t);

@@ -244,6 +244,11 @@ typedef struct cti_optim_list {
     ct_tensor *const *master;
     ct_tensor *found_inf;
     const double *weight_decay;
+    /* Per entry, NULL or a float16/bfloat16 contiguous tensor of a float32
+     * parameter's shape and device (no masters) that receives the updated
+     * parameter rounded to its dtype: autocast's lasting cast. Filled by
+     * the front end, not by callers. */
+    ct_tensor *const *copy;
 } cti_optim_list;
 
 /* SGD_STEP's hyperparameters, as ct_optim_sgd_new takes them. */

@@ -392,7 +392,8 @@ static ct_status fused_update(const char *op, ct_optimizer *o, ct_tensor *found_
                         o->list_ctl,
                         o->masters ? o->list_master : NULL,
                         found_inf,
-                        o->weight_decay};
+                        o->weight_decay,
+                        NULL}; /* the front end finds autocast's lasting casts */
     for (int64_t k = 0; k < o->n; k++) {
         slot *s = &o->slots[k];
         o->list_grad[k] = ct_grad(s->param);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "autocast.h"
+#include "autograd/autograd_impl.h"
 #include "core/hashmap.h"
 #include "ops_impl.h"
 
@@ -52,7 +53,7 @@ typedef struct state {
     cti_hmap index; /* src -> position in entries */
     entry *entries;
     int64_t n, ncap;
-    int64_t casts, hits;
+    int64_t casts, hits, kept;
 } state;
 
 static _Thread_local state tls;
@@ -130,20 +131,76 @@ static bool still_good(const entry *e, int slot, unsigned v) {
     return c && e->version[slot] == v && (ct_requires_grad(c) || !ct_is_grad_enabled());
 }
 
+/* ---- lasting casts -------------------------------------------------------------------------
+ * A leaf's cast outlives the region on the leaf itself (its autograd
+ * record, cti_ag_amp_copy): a handle on the cast's storage, valid while
+ * neither the leaf's storage nor the copy's has been written since. A later
+ * region makes its cast from it without a kernel, and an optimizer writes it
+ * with the parameter (cti_autocast_update_copy), so the casts of a training
+ * step's weights cost nothing after the first step. */
+static atomic_bool lasting_off; /* the default is on */
+
+static unsigned version_of(const ct_tensor *t) {
+    return atomic_load_explicit(&t->storage->version, memory_order_relaxed);
+}
+
+/* src's lasting copy in dtype to, when it holds src's current values. */
+static ct_tensor *valid_copy(const ct_tensor *src, ct_dtype to) {
+    unsigned sv, cv;
+    ct_tensor *c = cti_ag_amp_copy(src, &sv, &cv);
+    if (!c || c->dtype != to || sv != version_of(src) || cv != version_of(c)) return NULL;
+    return c;
+}
+
+/* Keeps c (src cast to c's dtype from src's storage version v) as src's
+ * lasting copy. Best effort: without memory src simply keeps none. */
+static void keep_copy(ct_tensor *src, const ct_tensor *c, unsigned v) {
+    ct_tensor *h = cti_tensor_view(c, c->ndim, c->shape, c->stride, c->offset);
+    if (!h) {
+        ct_clear_error();
+        return;
+    }
+    if (cti_scope_owned_here(h)) cti_scope_forget(h);
+    if (!cti_ag_set_amp_copy(src, h, v, version_of(h))) cti_ag_set_amp_copy(src, NULL, 0, 0);
+    cti_unref(h);
+}
+
+void ct_autocast_set_lasting_casts(bool on) { atomic_store(&lasting_off, !on); }
+bool ct_autocast_lasting_casts(void) { return !atomic_load(&lasting_off); }
+
+ct_tensor *cti_autocast_copy_of(const ct_tensor *p) {
+    if (atomic_load_explicit(&lasting_off, memory_order_relaxed) || p->dtype != CT_F32)
+        return NULL;
+    unsigned sv, cv;
+    ct_tensor *c = cti_ag_amp_copy(p, &sv, &cv);
+    return c && valid_copy(p, c->dtype) ? c : NULL;
+}
+
+void cti_autocast_copy_written(ct_tensor *p, ct_tensor *copy) {
+    cti_bump_version(copy);
+    cti_ag_set_amp_copy(p, copy, version_of(p), version_of(copy));
+}
+
 /* The cast of leaf src to the region dtype to, from the cache or made and
  * cached. Without memory to cache it, the cast serves this call only
  * (*temp). */
 static ct_tensor *cached_cast(ct_tensor *src, ct_dtype to, ct_tensor **temp) {
     int slot = to == CT_BF16;
-    unsigned v = atomic_load_explicit(&src->storage->version, memory_order_relaxed);
+    unsigned v = version_of(src);
     entry *e = entry_of(src);
     if (e && still_good(e, slot, v)) {
         tls.hits++;
         return e->cast[slot];
     }
-    ct_tensor *c = ct_to_dtype(src, to);
+    bool lasting = !atomic_load_explicit(&lasting_off, memory_order_relaxed);
+    ct_tensor *kept = lasting ? valid_copy(src, to) : NULL;
+    unsigned sv, cv;
+    if (!lasting && cti_ag_amp_copy(src, &sv, &cv)) cti_ag_set_amp_copy(src, NULL, 0, 0);
+    ct_tensor *c = kept ? cti_cast_from_copy(src, kept) : ct_to_dtype(src, to);
     if (!c) return NULL;
-    tls.casts++;
+    if (kept) tls.kept++;
+    else tls.casts++;
+    if (lasting && !kept) keep_copy(src, c, v);
     if (!e) return *temp = c;
     /* The cache holds the creation reference: no scope may release it. */
     if (cti_scope_owned_here(c)) cti_scope_forget(c);
@@ -231,6 +288,8 @@ void cti_autocast_counts(int64_t *casts, int64_t *hits) {
     *casts = tls.casts;
     *hits = tls.hits;
 }
+
+int64_t cti_autocast_kept_count(void) { return tls.kept; }
 
 /* ---- public ----------------------------------------------------------------------------- */
 

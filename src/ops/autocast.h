@@ -131,5 +131,15 @@ void cti_autocast_resume(void);
 /* Test hook: the casts autocast made on this thread (cached or not) and the
  * times a cached cast was reused, since the thread began. */
 void cti_autocast_counts(int64_t *casts, int64_t *hits);
+/* Test hook: the casts this thread took from lasting copies (no kernel). */
+int64_t cti_autocast_kept_count(void);
+
+/* For the optimizers: p's lasting autocast copy (borrowed), when lasting
+ * casts are on, p is float32 and the copy holds p's current values; else
+ * NULL. After writing p's updated values into it (rounded to its dtype),
+ * the optimizer calls cti_autocast_copy_written, which counts the write and
+ * makes the copy valid for p's new version. */
+ct_tensor *cti_autocast_copy_of(const ct_tensor *p);
+void cti_autocast_copy_written(ct_tensor *p, ct_tensor *copy);
 
 #endif

@@ -662,6 +662,11 @@ ct_tensor *ct_to_dtype(ct_tensor *t, ct_dtype dtype) {
     return record_same_values(t, r, dtype == t->dtype ? "AliasBackward" : "ToCopyBackward");
 }
 
+ct_tensor *cti_cast_from_copy(ct_tensor *src, const ct_tensor *copy) {
+    ct_tensor *r = cti_tensor_view(copy, copy->ndim, copy->shape, copy->stride, copy->offset);
+    return record_same_values(src, r, "ToCopyBackward");
+}
+
 ct_tensor *ct_to_device(ct_tensor *t, ct_device device) {
     static const char op[] = "ct_to_device";
     if (!t) return cti_error_null(CT_ERR_INVALID_ARG, "%s: tensor is NULL", op);

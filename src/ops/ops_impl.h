@@ -44,6 +44,12 @@ ct_status cti_select_call(const char *op, ct_op id, ct_tensor *x, int d, int64_t
 ct_status cti_select_run(ct_call *c, ct_device device, ct_dtype dt, int d, ct_tensor **vals,
                          ct_tensor **idx);
 
+/* src converted to copy's dtype without a kernel: a new handle on copy's
+ * storage (copy holds src's values in that dtype, same shape, contiguous),
+ * recorded by autograd as ct_to_dtype(src, copy's dtype) would be. For
+ * autocast's lasting casts (src/ops/autocast.c). */
+ct_tensor *cti_cast_from_copy(ct_tensor *src, const ct_tensor *copy);
+
 /* Releases the outputs of a call (after a failed dispatch). */
 void cti_call_release_outputs(ct_call *c);
 /* Records r, whose one output is r->out[0], when grad mode is on and an

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "autocast.h"
 #include "autograd/autograd_impl.h"
 #include "optim_impl.h"
 #include "tensor/autograd.h"
@@ -182,14 +183,17 @@ static int by_address(const void *a, const void *b) {
 }
 
 /* Every tensor the call writes for entry k: parameter, states, master,
- * count in memory (NULL where absent). */
-#define NWRITE (3 + NSTATE)
+ * count in memory, autocast's lasting cast (NULL where absent; the cast
+ * last, as its record follows the parameter's version). */
+#define NWRITE (4 + NSTATE)
+#define COPY_SLOT (3 + NSTATE)
 static void written_of(const cti_optim_list *l, const opt_kind *kd, int64_t k,
                        ct_tensor *w[NWRITE]) {
     w[0] = l->param[k];
     for (int b = 0; b < NSTATE; b++) w[1 + b] = kd->uses[b] ? l->state[b][k] : NULL;
     w[1 + NSTATE] = entry(l->master, k);
     w[2 + NSTATE] = entry(l->step_t, k);
+    w[COPY_SLOT] = entry(l->copy, k);
 }
 
 /* Sorts the storages of every tensor the call writes into w (*m of them);
@@ -222,7 +226,7 @@ static bool is_written(const cti_storage *s, cti_storage *const *w, int64_t m) {
  * masters or not, weight decay). */
 typedef struct group {
     int64_t m;
-    ct_tensor **param, **grad, **state[NSTATE], **master, **step_t, **ctl;
+    ct_tensor **param, **grad, **state[NSTATE], **master, **step_t, **ctl, **copy;
     int64_t *step;
     int64_t *index; /* entry -> position in the caller's list */
     cti_storage **written; /* sorted, nwritten of them */
@@ -285,6 +289,7 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         }
         g->master[e] = ms && ok ? kernel_view(ms, false, &tmp[e][2 + NSTATE]) : NULL;
         if (ms && !g->master[e]) ok = false;
+        g->copy[e] = entry(l->copy, k);
         g->step[e] = l->step && !entry(l->step_t, k) ? l->step[k] : 0;
         g->step_t[e] = entry(l->step_t, k);
         g->ctl[e] = g->step_t[e] ? l->ctl[k] : NULL;
@@ -306,7 +311,8 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
                                   g->ctl,
                                   g->master[0] ? g->master : NULL,
                                   f && ct_device_eq(dev_of(f), dev_of(p0)) ? f : NULL,
-                                  NULL}; /* one group's weight decay: in p, set below */
+                                  NULL, /* one group's weight decay: in p, set below */
+                                  g->copy[0] ? g->copy : NULL};
         ct_call c;
         cti_call_init(&c, kd->op);
         c.in[c.nin++] = p0;
@@ -333,9 +339,13 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
         int64_t k = g->index[e];
         ct_tensor *w[NWRITE];
         written_of(l, kd, k, w);
-        static const int tmp_of[NWRITE] = {0, 2, 3, 4, 2 + NSTATE, -1};
+        static const int tmp_of[NWRITE] = {0, 2, 3, 4, 2 + NSTATE, -1, -1};
         for (int j = 0; j < NWRITE && ok; j++) {
             if (!w[j]) continue;
+            if (j == COPY_SLOT) {
+                cti_autocast_copy_written(w[0], w[j]);
+                continue;
+            }
             ct_tensor *src = tmp_of[j] < 0 ? NULL : tmp[e][tmp_of[j]];
             if (!src) cti_bump_version(w[j]);
             else if ((st = ct_copy_(w[j], src)) != CT_OK) ok = false;
@@ -348,8 +358,10 @@ static ct_status run_group(const char *op, const cti_optim_list *l, const opt_ki
 
 static bool same_target(const cti_optim_list *l, int64_t a, int64_t b) {
     const ct_tensor *x = l->param[a], *y = l->param[b];
+    const ct_tensor *cx = entry(l->copy, a), *cy = entry(l->copy, b);
     return x->dtype == y->dtype && ct_device_eq(dev_of(x), dev_of(y)) &&
            (entry(l->master, a) != NULL) == (entry(l->master, b) != NULL) &&
+           (cx ? (int)cx->dtype : -1) == (cy ? (int)cy->dtype : -1) &&
            (!l->weight_decay || l->weight_decay[a] == l->weight_decay[b]);
 }
 
@@ -363,7 +375,32 @@ static bool malformed(const cti_optim_list *l, const opt_kind *kd) {
     return false;
 }
 
+static ct_status run_list(const char *op, const cti_optim_list *l, const opt_kind *kd);
+
+/* Each float32 parameter's lasting autocast cast (cti_autocast_copy_of) is
+ * written with it: the list the front end dispatches names them. */
 static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd) {
+    if (!l || l->n < 1 || !l->param || !l->grad) return run_list(op, l, kd);
+    ct_tensor **copy = NULL;
+    for (int64_t k = 0; k < l->n; k++) {
+        ct_tensor *p = l->param[k];
+        ct_tensor *c = p && l->grad[k] && !entry(l->master, k) ? cti_autocast_copy_of(p) : NULL;
+        if (!c) continue;
+        if (!copy && !(copy = calloc((size_t)l->n, sizeof *copy)))
+            return cti_error(CT_ERR_OOM, "%s: out of memory", op);
+        /* a copy of another shape or device than the parameter's (its
+         * storage was set afresh) is not written: autocast casts again */
+        copy[k] = same_geometry_as(c, p, c->dtype) && cti_is_contiguous(c) ? c : NULL;
+    }
+    if (!copy) return run_list(op, l, kd);
+    cti_optim_list with = *l;
+    with.copy = copy;
+    ct_status st = run_list(op, &with, kd);
+    free(copy);
+    return st;
+}
+
+static ct_status run_list(const char *op, const cti_optim_list *l, const opt_kind *kd) {
     if (!l) return cti_error(CT_ERR_INVALID_ARG, "%s: parameter list is NULL", op);
     if (malformed(l, kd))
         return cti_error(CT_ERR_INVALID_ARG, "%s: malformed parameter list of %lld entries", op,
@@ -381,8 +418,8 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
     ct_status st = check_found_inf(op, l, &skip);
     if (st != CT_OK || live == 0 || skip) return st;
     size_t n = (size_t)l->n;
-    /* param, grad, the states, master, step_t, ctl; step, index; written storages */
-    ct_tensor **tv = malloc((5 + NSTATE) * n * sizeof *tv);
+    /* param, grad, the states, master, step_t, ctl, copy; step, index; written storages */
+    ct_tensor **tv = malloc((6 + NSTATE) * n * sizeof *tv);
     int64_t *iv = malloc(2 * n * sizeof *iv);
     cti_storage **wv = malloc(NWRITE * n * sizeof *wv);
     bool *done = calloc(n, sizeof *done);
@@ -399,6 +436,7 @@ static ct_status run(const char *op, const cti_optim_list *l, const opt_kind *kd
                .master = tv + (2 + NSTATE) * n,
                .step_t = tv + (3 + NSTATE) * n,
                .ctl = tv + (4 + NSTATE) * n,
+               .copy = tv + (5 + NSTATE) * n,
                .step = iv,
                .index = iv + n,
                .written = wv};

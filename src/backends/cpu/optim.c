@@ -19,7 +19,8 @@
 
 /* One parameter's update: its buffers and the scalars of the formulas. p
  * and the states have dtype pdt (the master's float32 with masters), the
- * gradient gdt; model (NULL without masters) receives p rounded to mdt. */
+ * gradient gdt; model (NULL if none) receives p rounded to mdt: the
+ * parameter of a master, or autocast's lasting cast of a float32 one. */
 typedef enum alg { ALG_SGD, ALG_ADAMW, ALG_ADAM, ALG_RMSPROP, ALG_ADAGRAD } alg;
 
 typedef struct job {
@@ -285,16 +286,18 @@ static ct_status k_optim(ct_call *c) {
     if (l->found_inf && *(const float *)cti_data(l->found_inf) != 0) return CT_OK;
     for (int64_t k = 0; k < l->n; k++) {
         ct_tensor *p = l->param[k], *st = entry(l->step_t, k), *ctl = entry(l->ctl, k);
-        ct_tensor *ms = entry(l->master, k);
+        ct_tensor *ms = entry(l->master, k), *cp = ms ? NULL : entry(l->copy, k);
         double t = st ? *(const double *)cti_data(st) + 1 : (double)l->step[k];
         double lr = ctl ? *(const double *)cti_data(ctl) : lr_of(prm, a);
         int64_t n = cti_numel(p->ndim, p->shape);
+        /* the rounded copy: the parameter of a master, autocast's cast of
+         * a float32 parameter */
         job j = {.p = cti_data(ms ? ms : p),
                  .g = cti_data(l->grad[k]),
-                 .model = ms ? cti_data(p) : NULL,
+                 .model = ms ? cti_data(p) : cp ? cti_data(cp) : NULL,
                  .pdt = ms ? CT_F32 : p->dtype,
                  .gdt = p->dtype,
-                 .mdt = p->dtype,
+                 .mdt = cp ? cp->dtype : p->dtype,
                  .a = a,
                  .adamw = adamw};
         switch (a) {

@@ -180,6 +180,10 @@ typedef struct cti_cuda_optim {
     double lr_decay;            /* Adagrad */
     ct_dtype dt;
     bool master;
+    /* Without masters: model[k] (NULL if none) receives the updated float32
+     * parameter rounded to copy_dt (float16 or bfloat16; CT_NUM_DTYPES:
+     * none), autocast's lasting cast. */
+    ct_dtype copy_dt;
     int n;
     void *p[CTI_CUDA_OPTIM_MAX];
     const void *g[CTI_CUDA_OPTIM_MAX];

@@ -83,6 +83,9 @@ static ct_status k_optim(ct_call *c) {
     o.kind = kind;
     o.dt = l->param[0]->dtype;
     o.master = l->master != NULL;
+    /* the front end groups entries by the dtype of their lasting autocast
+     * cast, so one list has all or none, of one dtype */
+    o.copy_dt = l->copy && l->copy[0] ? l->copy[0]->dtype : CT_NUM_DTYPES;
     o.found_inf = l->found_inf ? (const float *)cti_data(l->found_inf) : NULL;
     hparams(&o, prm);
     ct_tensor *const *st3[3] = {l->state[0], l->state[1], l->state[2]};
@@ -99,7 +102,8 @@ static ct_status k_optim(ct_call *c) {
         o.s0[j] = st3[0] ? cti_data(st3[0][k]) : NULL;
         o.s1[j] = st3[1] ? cti_data(st3[1][k]) : NULL;
         o.s2[j] = st3[2] ? cti_data(st3[2][k]) : NULL;
-        o.model[j] = ms ? cti_data(p) : NULL;
+        ct_tensor *cp = ms ? NULL : entry(l->copy, k);
+        o.model[j] = ms ? cti_data(p) : cp ? cti_data(cp) : NULL;
         o.step[j] = cnt ? (double *)cti_data(cnt) : NULL;
         o.cnt[j] = cnt ? 0 : (double)l->step[k];
         if (cnt) o.ctl = (double *)cti_data(l->ctl[k]);

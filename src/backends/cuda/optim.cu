@@ -176,7 +176,11 @@ __device__ __forceinline__ void advance_counts(const OptArgs &a) {
     if (threadIdx.x == 0) *reinterpret_cast<unsigned long long *>(a.ctl + 1) = 0ULL;
 }
 
-template <int DT, bool MASTER, int ALG>
+// CP: the dtype of a float32 parameter's rounded copy in model[] (autocast's
+// lasting cast; an entry without one has a null pointer), or kNoCopy.
+constexpr int kNoCopy = -1;
+
+template <int DT, bool MASTER, int ALG, int CP>
 __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
     constexpr bool ADAMW = ALG == kAdamW;
     typedef OptTypes<DT, MASTER> Ty;
@@ -293,6 +297,14 @@ __global__ void __launch_bounds__(kOptThreads) optim_kernel(const OptArgs a) {
 #pragma unroll
                 for (int j = 0; j < kVec; j++) rm[j] = dtype<DT>::enc(float(rp[k][j]));
                 store_pack(static_cast<G *>(a.model[t]), i, n, vec, rm);
+            } else if constexpr (CP != kNoCopy) {
+                typedef typename dtype<CP>::T C;
+                if (a.model[t]) {
+                    C rc[kVec];
+#pragma unroll
+                    for (int j = 0; j < kVec; j++) rc[j] = dtype<CP>::enc(float(rp[k][j]));
+                    store_pack(static_cast<C *>(a.model[t]), i, n, vec, rc);
+                }
             }
         }
     }
@@ -304,12 +316,14 @@ static bool packable(const void *ptr, size_t es) {
     return ptr == nullptr || (uintptr_t)ptr % (es * kVec) == 0;
 }
 
-template <int DT, bool MASTER, int ALG>
+template <int DT, bool MASTER, int ALG, int CP = kNoCopy>
 cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
     OptArgs a;
     memset(&a, 0, sizeof a);
     const size_t ps = MASTER ? sizeof(float) : sizeof(typename dtype<DT>::T);
     const size_t gs = sizeof(typename dtype<DT>::T);
+    // the model copy's element: the parameter's dtype (masters) or CP's
+    const size_t ms = CP == kNoCopy ? gs : sizeof(typename dtype<CP == kNoCopy ? DT : CP>::T);
     a.n = o->n;
     bool any_mem = false;
     for (int k = 0; k < o->n; k++) {
@@ -325,7 +339,7 @@ cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
         a.cnt[k] = o->cnt[k];
         a.vec[k] = packable(o->p[k], ps) && packable(o->g[k], gs) && packable(o->s0[k], ps) &&
                    packable(o->s1[k], ps) && packable(o->s2[k], ps) &&
-                   packable(o->model[k], gs);
+                   packable(o->model[k], ms);
         any_mem |= o->step[k] != nullptr;
     }
     for (int k = o->n; k < kMax; k++) a.start[k + 1] = a.start[o->n];
@@ -348,7 +362,7 @@ cudaError_t launch(const cti_cuda_optim *o, int sm_count, cudaStream_t stream) {
     if (total == 0 && !a.ctl) return cudaSuccess;
     const int64_t cap = (int64_t)(sm_count > 0 ? sm_count : 1) * 16;
     const unsigned grid = (unsigned)(total < 1 ? 1 : total < cap ? total : cap);
-    optim_kernel<DT, MASTER, ALG><<<grid, kOptThreads, 0, stream>>>(a);
+    optim_kernel<DT, MASTER, ALG, CP><<<grid, kOptThreads, 0, stream>>>(a);
     return cudaGetLastError();
 }
 
@@ -361,6 +375,10 @@ cudaError_t launch_dt(const cti_cuda_optim *o, int sm_count, cudaStream_t stream
         default: return cudaErrorInvalidValue;
         }
     }
+    if (o->dt == CT_F32 && o->copy_dt == CT_BF16)
+        return launch<CT_F32, false, ALG, CT_BF16>(o, sm_count, stream);
+    if (o->dt == CT_F32 && o->copy_dt == CT_F16)
+        return launch<CT_F32, false, ALG, CT_F16>(o, sm_count, stream);
     switch (o->dt) {
     case CT_F32: return launch<CT_F32, false, ALG>(o, sm_count, stream);
     case CT_F64: return launch<CT_F64, false, ALG>(o, sm_count, stream);
