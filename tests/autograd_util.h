@@ -46,6 +46,20 @@ static inline void backward_ones_retain(ct_tensor *out, bool retain) {
 
 static inline void backward_ones(ct_tensor *out) { backward_ones_retain(out, false); }
 
+/* Optimizer alg of the five (0 SGD with momentum and weight decay, 1 AdamW, 2 Adam with
+ * amsgrad, 3 centered RMSprop with momentum, 4 Adagrad with lr decay) over ps, with the
+ * options that take their kernels' other paths; NULL with the error when creation fails. */
+#define N_OPTIM_ALGS 5
+static inline ct_optimizer *optimizer_of(int alg, ct_params *ps) {
+    switch (alg) {
+    case 0: return ct_optim_sgd_new(ps, 0.1, 0.9, 0.0, 0.01, false);
+    case 1: return ct_optim_adamw_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.1);
+    case 2: return ct_optim_adam_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.01, true);
+    case 3: return ct_optim_rmsprop_new(ps, 0.01, 0.99, 1e-8, 0.0, 0.9, true);
+    default: return ct_optim_adagrad_new(ps, 0.1, 0.01, 0.0, 0.1, 1e-10);
+    }
+}
+
 static inline void release_all(int n, ct_tensor **ts) {
     for (int i = 0; i < n; i++) ct_tensor_release(ts[i]);
 }

@@ -876,24 +876,12 @@ static void lasting_step(ct_optimizer *opt, ct_tensor *x, ct_tensor *w, ct_tenso
     ct_tensor_release(h);
 }
 
-/* Each optimizer, with the options that take its kernels' other paths. */
-static ct_optimizer *lasting_optimizer(int alg, ct_params *ps) {
-    switch (alg) {
-    case 0: return ct_optim_sgd_new(ps, 0.1, 0.9, 0.0, 0.01, false);
-    case 1: return ct_optim_adamw_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.1);
-    case 2: return ct_optim_adam_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.01, true);
-    case 3: return ct_optim_rmsprop_new(ps, 0.01, 0.99, 1e-8, 0.0, 0.9, true);
-    default: return ct_optim_adagrad_new(ps, 0.1, 0.01, 0.0, 0.1, 1e-10);
-    }
-}
-#define N_LASTING_ALGS 5
-
 /* Training with lasting casts gives bit for bit what casting afresh in every region gives
  * (outputs, gradients, parameters, for every optimizer), and after the first step the
  * weights' casts come from the copies the optimizer writes. */
 static void test_lasting_casts_training(void **state) {
     (void)state;
-    for (int alg = 0; alg < N_LASTING_ALGS; alg++) {
+    for (int alg = 0; alg < N_OPTIM_ALGS; alg++) {
         double *xv, *wv, *bv;
         ct_tensor *x = tu_rand(CT_SHAPE(6, 5), CT_F32, -1, 1, &xv);
         ct_tensor *w[2], *b[2];
@@ -909,7 +897,7 @@ static void test_lasting_casts_training(void **state) {
             ps[k] = ct_params_new();
             ok(ct_params_add(ps[k], "w", w[k]));
             ok(ct_params_add(ps[k], "b", b[k]));
-            opt[k] = lasting_optimizer(alg, ps[k]);
+            opt[k] = optimizer_of(alg, ps[k]);
             assert_non_null(opt[k]);
         }
         int64_t k0 = cti_autocast_kept_count(), c0, h0, hits;

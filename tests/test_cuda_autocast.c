@@ -460,16 +460,6 @@ static void test_recompute_block(void **state) {
 
 /* ---- lasting casts: the fused optimizers write them -------------------------------------- */
 
-static ct_optimizer *lasting_optimizer(int alg, ct_params *ps) {
-    switch (alg) {
-    case 0: return ct_optim_sgd_new(ps, 0.1, 0.9, 0.0, 0.01, false);
-    case 1: return ct_optim_adamw_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.1);
-    case 2: return ct_optim_adam_new(ps, 0.05, 0.9, 0.99, 1e-8, 0.01, true);
-    case 3: return ct_optim_rmsprop_new(ps, 0.01, 0.99, 1e-8, 0.0, 0.9, true);
-    default: return ct_optim_adagrad_new(ps, 0.1, 0.01, 0.0, 0.1, 1e-10);
-    }
-}
-
 /* One step of linear(x, w, b) -> tanh -> sum in a region of dtype, its output (float32,
  * the caller's) in *y. */
 static void lasting_step(ct_optimizer *opt, ct_tensor *x, ct_tensor *w, ct_tensor *b,
@@ -510,7 +500,7 @@ static void test_lasting_casts(void **state) {
     (void)state;
     static const ct_dtype dts[2] = {CT_BF16, CT_F16};
     for (int di = 0; di < 2; di++)
-        for (int alg = 0; alg < 5; alg++) {
+        for (int alg = 0; alg < N_OPTIM_ALGS; alg++) {
             ct_scope *s = ct_scope_begin();
             ct_tensor *x = gpu(tu_rand(CT_SHAPE(8, 257), CT_F32, -1, 1, NULL));
             ct_tensor *w0 = tu_rand(CT_SHAPE(300, 257), CT_F32, -0.2, 0.2, NULL);
@@ -526,7 +516,7 @@ static void test_lasting_casts(void **state) {
                 ps[k] = ct_params_new();
                 ok(ct_params_add(ps[k], "w", w[k]));
                 ok(ct_params_add(ps[k], "b", b[k]));
-                opt[k] = lasting_optimizer(alg, ps[k]);
+                opt[k] = optimizer_of(alg, ps[k]);
                 assert_non_null(opt[k]);
             }
             int64_t k0 = cti_autocast_kept_count();

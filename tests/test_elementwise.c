@@ -806,26 +806,39 @@ static void test_gelu_backward_autograd(void **state) {
     }
 }
 
+/* The operand checks a backward pointwise op (fn, called name) shares: NULLs, grad_out of
+ * another dtype, integers, another shape, each refused with the op's name and the reason.
+ * The tensors are the caller's: a [3, 4] float32, b float64, c a [4, 3] float32. */
+typedef ct_tensor *(*pair_fn)(ct_tensor *grad_out, ct_tensor *x);
+static void check_backward_pair_errors(pair_fn fn, const char *name, ct_tensor *a, ct_tensor *b,
+                                       ct_tensor *c) {
+    ct_tensor *i = tu_rand(CT_SHAPE(3, 4), CT_I64, -3, 3, NULL);
+    ct_clear_error();
+    tu_assert_null_error(fn(NULL, a), CT_ERR_INVALID_ARG, name, "argument 1", "NULL");
+    ct_clear_error();
+    tu_assert_null_error(fn(a, NULL), CT_ERR_INVALID_ARG, name, "argument 2", "NULL");
+    tu_assert_null_error(fn(b, a), CT_ERR_DTYPE, name, "grad_out", "float32", "float64");
+    tu_assert_null_error(fn(i, i), CT_ERR_DTYPE, name, "floating", "int64");
+    tu_assert_null_error(fn(c, a), CT_ERR_SHAPE, name, "shape", "[4, 3]", "[3, 4]");
+    ct_tensor_release(i);
+}
+static ct_tensor *gelu_bw_none(ct_tensor *g, ct_tensor *x) {
+    return ct_gelu_backward(g, x, CT_GELU_NONE);
+}
+static ct_tensor *gelu_bw_tanh(ct_tensor *g, ct_tensor *x) {
+    return ct_gelu_backward(g, x, CT_GELU_TANH);
+}
+static ct_tensor *thr_bw_zero(ct_tensor *g, ct_tensor *x) { return ct_threshold_backward(g, x, 0); }
+
 static void test_gelu_backward_errors(void **state) {
     (void)state;
     ct_tensor *a = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
     ct_tensor *b = tu_rand(CT_SHAPE(3, 4), CT_F64, -1, 1, NULL);
     ct_tensor *c = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
-    ct_tensor *i = tu_rand(CT_SHAPE(3, 4), CT_I64, -3, 3, NULL);
-    ct_clear_error();
-    tu_assert_null_error(ct_gelu_backward(NULL, a, CT_GELU_NONE), CT_ERR_INVALID_ARG,
-                         "ct_gelu_backward", "argument 1", "NULL");
-    ct_clear_error();
-    tu_assert_null_error(ct_gelu_backward(a, NULL, CT_GELU_TANH), CT_ERR_INVALID_ARG,
-                         "ct_gelu_backward", "argument 2", "NULL");
+    check_backward_pair_errors(gelu_bw_none, "ct_gelu_backward", a, b, c);
+    check_backward_pair_errors(gelu_bw_tanh, "ct_gelu_backward", a, b, c);
     tu_assert_null_error(ct_gelu_backward(a, a, (ct_gelu_approx)7), CT_ERR_INVALID_ARG,
                          "ct_gelu_backward", "CT_GELU_TANH", "7");
-    tu_assert_null_error(ct_gelu_backward(b, a, CT_GELU_NONE), CT_ERR_DTYPE, "ct_gelu_backward",
-                         "grad_out", "float32", "float64");
-    tu_assert_null_error(ct_gelu_backward(i, i, CT_GELU_NONE), CT_ERR_DTYPE, "ct_gelu_backward",
-                         "floating", "int64");
-    tu_assert_null_error(ct_gelu_backward(c, a, CT_GELU_TANH), CT_ERR_SHAPE, "ct_gelu_backward",
-                         "shape", "[4, 3]", "[3, 4]");
     /* no double backward: a result that needs grad refuses backward with the reason */
     assert_int_equal(ct_requires_grad_(c, true), CT_OK);
     ct_tensor *ct = ct_transpose(c, 0, 1);
@@ -835,7 +848,6 @@ static void test_gelu_backward_errors(void **state) {
                     "double backward");
     ct_tensor_release(y);
     ct_tensor_release(ct);
-    ct_tensor_release(i);
     ct_tensor_release(c);
     ct_tensor_release(b);
     ct_tensor_release(a);
@@ -950,20 +962,7 @@ static void test_threshold_backward_errors(void **state) {
     ct_tensor *a = tu_rand(CT_SHAPE(3, 4), CT_F32, -1, 1, NULL);
     ct_tensor *b = tu_rand(CT_SHAPE(3, 4), CT_F64, -1, 1, NULL);
     ct_tensor *c = tu_rand(CT_SHAPE(4, 3), CT_F32, -1, 1, NULL);
-    ct_tensor *i = tu_rand(CT_SHAPE(3, 4), CT_I64, -3, 3, NULL);
-    ct_clear_error();
-    tu_assert_null_error(ct_threshold_backward(NULL, a, 0), CT_ERR_INVALID_ARG,
-                         "ct_threshold_backward", "argument 1", "NULL");
-    ct_clear_error();
-    tu_assert_null_error(ct_threshold_backward(a, NULL, 0), CT_ERR_INVALID_ARG,
-                         "ct_threshold_backward", "argument 2", "NULL");
-    tu_assert_null_error(ct_threshold_backward(b, a, 0), CT_ERR_DTYPE, "ct_threshold_backward",
-                         "grad_out", "float32", "float64");
-    tu_assert_null_error(ct_threshold_backward(i, i, 0), CT_ERR_DTYPE, "ct_threshold_backward",
-                         "floating", "int64");
-    tu_assert_null_error(ct_threshold_backward(c, a, 0), CT_ERR_SHAPE, "ct_threshold_backward",
-                         "shape", "[4, 3]", "[3, 4]");
-    ct_tensor_release(i);
+    check_backward_pair_errors(thr_bw_zero, "ct_threshold_backward", a, b, c);
     ct_tensor_release(c);
     ct_tensor_release(b);
     ct_tensor_release(a);

@@ -336,22 +336,29 @@ CTI_BW(cti_bw_sigmoid) {
     return chain(go, drop2(ct_mul(y, c), y, c), &gi[0]);
 }
 
+/* The operands of a backward pointwise op (grad_out g and the saved t), which
+ * take one dtype: new references in *gc and *tc, each itself or, when their
+ * dtypes differ, cast to the promoted dtype (rather than losing digits). */
+static ct_status same_dtype_pair(ct_tensor *g, ct_tensor *t, ct_tensor **gc, ct_tensor **tc) {
+    ct_dtype dg = ct_tensor_dtype(g), dt0 = ct_tensor_dtype(t);
+    ct_dtype dt = dg == dt0 ? dg : ct_promote_types(dg, dt0);
+    *gc = dg == dt ? ct_tensor_retain(g) : ct_to_dtype(g, dt);
+    *tc = dt0 == dt ? ct_tensor_retain(t) : ct_to_dtype(t, dt);
+    if (*gc && *tc) return CT_OK;
+    ct_status st = ct_last_status();
+    ct_tensor_release(*gc);
+    ct_tensor_release(*tc);
+    return st;
+}
+
 /* Saved: out. 0 where out <= 0 (so 0 at 0): PyTorch's threshold_backward, one
- * kernel. grad_out of another dtype than out meets it in their promoted dtype. */
+ * kernel. */
 CTI_BW(cti_bw_relu) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(out, 0);
-    ct_dtype dg = ct_tensor_dtype(go[0]), dy = ct_tensor_dtype(out);
-    if (dg == dy) return put(&gi[0], ct_threshold_backward(go[0], out, 0.0));
-    ct_dtype dt = ct_promote_types(dg, dy);
-    ct_tensor *g = dg == dt ? ct_tensor_retain(go[0]) : ct_to_dtype(go[0], dt);
-    ct_tensor *yc = dy == dt ? ct_tensor_retain(out) : ct_to_dtype(out, dt);
-    if (!g || !yc) {
-        ct_status st = ct_last_status();
-        ct_tensor_release(g);
-        ct_tensor_release(yc);
-        return st;
-    }
+    ct_tensor *g, *yc;
+    ct_status st = same_dtype_pair(go[0], out, &g, &yc);
+    if (st != CT_OK) return st;
     return put(&gi[0], drop2(ct_threshold_backward(g, yc, 0.0), g, yc));
 }
 
@@ -363,17 +370,9 @@ static ct_status gelu_grad(cti_node *n, ct_tensor *const *go, ct_tensor **gi,
                            ct_gelu_approx approximate) {
     if (!go[0] || !n->needs[0]) return CT_OK;
     SAVED(x, 0);
-    ct_dtype dg = ct_tensor_dtype(go[0]), dx = ct_tensor_dtype(x);
-    if (dg == dx) return put(&gi[0], ct_gelu_backward(go[0], x, approximate));
-    ct_dtype dt = ct_promote_types(dg, dx);
-    ct_tensor *g = dg == dt ? ct_tensor_retain(go[0]) : ct_to_dtype(go[0], dt);
-    ct_tensor *xc = dx == dt ? ct_tensor_retain(x) : ct_to_dtype(x, dt);
-    if (!g || !xc) {
-        ct_status st = ct_last_status();
-        ct_tensor_release(g);
-        ct_tensor_release(xc);
-        return st;
-    }
+    ct_tensor *g, *xc;
+    ct_status st = same_dtype_pair(go[0], x, &g, &xc);
+    if (st != CT_OK) return st;
     return put(&gi[0], drop2(ct_gelu_backward(g, xc, approximate), g, xc));
 }
 

@@ -144,12 +144,17 @@ static unsigned version_of(const ct_tensor *t) {
     return atomic_load_explicit(&t->storage->version, memory_order_relaxed);
 }
 
-/* src's lasting copy in dtype to, when it holds src's current values. */
-static ct_tensor *valid_copy(const ct_tensor *src, ct_dtype to) {
+/* src's lasting copy when it holds src's current values, else NULL. */
+static ct_tensor *current_copy(const ct_tensor *src) {
     unsigned sv, cv;
     ct_tensor *c = cti_ag_amp_copy(src, &sv, &cv);
-    if (!c || c->dtype != to || sv != version_of(src) || cv != version_of(c)) return NULL;
-    return c;
+    return c && sv == version_of(src) && cv == version_of(c) ? c : NULL;
+}
+
+/* That copy when it is in dtype to. */
+static ct_tensor *valid_copy(const ct_tensor *src, ct_dtype to) {
+    ct_tensor *c = current_copy(src);
+    return c && c->dtype == to ? c : NULL;
 }
 
 /* Keeps c (src cast to c's dtype from src's storage version v) as src's
@@ -171,9 +176,7 @@ bool ct_autocast_lasting_casts(void) { return !atomic_load(&lasting_off); }
 ct_tensor *cti_autocast_copy_of(const ct_tensor *p) {
     if (atomic_load_explicit(&lasting_off, memory_order_relaxed) || p->dtype != CT_F32)
         return NULL;
-    unsigned sv, cv;
-    ct_tensor *c = cti_ag_amp_copy(p, &sv, &cv);
-    return c && valid_copy(p, c->dtype) ? c : NULL;
+    return current_copy(p);
 }
 
 void cti_autocast_copy_written(ct_tensor *p, ct_tensor *copy) {

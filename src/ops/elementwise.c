@@ -896,6 +896,18 @@ static ct_status check_backward_pair(const char *name, ct_tensor *grad_out, ct_t
     return CT_OK;
 }
 
+/* A backward pointwise op on a checked pair: a new contiguous result of x's
+ * geometry, or NULL with the error. */
+static ct_tensor *run_backward_pair(const bin_spec *sp, ct_tensor *grad_out, ct_tensor *x,
+                                    const cti_pointwise_params *p) {
+    ct_tensor *out = cti_tensor_new(sp->name, x->ndim, x->shape, x->dtype, dev_of(x));
+    if (out && run_binary(sp, out, grad_out, x, x->dtype, p) != CT_OK) {
+        ct_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* grad_out times gelu's derivative at x, in one kernel: what the formulas of
  * both approximations run. The operands agree in dtype (floating), shape and
  * device, as autograd passes them; the result is new and contiguous. */
@@ -906,14 +918,8 @@ ct_tensor *ct_gelu_backward(ct_tensor *grad_out, ct_tensor *x, ct_gelu_approx ap
         return cti_error_null(CT_ERR_INVALID_ARG,
                               "%s: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d",
                               sp.name, (int)approximate);
-    ct_tensor *out = cti_tensor_new(sp.name, x->ndim, x->shape, x->dtype, dev_of(x));
-    if (!out) return NULL;
-    cti_pointwise_params p = {.approximate = approximate};
-    if (run_binary(&sp, out, grad_out, x, x->dtype, &p) != CT_OK) {
-        ct_tensor_release(out);
-        return NULL;
-    }
-    return out;
+    const cti_pointwise_params p = {.approximate = approximate};
+    return run_backward_pair(&sp, grad_out, x, &p);
 }
 
 /* relu's backward in one kernel, where the compare, the zero and the select
@@ -921,14 +927,8 @@ ct_tensor *ct_gelu_backward(ct_tensor *grad_out, ct_tensor *x, ct_gelu_approx ap
 ct_tensor *ct_threshold_backward(ct_tensor *grad_out, ct_tensor *x, double threshold) {
     static const bin_spec sp = {"ct_threshold_backward", CT_OP_THRESHOLD_BACKWARD, BK_ARITH};
     if (check_backward_pair(sp.name, grad_out, x) != CT_OK) return NULL;
-    ct_tensor *out = cti_tensor_new(sp.name, x->ndim, x->shape, x->dtype, dev_of(x));
-    if (!out) return NULL;
-    cti_pointwise_params p = {.threshold = threshold};
-    if (run_binary(&sp, out, grad_out, x, x->dtype, &p) != CT_OK) {
-        ct_tensor_release(out);
-        return NULL;
-    }
-    return out;
+    const cti_pointwise_params p = {.threshold = threshold};
+    return run_backward_pair(&sp, grad_out, x, &p);
 }
 ct_tensor *ct_softplus(ct_tensor *x, double beta, double threshold) {
     cti_autocast_call ac;
