@@ -5,7 +5,8 @@
  *   every floating dtype; 4-d and 3-d inputs; odd T and S, T != S, T = 1,
  *   head dims that are not powers of two (24, 80) and Dv != D; grouped-query
  *   attention (Hq / Hkv = 1, 2, 4); q, k, v contiguous or transposed from
- *   [B, T, H, D]; no mask, bool and additive masks, full or broadcasting
+ *   [B, T, H, D], or split from one fused [B, T, (Hq + 2 Hkv) D] projection
+ *   (their gradients then one buffer); no mask, bool and additive masks, full or broadcasting
  *   ([T, S], [B, 1, T, S], [1, Hq, 1, S]), with fully masked rows (output
  *   0, gradients 0); causal with T != S; dropout against the mask the
  *   reference regenerates from the shared Philox rule; explicit scales.
@@ -44,6 +45,8 @@ typedef struct acase {
     int64_t B, Hq, Hkv, T, S, D, Dv;
     bool transposed; /* q, k, v are [B, T, H, D] leaves transposed to [B, H, T, D] */
     bool strided;    /* q, k, v and the mask strided in every dim (tu_noncontig) */
+    bool packed;     /* q, k, v split from one [B, T, (Hq + 2 Hkv) D] leaf, as a fused
+                      * projection gives them (4-d, S == T, Dv == D) */
     int mask_kind, mask_form;
     bool masked_row; /* force query row 0 to have every key masked */
     bool causal;
@@ -200,6 +203,58 @@ static ct_tensor *make_input(const acase *c, const double *vals, int64_t H, int6
     return x;
 }
 
+/* q, k and v as the pieces of one [B, T, (Hq + 2 Hkv) D] leaf (returned in
+ * *leaf), each viewed as [B, T, H, D] and transposed to [B, H, T, D]. */
+static void make_packed(const acase *c, const ref *r, ct_tensor **leaf, ct_tensor *qkv[3]) {
+    int64_t B = c->B, T = c->T, D = c->D, H[3] = {c->Hq, c->Hkv, c->Hkv};
+    int64_t W = (H[0] + 2 * H[1]) * D;
+    const double *src[3] = {r->q, r->k, r->v};
+    double *t = malloc(sizeof(double) * (size_t)(B * T * W + 1));
+    for (int p = 0, col = 0; p < 3; col += (int)(H[p] * D), p++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H[p]; h++)
+                for (int64_t i = 0; i < T; i++)
+                    for (int64_t e = 0; e < D; e++)
+                        t[(b * T + i) * W + col + h * D + e] = src[p][((b * H[p] + h) * T + i) * D + e];
+    int64_t s3[3] = {B, T, W};
+    ct_tensor *lf = tu_from_f64(t, 3, s3, c->dt);
+    free(t);
+    assert_non_null(lf);
+    assert_int_equal(ct_requires_grad_(lf, true), CT_OK);
+    ct_tensor *part[3] = {NULL, NULL, NULL};
+    const int64_t sizes[3] = {H[0] * D, H[1] * D, H[2] * D};
+    assert_int_equal(ct_split_with_sizes(lf, 3, sizes, 2, part), CT_OK);
+    for (int p = 0; p < 3; p++) {
+        ct_tensor *x = ct_view(part[p], 4, (const int64_t[]){B, T, H[p], D});
+        assert_non_null(x);
+        qkv[p] = ct_transpose(x, 1, 2);
+        assert_non_null(qkv[p]);
+        ct_tensor_release(x);
+        ct_tensor_release(part[p]);
+    }
+    *leaf = lf;
+}
+
+/* The gradient of the packed leaf, split back into logical [B, H, T, D]
+ * orders of q, k and v. */
+static void packed_grads(const acase *c, ct_tensor *leaf, double *out[3]) {
+    ct_tensor *g = ct_grad(leaf);
+    assert_non_null(g);
+    assert_int_equal(ct_tensor_dtype(g), c->dt);
+    double *vals = tu_values(g);
+    int64_t B = c->B, T = c->T, D = c->D, H[3] = {c->Hq, c->Hkv, c->Hkv};
+    int64_t W = (H[0] + 2 * H[1]) * D;
+    for (int p = 0, col = 0; p < 3; col += (int)(H[p] * D), p++) {
+        out[p] = malloc(sizeof(double) * (size_t)(B * H[p] * T * D + 1));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H[p]; h++)
+                for (int64_t i = 0; i < T; i++)
+                    for (int64_t e = 0; e < D; e++)
+                        out[p][((b * H[p] + h) * T + i) * D + e] = vals[(b * T + i) * W + col + h * D + e];
+    }
+    free(vals);
+}
+
 /* The gradient of a leaf made by make_input, in logical [B, H, L, E] order. */
 static double *leaf_grad(const acase *c, ct_tensor *leaf) {
     ct_tensor *g = ct_grad(leaf);
@@ -268,11 +323,12 @@ static const char *dname(ct_dtype dt) { return ct_dtype_name(dt); }
 
 static void describe(const acase *c, char *buf, size_t n) {
     snprintf(buf, n,
-             "%s %dd B%lld Hq%lld Hkv%lld T%lld S%lld D%lld Dv%lld%s%s mask %d form %d%s%s p %g "
+             "%s %dd B%lld Hq%lld Hkv%lld T%lld S%lld D%lld Dv%lld%s%s%s mask %d form %d%s%s p %g "
              "scale %g",
              dname(c->dt), c->nd, (long long)c->B, (long long)c->Hq, (long long)c->Hkv,
              (long long)c->T, (long long)c->S, (long long)c->D, (long long)c->Dv,
-             c->transposed ? " transposed" : "", c->strided ? " strided" : "", c->mask_kind, c->mask_form,
+             c->transposed ? " transposed" : "", c->strided ? " strided" : "",
+             c->packed ? " packed" : "", c->mask_kind, c->mask_form,
              c->masked_row ? " masked-row" : "", c->causal ? " causal" : "", c->dropout_p,
              c->scale);
 }
@@ -299,10 +355,16 @@ static void run_case(const acase *c) {
     r.k = tu_rand_vals(B * Hkv * S * D, c->dt, -1, 1);
     r.v = tu_rand_vals(B * Hkv * S * Dv, c->dt, -1, 1);
     r.g = tu_rand_vals(B * Hq * T * Dv, c->dt, -1, 1);
-    ct_tensor *lq, *lk, *lv;
-    ct_tensor *q = make_input(c, r.q, Hq, T, D, &lq, true);
-    ct_tensor *k = make_input(c, r.k, Hkv, S, D, &lk, true);
-    ct_tensor *v = make_input(c, r.v, Hkv, S, Dv, &lv, true);
+    ct_tensor *lq = NULL, *lk = NULL, *lv = NULL, *q, *k, *v;
+    if (c->packed) {
+        ct_tensor *qkv[3];
+        make_packed(c, &r, &lq, qkv);
+        q = qkv[0], k = qkv[1], v = qkv[2];
+    } else {
+        q = make_input(c, r.q, Hq, T, D, &lq, true);
+        k = make_input(c, r.k, Hkv, S, D, &lk, true);
+        v = make_input(c, r.v, Hkv, S, Dv, &lv, true);
+    }
     ct_tensor *m = make_mask(c, &r);
     ct_generator *gen = ct_generator_new(tu_next());
     assert_non_null(gen);
@@ -332,7 +394,14 @@ static void run_case(const acase *c) {
     assert_int_equal(st, CT_OK);
     /* gradients sum over up to S (dq) or G T (dk, dv) terms of size ~1 */
     double gt = tol * (c->dt == CT_F64 ? 10 : 4);
-    double *gq = leaf_grad(c, lq), *gk = leaf_grad(c, lk), *gv = leaf_grad(c, lv);
+    double *gq, *gk, *gv;
+    if (c->packed) {
+        double *pg[3];
+        packed_grads(c, lq, pg);
+        gq = pg[0], gk = pg[1], gv = pg[2];
+    } else {
+        gq = leaf_grad(c, lq), gk = leaf_grad(c, lk), gv = leaf_grad(c, lv);
+    }
     check_close("dq", c, gq, r.dq, B * Hq * T * D, gt);
     check_close("dk", c, gk, r.dk, B * Hkv * S * D, gt);
     check_close("dv", c, gv, r.dv, B * Hkv * S * Dv, gt);
@@ -362,6 +431,11 @@ static acase random_case(ct_dtype dt) {
     c.Dv = tu_randint(0, 2) ? c.D : pick(dims, 8);
     c.transposed = tu_randint(0, 2);
     c.strided = !c.transposed && tu_randint(0, 4) == 0;
+    if (c.nd == 4 && !c.transposed && !c.strided && tu_randint(0, 3) == 0) {
+        c.packed = true;
+        c.S = c.T;
+        c.Dv = c.D;
+    }
     int kind = (int)tu_randint(0, 4); /* none, bool, additive, causal */
     c.mask_kind = kind < 3 ? kind : MASK_NONE;
     c.causal = kind == 3;
@@ -406,6 +480,8 @@ static void test_named_cases(void **state) {
     cs[n] = base, cs[n].S = 0, n++;                       /* no keys: every row masked */
     cs[n] = base, cs[n].T = 0, cs[n].causal = true, n++;  /* no queries */
     cs[n] = base, cs[n].B = 1, cs[n].Hkv = 1, cs[n].Hq = 1, cs[n].T = 130, n++; /* one (b, kv head) */
+    cs[n] = base, cs[n].packed = true, cs[n].S = 37, cs[n].causal = true, n++; /* fused qkv, GQA 2 */
+    cs[n] = base, cs[n].packed = true, cs[n].S = 37, cs[n].Hkv = 4, cs[n].D = cs[n].Dv = 80, n++;
     for (size_t d = 0; d < 4; d++)
         for (int i = 0; i < n; i++) {
             cs[i].dt = tu_float_dtypes[d];

@@ -288,6 +288,89 @@ static ct_status check_tensor(const char *op, const ct_tensor *t, const char *na
     return CT_OK;
 }
 
+/* A new tensor of t's shape whose dims lie in memory in the order of t's
+ * strides (largest outermost, ties in dim order), densely, as PyTorch's
+ * empty_like keeps a layout: a gradient laid out like its input goes back
+ * through the input's transposes and views without a copy. Contiguous when
+ * that order would not leave the last dim innermost (the kernels need it). */
+static ct_tensor *new_in_order(const char *op, const ct_tensor *t) {
+    int nd = t->ndim, order[CT_MAX_DIMS] = {0};
+    for (int d = 0; d < nd; d++) order[d] = d;
+    for (int i = 1; i < nd; i++)
+        for (int j = i; j > 0 && t->stride[order[j - 1]] < t->stride[order[j]]; j--) {
+            int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    if (order[nd - 1] != nd - 1) return cti_tensor_new(op, nd, t->shape, t->dtype, dev(t));
+    int64_t mem[CT_MAX_DIMS], stride[CT_MAX_DIMS], step = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        mem[i] = t->shape[order[i]];
+        stride[order[i]] = step;
+        step *= t->shape[order[i]];
+    }
+    ct_tensor *m = cti_tensor_new(op, nd, mem, t->dtype, dev(t));
+    if (!m) return NULL;
+    ct_tensor *r = cti_tensor_view(m, nd, t->shape, stride, 0);
+    ct_tensor_release(m);
+    return r;
+}
+
+/* Whether q, k and v are consecutive pieces along the heads dim of one
+ * dense buffer (a fused projection split into q, k and v, each transposed
+ * to [B, H, T, D]): one storage, dtype and set of strides, k starting where
+ * q's heads end and v where k's do, and the whole, [B, Hq + 2 Hkv, T, D] at
+ * q's offset, covering its elements once. */
+static bool packed_qkv(const ct_tensor *q, const ct_tensor *k, const ct_tensor *v) {
+    if (q->ndim != 4 || k->storage != q->storage || v->storage != q->storage ||
+        k->dtype != q->dtype || v->dtype != q->dtype)
+        return false;
+    for (int d = 0; d < 4; d++) {
+        if (k->stride[d] != q->stride[d] || v->stride[d] != q->stride[d]) return false;
+        if (d != 1 && (k->shape[d] != q->shape[d] || v->shape[d] != q->shape[d])) return false;
+    }
+    int64_t sh = q->stride[1];
+    if (k->offset != q->offset + q->shape[1] * sh || v->offset != k->offset + k->shape[1] * sh ||
+        v->shape[1] != k->shape[1])
+        return false;
+    int64_t shape[4] = {q->shape[0], q->shape[1] + 2 * k->shape[1], q->shape[2], q->shape[3]};
+    /* dense: sorted by stride, each dim steps over the ones inside it exactly */
+    bool used[4] = {false, false, false, false};
+    int64_t step = 1;
+    for (int i = 0; i < 4; i++) {
+        int best = -1;
+        for (int d = 0; d < 4; d++)
+            if (!used[d] && shape[d] > 1 && (best < 0 || q->stride[d] < q->stride[best])) best = d;
+        if (best < 0) break;
+        if (q->stride[best] != step) return false;
+        used[best] = true;
+        step *= shape[best];
+    }
+    return true;
+}
+
+/* The gradients of q, k and v: laid out as their inputs are, so that they
+ * go back through the inputs' views without copies; for packed q, k and v,
+ * three views of one buffer laid out as theirs, which the split that made
+ * them passes on without a cat. */
+static ct_status new_grads(const char *op, ct_tensor *q, ct_tensor *k, ct_tensor *v,
+                           ct_tensor *g[3]) {
+    if (packed_qkv(q, k, v)) {
+        int64_t n = cti_numel(4, q->shape) + 2 * cti_numel(4, k->shape);
+        ct_tensor *buf = cti_tensor_new(op, 1, &n, q->dtype, dev(q));
+        if (!buf) return ct_last_status();
+        const ct_tensor *src[3] = {q, k, v};
+        for (int i = 0; i < 3; i++)
+            g[i] = cti_tensor_view(buf, 4, src[i]->shape, src[i]->stride,
+                                   src[i]->offset - q->offset);
+        ct_tensor_release(buf);
+    } else {
+        const ct_tensor *src[3] = {q, k, v};
+        for (int i = 0; i < 3; i++) g[i] = new_in_order(op, src[i]);
+    }
+    return g[0] && g[1] && g[2] ? CT_OK : ct_last_status();
+}
+
 ct_status ct_scaled_dot_product_attention_backward(ct_tensor *grad_out, ct_tensor *q,
                                                    ct_tensor *k, ct_tensor *v, ct_tensor *out,
                                                    ct_tensor *lse, ct_tensor *attn_mask,
@@ -330,11 +413,9 @@ ct_status ct_scaled_dot_product_attention_backward(ct_tensor *grad_out, ct_tenso
     if (!(c.in[5] = keep(&tp, cti_tensor_view(lc, 3, ls, lst, lc->offset)))) goto fail;
     c.in[6] = mk;
     c.nin = 7;
-    ct_tensor *shp[3] = {q, k, v};
-    for (int i = 0; i < 3; i++) {
-        g[i] = cti_tensor_new(op, shp[i]->ndim, shp[i]->shape, q->dtype, dev(q));
-        if (!g[i] || !(c.out[i] = as4(&tp, g[i]))) goto fail;
-    }
+    if (new_grads(op, q, k, v, g) != CT_OK) goto fail;
+    for (int i = 0; i < 3; i++)
+        if (!(c.out[i] = as4(&tp, g[i]))) goto fail;
     c.nout = 3;
     cti_call_params(&c, &p);
     st = cti_run(&c, dev(q), q->dtype);
