@@ -211,6 +211,17 @@ cudaError_t cti_cuda_copy_strided(void *dst, ct_dtype dst_dt, const void *src, c
     }
 }
 
+cudaError_t cti_cuda_move_strided(void *dst, const void *src, int elsize, const cti_cuda_iter *it,
+                                  int sm_count, cudaStream_t stream) {
+    switch (elsize) {
+    case 1: return cti::launch_move<uint8_t>(dst, src, it, sm_count, stream);
+    case 2: return cti::launch_move<uint16_t>(dst, src, it, sm_count, stream);
+    case 4: return cti::launch_move<uint32_t>(dst, src, it, sm_count, stream);
+    case 8: return cti::launch_move<uint64_t>(dst, src, it, sm_count, stream);
+    default: return cti::launch_move<uint4>(dst, src, it, sm_count, stream);
+    }
+}
+
 cudaError_t cti_cuda_fill(void *dst, int elsize, const void *value, const cti_cuda_iter *it,
                           int sm_count, cudaStream_t stream) {
     switch (elsize) {

@@ -66,6 +66,9 @@ cudaError_t cti_cuda_convert_contiguous(void *dst, ct_dtype dst_dt, const void *
  * (same dtype moves the bits, as the CPU backend does). */
 cudaError_t cti_cuda_copy_strided(void *dst, ct_dtype dst_dt, const void *src, ct_dtype src_dt,
                                   const cti_cuda_iter *it, int sm_count, cudaStream_t stream);
+/* Strided move of elsize-byte units (1, 2, 4, 8 or 16) as it describes them. */
+cudaError_t cti_cuda_move_strided(void *dst, const void *src, int elsize, const cti_cuda_iter *it,
+                                  int sm_count, cudaStream_t stream);
 /* Writes the elsize-byte pattern value to every element of operand 0 of it
  * (contiguous runs use 16-byte stores). */
 cudaError_t cti_cuda_fill(void *dst, int elsize, const void *value, const cti_cuda_iter *it,
@@ -190,6 +193,10 @@ extern const struct cti_nccl_api cti_cuda_nccl;
 /* Fills it for ops[0..nops) (ops[0] the output; the others must broadcast
  * to its shape, as the front ends check). */
 void cti_cuda_iter_init(cti_cuda_iter *it, int nops, ct_tensor *const *ops);
+/* For a same-dtype copy (operand 0 at p0, operand 1 at p1, es-byte
+ * elements): rewrites it to count the widest unit the layout allows and
+ * returns that unit's size in bytes (es when none is wider). */
+int cti_cuda_iter_widen(cti_cuda_iter *it, int es, const void *p0, const void *p1);
 
 /* ---- kernels, one registration function per kernel file ------------------------------------ */
 void cti_cuda_register_copy(void); /* copy (host<->device, device<->device), fill */

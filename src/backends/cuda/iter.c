@@ -76,3 +76,33 @@ void cti_cuda_iter_init(cti_cuda_iter *it, int nops, ct_tensor *const *ops) {
         else it->magic[d] = it->shift[d] = 0;
     }
 }
+
+/* The widest unit (4, 8 or 16 bytes, at least es) in which the copy of
+ * operand 1 into operand 0 can move: both innermost dims contiguous, and
+ * the run length, every other stride and both addresses multiples of it.
+ * it then counts units instead of elements. Strided copies of rows (a
+ * slice's columns, a cat's pieces, a broadcast bias) move 16 bytes a thread
+ * instead of one element. */
+int cti_cuda_iter_widen(cti_cuda_iter *it, int es, const void *p0, const void *p1) {
+    if (it->nops != 2 || it->ndim < 1 || it->numel == 0 || it->stride[0][0] != 1 ||
+        it->stride[1][0] != 1)
+        return es;
+    int unit = 16;
+    for (; unit > es; unit /= 2) {
+        bool ok = (it->shape[0] * es) % unit == 0 && (uintptr_t)p0 % (uintptr_t)unit == 0 &&
+                  (uintptr_t)p1 % (uintptr_t)unit == 0;
+        for (int d = 1; d < it->ndim && ok; d++)
+            ok = (it->stride[0][d] * es) % unit == 0 && (it->stride[1][d] * es) % unit == 0;
+        if (ok) break;
+    }
+    if (unit <= es || unit < 4) return es;
+    int f = unit / es;
+    it->shape[0] /= f;
+    it->numel /= f;
+    for (int d = 1; d < it->ndim; d++) {
+        it->stride[0][d] /= f;
+        it->stride[1][d] /= f;
+    }
+    if (it->use32) divider((uint32_t)it->shape[0], &it->magic[0], &it->shift[0]);
+    return unit;
+}

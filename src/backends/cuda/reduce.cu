@@ -46,7 +46,8 @@ struct Geo {
     double p;
     int pk;
     bool want_std, col;
-    int S; // blocks sharing one output's reduction
+    bool by_block; // partials stored block by block, work[s * O + o] (else work[o * S + s])
+    int S;         // blocks sharing one output's reduction
 };
 
 __device__ __forceinline__ float mabs(float x) { return fabsf(x); }
@@ -266,15 +267,17 @@ __global__ void __launch_bounds__(kRedThreads) reduce_kernel(const Geo g) {
     else ((Acc<A> *)g.work)[o * g.S + blockIdx.y] = a;
 }
 
-// Merges the S partial results of each output in block order.
+// Merges the S partial results of each output in block order (the same
+// order for either layout of the partials).
 template <int K, int DT> __global__ void __launch_bounds__(kRedThreads) reduce_finish(const Geo g) {
     typedef Red<K, DT> RD;
     typedef typename RD::A A;
     const int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= g.O) return;
-    const Acc<A> *p = (const Acc<A> *)g.work + o * g.S;
+    const Acc<A> *p = (const Acc<A> *)g.work + (g.by_block ? o : o * g.S);
+    const int64_t step = g.by_block ? g.O : 1; // by block: a warp reads consecutive outputs
     Acc<A> a = p[0];
-    for (int s = 1; s < g.S; s++) RD::merge(a, p[s], g);
+    for (int s = 1; s < g.S; s++) RD::merge(a, p[s * step], g);
     RD::finish(a, o, g);
 }
 
@@ -331,7 +334,7 @@ __global__ void __launch_bounds__(kRedThreads) reduce_vec_columns(const Geo g) {
         Acc<A> a = RD::init(g);
         a.s = sh[tid * VEC + i];
         if (g.S == 1) RD::finish(a, o0 + i, g);
-        else ((Acc<A> *)g.work)[(o0 + i) * g.S + blockIdx.y] = a;
+        else ((Acc<A> *)g.work)[(int64_t)blockIdx.y * g.O + o0 + i] = a;
     }
 }
 
@@ -441,6 +444,7 @@ cudaError_t launch(const cti_cuda_red *r, cudaStream_t st, const char **routine)
     g.pk = K == CTI_RED_NORM ? norm_kind(r->p) : 0;
     g.want_std = r->want_std;
     g.col = p.col;
+    g.by_block = p.vec;
     g.S = p.S;
     if (p.S > 1 && !r->work) return cudaErrorInvalidValue;
     static const char *const names[6] = {"cuda_reduce_rows",          "cuda_reduce_columns",

@@ -206,8 +206,15 @@ static ct_status device_copy(const char *op, int dev, cudaStream_t stream, ct_te
         cti_cuda_iter it;
         ct_tensor *ops[2] = {dst, (ct_tensor *)src};
         cti_cuda_iter_init(&it, 2, ops);
-        e = cti_cuda_copy_strided(cti_data(dst), dst->dtype, cti_data(src), src->dtype, &it,
-                                  cti_cuda_sm_count(dev), stream);
+        if (dst->dtype == src->dtype) {
+            int es = (int)ct_dtype_size(dst->dtype);
+            int unit = cti_cuda_iter_widen(&it, es, cti_data(dst), cti_data(src));
+            e = cti_cuda_move_strided(cti_data(dst), cti_data(src), unit, &it,
+                                      cti_cuda_sm_count(dev), stream);
+        } else {
+            e = cti_cuda_copy_strided(cti_data(dst), dst->dtype, cti_data(src), src->dtype, &it,
+                                      cti_cuda_sm_count(dev), stream);
+        }
     }
     if (e != cudaSuccess) return cti_cuda_fail(op, dev, *routine, e);
     return cti_cuda_launched(op, dev, "copy");
