@@ -1,7 +1,9 @@
 /* The CUDA backend's foundation: devices and properties, transfers between
  * host and device in every dtype and layout, conversion and fill on the
- * device against the CPU backend, the caching allocator (reuse, statistics,
- * out-of-memory, empty cache) and the device checks of the front ends.
+ * device against the CPU backend, strided copies in wide units, linear's
+ * bias through cuBLASLt's epilogue, the caching allocator (reuse,
+ * statistics, out-of-memory, empty cache) and the device checks of the
+ * front ends.
  *
  * The program runs only where the CUDA module loaded and a device is
  * usable, and is skipped otherwise; test_module.c checks the messages a
@@ -470,6 +472,121 @@ static void test_device_to_device(void **state) {
     ct_scope_end(sc);
 }
 
+/* Same-dtype strided copies whose rows are runs of whole 16-, 8- or 4-byte
+ * units move in those units: column slices read and written, a broadcast
+ * row, the pieces of a cat; and misaligned slices that cannot. Every result
+ * equals the CPU's bit for bit. */
+static void test_widened_moves(void **state) {
+    (void)state;
+    NEED_GPU();
+    for (size_t k = 0; k < sizeof tu_all_dtypes / sizeof tu_all_dtypes[0]; k++) {
+        ct_scope *sc = ct_scope_begin();
+        ct_dtype dt = tu_all_dtypes[k];
+        ct_tensor *c = checked(tu_rand(CT_SHAPE(24, 96), dt, -50, 50, NULL));
+        ct_tensor *g = to_gpu(c, 0);
+        const int64_t cuts[][2] = {{16, 32}, {8, 8}, {4, 2}, {1, 32}, {3, 5}, {0, 96}};
+        for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+            int64_t at = cuts[i][0], len = cuts[i][1];
+            /* a column slice read into a contiguous tensor */
+            ct_tensor *got = checked(ct_contiguous(checked(ct_narrow(g, 1, at, len))));
+            assert_identical(to_cpu(got), checked(ct_contiguous(checked(ct_narrow(c, 1, at, len)))));
+            /* and written into the columns of a wider tensor */
+            ct_tensor *dst = checked(ct_tensor_zeros(CT_SHAPE(24, 160), dt, CT_CUDA(0)));
+            ct_tensor *hd = checked(ct_tensor_zeros(CT_SHAPE(24, 160), dt, CT_CPU));
+            ok(ct_copy_(checked(ct_narrow(dst, 1, 40 + at, len)), checked(ct_narrow(g, 1, at, len))));
+            ok(ct_copy_(checked(ct_narrow(hd, 1, 40 + at, len)), checked(ct_narrow(c, 1, at, len))));
+            assert_identical(to_cpu(dst), hd);
+        }
+        /* a row broadcast down 24 rows */
+        ct_tensor *row = checked(ct_select(g, 0, 5));
+        ct_tensor *rows = checked(ct_contiguous(checked(ct_expand(row, CT_SHAPE(24, 96)))));
+        assert_identical(to_cpu(rows),
+                         checked(ct_contiguous(checked(ct_expand(checked(ct_select(c, 0, 5)),
+                                                                 CT_SHAPE(24, 96))))));
+        /* the pieces of a cat along the rows' dim */
+        ct_tensor *gp[3] = {checked(ct_narrow(g, 1, 0, 32)), checked(ct_narrow(g, 1, 32, 16)),
+                            checked(ct_narrow(g, 1, 48, 48))};
+        ct_tensor *cp[3] = {checked(ct_narrow(c, 1, 0, 32)), checked(ct_narrow(c, 1, 32, 16)),
+                            checked(ct_narrow(c, 1, 48, 48))};
+        ct_tensor *gcat = checked(ct_cat(3, (ct_tensor *[]){gp[2], gp[0], gp[1]}, 1));
+        assert_identical(to_cpu(gcat), checked(ct_cat(3, (ct_tensor *[]){cp[2], cp[0], cp[1]}, 1)));
+        ct_scope_end(sc);
+    }
+}
+
+/* A [n, k] @ [k, m] + bias product in float64, from the rounded inputs. */
+static double *affine_ref(const double *x, const double *w, const double *b, int64_t n, int64_t k,
+                          int64_t m) {
+    double *y = malloc(sizeof(double) * (size_t)(n * m + 1));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double acc = b[j];
+            for (int64_t e = 0; e < k; e++) acc += x[i * k + e] * w[j * k + e];
+            y[i * m + j] = acc;
+        }
+    return y;
+}
+
+static void run_linear_bias(ct_dtype dt, int64_t n, int64_t k, int64_t m, bool offset_bias) {
+    ct_scope *sc = ct_scope_begin();
+    double *x, *w, *b;
+    ct_tensor *hx = checked(tu_rand(CT_SHAPE(n, k), dt, -1, 1, &x));
+    ct_tensor *hw = checked(tu_rand(CT_SHAPE(m, k), dt, -1, 1, &w));
+    ct_tensor *hb = checked(tu_rand(CT_SHAPE(m + 1), dt, -1, 1, &b));
+    ct_tensor *gx = to_gpu(hx, 0), *gw = to_gpu(hw, 0);
+    /* a bias one element into its storage is not 16-byte aligned */
+    ct_tensor *gb = checked(ct_narrow(to_gpu(hb, 0), 0, offset_bias ? 1 : 0, m));
+    double *want = affine_ref(x, w, b + (offset_bias ? 1 : 0), n, k, m);
+    /* outputs land in blocks that held NaN */
+    ct_tensor *nan = checked(ct_tensor_full(CT_SHAPE(n * m + 64), NAN, dt, CT_CUDA(0)));
+    ct_tensor_release(nan);
+    tu_trace tr = tu_trace_begin();
+    ct_tensor *y = ct_linear(gx, gw, gb);
+    char *trace = tu_trace_end(&tr);
+    checked(y);
+    ct_tensor *y2 = checked(ct_addmm(gb, gx, checked(ct_t(gw)), 1, 1));
+    bool aligned = !offset_bias && (m * (int64_t)ct_dtype_size(dt)) % 16 == 0 &&
+                   (k * (int64_t)ct_dtype_size(dt)) % 16 == 0;
+    if (aligned != (strstr(trace, "bias epilogue") != NULL))
+        fprintf(stderr, "%s %lldx%lldx%lld: trace %s\n", ct_dtype_name(dt), (long long)n,
+                (long long)k, (long long)m, trace);
+    assert_int_equal(aligned, strstr(trace, "bias epilogue") != NULL);
+    free(trace);
+    double tol = dt == CT_F32 ? (ct_allow_tf32() ? 2e-3 : 1e-5) : dt == CT_F16 ? 2e-3 : 1.6e-2;
+    ct_tensor *ys[2] = {y, y2};
+    for (int r = 0; r < 2; r++) {
+        double *got = tu_values(ys[r]);
+        for (int64_t i = 0; i < n * m; i++)
+            if (!(fabs(got[i] - want[i]) <= tol * (2 + fabs(want[i])))) {
+                fprintf(stderr, "%s %lldx%lldx%lld %s: element %lld got %.8g want %.8g\n",
+                        ct_dtype_name(dt), (long long)n, (long long)k, (long long)m,
+                        r ? "addmm" : "linear", (long long)i, got[i], want[i]);
+                fail();
+            }
+        free(got);
+    }
+    free(x), free(w), free(b), free(want);
+    ct_scope_end(sc);
+}
+
+/* ct_linear's bias added by cuBLASLt's epilogue where the layout allows,
+ * by the GEMM's beta otherwise (a misaligned bias, rows of an odd byte
+ * length), against float64; with TF32 on, too. */
+static void test_linear_bias_epilogue(void **state) {
+    (void)state;
+    NEED_GPU();
+    const ct_dtype dts[] = {CT_F32, CT_F16, CT_BF16};
+    const int64_t shapes[][3] = {{64, 96, 128}, {3, 40, 24}, {1, 16, 8}, {130, 72, 200},
+                                 {33, 47, 29}, {64, 8, 1}};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int off = 0; off < 2; off++)
+                run_linear_bias(dts[d], shapes[i][0], shapes[i][1], shapes[i][2], off);
+    ct_set_allow_tf32(true);
+    run_linear_bias(CT_F32, 64, 96, 128, false);
+    ct_set_allow_tf32(false);
+}
+
 /* Every (src, dst) dtype pair converted on the device equals the CPU's
  * conversion bit for bit: contiguous (vectorized), misaligned contiguous,
  * and strided sources. */
@@ -707,6 +824,7 @@ int main(void) {
         T(test_mixed_devices),        T(test_add_kernel_or_message),
         T(test_roundtrip_every_dtype), T(test_noncontiguous_transfers),
         T(test_broadcast_copies),     T(test_device_to_device),
+        T(test_widened_moves),        T(test_linear_bias_epilogue),
         T(test_conversion_matches_cpu), T(test_fill),
         T(test_stream_order),         T(test_allocator_reuse),
         T(test_memory_stats),         T(test_out_of_memory),

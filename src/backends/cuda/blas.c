@@ -20,7 +20,17 @@
  * uses CUBLAS_COMPUTE_64F. Each device has one handle, bound to the device's
  * stream, and each call hands cuBLAS a workspace from the caching allocator,
  * released after the call (its reuse is ordered after the GEMM on the
- * stream). */
+ * stream).
+ *
+ * addmm with a bias row (the input a contiguous vector broadcast down the
+ * rows, beta and alpha 1: what ct_linear records) goes through cuBLASLt
+ * with its bias epilogue, which adds the bias to the float32 accumulator
+ * before the one rounding: the same sum the beta = 1 GEMM forms, without
+ * first copying the bias into every row of the output. The plan (matmul
+ * descriptor, layouts, the heuristic's algorithm) is kept per device for
+ * each geometry; a geometry cuBLASLt has no algorithm for takes the GEMM
+ * path, and so does every other product. */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <limits.h>
 #include <pthread.h>
@@ -30,9 +40,30 @@
 
 #define WORKSPACE_BYTES ((int64_t)32 << 20)
 
+/* A cuBLASLt plan for one bias-epilogue geometry (see lt_key). */
+#define LT_PLANS 32
+
+typedef struct lt_key {
+    ct_dtype dt;
+    bool tf32;
+    cublasOperation_t ta, tb;
+    int64_t n, k, m, lda, ldb, ldc;
+} lt_key;
+
+typedef struct lt_plan {
+    bool used, ok; /* ok: cuBLASLt returned an algorithm */
+    lt_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
 typedef struct blas_dev {
     pthread_mutex_t lock;
     cublasHandle_t handle;
+    cublasLtHandle_t lt;
+    lt_plan plans[LT_PLANS];
+    int next_plan; /* the slot the next new geometry takes, round robin */
 } blas_dev;
 
 static blas_dev devs[CTI_CUDA_MAX_DEVICES];
@@ -53,11 +84,24 @@ static ct_status blas_fail(const char *op, int dev, const char *call, cublasStat
  * them), so tools that look for leaked device memory see none. Registered
  * after the first handle exists, i.e. after the CUDA runtime registered its
  * own exit handler, so this one runs first. */
+static void plan_clear(lt_plan *p) {
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    memset(p, 0, sizeof *p);
+}
+
 static void destroy_handles(void) {
     for (int i = 0; i < CTI_CUDA_MAX_DEVICES; i++) {
+        for (int j = 0; j < LT_PLANS; j++) plan_clear(&devs[i].plans[j]);
         if (!devs[i].handle) continue;
-        if (cudaSetDevice(i) == cudaSuccess) cublasDestroy(devs[i].handle);
+        if (cudaSetDevice(i) == cudaSuccess) {
+            cublasDestroy(devs[i].handle);
+            if (devs[i].lt) cublasLtDestroy(devs[i].lt);
+        }
         devs[i].handle = NULL;
+        devs[i].lt = NULL;
     }
     cudaGetLastError();
 }
@@ -79,7 +123,15 @@ static ct_status handle_of(const char *op, int dev, cudaStream_t stream, cublasH
             cublasDestroy(h);
             return blas_fail(op, dev, "cublasSetStream", s);
         }
+        /* cuBLASLt's handle is made with cuBLAS's, so that a capture
+         * never meets a first use of either */
+        cublasLtHandle_t lt;
+        if ((s = cublasLtCreate(&lt)) != CUBLAS_STATUS_SUCCESS) {
+            cublasDestroy(h);
+            return blas_fail(op, dev, "cublasLtCreate", s);
+        }
         d->handle = h;
+        d->lt = lt;
         pthread_once(&exit_once, register_exit);
     }
     *out = d->handle;
@@ -241,6 +293,121 @@ static ct_status run_gemm(const gemm *g, cublasHandle_t h, bool tf32, const char
     return CT_OK;
 }
 
+/* ---- the bias epilogue (cuBLASLt) ------------------------------------------------------- */
+
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+/* Whether input (addmm's, as [n, m]) is a contiguous bias row broadcast
+ * down the rows of a 2-d product that cuBLASLt's bias epilogue can add. */
+static bool bias_row(const gemm *g, const ct_tensor *input) {
+    if (g->nb != 0 || g->beta != 1 || g->alpha != 1 || input->ndim != 2) return false;
+    if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
+    if ((g->n > 1 && input->stride[0] != 0) || (g->m > 1 && input->stride[1] != 1)) return false;
+    int64_t es = (int64_t)ct_dtype_size(g->dt);
+    return aligned16(cti_data(input)) && aligned16(g->a.p) && aligned16(g->b.p) &&
+           aligned16(g->c.p) && (g->lda * es) % 16 == 0 && (g->ldb * es) % 16 == 0 &&
+           (g->ldc * es) % 16 == 0;
+}
+
+/* A layout of a rows x cols column-major matrix with leading dim ld,
+ * stored transposed when op is CUBLAS_OP_T. */
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t ty, cublasOperation_t op,
+                             int64_t rows, int64_t cols, int64_t ld) {
+    return op == CUBLAS_OP_N ? cublasLtMatrixLayoutCreate(l, ty, (uint64_t)rows, (uint64_t)cols, ld)
+                             : cublasLtMatrixLayoutCreate(l, ty, (uint64_t)cols, (uint64_t)rows, ld);
+}
+
+/* Builds p for key (column-major: D [m, n] = op(B) [m, k] op(A) [k, n] +
+ * bias [m]); p->ok false when cuBLASLt has no algorithm for it. */
+static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
+    memset(p, 0, sizeof *p);
+    p->used = true;
+    p->key = *key;
+    cudaDataType_t ty = cuda_type(key->dt);
+    cublasComputeType_t ct = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &key->tb,
+                                           sizeof key->tb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &key->ta,
+                                           sizeof key->ta);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty,
+                                           sizeof ty);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->la, ty, key->tb, key->m, key->k, key->ldb);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lb, ty, key->ta, key->k, key->n, key->lda);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lc, ty, CUBLAS_OP_N, key->m, key->n, key->ldc);
+    cublasLtMatmulPreference_t pref = NULL;
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t ws = (uint64_t)WORKSPACE_BYTES;
+    uint32_t align = 16;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws);
+    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0] && s == CUBLAS_STATUS_SUCCESS; i++)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatmulHeuristicResult_t r;
+        int found = 0;
+        cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(d->lt, p->desc, p->la, p->lb, p->lc,
+                                                          p->lc, pref, 1, &r, &found);
+        if (h == CUBLAS_STATUS_SUCCESS && found > 0 && r.state == CUBLAS_STATUS_SUCCESS) {
+            p->algo = r.algo;
+            p->ok = true;
+        }
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return s;
+}
+
+/* The plan for g's geometry, built on first use; NULL when none can be
+ * made (then g takes the GEMM path). */
+static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32) {
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.dt = g->dt;
+    key.tf32 = tf32;
+    key.ta = g->ta;
+    key.tb = g->tb;
+    key.n = g->n, key.k = g->k, key.m = g->m;
+    key.lda = g->lda, key.ldb = g->ldb, key.ldc = g->ldc;
+    for (int i = 0; i < LT_PLANS; i++)
+        if (d->plans[i].used && !memcmp(&d->plans[i].key, &key, sizeof key))
+            return d->plans[i].ok ? &d->plans[i] : NULL;
+    lt_plan *p = &d->plans[d->next_plan];
+    d->next_plan = (d->next_plan + 1) % LT_PLANS;
+    plan_clear(p);
+    if (plan_build(d, p, &key) != CUBLAS_STATUS_SUCCESS) {
+        plan_clear(p); /* a failure to describe is not remembered: the next call tries again */
+        return NULL;
+    }
+    return p->ok ? p : NULL;
+}
+
+/* out = A B + bias through the bias epilogue. False (nothing queued) when
+ * g has no plan; *st a launch's failure. */
+static bool run_bias_gemm(blas_dev *d, const gemm *g, bool tf32, const void *bias, void *work,
+                          cudaStream_t stream, const char **routine, ct_status *st) {
+    lt_plan *p = plan_for(d, g, tf32);
+    if (!p) return false;
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias, sizeof bias);
+    float one = 1, zero = 0;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(d->lt, p->desc, &one, g->b.p, p->la, g->a.p, p->lb, &zero, g->c.p,
+                           p->lc, g->c.p, p->lc, &p->algo, work, (size_t)WORKSPACE_BYTES, stream);
+    *routine = tf32 ? "cublasLtMatmul, bias epilogue (tf32)" : "cublasLtMatmul, bias epilogue";
+    *st = s == CUBLAS_STATUS_SUCCESS ? CT_OK : blas_fail(g->op, g->dev, "cublasLtMatmul", s);
+    return true;
+}
+
 /* Whether a and b are the same elements in the same layout. */
 static bool same_view(const ct_tensor *a, const ct_tensor *b) {
     if (cti_data(a) != cti_data(b) || a->ndim != b->ndim) return false;
@@ -333,8 +500,7 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
     g.c = mat_of(o, g.nb);
     g.ldc = g.n <= 1 ? g.m : g.c.rs;
     merge_batch(&g);
-    /* an input that is the output itself (an accumulation in place) needs no copy */
-    if (st == CT_OK && with_input && !same_view(input, o)) st = device_copy(o, input);
+    bool bias = st == CT_OK && with_input && bias_row(&g, input);
     int64_t wb = WORKSPACE_BYTES;
     if (st == CT_OK && !(work = cti_tensor_new(op, 1, &wb, CT_BOOL, o->storage->device)))
         st = ct_last_status();
@@ -344,12 +510,18 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
         pthread_mutex_lock(&d->lock);
         cublasHandle_t h = NULL;
         st = handle_of(op, g.dev, stream, &h);
-        if (st == CT_OK) {
+        bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
+        bool done = false;
+        if (st == CT_OK && bias)
+            done = run_bias_gemm(d, &g, tf32, cti_data(input), cti_data(work), stream,
+                                 &call->routine, &st);
+        /* an input that is the output itself (an accumulation in place) needs no copy */
+        if (st == CT_OK && !done && with_input && !same_view(input, o)) st = device_copy(o, input);
+        if (st == CT_OK && !done) {
             cublasStatus_t s = cublasSetWorkspace(h, cti_data(work), (size_t)WORKSPACE_BYTES);
             if (s != CUBLAS_STATUS_SUCCESS) st = blas_fail(op, g.dev, "cublasSetWorkspace", s);
         }
-        bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
-        if (st == CT_OK) st = run_gemm(&g, h, tf32, &call->routine);
+        if (st == CT_OK && !done) st = run_gemm(&g, h, tf32, &call->routine);
         pthread_mutex_unlock(&d->lock);
         if (st == CT_OK) st = cti_cuda_launched(op, g.dev, ct_op_name(call->op));
     }
