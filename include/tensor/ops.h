@@ -372,7 +372,11 @@ ct_tensor *ct_scaled_dot_product_attention(ct_tensor *q, ct_tensor *k, ct_tensor
  * with every key masked), dropout's seed and offset (the Philox draws the
  * forward used) and its other arguments as it received them (scale already
  * resolved or 0). Sets each of *dq, *dk, *dv that is not NULL to a new tensor
- * of q's, k's and v's shape; asking for none is an error. */
+ * of q's, k's and v's shape, laid out as that input is (its dims in the order
+ * of the input's strides, densely; contiguous when that would not leave the
+ * last dim innermost); q, k and v that are consecutive pieces along the heads
+ * dim of one dense buffer (a fused projection split and transposed) get three
+ * views of one new buffer laid out as theirs. Asking for none is an error. */
 ct_status ct_scaled_dot_product_attention_backward(ct_tensor *grad_out, ct_tensor *q,
                                                    ct_tensor *k, ct_tensor *v, ct_tensor *out,
                                                    ct_tensor *lse, ct_tensor *attn_mask,
