@@ -355,17 +355,16 @@ static bool packed_qkv(const ct_tensor *q, const ct_tensor *k, const ct_tensor *
  * them passes on without a cat. */
 static ct_status new_grads(const char *op, ct_tensor *q, ct_tensor *k, ct_tensor *v,
                            ct_tensor *g[3]) {
+    const ct_tensor *src[3] = {q, k, v};
     if (packed_qkv(q, k, v)) {
         int64_t n = cti_numel(4, q->shape) + 2 * cti_numel(4, k->shape);
         ct_tensor *buf = cti_tensor_new(op, 1, &n, q->dtype, dev(q));
         if (!buf) return ct_last_status();
-        const ct_tensor *src[3] = {q, k, v};
         for (int i = 0; i < 3; i++)
             g[i] = cti_tensor_view(buf, 4, src[i]->shape, src[i]->stride,
                                    src[i]->offset - q->offset);
         ct_tensor_release(buf);
     } else {
-        const ct_tensor *src[3] = {q, k, v};
         for (int i = 0; i < 3; i++) g[i] = new_in_order(op, src[i]);
     }
     return g[0] && g[1] && g[2] ? CT_OK : ct_last_status();
