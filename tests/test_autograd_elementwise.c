@@ -20,9 +20,27 @@
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-/* A random float64 leaf in [lo, hi), non-contiguous when nc. */
-static ct_tensor *rand_leaf(shp s, double lo, double hi, bool nc, bool grad) {
-    ct_tensor *t = tu_rand(s.nd, s.s, CT_F64, lo, hi, NULL);
+/* The kinks and jumps of the ops checked here (relu and abs at 0, clamp's and
+ * hardtanh's bounds, maximum_scalar's 0.25, round's half-integers,
+ * round_decimals' multiples of 0.005, ...) all lie on multiples of GRID. A
+ * central difference with step 1e-6 across one of them is wrong, so every
+ * value is moved into [PHASE, PHASE + 0.001) past a multiple of GRID, 1000
+ * steps from any kink. maximum/minimum take their operands from two phases,
+ * which keeps a - b, their kink, as far from 0. */
+#define GRID 0.005
+static double off_kink(double x, double lo, double hi, double phase) {
+    double y = GRID * floor(x / GRID) + phase + 0.001 * (x - GRID * floor(x / GRID)) / GRID;
+    return y >= hi ? y - GRID : y < lo ? y + GRID : y;
+}
+
+/* A random float64 leaf in [lo, hi) (bounds on the grid), values phase past the
+ * grid's points, non-contiguous when nc. */
+static ct_tensor *rand_leaf_at(shp s, double lo, double hi, bool nc, bool grad, double phase) {
+    int64_t n = tu_numel(s.nd, s.s);
+    double *vals = tu_rand_vals(n, CT_F64, lo, hi);
+    for (int64_t i = 0; i < n; i++) vals[i] = off_kink(vals[i], lo, hi, phase);
+    ct_tensor *t = tu_from_f64(vals, s.nd, s.s, CT_F64);
+    free(vals);
     assert_non_null(t);
     if (nc) {
         ct_tensor *v = tu_noncontig(t);
@@ -33,6 +51,10 @@ static ct_tensor *rand_leaf(shp s, double lo, double hi, bool nc, bool grad) {
     }
     if (grad) assert_int_equal(ct_requires_grad_(t, true), CT_OK);
     return t;
+}
+
+static ct_tensor *rand_leaf(shp s, double lo, double hi, bool nc, bool grad) {
+    return rand_leaf_at(s, lo, hi, nc, grad, 0.001);
 }
 
 static unsigned version_of(const ct_tensor *t) { return atomic_load(&t->storage->version); }
@@ -172,8 +194,8 @@ static void test_gradcheck_binary(void **state) {
             for (int which = 1; which <= 3; which++) {
                 for (int nc = 0; nc < 2; nc++) {
                     ct_tensor *in[2] = {
-                        rand_leaf(bin_shapes[s][0], bc->alo, bc->ahi, nc, which & 1),
-                        rand_leaf(bin_shapes[s][1], bc->blo, bc->bhi, nc, which & 2),
+                        rand_leaf_at(bin_shapes[s][0], bc->alo, bc->ahi, nc, which & 1, 0.001),
+                        rand_leaf_at(bin_shapes[s][1], bc->blo, bc->bhi, nc, which & 2, 0.003),
                     };
                     char what[96];
                     snprintf(what, sizeof what, "%s shapes#%zu grads %d%s", bc->name, s, which,
