@@ -331,13 +331,10 @@ static void NN_F(sdpa_fwd)(at_ctx *k, int64_t w0, int64_t w1) {
                     for (int64_t j = 0; j < nk; j++) s[j] = 0;
                     continue;
                 }
-                NN_T alpha = NN_EXP(mx[r] - m_new), sum = 0;
-                for (int64_t j = 0; j < nk; j++) {
-                    NN_T e = NN_EXP(s[j] - m_new);
-                    s[j] = e;
-                    sum += e;
-                }
-                l[r] = l[r] * alpha + sum;
+                NN_T alpha = NN_EXP(mx[r] - m_new);
+                /* exp apart from the sum, so that it vectorizes */
+                for (int64_t j = 0; j < nk; j++) s[j] = NN_EXP(s[j] - m_new);
+                l[r] = l[r] * alpha + NN_F(sum)(s, nk);
                 mx[r] = m_new;
                 if (alpha != 1)
                     for (int64_t d = 0; d < Dv; d++) acc[r * Dv + d] *= alpha;

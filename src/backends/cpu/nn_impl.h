@@ -162,15 +162,20 @@ NN_HELPER void nn_register_floating(const nn_kernel *ks, size_t n) {
 #endif /* CTEN_CPU_NN_IMPL_H */
 #else /* NN_T: the reductions the kernel files share, once per row type */
 
+/* The row reductions keep NACC partial results (independent chains, in
+ * vector registers), add the tail into the first lanes and fold the lanes
+ * pairwise: a fold of log2(NACC) vector steps, where a serial sum of the
+ * lanes would be a chain of NACC scalar adds (most of the time of a row of
+ * 100, such as an attention tile's). */
 NN_HELPER NN_T NN_F(sum)(const NN_T *restrict x, int64_t n) {
     NN_T acc[NACC] = {0};
     int64_t i = 0;
     for (; i + NACC <= n; i += NACC)
         for (int j = 0; j < NACC; j++) acc[j] += x[i + j];
-    NN_T s = 0;
-    for (int j = 0; j < NACC; j++) s += acc[j];
-    for (; i < n; i++) s += x[i];
-    return s;
+    for (int j = 0; j < n - i; j++) acc[j] += x[i + j];
+    for (int w = NACC / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
 }
 
 NN_HELPER NN_T NN_F(dot)(const NN_T *restrict a, const NN_T *restrict b, int64_t n) {
@@ -178,10 +183,10 @@ NN_HELPER NN_T NN_F(dot)(const NN_T *restrict a, const NN_T *restrict b, int64_t
     int64_t i = 0;
     for (; i + NACC <= n; i += NACC)
         for (int j = 0; j < NACC; j++) acc[j] += a[i + j] * b[i + j];
-    NN_T s = 0;
-    for (int j = 0; j < NACC; j++) s += acc[j];
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
+    for (int j = 0; j < n - i; j++) acc[j] += a[i + j] * b[i + j];
+    for (int w = NACC / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
 }
 
 /* NaN-ignoring max; a NaN still poisons the softmax sum that follows. */
@@ -191,10 +196,10 @@ NN_HELPER NN_T NN_F(max)(const NN_T *restrict x, int64_t n) {
     int64_t i = 0;
     for (; i + NACC <= n; i += NACC)
         for (int j = 0; j < NACC; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-    NN_T m = -INFINITY;
-    for (int j = 0; j < NACC; j++) m = acc[j] > m ? acc[j] : m;
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
+    for (int j = 0; j < n - i; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    for (int w = NACC / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] = acc[j + w] > acc[j] ? acc[j + w] : acc[j];
+    return acc[0];
 }
 
 #endif
