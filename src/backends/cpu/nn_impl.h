@@ -167,15 +167,20 @@ NN_HELPER void nn_register_floating(const nn_kernel *ks, size_t n) {
  * pairwise: a fold of log2(NACC) vector steps, where a serial sum of the
  * lanes would be a chain of NACC scalar adds (most of the time of a row of
  * 100, such as an attention tile's). */
+/* acc[0] = the sum of the NACC lanes, folded pairwise. */
+NN_HELPER NN_T NN_F(fold)(NN_T *restrict acc) {
+    for (int w = NACC / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
 NN_HELPER NN_T NN_F(sum)(const NN_T *restrict x, int64_t n) {
     NN_T acc[NACC] = {0};
     int64_t i = 0;
     for (; i + NACC <= n; i += NACC)
         for (int j = 0; j < NACC; j++) acc[j] += x[i + j];
     for (int j = 0; j < n - i; j++) acc[j] += x[i + j];
-    for (int w = NACC / 2; w > 0; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
+    return NN_F(fold)(acc);
 }
 
 NN_HELPER NN_T NN_F(dot)(const NN_T *restrict a, const NN_T *restrict b, int64_t n) {
@@ -184,9 +189,7 @@ NN_HELPER NN_T NN_F(dot)(const NN_T *restrict a, const NN_T *restrict b, int64_t
     for (; i + NACC <= n; i += NACC)
         for (int j = 0; j < NACC; j++) acc[j] += a[i + j] * b[i + j];
     for (int j = 0; j < n - i; j++) acc[j] += a[i + j] * b[i + j];
-    for (int w = NACC / 2; w > 0; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
+    return NN_F(fold)(acc);
 }
 
 /* NaN-ignoring max; a NaN still poisons the softmax sum that follows. */

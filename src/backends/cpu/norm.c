@@ -361,10 +361,8 @@ static NN_T NN_F(dot3)(const NN_T *restrict a, const NN_T *restrict b, const NN_
     int64_t i = 0;
     for (; i + NACC <= n; i += NACC)
         for (int j = 0; j < NACC; j++) acc[j] += a[i + j] * b[i + j] * c[i + j];
-    NN_T s = 0;
-    for (int j = 0; j < NACC; j++) s += acc[j];
-    for (; i < n; i++) s += a[i] * b[i] * c[i];
-    return s;
+    for (int j = 0; j < n - i; j++) acc[j] += a[i + j] * b[i + j] * c[i + j];
+    return NN_F(fold)(acc);
 }
 
 /* sum of (x - m)^2 */
@@ -376,10 +374,8 @@ static NN_T NN_F(sqdev)(const NN_T *restrict x, NN_T m, int64_t n) {
             NN_T d = x[i + j] - m;
             acc[j] += d * d;
         }
-    NN_T s = 0;
-    for (int j = 0; j < NACC; j++) s += acc[j];
-    for (; i < n; i++) s += (x[i] - m) * (x[i] - m);
-    return s;
+    for (int j = 0; j < n - i; j++) acc[j] += (x[i + j] - m) * (x[i + j] - m);
+    return NN_F(fold)(acc);
 }
 
 /* y = x * inv_rms * w; returns inv_rms. Reads x twice while the row is in cache. */
