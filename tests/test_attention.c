@@ -62,6 +62,9 @@ typedef struct ref {
     int64_t mshape[4];
     uint64_t seed, offset;    /* dropout's draws */
     double *out, *dq, *dk, *dv;
+    /* Sums of squares of the rounding noise dq and dk carry per unit
+     * roundoff (see reference), same layout as dq and dk. */
+    double *nq, *nk;
 } ref;
 
 /* The mask's value at (b, h, i, j), broadcast right-aligned. */
@@ -96,6 +99,8 @@ static void reference(const acase *c, ref *r) {
     r->dq = calloc((size_t)(B * Hq * T * D), sizeof(double));
     r->dk = calloc((size_t)(B * c->Hkv * S * D) + 1, sizeof(double));
     r->dv = calloc((size_t)(B * c->Hkv * S * Dv) + 1, sizeof(double));
+    r->nq = calloc((size_t)(B * Hq * T * D) + 1, sizeof(double));
+    r->nk = calloc((size_t)(B * c->Hkv * S * D) + 1, sizeof(double));
     double *s = malloc(sizeof(double) * (size_t)(S + 1)), *p = malloc(sizeof(double) * (size_t)(S + 1));
     double *z = malloc(sizeof(double) * (size_t)(S + 1)), *dp = malloc(sizeof(double) * (size_t)(S + 1));
     for (int64_t b = 0; b < B; b++)
@@ -134,14 +139,27 @@ static void reference(const acase *c, ref *r) {
                     dp[j] = gv * z[j];
                     di += p[j] * dp[j];
                 }
+                /* The kernel's D_i = rowsum(dO_i * O_i) reads O as it stored
+                 * it, rounded to the dtype: an error of about u |dO_i O_i|
+                 * (u the unit roundoff), while dP - D_i cancels to nothing
+                 * where one key takes the whole row. Each dS_ij carries p_ij
+                 * times that error, summed into dq over the keys and into dk
+                 * over the group's rows like a random walk. */
+                double dn = 0;
+                for (int64_t d = 0; d < Dv; d++) dn += gi[d] * oi[d] * gi[d] * oi[d];
+                dn = sqrt(dn);
                 double *dqi = r->dq + ((b * Hq + h) * T + i) * D;
+                double *nqi = r->nq + ((b * Hq + h) * T + i) * D;
                 for (int64_t j = 0; j < S; j++) {
-                    double ds = p[j] * (dp[j] - di) * sc;
+                    double ds = p[j] * (dp[j] - di) * sc, a = p[j] * dn * sc;
                     const double *kj = r->k + ((b * c->Hkv + hk) * S + j) * D;
                     double *dkj = r->dk + ((b * c->Hkv + hk) * S + j) * D;
+                    double *nkj = r->nk + ((b * c->Hkv + hk) * S + j) * D;
                     for (int64_t d = 0; d < D; d++) {
                         dqi[d] += ds * kj[d];
                         dkj[d] += ds * qi[d];
+                        nqi[d] += a * kj[d] * a * kj[d];
+                        nkj[d] += a * qi[d] * a * qi[d];
                     }
                 }
             }
@@ -162,6 +180,8 @@ static void ref_free(ref *r) {
     free(r->dq);
     free(r->dk);
     free(r->dv);
+    free(r->nq);
+    free(r->nk);
 }
 
 /* ---- building the inputs ----------------------------------------------------------------- */
@@ -333,11 +353,24 @@ static void describe(const acase *c, char *buf, size_t n) {
              c->scale);
 }
 
-static void check_close(const char *what, const acase *c, const double *got, const double *want,
-                        int64_t n, double tol) {
+/* The dtype's unit roundoff. */
+static double unit_roundoff(ct_dtype dt) {
+    switch (dt) {
+    case CT_F64: return 0x1p-53;
+    case CT_F32: return 0x1p-24;
+    case CT_F16: return 0x1p-11;
+    default: return 0x1p-8;
+    }
+}
+
+/* |got - want| within tol + tol |want|, plus 4 u sqrt(noise) where noise (or
+ * NULL) holds an element's sum of squared rounding terms. */
+static void check_close_n(const char *what, const acase *c, const double *got, const double *want,
+                          const double *noise, int64_t n, double tol) {
+    double u = unit_roundoff(c->dt);
     for (int64_t e = 0; e < n; e++) {
-        double g = got[e], w = want[e];
-        if (!(fabs(g - w) <= tol + tol * fabs(w))) {
+        double g = got[e], w = want[e], extra = noise ? 4 * u * sqrt(noise[e]) : 0;
+        if (!(fabs(g - w) <= tol + tol * fabs(w) + extra)) {
             char d[256];
             describe(c, d, sizeof d);
             fprintf(stderr, "%s [%s]: element %lld got %.10g expected %.10g\n", what, d,
@@ -345,6 +378,11 @@ static void check_close(const char *what, const acase *c, const double *got, con
             fail();
         }
     }
+}
+
+static void check_close(const char *what, const acase *c, const double *got, const double *want,
+                        int64_t n, double tol) {
+    check_close_n(what, c, got, want, NULL, n, tol);
 }
 
 /* Runs case c forward and backward and compares with the reference. */
@@ -402,8 +440,8 @@ static void run_case(const acase *c) {
     } else {
         gq = leaf_grad(c, lq), gk = leaf_grad(c, lk), gv = leaf_grad(c, lv);
     }
-    check_close("dq", c, gq, r.dq, B * Hq * T * D, gt);
-    check_close("dk", c, gk, r.dk, B * Hkv * S * D, gt);
+    check_close_n("dq", c, gq, r.dq, r.nq, B * Hq * T * D, gt);
+    check_close_n("dk", c, gk, r.dk, r.nk, B * Hkv * S * D, gt);
     check_close("dv", c, gv, r.dv, B * Hkv * S * Dv, gt);
     free(gq);
     free(gk);
