@@ -40,16 +40,18 @@ typedef struct lce_case {
 static double lse_max;
 
 /* loss: n values (none) or 1; g: the incoming gradient (n values for none, else 1);
- * dx [n, d], dw [v, d], db [v] are accumulated (zeroed here). */
+ * dx [n, d], dw [v, d], db [v] are accumulated (zeroed here); dbabs and dwabs
+ * (or NULL) the sums of the magnitudes of db's and dw's terms. */
 static void ref_lce(const lce_case *k, const double *x, const double *w, const double *b,
                     const int64_t *t, const double *g, double *loss, double *dx, double *dw,
-                    double *db, double *dbabs) {
+                    double *db, double *dbabs, double *dwabs) {
     int64_t n = k->n, d = k->d, v = k->v, count = 0;
     double total = 0, *z = malloc(sizeof(double) * (size_t)v);
     memset(dx, 0, sizeof(double) * (size_t)(n * d));
     memset(dw, 0, sizeof(double) * (size_t)(v * d));
     memset(db, 0, sizeof(double) * (size_t)v);
     if (dbabs) memset(dbabs, 0, sizeof(double) * (size_t)v);
+    if (dwabs) memset(dwabs, 0, sizeof(double) * (size_t)(v * d));
     lse_max = 0;
     for (int64_t i = 0; i < n; i++) count += t[i] != k->ignore;
     for (int64_t i = 0; i < n; i++) {
@@ -77,6 +79,7 @@ static void ref_lce(const lce_case *k, const double *x, const double *w, const d
                 for (int64_t q = 0; q < d; q++) {
                     dx[i * d + q] += dz * w[j * d + q];
                     dw[j * d + q] += dz * x[i * d + q];
+                    if (dwabs) dwabs[j * d + q] += fabs(dz * x[i * d + q]);
                 }
             }
         }
@@ -198,7 +201,8 @@ static void run_case(const lce_case *k) {
     double *dw = malloc(sizeof(double) * (size_t)(k->v * k->d));
     double *db = malloc(sizeof(double) * (size_t)k->v);
     double *dbabs = malloc(sizeof(double) * (size_t)k->v);
-    ref_lce(k, in.x, in.w, in.b, in.t, g, rl, dx, dw, db, dbabs);
+    double *dwabs = malloc(sizeof(double) * (size_t)(k->v * k->d));
+    ref_lce(k, in.x, in.w, in.b, in.t, g, rl, dx, dw, db, dbabs, dwabs);
     double rtol, atol;
     tol_of(k->dt, &rtol, &atol);
     double *got = tu_values(loss);
@@ -208,11 +212,25 @@ static void run_case(const lce_case *k) {
     ct_tensor *go = tu_from_f64(g, ct_tensor_ndim(loss), ct_tensor_shape(loss), k->dt);
     assert_int_equal(ct_backward(loss, go, false), CT_OK);
     check_grad("dx", in.tx, dx, k->n * k->d, rtol, atol);
-    check_grad("dweight", in.tw, dw, k->v * k->d, rtol, atol);
+    /* dweight and dbias sum each class's gradient over the rows, each rounded to
+     * the dtype before the sum: the error scales with the sum of their
+     * magnitudes, which cancellation can leave far above the result */
+    {
+        ct_tensor *gw = ct_grad(in.tw);
+        assert_non_null(gw);
+        assert_int_equal(ct_tensor_dtype(gw), k->dt);
+        double *v = tu_values(gw), mx = 0.05;
+        for (int64_t e = 0; e < k->v * k->d; e++) mx = fmax(mx, fabs(dw[e]));
+        for (int64_t e = 0; e < k->v * k->d; e++)
+            if (!(fabs(v[e] - dw[e]) <= rtol * (fabs(dw[e]) + dwabs[e]) + atol * mx)) {
+                fprintf(stderr, "dweight: element %lld: got %.17g, expected %.17g (rtol %g, "
+                        "sum of |terms| %g, atol %g * %g)\n", (long long)e, v[e], dw[e], rtol,
+                        dwabs[e], atol, mx);
+                fail();
+            }
+        free(v);
+    }
     if (k->bias) {
-        /* dbias sums each class's gradient over the rows, each rounded to the dtype
-         * before the sum: the error scales with the sum of their magnitudes, which
-         * cancellation can leave far above the result */
         ct_tensor *gb = ct_grad(in.tb);
         assert_non_null(gb);
         double *v = tu_values(gb);
@@ -232,6 +250,7 @@ static void run_case(const lce_case *k) {
     free(dw);
     free(db);
     free(dbabs);
+    free(dwabs);
     free_inputs(&in);
     cti_linear_ce_set_chunk_rows(0);
 }
@@ -406,7 +425,7 @@ static void test_grad_modes(void **state) {
     assert_null(ct_grad(in.tb));
     double g1 = 1, *rl = malloc(sizeof(double)), *dx = malloc(sizeof(double) * 28),
            *dw = malloc(sizeof(double) * 24), *db = malloc(sizeof(double) * 6);
-    ref_lce(&k, in.x, in.w, in.b, in.t, &g1, rl, dx, dw, db, NULL);
+    ref_lce(&k, in.x, in.w, in.b, in.t, &g1, rl, dx, dw, db, NULL, NULL);
     check_grad("dweight only", in.tw, dw, 24, 1e-10, 1e-12);
     free(a);
     free(b);
@@ -436,7 +455,7 @@ static void test_single_row(void **state) {
         assert_non_null(loss);
         assert_int_equal(ct_tensor_ndim(loss), 0);
         double g = 1, rl, dx[4], dw[24], db[6], *lv = tu_values(loss);
-        ref_lce(&k, xv, wv, bv, &tv, &g, &rl, dx, dw, db, NULL);
+        ref_lce(&k, xv, wv, bv, &tv, &g, &rl, dx, dw, db, NULL, NULL);
         close_scaled("1-d loss", lv, &rl, 1, 1e-10, 1e-12);
         assert_int_equal(ct_backward(loss, NULL, false), CT_OK);
         assert_int_equal(ct_tensor_ndim(ct_grad(x)), 1);
@@ -472,7 +491,7 @@ static void test_backward_function(void **state) {
                          CT_OK);
         double *rl = malloc(sizeof(double) * 11), *rdx = malloc(sizeof(double) * 55),
                *rdw = malloc(sizeof(double) * 45), *rdb = malloc(sizeof(double) * 9);
-        ref_lce(&k, in.x, in.w, in.b, in.t, g, rl, rdx, rdw, rdb, NULL);
+        ref_lce(&k, in.x, in.w, in.b, in.t, g, rl, rdx, rdw, rdb, NULL, NULL);
         ct_tensor *got[3] = {dx, dw, db};
         double *ref[3] = {rdx, rdw, rdb};
         int64_t nn[3] = {55, 45, 9};
