@@ -77,3 +77,20 @@ cten_configure() {
         python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "cuda"))')
     [ "$now" = "$cuda" ] || meson configure build -Dcuda="$cuda"
 }
+
+# Configures and builds build/ for this machine, for the scripts that run an
+# example: with the CUDA backend (where its toolkit is found) when a GPU is
+# here, else without it, whose kernels take minutes to compile and would be of
+# no use (scripts/test.sh builds them wherever it can: CI must). Sets
+# cten_gpu_build=1 when the build holds the CUDA backend and a GPU is here.
+cten_build_for_this_machine() {
+    cten_gpu_build=0
+    if cten_have_gpu; then
+        cten_configure auto
+    else
+        echo "cten: no GPU here, building without the CUDA backend"
+        cten_configure disabled
+    fi
+    ninja -C build
+    if cten_have_gpu && [ -e build/libcten-cuda.so ]; then cten_gpu_build=1; fi
+}

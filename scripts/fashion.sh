@@ -8,14 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 cten_deps
-# It builds what it runs: the CUDA kernels take minutes to compile and are of
-# no use on a machine without a GPU (scripts/test.sh builds them: CI must).
-if cten_have_gpu; then
-    cten_configure auto
-else
-    echo "cten: no GPU here, building without the CUDA backend"
-    cten_configure disabled
-fi
-ninja -C build
+cten_build_for_this_machine
 ./build/examples/cten-info
 ./build/examples/cten-fashion-cnn --device auto --checkpoint build/fashion_cnn.safetensors "$@"

@@ -13,21 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 cten_deps
-# It builds what it runs: the CUDA kernels take minutes to compile and are of
-# no use on a machine without a GPU (scripts/test.sh builds them: CI must).
-gpu=0
-if cten_have_gpu; then
-    cten_configure auto
-    gpu=1
-else
-    echo "cten: no GPU here, building without the CUDA backend"
-    cten_configure disabled
-fi
-ninja -C build
+cten_build_for_this_machine
 ./build/examples/cten-info
 run=(./build/examples/cten-train-lm --checkpoint build/lm.safetensors)
-# The CUDA backend is built only where the toolkit was found.
-if [ $gpu = 1 ] && [ -e build/libcten-cuda.so ]; then
+if [ "$cten_gpu_build" = 1 ]; then
     run+=(--device cuda --cuda-graph)
 else
     run+=(--layers 4 --width 128 --heads 4 --kv-heads 2 --context 128 --steps 800 --warmup 50

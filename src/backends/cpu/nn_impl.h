@@ -166,8 +166,7 @@ NN_HELPER void nn_register_floating(const nn_kernel *ks, size_t n) {
  * vector registers), add the tail into the first lanes and fold the lanes
  * pairwise: a fold of log2(NACC) vector steps, where a serial sum of the
  * lanes would be a chain of NACC scalar adds (most of the time of a row of
- * 100, such as an attention tile's). */
-/* acc[0] = the sum of the NACC lanes, folded pairwise. */
+ * 100, such as an attention tile's). fold: acc[0] = the sum of the lanes. */
 NN_HELPER NN_T NN_F(fold)(NN_T *restrict acc) {
     for (int w = NACC / 2; w > 0; w /= 2)
         for (int j = 0; j < w; j++) acc[j] += acc[j + w];
