@@ -6,7 +6,7 @@
  *
  *   bench_lm_step --shape gpt2-124m|llama-124m|small [--device cuda|cpu]
  *                 [--batch N] [--steps N] [--amp bf16|off] [--recompute 0|1]
- *                 [--activation-checkpointing 0|1]
+ *                 [--activation-checkpointing 0|1] [--cuda-graph 0|1]
  *
  * gpt2-124m: 12 layers, width 768, 12 heads, vocab 50304, context 1024,
  * batch 16, GELU MLP 3072, LayerNorm, learned positions; llama-124m: the
@@ -18,8 +18,10 @@
  * resident peak on the CPU). A GPU shape without a GPU prints a line saying
  * so and exits 0. --recompute 1 makes the MLP's activation again in the
  * backward (ct_set_recompute_enabled), --activation-checkpointing 1 each
- * block (ct_activation_checkpoint). CT_PROFILE=sync adds the per-op table
- * of the timed steps with device times (at exit, on stderr). */
+ * block (ct_activation_checkpoint). --cuda-graph 1 (a GPU only) records
+ * one whole step into a CUDA graph after the warmup steps and times its
+ * replays, as cten-train-lm --cuda-graph trains. CT_PROFILE=sync adds the
+ * per-op table of the timed steps with device times (at exit, on stderr). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +94,7 @@ int main(int argc, char **argv) {
     ct_device dev = CT_CPU;
     int64_t batch = 0, steps = 10, blocks = 3;
     int amp_opt = -1; /* -1: bf16 on a GPU, off on the CPU */
-    bool recompute = false, act_ckpt = false;
+    bool recompute = false, act_ckpt = false, use_graph = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--shape")) shape = argv[i + 1];
         else if (!strcmp(argv[i], "--device"))
@@ -103,6 +105,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--amp")) amp_opt = !strcmp(argv[i + 1], "bf16");
         else if (!strcmp(argv[i], "--recompute")) recompute = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--activation-checkpointing")) act_ckpt = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--cuda-graph")) use_graph = atoi(argv[i + 1]) != 0;
         else {
             fprintf(stderr, "bench_lm_step: unknown option %s\n", argv[i]);
             return 2;
@@ -121,6 +124,10 @@ int main(int argc, char **argv) {
         printf("bench_lm_step %s: skipped, no GPU\n", shape);
         return 0;
     }
+    if (use_graph && dev.type != CT_DEVICE_CUDA) {
+        fprintf(stderr, "bench_lm_step: --cuda-graph needs --device cuda\n");
+        return 2;
+    }
     ct_dtype amp = amp_opt < 0 ? (dev.type == CT_DEVICE_CUDA ? CT_BF16 : CT_F32)
                                : amp_opt ? CT_BF16 : CT_F32;
     ct_generator *gen = ct_generator_new(1);
@@ -135,6 +142,14 @@ int main(int argc, char **argv) {
     ct_tensor *y = ct_tensor_randint(gen, 0, cfg.vocab, CT_SHAPE(batch, cfg.context), CT_I64, dev);
     bool ok = m && opt && x && y;
     for (int i = 0; ok && i < 3; i++) ok = step(m, opt, x, y, amp, dev, recompute);
+    /* the warmup steps made what a capture cannot (cuBLAS and cuDNN plans,
+     * the allocator's blocks); the graph then replays a fifth step */
+    ct_cuda_graph *graph = NULL;
+    if (ok && use_graph) {
+        graph = ct_cuda_graph_capture_begin(dev.index);
+        ok = graph && step(m, opt, x, y, amp, dev, recompute);
+        ok = graph && ct_cuda_graph_capture_end(graph) == CT_OK && ok;
+    }
     sync(dev);
     /* CT_PROFILE's table then covers the timed steps alone, not the first
      * calls' plan building and autotuning */
@@ -142,7 +157,9 @@ int main(int argc, char **argv) {
     double *ms = calloc((size_t)blocks, sizeof *ms);
     for (int64_t b = 0; ok && ms && b < blocks; b++) {
         double t0 = now_s();
-        for (int64_t i = 0; ok && i < steps; i++) ok = step(m, opt, x, y, amp, dev, recompute);
+        for (int64_t i = 0; ok && i < steps; i++)
+            ok = graph ? ct_cuda_graph_replay(graph) == CT_OK
+                       : step(m, opt, x, y, amp, dev, recompute);
         sync(dev);
         ms[b] = 1e3 * (now_s() - t0) / (double)steps;
     }
@@ -151,14 +168,15 @@ int main(int argc, char **argv) {
     } else {
         qsort(ms, (size_t)blocks, sizeof *ms, cmp_double);
         double med = ms[blocks / 2];
-        printf("cten %s %s%s%s%s B%" PRId64 " T%" PRId64
+        printf("cten %s %s%s%s%s%s B%" PRId64 " T%" PRId64
                ": %.2f ms/step  %.0f tok/s  peak %.2f GiB\n",
                shape, dev.type == CT_DEVICE_CUDA ? "cuda" : "cpu",
                amp == CT_BF16 ? " bf16" : " f32", recompute ? " recompute" : "",
-               act_ckpt ? " checkpointed" : "", batch, cfg.context, med,
+               act_ckpt ? " checkpointed" : "", graph ? " graph" : "", batch, cfg.context, med,
                (double)(batch * cfg.context) / (med / 1e3), peak_gib(dev));
     }
     free(ms);
+    ct_cuda_graph_free(graph);
     ct_tensor_release(x);
     ct_tensor_release(y);
     ct_optim_free(opt);

@@ -9,7 +9,8 @@ knows (gpt2-124m, llama-124m: B16 T1024 vocab 50304; small: the CPU comparison's
 With --cten, the cten program runs in alternation with PyTorch, --rounds times each, and each
 line is printed as it comes, so the ratios come from one run on one machine; --recompute has
 cten recompute the MLP's activation in the backward (torch.compile's partitioner recomputes
-what it finds cheap on its own). A GPU shape on a
+what it finds cheap on its own); --cten-graph adds cten's step replayed from a CUDA graph. A GPU
+shape on a
 machine without a GPU prints a line saying so and exits 0."""
 import argparse
 import os
@@ -82,13 +83,15 @@ def run_torch(args, device, compiled):
     return B * cfg.context / med * 1e3
 
 
-def run_cten(args):
+def run_cten(args, graph=False):
     cmd = [args.cten, "--shape", args.shape, "--device", args.device, "--steps", str(args.steps),
            "--blocks", str(args.blocks)]
     if args.batch:
         cmd += ["--batch", str(args.batch)]
     if args.recompute:
         cmd += ["--recompute", "1"]
+    if graph:
+        cmd += ["--cuda-graph", "1"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
     print(out, flush=True)
     return float(out.split(" tok/s")[0].split()[-1]) if "tok/s" in out else None
@@ -105,6 +108,9 @@ def main():
     p.add_argument("--cten", help="bench_lm_step to run in alternation")
     p.add_argument("--recompute", action="store_true",
                    help="cten recomputes the MLP's activation in the backward")
+    p.add_argument("--cten-graph", action="store_true",
+                   help="cten also runs its step replayed from a CUDA graph (--cuda-graph 1), as "
+                        "its training loop does; torch.compile's default mode replays none")
     args = p.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -116,15 +122,17 @@ def main():
         for compiled in modes:
             rates.setdefault("compile" if compiled else "eager", []).append(
                 run_torch(args, device, compiled))
-        if args.cten:
-            r = run_cten(args)
+        for graph in ([False, True] if args.cten_graph else [False]) if args.cten else []:
+            r = run_cten(args, graph)
             if r:
-                rates.setdefault("cten", []).append(r)
-    if "cten" in rates:
-        c = statistics.median(rates["cten"])
+                rates.setdefault("cten graph" if graph else "cten", []).append(r)
+    for mine in ("cten", "cten graph"):
+        if mine not in rates:
+            continue
+        c = statistics.median(rates[mine])
         for k in ("eager", "compile"):
             if k in rates:
-                print(f"cten / torch {k} tokens/s: {c / statistics.median(rates[k]):.2f}x "
+                print(f"{mine} / torch {k} tokens/s: {c / statistics.median(rates[k]):.2f}x "
                       f"(medians of {args.rounds} rounds)")
 
 

@@ -17,7 +17,8 @@
 #      is there (Debian's dataset-fashion-mnist, or a copy in .data/),
 #   8. the language model's training step (bench_lm_step, GPT-2 and
 #      LLaMA-style 124M, B16 T1024 bf16) beside PyTorch eager and
-#      torch.compile (bench/torch_lm_step.py), then with --recompute 1.
+#      torch.compile (bench/torch_lm_step.py), eager and replayed from a
+#      CUDA graph, then with --recompute 1.
 # Every step runs even when an earlier check fails; a summary table ends the
 # output and the exit status is non-zero if any step failed. Logs go to $OUT
 # when it is set (gpu.log: every step's output; summary.txt; testlog.txt:
@@ -388,7 +389,7 @@ fi
 if [ "${CT_GPU_LM:-1}" != 0 ] && [ -x "$build/bench/bench_lm_step" ]; then
     for shape in gpt2-124m llama-124m; do
         step "lm-$shape" python3 bench/torch_lm_step.py --shape "$shape" --device cuda \
-            --cten "$build/bench/bench_lm_step" --rounds 1
+            --cten "$build/bench/bench_lm_step" --cten-graph --rounds 1
         step "lm-$shape-recompute" "$build/bench/bench_lm_step" --shape "$shape" --device cuda \
             --recompute 1
     done

@@ -115,6 +115,10 @@ static const op_names names[] = {
     {"unfold", NULL, "F.unfold"},
     {"fold", NULL, "F.fold"},
     {"interpolate_backward", "ct_interpolate", NULL},
+    {"add_rms_norm", NULL, "x + residual, then F.rms_norm (flash-attn's fused add + norm)"},
+    {"add_layer_norm", NULL, "x + residual, then F.layer_norm (flash-attn's fused add + norm)"},
+    {"add_rms_norm_backward", "ct_add_rms_norm", NULL},
+    {"add_layer_norm_backward", "ct_add_layer_norm", NULL},
 };
 
 /* An op without a formula that autograd differentiates all the same,

@@ -196,13 +196,43 @@ static ct_tensor *mlp(const lm_model *m, const lm_block *b, ct_tensor *x) {
     return ct_linear(h, b->w_out, b->b_out);
 }
 
-/* One block (ctx: its lm_block): x + attention(norm(x)), then + mlp(norm(.)). */
+/* norm(*x + branch), with *x becoming the sum: the residual add and the next
+ * norm in one pass (ct_add_rms_norm, ct_add_layer_norm), whose output has the
+ * dtype the next matmul reads under autocast. A NULL branch: norm(*x). */
+static ct_tensor *add_norm(const lm_model *m, ct_tensor **x, ct_tensor *branch, ct_tensor *w,
+                           ct_tensor *b) {
+    if (!*x) return NULL;
+    if (!branch) return norm(m, *x, w, b);
+    const int64_t shape[1] = {m->cfg.n_embd};
+    ct_dtype out = ct_autocast_enabled(m->device) ? ct_autocast_dtype(m->device) : CT_NUM_DTYPES;
+    ct_tensor *sum = NULL, *y;
+    if (m->cfg.family == LM_GPT2)
+        y = ct_add_layer_norm(*x, branch, 1, shape, w, b, m->cfg.norm_eps, out, &sum);
+    else
+        y = ct_add_rms_norm(*x, branch, 1, shape, w, m->cfg.norm_eps, out, &sum);
+    *x = y ? sum : NULL;
+    return y;
+}
+
+/* One block: *x + attention(norm(*x)), then + mlp(norm(.)), where the
+ * incoming *x still lacks the previous block's MLP output, *branch (NULL
+ * before the first block): each residual add is fused with the norm that
+ * reads its sum. On return *x lacks this block's MLP output, the new
+ * *branch. */
+static bool block_step(const lm_model *m, const lm_block *b, ct_tensor **x, ct_tensor **branch) {
+    ct_tensor *a = attention(m, b, add_norm(m, x, *branch, b->norm1_w, b->norm1_b));
+    *branch = mlp(m, b, add_norm(m, x, a, b->norm2_w, b->norm2_b));
+    return *x && *branch;
+}
+
+/* One whole block (ctx: its lm_block) for ct_activation_checkpoint, which
+ * takes a function of one tensor: x + attention(norm(x)), then + mlp(norm(.)). */
 static ct_tensor *block(void *ctx, int n, ct_tensor *const *in) {
     const lm_block *b = ctx;
-    const lm_model *m = b->model;
     (void)n;
-    ct_tensor *x = ct_add(in[0], attention(m, b, norm(m, in[0], b->norm1_w, b->norm1_b)));
-    return ct_add(x, mlp(m, b, norm(m, x, b->norm2_w, b->norm2_b)));
+    ct_tensor *x = in[0], *branch = NULL;
+    if (!block_step(b->model, b, &x, &branch)) return NULL;
+    return ct_add(x, branch);
 }
 
 ct_tensor *lm_model_hidden(lm_model *m, ct_tensor *tokens) {
@@ -210,6 +240,7 @@ ct_tensor *lm_model_hidden(lm_model *m, ct_tensor *tokens) {
     int64_t T = ct_tensor_size(tokens, 1);
     ct_tensor *x = ct_embedding(m->wte, tokens);
     if (c->family == LM_GPT2) x = ct_add(x, ct_narrow(m->wpe, 0, 0, T));
+    ct_tensor *branch = NULL; /* the last block's MLP output, not yet added to x */
     for (int64_t i = 0; x && i < c->n_layer; i++) {
         lm_block *b = &m->blocks[i];
         if (m->checkpoint_blocks) {
@@ -219,16 +250,17 @@ ct_tensor *lm_model_hidden(lm_model *m, ct_tensor *tokens) {
             continue;
         }
         /* The block's own scope frees what the backward does not read (the
-         * norms' outputs, the projections' results before the residual
-         * adds) at the block's end, as Python frees a temporary when its
-         * last reference goes: the tensors autograd saved stay alive, the
-         * rest of the step's activations do not wait for the step's end. */
+         * projections' results, the norms' outputs) at the block's end, as
+         * Python frees a temporary when its last reference goes: the tensors
+         * autograd saved stay alive, the rest of the step's activations do
+         * not wait for the step's end. */
         ct_scope *scope = ct_scope_begin();
-        x = block(b, 1, &x);
-        x = x ? ct_keep(x) : NULL;
+        bool ok = block_step(m, b, &x, &branch);
+        x = ok ? ct_keep(x) : NULL;
+        branch = ok ? ct_keep(branch) : NULL;
         ct_scope_end(scope);
     }
-    return x ? norm(m, x, m->normf_w, m->normf_b) : NULL;
+    return add_norm(m, &x, branch, m->normf_w, m->normf_b);
 }
 
 ct_tensor *lm_model_loss(lm_model *m, ct_tensor *tokens, ct_tensor *targets) {

@@ -212,6 +212,25 @@ ct_tensor *ct_layer_norm(ct_tensor *x, int nnorm, const int64_t *normalized_shap
 ct_status ct_layer_norm_backward(ct_tensor *grad_y, ct_tensor *x, ct_tensor *weight,
                                  ct_tensor *mean, ct_tensor *rstd, ct_tensor **dx,
                                  ct_tensor **dweight, ct_tensor **dbias);
+/* The residual add of a pre-norm transformer block fused with the next norm:
+ * sum = x + residual, y = rms_norm(sum) (or layer_norm(sum)) as above, in one pass over
+ * the rows. A block's x + f(norm(x)) then reads its residual stream once for both ops
+ * and, under autocast, writes the norm's output once in the dtype the next matmul reads.
+ * x and residual have the same shape, any strides and any floating dtypes; the sum is
+ * computed and stored in their promoted dtype (at least float32 inside an autocast region
+ * of their device, where norms run in float32), which weight and bias must have. y has
+ * dtype out_dtype (float16, bfloat16, float32 or float64), or the sum's when out_dtype is
+ * CT_NUM_DTYPES; y is the norm of the sum as stored, rounded to out_dtype as ct_to_dtype
+ * rounds. *sum, when
+ * sum is not NULL, receives the sum (a new tensor, the caller's). Gradients: the sum's
+ * and y's incoming gradients give x and residual the same gradient, each in its own dtype,
+ * in one pass. On failure returns NULL and leaves *sum unchanged. */
+ct_tensor *ct_add_rms_norm(ct_tensor *x, ct_tensor *residual, int nnorm,
+                           const int64_t *normalized_shape, ct_tensor *weight, double eps,
+                           ct_dtype out_dtype, ct_tensor **sum);
+ct_tensor *ct_add_layer_norm(ct_tensor *x, ct_tensor *residual, int nnorm,
+                             const int64_t *normalized_shape, ct_tensor *weight,
+                             ct_tensor *bias, double eps, ct_dtype out_dtype, ct_tensor **sum);
 
 /* ---- softmax and losses ----------------------------------------------------------------- */
 ct_tensor *ct_softmax(ct_tensor *x, int dim);
@@ -440,6 +459,8 @@ ct_status ct_chunk(ct_tensor *x, int64_t chunks, int dim, int max_out, ct_tensor
  *     float16 and bfloat16 inputs to float32 and run in float32;
  *   - scatter_add runs in the widest of its inputs' dtypes and the region's;
  *   - rms_norm and rope cast their weight / cos and sin to x's dtype;
+ *   - add_rms_norm and add_layer_norm add and normalize in float32 (or wider), reading
+ *     16-bit inputs as they are, and write y in the out_dtype they are given;
  *   - every other op, and every in-place op, runs on its inputs as given.
  * Only float32, float16 and bfloat16 tensors on the region's device type are cast; float64,
  * integer and bool tensors never are. A cast is the recorded op ct_to_dtype, so gradients

@@ -113,6 +113,16 @@ ct_tensor *cti_cross_entropy_backward_saved(ct_tensor *grad_loss, ct_tensor *log
                                             ct_tensor *target, ct_tensor *weight,
                                             ct_tensor *stats, const cti_loss_params *p);
 
+/* formulas_nn.c: add_rms_norm's and add_layer_norm's nodes run their backward op
+ * (src/ops/nn.c) from the saved sum and statistics (stat1: rstd, layer_norm's only)
+ * and the gradients of y and of the sum (either NULL: zero). gi[0..3]: the
+ * gradients of x and residual (in x_dtype and residual_dtype), weight and bias,
+ * each only where needs[k]. */
+ct_status cti_add_norm_backward(bool layer, ct_tensor *grad_y, ct_tensor *grad_sum,
+                                ct_tensor *sum, ct_tensor *weight, ct_tensor *stat0,
+                                ct_tensor *stat1, ct_dtype x_dtype, ct_dtype residual_dtype,
+                                const bool needs[4], ct_tensor **gi);
+
 /* formulas_linear_ce.c: ct_linear_cross_entropy. Inputs (x, weight,
  * bias|NULL); params a cti_lce_params. eager: saved the gradients the
  * forward computed with a sum's scale (dx in x's shape, dweight, dbias, each

@@ -6,6 +6,10 @@
  *   rms_norm:      in (x, weight|NULL); saved x, weight, inv_rms; no params
  *   layer_norm:    in (x, weight|NULL, bias|NULL); saved x, weight, mean, rstd;
  *                  no params
+ *   add_rms_norm:  in (x, residual, weight|NULL); out (y, sum); saved sum, weight,
+ *                  inv_rms; no params
+ *   add_layer_norm: in (x, residual, weight|NULL, bias|NULL); out (y, sum); saved
+ *                  sum, weight, mean, rstd; no params
  *   softmax,
  *   log_softmax:   in (x); saved the output y; cti_softmax_params (dim)
  *   cross_entropy,
@@ -48,6 +52,23 @@ CTI_BW(cti_bw_layer_norm) {
     SAVED(rstd, 3);
     return ct_layer_norm_backward(go[0], x, w, mean, rstd, n->needs[0] ? &gi[0] : NULL,
                                   n->needs[1] ? &gi[1] : NULL, n->needs[2] ? &gi[2] : NULL);
+}
+
+CTI_BW(cti_bw_add_rms_norm) {
+    SAVED(sum, 0);
+    SAVED(w, 1);
+    SAVED(inv, 2);
+    return cti_add_norm_backward(false, go[0], go[1], sum, w, inv, NULL, n->in_dtype[0],
+                                 n->in_dtype[1], n->needs, gi);
+}
+
+CTI_BW(cti_bw_add_layer_norm) {
+    SAVED(sum, 0);
+    SAVED(w, 1);
+    SAVED(mean, 2);
+    SAVED(rstd, 3);
+    return cti_add_norm_backward(true, go[0], go[1], sum, w, mean, rstd, n->in_dtype[0],
+                                 n->in_dtype[1], n->needs, gi);
 }
 
 CTI_BW(cti_bw_softmax) {

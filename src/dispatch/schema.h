@@ -143,8 +143,20 @@ typedef struct cti_pool_params {
     bool ceil_mode, count_include_pad;
 } cti_pool_params;
 
-/* RMS_NORM, LAYER_NORM and their backward ops: rows of d elements, each
- * normalized on its own; eps is the forward's (the backward ops leave it 0). */
+/* RMS_NORM, LAYER_NORM, the fused ADD_RMS_NORM and ADD_LAYER_NORM and their
+ * backward ops: rows of d elements, each normalized on its own; eps is the
+ * forward's (the backward ops leave it 0). The fused ops' records (every
+ * tensor contiguous; the dispatch dtype is the sum's, which weight and bias
+ * have; x, residual and y may each have another floating dtype):
+ *   add_rms_norm:   in x, residual, weight|NULL;        out y, sum, inv_rms
+ *   add_layer_norm: in x, residual, weight|NULL, bias|NULL; out y, sum, mean, rstd
+ *   add_rms_norm_backward:   in grad_y|NULL, grad_sum|NULL, sum, weight|NULL, inv_rms;
+ *                            out dx|NULL, dresidual|NULL, dweight|NULL
+ *   add_layer_norm_backward: in grad_y|NULL, grad_sum|NULL, sum, weight|NULL, mean, rstd;
+ *                            out dx|NULL, dresidual|NULL, dweight|NULL, dbias|NULL
+ * sum = x + residual rounded to its dtype; y = the norm of that stored sum;
+ * dx = dresidual = grad_sum + the norm's input gradient from grad_y (a NULL
+ * gradient is zero), each written in its own dtype. */
 typedef struct cti_norm_params {
     int64_t rows, d;
     double eps;
@@ -699,6 +711,13 @@ typedef struct cti_batch_norm_params {
     X(LAYER_NORM, "layer_norm", cti_norm_params, CTI_F(cti_bw_layer_norm),                   \
       LAYER_NORM_BACKWARD)                                                                   \
     X(LAYER_NORM_BACKWARD, "layer_norm_backward", cti_norm_params, CTI_NOFORMULA, NONE)      \
+    X(ADD_RMS_NORM, "add_rms_norm", cti_norm_params, CTI_F(cti_bw_add_rms_norm),             \
+      ADD_RMS_NORM_BACKWARD)                                                                 \
+    X(ADD_RMS_NORM_BACKWARD, "add_rms_norm_backward", cti_norm_params, CTI_NOFORMULA, NONE)  \
+    X(ADD_LAYER_NORM, "add_layer_norm", cti_norm_params, CTI_F(cti_bw_add_layer_norm),       \
+      ADD_LAYER_NORM_BACKWARD)                                                               \
+    X(ADD_LAYER_NORM_BACKWARD, "add_layer_norm_backward", cti_norm_params, CTI_NOFORMULA,    \
+      NONE)                                                                                  \
     X(SOFTMAX, "softmax", cti_softmax_params, CTI_F(cti_bw_softmax), SOFTMAX_BACKWARD)       \
     X(LOG_SOFTMAX, "log_softmax", cti_softmax_params, CTI_F(cti_bw_log_softmax),             \
       LOG_SOFTMAX_BACKWARD)                                                                  \

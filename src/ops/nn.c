@@ -328,6 +328,159 @@ fail:
     return ct_last_status();
 }
 
+/* ---- residual add fused with a norm ------------------------------------------------- */
+
+/* The dtype the fused ops compute and store the sum in: x's and residual's
+ * promoted dtype, float32 at least inside an autocast region of their device
+ * (norms are float32 ops there). */
+static ct_dtype add_norm_dtype(const ct_tensor *x, const ct_tensor *residual) {
+    ct_dtype dt = ct_promote_types(x->dtype, residual->dtype);
+    if ((dt == CT_F16 || dt == CT_BF16) && ct_autocast_enabled(dev(x))) dt = CT_F32;
+    return dt;
+}
+
+static ct_tensor *add_norm(const char *op, bool layer, ct_tensor *x, ct_tensor *residual,
+                           int nnorm, const int64_t *ns, ct_tensor *weight, ct_tensor *bias,
+                           double eps, ct_dtype out_dtype, ct_tensor **sum) {
+    ct_tensor *req[2] = {x, residual};
+    ct_tensor *all[4] = {x, residual, weight, bias};
+    cti_norm_params p = {.eps = eps};
+    if (cti_check_not_null(op, 2, req) || cti_check_same_device(op, layer ? 4 : 3, all) ||
+        cti_check_floating(op, x, "x") || cti_check_floating(op, residual, "residual") ||
+        check_shape_eq(op, residual, "residual", x->ndim, x->shape) ||
+        norm_split(op, x, nnorm, ns, &p.rows, &p.d) || check_eps(op, eps))
+        return NULL;
+    if (out_dtype != CT_NUM_DTYPES &&
+        ((unsigned)out_dtype >= CT_NUM_DTYPES || !ct_dtype_is_floating(out_dtype))) {
+        cti_error(CT_ERR_DTYPE, "%s: out_dtype %d is not a floating dtype (expected float16, "
+                  "bfloat16, float32, float64 or CT_NUM_DTYPES for the sum's)", op, (int)out_dtype);
+        return NULL;
+    }
+    ct_dtype sdt = add_norm_dtype(x, residual);
+    ct_dtype ydt = out_dtype == CT_NUM_DTYPES ? sdt : out_dtype;
+    ct_tensor *params[2] = {weight, bias};
+    const char *pname[2] = {"weight", "bias"};
+    for (int k = 0; k < 2; k++) {
+        ct_tensor *t = params[k];
+        if (!t) continue;
+        if (check_shape_eq(op, t, pname[k], nnorm, ns)) return NULL;
+        if (t->dtype != sdt) {
+            cti_error(CT_ERR_DTYPE, "%s: %s has dtype %s, expected the sum's %s (x %s + residual %s)",
+                      op, pname[k], ct_dtype_name(t->dtype), ct_dtype_name(sdt),
+                      ct_dtype_name(x->dtype), ct_dtype_name(residual->dtype));
+            return NULL;
+        }
+    }
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, layer ? CT_OP_ADD_LAYER_NORM : CT_OP_ADD_RMS_NORM);
+    if (!contig(&tp, x, &c.in[0]) || !contig(&tp, residual, &c.in[1]) ||
+        !contig(&tp, weight, &c.in[2]) || (layer && !contig(&tp, bias, &c.in[3])))
+        goto fail;
+    c.nin = layer ? 4 : 3;
+    int lead = x->ndim - nnorm;
+    c.nout = layer ? 4 : 3;
+    c.out[0] = cti_tensor_new(op, x->ndim, x->shape, ydt, dev(x));
+    c.out[1] = cti_tensor_new(op, x->ndim, x->shape, sdt, dev(x));
+    for (int k = 2; k < c.nout; k++)
+        c.out[k] = cti_tensor_new(op, lead, x->shape, stat_dtype(sdt), dev(x));
+    for (int k = 0; k < c.nout; k++)
+        if (!c.out[k]) {
+            cti_call_release_outputs(&c);
+            goto fail;
+        }
+    cti_call_params(&c, &p);
+    if (cti_run(&c, dev(x), sdt) != CT_OK) {
+        cti_call_release_outputs(&c);
+        goto fail;
+    }
+    temps_release(&tp);
+    ct_tensor *y = c.out[0], *s = c.out[1];
+    if (cti_ag_needed(c.nin, (ct_tensor *[]){x, residual, weight, bias})) {
+        cti_ag_rec r = {.name = layer ? "AddLayerNormBackward" : "AddRmsNormBackward",
+                        .backward = layer ? cti_bw_add_layer_norm : cti_bw_add_rms_norm,
+                        .nin = c.nin,
+                        .in = {x, residual, weight, bias},
+                        .nout = 2,
+                        .out = {y, s},
+                        .nsaved = layer ? 4 : 3,
+                        .saved = {s, weight, c.out[2], layer ? c.out[3] : NULL}};
+        if (cti_ag_record(&r) != CT_OK) {
+            cti_call_release_outputs(&c);
+            return NULL;
+        }
+    }
+    for (int k = 2; k < c.nout; k++) ct_tensor_release(c.out[k]);
+    if (sum) *sum = s;
+    else ct_tensor_release(s);
+    return y;
+fail:
+    temps_release(&tp);
+    return NULL;
+}
+
+ct_tensor *ct_add_rms_norm(ct_tensor *x, ct_tensor *residual, int nnorm,
+                           const int64_t *normalized_shape, ct_tensor *weight, double eps,
+                           ct_dtype out_dtype, ct_tensor **sum) {
+    return add_norm("ct_add_rms_norm", false, x, residual, nnorm, normalized_shape, weight, NULL,
+                    eps, out_dtype, sum);
+}
+
+ct_tensor *ct_add_layer_norm(ct_tensor *x, ct_tensor *residual, int nnorm,
+                             const int64_t *normalized_shape, ct_tensor *weight,
+                             ct_tensor *bias, double eps, ct_dtype out_dtype, ct_tensor **sum) {
+    return add_norm("ct_add_layer_norm", true, x, residual, nnorm, normalized_shape, weight, bias,
+                    eps, out_dtype, sum);
+}
+
+ct_status cti_add_norm_backward(bool layer, ct_tensor *grad_y, ct_tensor *grad_sum,
+                                ct_tensor *sum, ct_tensor *weight, ct_tensor *stat0,
+                                ct_tensor *stat1, ct_dtype x_dtype, ct_dtype residual_dtype,
+                                const bool needs[4], ct_tensor **gi) {
+    const char *op = layer ? "ct_add_layer_norm_backward" : "ct_add_rms_norm_backward";
+    int nnorm = sum->ndim - stat0->ndim;
+    const int64_t *ns = sum->shape + stat0->ndim;
+    bool want_x = needs[0], want_r = needs[1], want_w = weight && needs[2];
+    bool want_b = layer && needs[3];
+    if (!want_x && !want_r && !want_w && !want_b) return CT_OK;
+    if (!grad_y && !grad_sum) return CT_OK;
+    if (!grad_y) {
+        /* Only the sum was used: its gradient passes to x and residual. */
+        ct_status st = CT_OK;
+        if (want_x) st = (gi[0] = ct_to_dtype(grad_sum, x_dtype)) ? CT_OK : ct_last_status();
+        if (st == CT_OK && want_r)
+            st = (gi[1] = ct_to_dtype(grad_sum, residual_dtype)) ? CT_OK : ct_last_status();
+        return st;
+    }
+    temps tp = {.n = 0};
+    ct_call c;
+    cti_call_init(&c, layer ? CT_OP_ADD_LAYER_NORM_BACKWARD : CT_OP_ADD_RMS_NORM_BACKWARD);
+    if (!contig(&tp, grad_y, &c.in[0]) || !contig(&tp, grad_sum, &c.in[1]) ||
+        !contig(&tp, sum, &c.in[2]) || !contig(&tp, weight, &c.in[3]) ||
+        !contig(&tp, stat0, &c.in[4]) || (layer && !contig(&tp, stat1, &c.in[5])))
+        goto fail;
+    c.nin = layer ? 6 : 5;
+    c.nout = layer ? 4 : 3;
+    c.out[0] = want_x ? cti_tensor_new(op, sum->ndim, sum->shape, x_dtype, dev(sum)) : NULL;
+    c.out[1] = want_r ? cti_tensor_new(op, sum->ndim, sum->shape, residual_dtype, dev(sum)) : NULL;
+    c.out[2] = want_w ? cti_tensor_new(op, nnorm, ns, sum->dtype, dev(sum)) : NULL;
+    if (layer) c.out[3] = want_b ? cti_tensor_new(op, nnorm, ns, sum->dtype, dev(sum)) : NULL;
+    if ((want_x && !c.out[0]) || (want_r && !c.out[1]) || (want_w && !c.out[2]) ||
+        (want_b && !c.out[3])) {
+        cti_call_release_outputs(&c);
+        goto fail;
+    }
+    cti_norm_params p = {.rows = prod(sum->shape, 0, stat0->ndim), .d = prod(ns, 0, nnorm)};
+    cti_call_params(&c, &p);
+    if (run(&c, sum) != CT_OK) goto fail;
+    temps_release(&tp);
+    for (int k = 0; k < c.nout; k++) gi[k] = c.out[k];
+    return CT_OK;
+fail:
+    temps_release(&tp);
+    return ct_last_status();
+}
+
 /* ---- softmax ------------------------------------------------------------------------------- */
 
 /* Splits x's shape around dim into outer * D * inner: p gets them, the wrapped dim and lg. */

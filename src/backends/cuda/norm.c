@@ -1,4 +1,5 @@
-/* CT_OP_RMS_NORM, CT_OP_LAYER_NORM and their backward ops for CUDA tensors:
+/* CT_OP_RMS_NORM, CT_OP_LAYER_NORM, the fused CT_OP_ADD_RMS_NORM and
+ * CT_OP_ADD_LAYER_NORM (schema.h) and their backward ops for CUDA tensors:
  * the CPU kernels' call records (src/backends/cpu/norm.c; cti_norm_params
  * rows, d, eps, every tensor contiguous as the front ends hand them over)
  * into launches of norm.cu.
@@ -20,13 +21,14 @@ static void *opt_out(const ct_call *c, int k) {
     return k < c->nout && c->out[k] ? cti_data(c->out[k]) : NULL;
 }
 
-static ct_status launch(ct_call *c, cti_cuda_norm *a, bool bwd) {
+/* ref: the tensor whose device runs the kernels and whose dtype is the
+ * record's (x; the fused ops' sum). */
+static ct_status launch(ct_call *c, cti_cuda_norm *a, bool bwd, const ct_tensor *ref) {
     const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
-    const ct_tensor *x = c->in[bwd ? 1 : 0];
-    int dev = x->storage->device.index;
-    a->dt = x->dtype;
+    int dev = ref->storage->device.index;
+    a->dt = ref->dtype;
     a->rows = p->rows;
     a->d = p->d;
     cudaStream_t stream;
@@ -60,7 +62,7 @@ static ct_status k_rms_norm(ct_call *c) {
     a.w = opt_data(c->in[1]);
     a.y = cti_data(c->out[0]);
     a.rstd_out = opt_out(c, 1);
-    return launch(c, &a, false);
+    return launch(c, &a, false, c->in[0]);
 }
 
 static ct_status k_rms_norm_backward(ct_call *c) {
@@ -73,7 +75,7 @@ static ct_status k_rms_norm_backward(ct_call *c) {
     a.rstd = cti_data(c->in[3]);
     a.y = opt_out(c, 0);
     a.dw = a.w ? opt_out(c, 1) : NULL;
-    return launch(c, &a, true);
+    return launch(c, &a, true, c->in[1]);
 }
 
 static ct_status k_layer_norm(ct_call *c) {
@@ -87,7 +89,7 @@ static ct_status k_layer_norm(ct_call *c) {
     a.y = cti_data(c->out[0]);
     a.mean_out = opt_out(c, 1);
     a.rstd_out = opt_out(c, 2);
-    return launch(c, &a, false);
+    return launch(c, &a, false, c->in[0]);
 }
 
 static ct_status k_layer_norm_backward(ct_call *c) {
@@ -102,7 +104,62 @@ static ct_status k_layer_norm_backward(ct_call *c) {
     a.y = opt_out(c, 0);
     a.dw = a.w ? opt_out(c, 1) : NULL;
     a.db = opt_out(c, 2);
-    return launch(c, &a, true);
+    return launch(c, &a, true, c->in[1]);
+}
+
+/* add_rms_norm / add_layer_norm: in x, residual, weight|NULL(, bias|NULL);
+ * out y, sum, then inv_rms or mean and rstd. */
+static ct_status k_add_norm(ct_call *c) {
+    bool layer = c->op == CT_OP_ADD_LAYER_NORM;
+    cti_cuda_norm a;
+    memset(&a, 0, sizeof a);
+    a.add = true;
+    a.layer = layer;
+    a.eps = CTI_PARAMS(c, cti_norm_params)->eps;
+    a.x = cti_data(c->in[0]);
+    a.xdt = c->in[0]->dtype;
+    a.res = cti_data(c->in[1]);
+    a.rdt = c->in[1]->dtype;
+    a.w = opt_data(c->in[2]);
+    a.b = layer ? opt_data(c->in[3]) : NULL;
+    a.y = cti_data(c->out[0]);
+    a.ydt = c->out[0]->dtype;
+    a.sum = cti_data(c->out[1]);
+    if (layer) {
+        a.mean_out = opt_out(c, 2);
+        a.rstd_out = opt_out(c, 3);
+    } else {
+        a.rstd_out = opt_out(c, 2);
+    }
+    return launch(c, &a, false, c->out[1]);
+}
+
+/* Their backward: in grad_y, grad_sum|NULL, sum, weight|NULL, then inv_rms or
+ * mean and rstd; out dx|NULL, dresidual|NULL, dweight|NULL(, dbias|NULL). */
+static ct_status k_add_norm_backward(ct_call *c) {
+    bool layer = c->op == CT_OP_ADD_LAYER_NORM_BACKWARD;
+    cti_cuda_norm a;
+    memset(&a, 0, sizeof a);
+    a.add = true;
+    a.layer = layer;
+    a.g = cti_data(c->in[0]);
+    a.ydt = c->in[0]->dtype;
+    a.gsum = opt_data(c->in[1]);
+    a.x = cti_data(c->in[2]);
+    a.w = opt_data(c->in[3]);
+    if (layer) {
+        a.mean = cti_data(c->in[4]);
+        a.rstd = cti_data(c->in[5]);
+    } else {
+        a.rstd = cti_data(c->in[4]);
+    }
+    a.y = opt_out(c, 0);
+    a.xdt = c->out[0] ? c->out[0]->dtype : c->in[2]->dtype;
+    a.dres = opt_out(c, 1);
+    a.rdt = c->out[1] ? c->out[1]->dtype : c->in[2]->dtype;
+    a.dw = a.w ? opt_out(c, 2) : NULL;
+    a.db = layer ? opt_out(c, 3) : NULL;
+    return launch(c, &a, true, c->in[2]);
 }
 
 void cti_cuda_register_norm(void) {
@@ -115,5 +172,12 @@ void cti_cuda_register_norm(void) {
         cti_register_kernel(CT_OP_LAYER_NORM, CT_DEVICE_CUDA, dt, k_layer_norm, "cuda_layer_norm");
         cti_register_kernel(CT_OP_LAYER_NORM_BACKWARD, CT_DEVICE_CUDA, dt, k_layer_norm_backward,
                             "cuda_layer_norm_backward");
+        cti_register_kernel(CT_OP_ADD_RMS_NORM, CT_DEVICE_CUDA, dt, k_add_norm, "cuda_add_rms_norm");
+        cti_register_kernel(CT_OP_ADD_RMS_NORM_BACKWARD, CT_DEVICE_CUDA, dt, k_add_norm_backward,
+                            "cuda_add_rms_norm_backward");
+        cti_register_kernel(CT_OP_ADD_LAYER_NORM, CT_DEVICE_CUDA, dt, k_add_norm,
+                            "cuda_add_layer_norm");
+        cti_register_kernel(CT_OP_ADD_LAYER_NORM_BACKWARD, CT_DEVICE_CUDA, dt, k_add_norm_backward,
+                            "cuda_add_layer_norm_backward");
     }
 }

@@ -932,12 +932,559 @@ cudaError_t backward(const cti_cuda_norm *a, int sm_count, cudaStream_t st, cons
     return cudaGetLastError();
 }
 
+// ---- residual add fused with the norm ---------------------------------------------------
+// add_rms_norm / add_layer_norm: sum = x + res rounded to the sum's dtype S
+// and stored, y = the norm of the stored sum in the dtype y asks for; the
+// backward's dx = grad_sum + the norm's input gradient, stored twice (dx and
+// dres, each in its own dtype). x, res, y, g and the outputs each have a
+// dtype of their own, known only at run time: a warp-uniform switch per
+// access picks it (the kernels are bound by memory, and one kernel per
+// dtype combination would multiply their number by 64). Rows whose every
+// tensor takes 4-element vectors go through register kernels like fwd_reg
+// and bwd_reg (TPR threads a row, NV chunks of 4 a thread, the row read
+// once); float64 sums, other rows and rows longer than 8192 through loop
+// kernels, a block a row, that read the stored sum again for each pass.
+
+// A row of nvec chunks takes the smallest TPR that holds it in two chunks a
+// thread, rows past 1024 chunks up to eight a thread at 512 threads a row:
+// more threads a row beat more chunks a thread here. float32 sums of 768
+// (GPT-2's LayerNorm, bf16 residual and output) on the H200, forward and
+// backward: 74 and 95 us with 32 threads of six chunks, 68 and 84 with 64 of
+// three, 61 and 75 with 128 of two.
+constexpr int kAddNumTpr = 4;
+constexpr int kAddTprs[kAddNumTpr] = {32, 64, 128, 512};
+constexpr int kAddMaxNv = 8;
+constexpr int kAddNumCfg = kAddNumTpr * kAddMaxNv;
+__host__ __device__ constexpr int add_block(int tpr) { return tpr > 128 ? tpr : 128; }
+__host__ __device__ constexpr int add_nv_max(int t) { return t == kAddNumTpr - 1 ? kAddMaxNv : 2; }
+
+template <int DT, int VEC, class A>
+__device__ __forceinline__ void ld_typed(const void *base, int64_t i, A (&v)[VEC]) {
+    typedef typename dtype<DT>::T T;
+    const T *p = static_cast<const T *>(base) + i;
+    if constexpr (VEC == 4 && sizeof(T) <= 4) {
+        struct alignas(4 * sizeof(T)) V4 { T e[4]; };
+        const V4 r = *reinterpret_cast<const V4 *>(p);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = (A)dtype<DT>::dec(r.e[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) v[k] = (A)dtype<DT>::dec(p[k]);
+    }
+}
+
+template <int DT, int VEC, class A>
+__device__ __forceinline__ void st_typed(void *base, int64_t i, const A (&v)[VEC]) {
+    typedef typename dtype<DT>::T T;
+    T *p = static_cast<T *>(base) + i;
+    if constexpr (VEC == 4 && sizeof(T) <= 4) {
+        struct alignas(4 * sizeof(T)) V4 { T e[4]; };
+        V4 r;
+#pragma unroll
+        for (int k = 0; k < 4; k++) r.e[k] = dtype<DT>::enc(v[k]);
+        *reinterpret_cast<V4 *>(p) = r;
+    } else {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) p[k] = dtype<DT>::enc(v[k]);
+    }
+}
+
+// VEC elements of a floating tensor of run-time dtype dt from element i.
+template <int VEC, class A>
+__device__ __forceinline__ void ld_any(int dt, const void *base, int64_t i, A (&v)[VEC]) {
+    switch (dt) {
+    case CT_F16: ld_typed<CT_F16, VEC>(base, i, v); break;
+    case CT_BF16: ld_typed<CT_BF16, VEC>(base, i, v); break;
+    case CT_F32: ld_typed<CT_F32, VEC>(base, i, v); break;
+    default: ld_typed<CT_F64, VEC>(base, i, v); break;
+    }
+}
+
+template <int VEC, class A>
+__device__ __forceinline__ void st_any(int dt, void *base, int64_t i, const A (&v)[VEC]) {
+    switch (dt) {
+    case CT_F16: st_typed<CT_F16, VEC>(base, i, v); break;
+    case CT_BF16: st_typed<CT_BF16, VEC>(base, i, v); break;
+    case CT_F32: st_typed<CT_F32, VEC>(base, i, v); break;
+    default: st_typed<CT_F64, VEC>(base, i, v); break;
+    }
+}
+
+// v rounded to dtype dt and back: the value the stored sum holds.
+template <class A> __device__ __forceinline__ A round_to(int dt, A v) {
+    if (dt == CT_F16) return (A)dec_f16(enc_f16((float)v));
+    if (dt == CT_BF16) return (A)dec_bf16(enc_bf16((float)v));
+    if (dt == CT_F32) return (A)(float)v;
+    return v;
+}
+
+// The register kernels (float sums; every pointer takes 4-element vectors).
+template <bool LAYER, int TPR, int NV>
+__global__ void __launch_bounds__(add_block(TPR)) add_fwd_reg(const cti_cuda_norm a) {
+    constexpr int BLOCK = add_block(TPR), RPB = BLOCK / TPR, VEC = 4;
+    __shared__ float red[BLOCK / 32];
+    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    const int64_t D = a.d, groups = (a.rows + RPB - 1) / RPB;
+    const int sdt = a.dt;
+    for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
+        const int64_t row = gi * RPB + slot;
+        const bool live = row < a.rows;
+        const int64_t off = (live ? row : 0) * D;
+        float v[NV][VEC];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (live && e < D) {
+                float xv[VEC], rv[VEC];
+                ld_any<VEC>(a.xdt, a.x, off + e, xv);
+                ld_any<VEC>(a.rdt, a.res, off + e, rv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) v[j][i] = round_to(sdt, xv[i] + rv[i]);
+                st_any<VEC>(sdt, a.sum, off + e, v[j]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < VEC; i++) v[j][i] = 0;
+            }
+        }
+        float s[1] = {0};
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) s[0] += LAYER ? v[j][i] : v[j][i] * v[j][i];
+        row_sum<TPR>(s, red);
+        float mean = 0, inv;
+        if constexpr (LAYER) {
+            mean = s[0] / (float)D;
+            float q[1] = {centered_squares<VEC, TPR, NV, true>(v, mean, lane, D)};
+            row_sum<TPR>(q, red);
+            inv = 1.0f / sqrtf(q[0] / (float)D + (float)a.eps);
+        } else {
+            inv = 1.0f / sqrtf(s[0] / (float)D + (float)a.eps);
+        }
+        if (!live) continue;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (e >= D) continue;
+            float o[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) o[i] = LAYER ? (v[j][i] - mean) * inv : v[j][i] * inv;
+            if (a.w) {
+                float wv[VEC];
+                ld_any<VEC>(sdt, a.w, e, wv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) o[i] *= wv[i];
+            }
+            if (LAYER && a.b) {
+                float bv[VEC];
+                ld_any<VEC>(sdt, a.b, e, bv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) o[i] += bv[i];
+            }
+            st_any<VEC>(a.ydt, a.y, off + e, o);
+        }
+        if (lane == 0) {
+            if (a.rstd_out) static_cast<float *>(a.rstd_out)[row] = inv;
+            if (LAYER && a.mean_out) static_cast<float *>(a.mean_out)[row] = mean;
+        }
+    }
+}
+
+template <bool LAYER, int TPR, int NV>
+__global__ void __launch_bounds__(add_block(TPR)) add_bwd_reg(const cti_cuda_norm a) {
+    constexpr int BLOCK = add_block(TPR), RPB = BLOCK / TPR, VEC = 4, N = LAYER ? 2 : 1;
+    __shared__ float red[N * BLOCK / 32];
+    __shared__ float cols[RPB > 1 ? TPR * NV * VEC : 1];
+    const int lane = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    const int64_t D = a.d, groups = (a.rows + RPB - 1) / RPB;
+    const int sdt = a.dt;
+    const bool want_dx = a.y || a.dres, want_w = a.dw != nullptr, want_b = LAYER && a.db != nullptr;
+    float aw[NV][VEC], ab[NV][VEC];
+#pragma unroll
+    for (int j = 0; j < NV; j++)
+#pragma unroll
+        for (int i = 0; i < VEC; i++) aw[j][i] = ab[j][i] = 0;
+    for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
+        const int64_t row = gi * RPB + slot;
+        const bool live = row < a.rows;
+        const int64_t off = (live ? row : 0) * D;
+        float xv[NV][VEC], gv[NV][VEC];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int e = (j * TPR + lane) * VEC;
+            if (live && e < D) {
+                ld_any<VEC>(sdt, a.x, off + e, xv[j]);
+                ld_any<VEC>(a.ydt, a.g, off + e, gv[j]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < VEC; i++) xv[j][i] = gv[j][i] = 0;
+            }
+        }
+        const float rs = live ? static_cast<const float *>(a.rstd)[row] : 0.0f;
+        const float mu = LAYER && live ? static_cast<const float *>(a.mean)[row] : 0.0f;
+        if (want_dx) {
+            float s[N];
+#pragma unroll
+            for (int k = 0; k < N; k++) s[k] = 0;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int e = (j * TPR + lane) * VEC;
+                float wv[VEC] = {1, 1, 1, 1};
+                if (a.w && e < D) ld_any<VEC>(sdt, a.w, e, wv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    const float gw = gv[j][i] * wv[i];
+                    if constexpr (LAYER) {
+                        s[0] += gw;
+                        s[1] += gw * xv[j][i];
+                    } else {
+                        s[0] += gw * xv[j][i];
+                    }
+                }
+            }
+            row_sum<TPR>(s, red);
+            float c0, c1;
+            dx_coef<LAYER>(s, (float)D, rs, mu, c0, c1);
+            if (live)
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    const int e = (j * TPR + lane) * VEC;
+                    if (e >= D) continue;
+                    float wv[VEC] = {1, 1, 1, 1}, o[VEC], hv[VEC] = {0, 0, 0, 0};
+                    if (a.w) ld_any<VEC>(sdt, a.w, e, wv);
+                    if (a.gsum) ld_any<VEC>(sdt, a.gsum, off + e, hv);
+#pragma unroll
+                    for (int i = 0; i < VEC; i++)
+                        o[i] = hv[i] + dx_of<LAYER>(gv[j][i] * wv[i], xv[j][i], rs, mu, c0, c1);
+                    if (a.y) st_any<VEC>(a.xdt, a.y, off + e, o);
+                    if (a.dres) st_any<VEC>(a.rdt, a.dres, off + e, o);
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                if (want_w)
+                    aw[j][i] += LAYER ? gv[j][i] * ((xv[j][i] - mu) * rs) : gv[j][i] * xv[j][i] * rs;
+                if (want_b) ab[j][i] += gv[j][i];
+            }
+    }
+    float *part = static_cast<float *>(a.work);
+    if (want_w) write_part<TPR, NV, VEC, RPB>(aw, part + (int64_t)blockIdx.x * D, D, cols);
+    if (want_b)
+        write_part<TPR, NV, VEC, RPB>(
+            ab, part + ((want_w ? (int64_t)gridDim.x : 0) + blockIdx.x) * D, D, cols);
+}
+
+// The loop kernels: any dtypes, any alignment, any length; A is double for a
+// float64 sum.
+template <class A, bool LAYER>
+__global__ void __launch_bounds__(kLoopBlock) add_fwd_loop(const cti_cuda_norm a) {
+    __shared__ A red[kLoopBlock / 32];
+    const int64_t D = a.d;
+    const int sdt = a.dt;
+    for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+        const int64_t off = row * D;
+        A s[1] = {0};
+        for (int64_t e = threadIdx.x; e < D; e += kLoopBlock) {
+            A xv[1], rv[1];
+            ld_any<1>(a.xdt, a.x, off + e, xv);
+            ld_any<1>(a.rdt, a.res, off + e, rv);
+            A v[1] = {round_to(sdt, xv[0] + rv[0])};
+            st_any<1>(sdt, a.sum, off + e, v);
+            s[0] += LAYER ? v[0] : v[0] * v[0];
+        }
+        row_sum<kLoopBlock>(s, red);
+        A mean = 0, inv;
+        if constexpr (LAYER) {
+            mean = s[0] / (A)D;
+            A q[1] = {0};
+            // each thread reads back the elements it stored itself
+            for (int64_t e = threadIdx.x; e < D; e += kLoopBlock) {
+                A v[1];
+                ld_any<1>(sdt, a.sum, off + e, v);
+                q[0] += (v[0] - mean) * (v[0] - mean);
+            }
+            row_sum<kLoopBlock>(q, red);
+            inv = (A)1 / msqrt(q[0] / (A)D + (A)a.eps);
+        } else {
+            inv = (A)1 / msqrt(s[0] / (A)D + (A)a.eps);
+        }
+        for (int64_t e = threadIdx.x; e < D; e += kLoopBlock) {
+            A v[1];
+            ld_any<1>(sdt, a.sum, off + e, v);
+            A o[1] = {LAYER ? (v[0] - mean) * inv : v[0] * inv};
+            if (a.w) {
+                A wv[1];
+                ld_any<1>(sdt, a.w, e, wv);
+                o[0] *= wv[0];
+            }
+            if (LAYER && a.b) {
+                A bv[1];
+                ld_any<1>(sdt, a.b, e, bv);
+                o[0] += bv[0];
+            }
+            st_any<1>(a.ydt, a.y, off + e, o);
+        }
+        if (threadIdx.x == 0) {
+            if (a.rstd_out) static_cast<A *>(a.rstd_out)[row] = inv;
+            if (LAYER && a.mean_out) static_cast<A *>(a.mean_out)[row] = mean;
+        }
+    }
+}
+
+template <class A, bool LAYER>
+__global__ void __launch_bounds__(kLoopBlock) add_bwd_loop(const cti_cuda_norm a) {
+    constexpr int N = LAYER ? 2 : 1;
+    __shared__ A red[N * kLoopBlock / 32];
+    const int64_t D = a.d;
+    const int sdt = a.dt;
+    const bool want_dx = a.y || a.dres, want_w = a.dw != nullptr, want_b = LAYER && a.db != nullptr;
+    A *pw = want_w ? static_cast<A *>(a.work) + (int64_t)blockIdx.x * D : nullptr;
+    A *pb = want_b ? static_cast<A *>(a.work) + ((want_w ? (int64_t)gridDim.x : 0) + blockIdx.x) * D
+                   : nullptr;
+    for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+        const int64_t off = row * D;
+        const A rs = static_cast<const A *>(a.rstd)[row];
+        const A mu = LAYER ? static_cast<const A *>(a.mean)[row] : (A)0;
+        A c0 = 0, c1 = 0;
+        if (want_dx) {
+            A s[N];
+#pragma unroll
+            for (int k = 0; k < N; k++) s[k] = 0;
+            for (int64_t e = threadIdx.x; e < D; e += kLoopBlock) {
+                A xv[1], gv[1], wv[1] = {1};
+                ld_any<1>(sdt, a.x, off + e, xv);
+                ld_any<1>(a.ydt, a.g, off + e, gv);
+                if (a.w) ld_any<1>(sdt, a.w, e, wv);
+                const A gw = gv[0] * wv[0];
+                if constexpr (LAYER) {
+                    s[0] += gw;
+                    s[1] += gw * xv[0];
+                } else {
+                    s[0] += gw * xv[0];
+                }
+            }
+            row_sum<kLoopBlock>(s, red);
+            dx_coef<LAYER>(s, (A)D, rs, mu, c0, c1);
+        }
+        const bool first = row == blockIdx.x;
+        for (int64_t e = threadIdx.x; e < D; e += kLoopBlock) {
+            A xv[1], gv[1];
+            ld_any<1>(sdt, a.x, off + e, xv);
+            ld_any<1>(a.ydt, a.g, off + e, gv);
+            if (want_dx) {
+                A wv[1] = {1}, hv[1] = {0};
+                if (a.w) ld_any<1>(sdt, a.w, e, wv);
+                if (a.gsum) ld_any<1>(sdt, a.gsum, off + e, hv);
+                A o[1] = {hv[0] + dx_of<LAYER>(gv[0] * wv[0], xv[0], rs, mu, c0, c1)};
+                if (a.y) st_any<1>(a.xdt, a.y, off + e, o);
+                if (a.dres) st_any<1>(a.rdt, a.dres, off + e, o);
+            }
+            if (pw) {
+                A t = LAYER ? gv[0] * ((xv[0] - mu) * rs) : gv[0] * xv[0] * rs;
+                pw[e] = first ? t : pw[e] + t;
+            }
+            if (pb) pb[e] = first ? gv[0] : pb[e] + gv[0];
+        }
+    }
+}
+
+#define CTI_ADD_CASES(KERNEL, L)                                                               \
+    CTI_ADD_CASE(KERNEL, L, 0) CTI_ADD_CASE(KERNEL, L, 1) CTI_ADD_CASE(KERNEL, L, 2)           \
+    CTI_ADD_CASE(KERNEL, L, 3) CTI_ADD_CASE(KERNEL, L, 4) CTI_ADD_CASE(KERNEL, L, 5)           \
+    CTI_ADD_CASE(KERNEL, L, 6) CTI_ADD_CASE(KERNEL, L, 7) CTI_ADD_CASE(KERNEL, L, 8)           \
+    CTI_ADD_CASE(KERNEL, L, 9) CTI_ADD_CASE(KERNEL, L, 10) CTI_ADD_CASE(KERNEL, L, 11)         \
+    CTI_ADD_CASE(KERNEL, L, 12) CTI_ADD_CASE(KERNEL, L, 13) CTI_ADD_CASE(KERNEL, L, 14)        \
+    CTI_ADD_CASE(KERNEL, L, 15) CTI_ADD_CASE(KERNEL, L, 16) CTI_ADD_CASE(KERNEL, L, 17)        \
+    CTI_ADD_CASE(KERNEL, L, 18) CTI_ADD_CASE(KERNEL, L, 19) CTI_ADD_CASE(KERNEL, L, 20)        \
+    CTI_ADD_CASE(KERNEL, L, 21) CTI_ADD_CASE(KERNEL, L, 22) CTI_ADD_CASE(KERNEL, L, 23)        \
+    CTI_ADD_CASE(KERNEL, L, 24) CTI_ADD_CASE(KERNEL, L, 25) CTI_ADD_CASE(KERNEL, L, 26)        \
+    CTI_ADD_CASE(KERNEL, L, 27) CTI_ADD_CASE(KERNEL, L, 28) CTI_ADD_CASE(KERNEL, L, 29)        \
+    CTI_ADD_CASE(KERNEL, L, 30) CTI_ADD_CASE(KERNEL, L, 31)
+#define CTI_ADD_CASE(KERNEL, L, k)                                                             \
+    case k:                                                                                    \
+        if constexpr (k % kAddMaxNv < add_nv_max(k / kAddMaxNv))                               \
+            return KERNEL<L, kAddTprs[k / kAddMaxNv], k % kAddMaxNv + 1>;                      \
+        else                                                                                   \
+            return nullptr;
+
+// Configuration cfg = tpr index * kAddMaxNv + (NV - 1); -1 is the loop kernel;
+// nullptr for a configuration the plan never picks, which is not compiled.
+template <bool LAYER> norm_kernel add_fwd_kernel(int cfg, bool dbl) {
+    switch (cfg) {
+        CTI_ADD_CASES(add_fwd_reg, LAYER)
+    default: return dbl ? add_fwd_loop<double, LAYER> : add_fwd_loop<float, LAYER>;
+    }
+}
+
+template <bool LAYER> norm_kernel add_bwd_kernel(int cfg, bool dbl) {
+    switch (cfg) {
+        CTI_ADD_CASES(add_bwd_reg, LAYER)
+    default: return dbl ? add_bwd_loop<double, LAYER> : add_bwd_loop<float, LAYER>;
+    }
+}
+#undef CTI_ADD_CASE
+#undef CTI_ADD_CASES
+
+size_t esize_of(int dt) { return dt == CT_F64 ? 8 : dt == CT_F32 ? 4 : 2; }
+
+// p takes loads of 4 elements of dtype dt at every multiple of 4 elements.
+bool aligned4(const void *p, int dt) {
+    return p == nullptr || (reinterpret_cast<uintptr_t>(p) % (4 * esize_of(dt))) == 0;
+}
+
+struct AddPlan {
+    int cfg;      // register configuration, -1: the loop kernels
+    int block;
+    int64_t grid;
+};
+
+int add_occupancy(bool layer, int cfg, bool dbl) {
+    // [layer][cfg + 1 or the double loop kernel]
+    static std::atomic<int> cache[2][kAddNumCfg + 2];
+    const int slot = cfg < 0 ? (dbl ? kAddNumCfg + 1 : 0) : cfg + 1;
+    std::atomic<int> &c = cache[layer][slot];
+    int n = c.load(std::memory_order_relaxed);
+    if (n > 0) return n;
+    const int block = cfg < 0 ? kLoopBlock : add_block(kAddTprs[cfg / kAddMaxNv]);
+    norm_kernel k = layer ? add_bwd_kernel<true>(cfg, dbl) : add_bwd_kernel<false>(cfg, dbl);
+    if (!k || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, block, 0) != cudaSuccess) {
+        cudaGetLastError();
+        n = 1;
+    }
+    if (n < 1) n = 1;
+    int expected = 0;
+    c.compare_exchange_strong(expected, n, std::memory_order_relaxed);
+    return c.load(std::memory_order_relaxed);
+}
+
+AddPlan add_plan(const cti_cuda_norm *a, int sm_count, bool bwd) {
+    AddPlan p;
+    const int64_t D = a->d;
+    const bool dbl = a->dt == CT_F64;
+    bool vec = !dbl && D % 4 == 0 && aligned4(a->x, a->dt) && aligned4(a->w, a->dt) &&
+               aligned4(a->b, a->dt);
+    if (bwd)
+        vec = vec && aligned4(a->g, a->ydt) && aligned4(a->gsum, a->dt) &&
+              aligned4(a->y, a->xdt) && aligned4(a->dres, a->rdt);
+    else
+        vec = vec && aligned4(a->res, a->rdt) && aligned4(a->sum, a->dt) && aligned4(a->y, a->ydt);
+    p.cfg = -1;
+    const int64_t nvec = D / 4;
+    for (int t = 0; vec && t < kAddNumTpr && p.cfg < 0; t++)
+        if ((int64_t)kAddTprs[t] * add_nv_max(t) >= nvec) {
+            const int64_t nv = (nvec + kAddTprs[t] - 1) / kAddTprs[t];
+            p.cfg = t * kAddMaxNv + (int)(nv > 0 ? nv - 1 : 0);
+        }
+    p.block = p.cfg < 0 ? kLoopBlock : add_block(kAddTprs[p.cfg / kAddMaxNv]);
+    const int rpb = p.cfg < 0 ? 1 : p.block / kAddTprs[p.cfg / kAddMaxNv];
+    int64_t grid = (a->rows + rpb - 1) / rpb;
+    // As many blocks as the device holds at once: the forward's grid-stride
+    // loop then starts no block twice, and each backward block writes one
+    // row of partial sums.
+    const int64_t resident =
+        (int64_t)(sm_count > 0 ? sm_count : 1) * add_occupancy(a->layer, p.cfg, dbl);
+    if (grid > resident) grid = resident;
+    if (bwd && p.cfg < 0) {
+        const int64_t cap = ((int64_t)1 << 24) / (D > 0 ? D : 1);
+        if (grid > cap) grid = cap;
+    }
+    if (grid > INT_MAX) grid = INT_MAX;
+    p.grid = grid > 0 ? grid : 1;
+    return p;
+}
+
+size_t add_work_bytes(const cti_cuda_norm *a, int sm_count) {
+    const int ngrad = (a->dw ? 1 : 0) + (a->layer && a->db ? 1 : 0);
+    if (ngrad == 0 || a->rows == 0 || a->d == 0) return 0;
+    AddPlan p = add_plan(a, sm_count, true);
+    return (size_t)ngrad * (size_t)p.grid * (size_t)a->d * (a->dt == CT_F64 ? 8 : 4);
+}
+
+const char *add_routine(bool layer, bool bwd, bool loop, bool params) {
+    static const char *const names[2][3][2] = {
+        {{"cten_add_rms_norm_fwd_vec", "cten_add_rms_norm_fwd_loop"},
+         {"cten_add_rms_norm_bwd_vec", "cten_add_rms_norm_bwd_loop"},
+         {"cten_add_rms_norm_bwd_vec+cten_norm_param_sum",
+          "cten_add_rms_norm_bwd_loop+cten_norm_param_sum"}},
+        {{"cten_add_layer_norm_fwd_vec", "cten_add_layer_norm_fwd_loop"},
+         {"cten_add_layer_norm_bwd_vec", "cten_add_layer_norm_bwd_loop"},
+         {"cten_add_layer_norm_bwd_vec+cten_norm_param_sum",
+          "cten_add_layer_norm_bwd_loop+cten_norm_param_sum"}}};
+    return names[layer][bwd ? (params ? 2 : 1) : 0][loop];
+}
+
+cudaError_t add_forward(const cti_cuda_norm *a, int sm_count, cudaStream_t st,
+                        const char **routine) {
+    AddPlan p = add_plan(a, sm_count, false);
+    *routine = add_routine(a->layer, false, p.cfg < 0, false);
+    if (a->rows == 0) return cudaSuccess;
+    const bool dbl = a->dt == CT_F64;
+    norm_kernel k = a->layer ? add_fwd_kernel<true>(p.cfg, dbl) : add_fwd_kernel<false>(p.cfg, dbl);
+    if (!k) return cudaErrorInvalidValue;
+    k<<<(unsigned)p.grid, p.block, 0, st>>>(*a);
+    return cudaGetLastError();
+}
+
+template <int DT> void param_sum_launch(const ParamSum &ps, unsigned bx, unsigned n, cudaStream_t st) {
+    param_sum<DT><<<dim3(bx, n), dim3(kSumX, kSumY), 0, st>>>(ps);
+}
+
+cudaError_t add_backward(const cti_cuda_norm *a, int sm_count, cudaStream_t st,
+                         const char **routine) {
+    const bool want_w = a->dw != nullptr, want_b = a->layer && a->db != nullptr;
+    const int ngrad = (want_w ? 1 : 0) + (want_b ? 1 : 0);
+    AddPlan p = add_plan(a, sm_count, true);
+    *routine = add_routine(a->layer, true, p.cfg < 0, ngrad > 0);
+    if (!a->y && !a->dres && ngrad == 0) return cudaSuccess;
+    if (a->d == 0) return cudaSuccess;
+    const size_t es = esize_of(a->dt);
+    if (a->rows == 0) {
+        cudaError_t e = cudaSuccess;
+        if (want_w) e = cudaMemsetAsync(a->dw, 0, (size_t)a->d * es, st);
+        if (e == cudaSuccess && want_b) e = cudaMemsetAsync(a->db, 0, (size_t)a->d * es, st);
+        return e;
+    }
+    if (ngrad > 0 && !a->work) return cudaErrorInvalidValue;
+    const bool dbl = a->dt == CT_F64;
+    norm_kernel k = a->layer ? add_bwd_kernel<true>(p.cfg, dbl) : add_bwd_kernel<false>(p.cfg, dbl);
+    if (!k) return cudaErrorInvalidValue;
+    k<<<(unsigned)p.grid, p.block, 0, st>>>(*a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || ngrad == 0) return e;
+    ParamSum ps = {{nullptr, nullptr}, {nullptr, nullptr}, 0, 0};
+    const size_t acc = dbl ? 8 : 4;
+    const char *base = static_cast<const char *>(a->work);
+    int n = 0;
+    if (want_w) {
+        ps.part[n] = base;
+        ps.out[n++] = a->dw;
+    }
+    if (want_b) {
+        ps.part[n] = base + (want_w ? (size_t)p.grid * (size_t)a->d * acc : 0);
+        ps.out[n++] = a->db;
+    }
+    ps.P = p.grid;
+    ps.D = a->d;
+    const int64_t bx = (a->d + kSumX - 1) / kSumX;
+    if (bx > INT_MAX) return cudaErrorInvalidValue;
+    switch (a->dt) {
+    case CT_F16: param_sum_launch<CT_F16>(ps, (unsigned)bx, (unsigned)n, st); break;
+    case CT_BF16: param_sum_launch<CT_BF16>(ps, (unsigned)bx, (unsigned)n, st); break;
+    case CT_F32: param_sum_launch<CT_F32>(ps, (unsigned)bx, (unsigned)n, st); break;
+    default: param_sum_launch<CT_F64>(ps, (unsigned)bx, (unsigned)n, st); break;
+    }
+    return cudaGetLastError();
+}
+
 } // namespace
 } // namespace cti
 
 extern "C" {
 
 size_t cti_cuda_norm_work(const cti_cuda_norm *a, int sm_count) {
+    if (a->add) return cti::add_work_bytes(a, sm_count);
     switch (a->dt) {
     case CT_F16: return cti::work_bytes<CT_F16>(a, sm_count);
     case CT_BF16: return cti::work_bytes<CT_BF16>(a, sm_count);
@@ -949,6 +1496,7 @@ size_t cti_cuda_norm_work(const cti_cuda_norm *a, int sm_count) {
 
 cudaError_t cti_cuda_norm_forward(const cti_cuda_norm *a, int sm_count, cudaStream_t stream,
                                   const char **routine) {
+    if (a->add) return cti::add_forward(a, sm_count, stream, routine);
     switch (a->dt) {
     case CT_F16: return cti::forward<CT_F16>(a, sm_count, stream, routine);
     case CT_BF16: return cti::forward<CT_BF16>(a, sm_count, stream, routine);
@@ -960,6 +1508,7 @@ cudaError_t cti_cuda_norm_forward(const cti_cuda_norm *a, int sm_count, cudaStre
 
 cudaError_t cti_cuda_norm_backward(const cti_cuda_norm *a, int sm_count, cudaStream_t stream,
                                    const char **routine) {
+    if (a->add) return cti::add_backward(a, sm_count, stream, routine);
     switch (a->dt) {
     case CT_F16: return cti::backward<CT_F16>(a, sm_count, stream, routine);
     case CT_BF16: return cti::backward<CT_BF16>(a, sm_count, stream, routine);

@@ -136,6 +136,14 @@ typedef struct cti_cuda_norm {
     void *rstd_out;      /* forward: inv_rms / rstd */
     void *dw, *db;       /* backward: grads of weight and bias */
     void *work;          /* backward: cti_cuda_norm_work bytes when that is > 0 */
+    /* add_rms_norm / add_layer_norm (add): the forward reads x (dtype xdt) and res
+     * (rdt), writes their sum (dt) to sum and the norm of it to y (ydt); the
+     * backward reads g (ydt), gsum (dt, NULL: zero) and the saved sum as x, and
+     * writes dx to y (xdt) and the same values to dres (rdt), either NULL. */
+    bool add;
+    ct_dtype xdt, rdt, ydt;
+    const void *res, *gsum;
+    void *sum, *dres;
 } cti_cuda_norm;
 
 /* Scratch bytes the backward needs for the per-block partial sums of dw and
