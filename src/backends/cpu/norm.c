@@ -46,9 +46,6 @@ static bool stream_scale_row(const float *restrict x, const float *restrict w, f
 }
 #endif
 
-#define NN_TYPED "norm.c"
-#include "nn_types.h"
-
 typedef struct norm_ctx {
     ct_call *c;
     int64_t rows, d, nchunk;
@@ -62,6 +59,68 @@ typedef struct norm_ctx {
 static char *opt_at(const ct_tensor *t, int64_t i) {
     return t ? cti_data(t) + i * (int64_t)ct_dtype_size(t->dtype) : NULL;
 }
+
+/* Rows of any floating dtype to and from float or double rows (the fused add's row loops). */
+static size_t esz(const ct_tensor *t) { return ct_dtype_size(t->dtype); }
+
+/* Row r of t (NULL when t is NULL). */
+static char *row_at(const ct_tensor *t, int64_t r, int64_t d) {
+    return t ? cti_data(t) + r * d * (int64_t)esz(t) : NULL;
+}
+
+static void load_d(const void *src, ct_dtype dt, int64_t n, double *restrict dst) {
+    if (dt == CT_F64) {
+        memcpy(dst, src, sizeof(double) * (size_t)n);
+    } else if (dt == CT_F32) {
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = s[i];
+    } else {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = dt == CT_F16 ? ct_f16_to_f32(s[i]) : cti_bf16_to_f32(s[i]);
+    }
+}
+
+/* float64 to any floating dtype; a 16-bit one through float32, as ct_to_dtype converts. */
+static void store_d(const double *restrict src, ct_dtype dt, int64_t n, void *dst) {
+    if (dt == CT_F64) {
+        memcpy(dst, src, sizeof(double) * (size_t)n);
+    } else if (dt == CT_F32) {
+        float *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = (float)src[i];
+    } else {
+        uint16_t *o = dst;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = dt == CT_F16 ? ct_f32_to_f16((float)src[i]) : cti_f32_to_bf16((float)src[i]);
+    }
+}
+
+/* float32 rows to any floating dtype (store_f32 and float64). */
+static void store_any_f(const float *restrict src, ct_dtype dt, int64_t n, void *dst) {
+    if (dt == CT_F64) {
+        double *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = src[i];
+    } else {
+        store_f32(src, dt, n, 1, dst);
+    }
+}
+
+/* A float32 view of row r of t: the row itself when t is float32, else its
+ * values converted into buf (a float64 gradient of a y asked for in float64
+ * is rounded to the float32 the sum is computed in). */
+static const float *row_f(const ct_tensor *t, int64_t r, int64_t d, float *buf) {
+    if (t->dtype == CT_F32) return (const float *)row_at(t, r, d);
+    if (t->dtype == CT_F64) {
+        const double *s = (const double *)row_at(t, r, d);
+        for (int64_t i = 0; i < d; i++) buf[i] = (float)s[i];
+    } else {
+        load_f32(row_at(t, r, d), t->dtype, d, 1, buf);
+    }
+    return buf;
+}
+
+#define NN_TYPED "norm.c"
+#include "nn_types.h"
 
 /* rms_norm forward: in x, weight|NULL; out y, inv_rms|NULL. */
 static void rms_fwd_task(int64_t r0, int64_t r1, void *p) {
@@ -347,121 +406,9 @@ static ct_status k_layer_norm_backward(ct_call *c) {
 /* ---- residual add fused with the norm ---------------------------------------------------
  * add_rms_norm / add_layer_norm (schema.h): per row, sum = x + residual in float (double
  * for a float64 sum), rounded to the sum's dtype and stored; y is the norm of the stored
- * row, by the row functions above. The backward forms the norm's dx into a float row,
- * adds grad_sum and writes it as dx and dresidual, each in its own dtype. */
-
-static size_t esz(const ct_tensor *t) { return ct_dtype_size(t->dtype); }
-
-/* Row r of t (NULL when t is NULL). */
-static char *row_at(const ct_tensor *t, int64_t r, int64_t d) {
-    return t ? cti_data(t) + r * d * (int64_t)esz(t) : NULL;
-}
-
-static void load_d(const void *src, ct_dtype dt, int64_t n, double *restrict dst) {
-    if (dt == CT_F64) {
-        memcpy(dst, src, sizeof(double) * (size_t)n);
-    } else if (dt == CT_F32) {
-        const float *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = s[i];
-    } else {
-        const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = dt == CT_F16 ? ct_f16_to_f32(s[i]) : cti_bf16_to_f32(s[i]);
-    }
-}
-
-/* float64 to any floating dtype; a 16-bit one through float32, as ct_to_dtype converts. */
-static void store_d(const double *restrict src, ct_dtype dt, int64_t n, void *dst) {
-    if (dt == CT_F64) {
-        memcpy(dst, src, sizeof(double) * (size_t)n);
-    } else if (dt == CT_F32) {
-        float *o = dst;
-        for (int64_t i = 0; i < n; i++) o[i] = (float)src[i];
-    } else {
-        uint16_t *o = dst;
-        for (int64_t i = 0; i < n; i++)
-            o[i] = dt == CT_F16 ? ct_f32_to_f16((float)src[i]) : cti_f32_to_bf16((float)src[i]);
-    }
-}
-
-/* float32 rows to any floating dtype (store_f32 and float64). */
-static void store_any_f(const float *restrict src, ct_dtype dt, int64_t n, void *dst) {
-    if (dt == CT_F64) {
-        double *o = dst;
-        for (int64_t i = 0; i < n; i++) o[i] = src[i];
-    } else {
-        store_f32(src, dt, n, 1, dst);
-    }
-}
-
-/* A float32 view of row r of t: the row itself when t is float32, else its
- * values converted into buf (a float64 gradient of a y asked for in float64
- * is rounded to the float32 the sum is computed in). */
-static const float *row_f(const ct_tensor *t, int64_t r, int64_t d, float *buf) {
-    if (t->dtype == CT_F32) return (const float *)row_at(t, r, d);
-    if (t->dtype == CT_F64) {
-        const double *s = (const double *)row_at(t, r, d);
-        for (int64_t i = 0; i < d; i++) buf[i] = (float)s[i];
-    } else {
-        load_f32(row_at(t, r, d), t->dtype, d, 1, buf);
-    }
-    return buf;
-}
-
-static void add_norm_fwd_d(norm_ctx *k, bool layer, int64_t r0, int64_t r1) {
-    ct_call *c = k->c;
-    ct_tensor *x = c->in[0], *res = c->in[1], *y = c->out[0], *s = c->out[1];
-    int64_t d = k->d;
-    double *buf = scratch(sizeof(double) * (size_t)(2 * d));
-    if (!buf) {
-        atomic_store(&k->oom, true);
-        return;
-    }
-    const double *W = (const double *)opt_at(c->in[2], 0);
-    const double *B = layer ? (const double *)opt_at(c->in[3], 0) : NULL;
-    double *S0 = (double *)cti_data(c->out[2]), *S1 = layer ? (double *)cti_data(c->out[3]) : NULL;
-    for (int64_t r = r0; r < r1; r++) {
-        double *sr = (double *)row_at(s, r, d), *t = buf;
-        load_d(row_at(x, r, d), x->dtype, d, sr);
-        load_d(row_at(res, r, d), res->dtype, d, t);
-        for (int64_t i = 0; i < d; i++) sr[i] += t[i];
-        double *yr = y->dtype == CT_F64 ? (double *)row_at(y, r, d) : buf + d;
-        if (layer) ln_fwd_row_d(sr, W, B, yr, d, k->eps, S0 + r, S1 + r);
-        else S0[r] = rms_fwd_row_d(sr, W, yr, d, k->eps);
-        if (y->dtype != CT_F64) store_d(yr, y->dtype, d, row_at(y, r, d));
-    }
-    free(buf);
-}
-
-static void add_norm_fwd_f(norm_ctx *k, bool layer, int64_t r0, int64_t r1) {
-    ct_call *c = k->c;
-    ct_tensor *x = c->in[0], *res = c->in[1], *w = c->in[2], *b = layer ? c->in[3] : NULL;
-    ct_tensor *y = c->out[0], *s = c->out[1];
-    int64_t d = k->d;
-    float *buf = scratch(sizeof(float) * (size_t)(6 * d));
-    if (!buf) {
-        atomic_store(&k->oom, true);
-        return;
-    }
-    float *xt = buf, *rt = buf + d, *st = buf + 2 * d, *yt = buf + 3 * d;
-    const float *W = w ? row_f(w, 0, d, buf + 4 * d) : NULL;
-    const float *B = b ? row_f(b, 0, d, buf + 5 * d) : NULL;
-    float *S0 = (float *)cti_data(c->out[2]), *S1 = layer ? (float *)cti_data(c->out[3]) : NULL;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = row_f(x, r, d, xt), *rr = row_f(res, r, d, rt);
-        float *sr = s->dtype == CT_F32 ? (float *)row_at(s, r, d) : st;
-        for (int64_t i = 0; i < d; i++) sr[i] = xr[i] + rr[i];
-        if (s->dtype != CT_F32) { /* the norm reads the sum as stored */
-            store_f32(st, s->dtype, d, 1, row_at(s, r, d));
-            load_f32(row_at(s, r, d), s->dtype, d, 1, st);
-        }
-        float *yr = y->dtype == CT_F32 ? (float *)row_at(y, r, d) : yt;
-        if (layer) ln_fwd_row_f(sr, W, B, yr, d, (float)k->eps, S0 + r, S1 + r);
-        else S0[r] = rms_fwd_row_f(sr, W, yr, d, (float)k->eps);
-        if (y->dtype != CT_F32) store_any_f(yt, y->dtype, d, row_at(y, r, d));
-    }
-    free(buf);
-}
+ * row, by the row functions. The backward forms the norm's dx into a float row, adds
+ * grad_sum and writes it as dx and dresidual, each in its own dtype. The row loops are
+ * add_norm_fwd and add_norm_bwd of the typed part, in float and in double. */
 
 static void add_rms_fwd_task(int64_t r0, int64_t r1, void *p) {
     norm_ctx *k = p;
@@ -485,85 +432,6 @@ static ct_status k_add_layer_norm(ct_call *c) {
     const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
     norm_ctx k = {.c = c, .rows = p->rows, .d = p->d, .eps = p->eps};
     return run_rows(&k, add_ln_fwd_task, "ct_add_layer_norm");
-}
-
-/* The backward's inputs: grad_y, grad_sum|NULL, sum, weight|NULL, stat0, stat1 (layer);
- * outputs dx|NULL, dresidual|NULL, dw|NULL, db|NULL (layer). */
-static void add_norm_bwd_d(norm_ctx *k, bool layer, int64_t c0, int64_t c1) {
-    ct_call *c = k->c;
-    ct_tensor *g = c->in[0], *gs = c->in[1], *s = c->in[2];
-    ct_tensor *dx = c->out[0], *dr = c->out[1], *dw = c->out[2], *db = layer ? c->out[3] : NULL;
-    int64_t d = k->d;
-    double *buf = scratch(sizeof(double) * (size_t)(4 * d));
-    if (!buf) {
-        atomic_store(&k->oom, true);
-        return;
-    }
-    double *gr = buf, *dxr = buf + d, *tmp = buf + 2 * d, *gsr = buf + 3 * d;
-    const double *W = (const double *)opt_at(c->in[3], 0), *S0 = (const double *)cti_data(c->in[4]);
-    const double *S1 = layer ? (const double *)cti_data(c->in[5]) : NULL;
-    bool want_dx = dx || dr;
-    for (int64_t ch = c0; ch < c1; ch++) {
-        int64_t r0 = chunk_begin(k->rows, k->nchunk, ch), r1 = chunk_begin(k->rows, k->nchunk, ch + 1);
-        double *DW = dw ? (double *)k->dw_part + ch * d : NULL;
-        double *DB = db ? (double *)k->db_part + ch * d : NULL;
-        if (DW) memset(DW, 0, sizeof(double) * (size_t)d);
-        if (DB) memset(DB, 0, sizeof(double) * (size_t)d);
-        for (int64_t r = r0; r < r1; r++) {
-            const double *sr = (const double *)row_at(s, r, d);
-            load_d(row_at(g, r, d), g->dtype, d, gr);
-            double *o = want_dx ? dxr : NULL;
-            if (layer) ln_bwd_row_d(gr, sr, W, S0[r], S1[r], o, DW, DB, tmp, d);
-            else rms_bwd_row_d(gr, sr, W, S0[r], o, DW, d);
-            if (!want_dx) continue;
-            if (gs) {
-                load_d(row_at(gs, r, d), gs->dtype, d, gsr);
-                for (int64_t i = 0; i < d; i++) dxr[i] += gsr[i];
-            }
-            if (dx) store_d(dxr, dx->dtype, d, row_at(dx, r, d));
-            if (dr) store_d(dxr, dr->dtype, d, row_at(dr, r, d));
-        }
-    }
-    free(buf);
-}
-
-static void add_norm_bwd_f(norm_ctx *k, bool layer, int64_t c0, int64_t c1) {
-    ct_call *c = k->c;
-    ct_tensor *g = c->in[0], *gs = c->in[1], *s = c->in[2], *w = c->in[3];
-    ct_tensor *dx = c->out[0], *dr = c->out[1], *dw = c->out[2], *db = layer ? c->out[3] : NULL;
-    int64_t d = k->d;
-    float *buf = scratch(sizeof(float) * (size_t)(6 * d));
-    if (!buf) {
-        atomic_store(&k->oom, true);
-        return;
-    }
-    float *gt = buf, *st = buf + d, *dxr = buf + 2 * d, *tmp = buf + 3 * d, *gst = buf + 4 * d;
-    const float *W = w ? row_f(w, 0, d, buf + 5 * d) : NULL;
-    const float *S0 = (const float *)cti_data(c->in[4]);
-    const float *S1 = layer ? (const float *)cti_data(c->in[5]) : NULL;
-    bool want_dx = dx || dr;
-    for (int64_t ch = c0; ch < c1; ch++) {
-        int64_t r0 = chunk_begin(k->rows, k->nchunk, ch), r1 = chunk_begin(k->rows, k->nchunk, ch + 1);
-        float *DW = dw ? (float *)k->dw_part + ch * d : NULL;
-        float *DB = db ? (float *)k->db_part + ch * d : NULL;
-        if (DW) memset(DW, 0, sizeof(float) * (size_t)d);
-        if (DB) memset(DB, 0, sizeof(float) * (size_t)d);
-        for (int64_t r = r0; r < r1; r++) {
-            const float *gr = row_f(g, r, d, gt), *sr = row_f(s, r, d, st);
-            /* dx straight into a float32 output that no dresidual needs copied from */
-            float *o = !want_dx ? NULL : dx && dx->dtype == CT_F32 ? (float *)row_at(dx, r, d) : dxr;
-            if (layer) ln_bwd_row_f(gr, sr, W, S0[r], S1[r], o, DW, DB, tmp, d);
-            else rms_bwd_row_f(gr, sr, W, S0[r], o, DW, d);
-            if (!o) continue;
-            if (gs) {
-                const float *gsr = row_f(gs, r, d, gst);
-                for (int64_t i = 0; i < d; i++) o[i] += gsr[i];
-            }
-            if (dx && o != (float *)row_at(dx, r, d)) store_any_f(o, dx->dtype, d, row_at(dx, r, d));
-            if (dr) store_any_f(o, dr->dtype, d, row_at(dr, r, d));
-        }
-    }
-    free(buf);
 }
 
 static void add_rms_bwd_task(int64_t c0, int64_t c1, void *p) {
@@ -698,6 +566,105 @@ static void NN_F(ln_bwd_row)(const NN_T *restrict g, const NN_T *restrict x,
         for (int64_t i = 0; i < d; i++) dw[i] += g[i] * ((x[i] - mean) * rstd);
     if (db)
         for (int64_t i = 0; i < d; i++) db[i] += g[i];
+}
+
+
+/* ---- the fused residual add, once per row type ---------------------------------------------
+ * Rows of a tensor of any floating dtype as NN_T rows: the tensor's own row when it has the
+ * row type, else converted into buf; and NN_T rows stored in any floating dtype. */
+#if NN_IS_FLOAT
+static const float *NN_F(row_as)(const ct_tensor *t, int64_t r, int64_t d, float *buf) {
+    return row_f(t, r, d, buf);
+}
+static void NN_F(store_as)(const float *src, ct_dtype dt, int64_t n, void *dst) {
+    store_any_f(src, dt, n, dst);
+}
+#else
+static const double *NN_F(row_as)(const ct_tensor *t, int64_t r, int64_t d, double *buf) {
+    if (t->dtype == CT_F64) return (const double *)row_at(t, r, d);
+    load_d(row_at(t, r, d), t->dtype, d, buf);
+    return buf;
+}
+static void NN_F(store_as)(const double *src, ct_dtype dt, int64_t n, void *dst) {
+    store_d(src, dt, n, dst);
+}
+#endif
+
+/* add_rms_norm / add_layer_norm forward over rows [r0, r1): in x, residual, weight|NULL
+ * (, bias|NULL); out y, sum, inv_rms or mean and rstd. */
+static void NN_F(add_norm_fwd)(norm_ctx *k, bool layer, int64_t r0, int64_t r1) {
+    ct_call *c = k->c;
+    ct_tensor *x = c->in[0], *res = c->in[1], *w = c->in[2], *b = layer ? c->in[3] : NULL;
+    ct_tensor *y = c->out[0], *s = c->out[1];
+    const ct_dtype own = NN_IS_FLOAT ? CT_F32 : CT_F64;
+    int64_t d = k->d;
+    NN_T *buf = scratch(sizeof(NN_T) * (size_t)(6 * d));
+    if (!buf) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    NN_T *xt = buf, *rt = buf + d, *st = buf + 2 * d, *yt = buf + 3 * d;
+    const NN_T *W = w ? NN_F(row_as)(w, 0, d, buf + 4 * d) : NULL;
+    const NN_T *B = b ? NN_F(row_as)(b, 0, d, buf + 5 * d) : NULL;
+    NN_T *S0 = (NN_T *)cti_data(c->out[2]), *S1 = layer ? (NN_T *)cti_data(c->out[3]) : NULL;
+    for (int64_t r = r0; r < r1; r++) {
+        const NN_T *xr = NN_F(row_as)(x, r, d, xt), *rr = NN_F(row_as)(res, r, d, rt);
+        NN_T *sr = s->dtype == own ? (NN_T *)row_at(s, r, d) : st;
+        for (int64_t i = 0; i < d; i++) sr[i] = xr[i] + rr[i];
+        if (s->dtype != own) { /* the norm reads the sum as stored */
+            NN_F(store_as)(st, s->dtype, d, row_at(s, r, d));
+            NN_F(row_as)(s, r, d, st);
+        }
+        NN_T *yr = y->dtype == own ? (NN_T *)row_at(y, r, d) : yt;
+        if (layer) NN_F(ln_fwd_row)(sr, W, B, yr, d, (NN_T)k->eps, S0 + r, S1 + r);
+        else S0[r] = NN_F(rms_fwd_row)(sr, W, yr, d, (NN_T)k->eps);
+        if (y->dtype != own) NN_F(store_as)(yt, y->dtype, d, row_at(y, r, d));
+    }
+    free(buf);
+}
+
+/* Their backward over chunks [c0, c1): in grad_y, grad_sum|NULL, sum, weight|NULL, then
+ * inv_rms or mean and rstd; out dx|NULL, dresidual|NULL, dw|NULL(, db|NULL): the norm's
+ * dx into a row of NN_T, grad_sum added, stored as dx and as dresidual. */
+static void NN_F(add_norm_bwd)(norm_ctx *k, bool layer, int64_t c0, int64_t c1) {
+    ct_call *c = k->c;
+    ct_tensor *g = c->in[0], *gs = c->in[1], *s = c->in[2], *w = c->in[3];
+    ct_tensor *dx = c->out[0], *dr = c->out[1], *dw = c->out[2], *db = layer ? c->out[3] : NULL;
+    const ct_dtype own = NN_IS_FLOAT ? CT_F32 : CT_F64;
+    int64_t d = k->d;
+    NN_T *buf = scratch(sizeof(NN_T) * (size_t)(6 * d));
+    if (!buf) {
+        atomic_store(&k->oom, true);
+        return;
+    }
+    NN_T *gt = buf, *st = buf + d, *dxr = buf + 2 * d, *tmp = buf + 3 * d, *gst = buf + 4 * d;
+    const NN_T *W = w ? NN_F(row_as)(w, 0, d, buf + 5 * d) : NULL;
+    const NN_T *S0 = (const NN_T *)cti_data(c->in[4]);
+    const NN_T *S1 = layer ? (const NN_T *)cti_data(c->in[5]) : NULL;
+    bool want_dx = dx || dr;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        int64_t r0 = chunk_begin(k->rows, k->nchunk, ch), r1 = chunk_begin(k->rows, k->nchunk, ch + 1);
+        NN_T *DW = dw ? (NN_T *)k->dw_part + ch * d : NULL;
+        NN_T *DB = db ? (NN_T *)k->db_part + ch * d : NULL;
+        if (DW) memset(DW, 0, sizeof(NN_T) * (size_t)d);
+        if (DB) memset(DB, 0, sizeof(NN_T) * (size_t)d);
+        for (int64_t r = r0; r < r1; r++) {
+            const NN_T *gr = NN_F(row_as)(g, r, d, gt), *sr = NN_F(row_as)(s, r, d, st);
+            /* dx straight into an output of the row type, which dresidual copies */
+            NN_T *own_dx = dx && dx->dtype == own ? (NN_T *)row_at(dx, r, d) : NULL;
+            NN_T *o = !want_dx ? NULL : own_dx ? own_dx : dxr;
+            if (layer) NN_F(ln_bwd_row)(gr, sr, W, S0[r], S1[r], o, DW, DB, tmp, d);
+            else NN_F(rms_bwd_row)(gr, sr, W, S0[r], o, DW, d);
+            if (!o) continue;
+            if (gs) {
+                const NN_T *gsr = NN_F(row_as)(gs, r, d, gst);
+                for (int64_t i = 0; i < d; i++) o[i] += gsr[i];
+            }
+            if (dx && !own_dx) NN_F(store_as)(o, dx->dtype, d, row_at(dx, r, d));
+            if (dr) NN_F(store_as)(o, dr->dtype, d, row_at(dr, r, d));
+        }
+    }
+    free(buf);
 }
 
 #endif
