@@ -48,17 +48,6 @@ typedef struct an_case {
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* Unit roundoff: half the distance from 1 to the next value of dt. */
-static double unit_roundoff(ct_dtype dt) {
-    switch (dt) {
-    case CT_F64: return 0x1p-53;
-    case CT_F32: return 0x1p-24;
-    case CT_F16: return 0x1p-11;
-    case CT_BF16: return 0x1p-8;
-    default: return 0;
-    }
-}
-
 /* Half the spacing of dt's subnormals (float64: the spacing, its half being no
  * double): what a rounding below the normal range may lose in absolute terms
  * (float16's starts at 6.1e-5, where normalized outputs of tiny elements fall). */
@@ -142,7 +131,7 @@ static void check_result(const char *what, const ct_tensor *t, ct_dtype dt, int 
     check_shape(t, nd, shape);
     int64_t n = tu_numel(nd, shape);
     double *got = tu_values(t);
-    double u = unit_roundoff(dt) + (is_half(dt) ? 0x1p-24 : 0.0);
+    double u = tu_unit_roundoff(dt) + (is_half(dt) ? 0x1p-24 : 0.0);
     for (int64_t i = 0; i < n; i++) {
         double e = err ? err[i] : 0.0;
         double tol = u * (fabs(ref[i]) + e) + e + underflow_floor(dt);
@@ -385,7 +374,7 @@ static void check_backward(const an_case *c, const char *name, ct_tensor *x, ct_
     int lead = c->nd - c->nnorm;
     const int64_t *ns = c->shape + lead;
     int64_t rows = tu_numel(lead, c->shape), d = tu_numel(c->nnorm, ns), n = rows * d;
-    double uc = unit_roundoff(acc_dtype(sdt));
+    double uc = tu_unit_roundoff(acc_dtype(sdt));
     char what[320];
 
     double *gyv = NULL, *gsv = NULL;
@@ -448,7 +437,7 @@ static void run_case(const an_case *c) {
     bool rg = c->uses != 0;
     bool rgx = rg && !(c->frozen & FROZEN_X), rgr = rg && !(c->frozen & FROZEN_R);
     bool rgp = rg && !(c->frozen & FROZEN_WB);
-    double uc = unit_roundoff(acc_dtype(sdt));
+    double uc = tu_unit_roundoff(acc_dtype(sdt));
 
     double *xv, *rv, *wv = NULL, *bv = NULL;
     ct_tensor *x = input(c->nd, c->shape, c->xdt, -2, 3, c->nc, rgx, &xv);

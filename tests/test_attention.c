@@ -353,21 +353,11 @@ static void describe(const acase *c, char *buf, size_t n) {
              c->scale);
 }
 
-/* The dtype's unit roundoff. */
-static double unit_roundoff(ct_dtype dt) {
-    switch (dt) {
-    case CT_F64: return 0x1p-53;
-    case CT_F32: return 0x1p-24;
-    case CT_F16: return 0x1p-11;
-    default: return 0x1p-8;
-    }
-}
-
 /* |got - want| within tol + tol |want|, plus 4 u sqrt(noise) where noise (or
  * NULL) holds an element's sum of squared rounding terms. */
 static void check_close_n(const char *what, const acase *c, const double *got, const double *want,
                           const double *noise, int64_t n, double tol) {
-    double u = unit_roundoff(c->dt);
+    double u = tu_unit_roundoff(c->dt);
     for (int64_t e = 0; e < n; e++) {
         double g = got[e], w = want[e], extra = noise ? 4 * u * sqrt(noise[e]) : 0;
         if (!(fabs(g - w) <= tol + tol * fabs(w) + extra)) {

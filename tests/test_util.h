@@ -222,6 +222,17 @@ static inline char *tu_trace_end(tu_trace *t) {
 }
 
 /* Default tolerances per dtype for results of a few roundings. */
+/* The unit roundoff of dt: half the distance from 1 to the next value. */
+static inline double tu_unit_roundoff(ct_dtype dt) {
+    switch (dt) {
+    case CT_F64: return 0x1p-53;
+    case CT_F32: return 0x1p-24;
+    case CT_F16: return 0x1p-11;
+    case CT_BF16: return 0x1p-8;
+    default: return 0;
+    }
+}
+
 static inline double tu_rtol(ct_dtype dt) {
     switch (dt) {
     case CT_F64: return 1e-12;

@@ -410,54 +410,35 @@ static ct_status k_layer_norm_backward(ct_call *c) {
  * grad_sum and writes it as dx and dresidual, each in its own dtype. The row loops are
  * add_norm_fwd and add_norm_bwd of the typed part, in float and in double. */
 
-static void add_rms_fwd_task(int64_t r0, int64_t r1, void *p) {
+/* The record's op says which norm; the sum's dtype which row type. */
+static void add_norm_fwd_task(int64_t r0, int64_t r1, void *p) {
     norm_ctx *k = p;
-    if (k->c->out[1]->dtype == CT_F64) add_norm_fwd_d(k, false, r0, r1);
-    else add_norm_fwd_f(k, false, r0, r1);
+    bool layer = k->c->op == CT_OP_ADD_LAYER_NORM;
+    if (k->c->out[1]->dtype == CT_F64) add_norm_fwd_d(k, layer, r0, r1);
+    else add_norm_fwd_f(k, layer, r0, r1);
 }
 
-static void add_ln_fwd_task(int64_t r0, int64_t r1, void *p) {
-    norm_ctx *k = p;
-    if (k->c->out[1]->dtype == CT_F64) add_norm_fwd_d(k, true, r0, r1);
-    else add_norm_fwd_f(k, true, r0, r1);
-}
-
-static ct_status k_add_rms_norm(ct_call *c) {
+static ct_status k_add_norm(ct_call *c) {
     const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
     norm_ctx k = {.c = c, .rows = p->rows, .d = p->d, .eps = p->eps};
-    return run_rows(&k, add_rms_fwd_task, "ct_add_rms_norm");
+    return run_rows(&k, add_norm_fwd_task,
+                    c->op == CT_OP_ADD_LAYER_NORM ? "ct_add_layer_norm" : "ct_add_rms_norm");
 }
 
-static ct_status k_add_layer_norm(ct_call *c) {
-    const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
-    norm_ctx k = {.c = c, .rows = p->rows, .d = p->d, .eps = p->eps};
-    return run_rows(&k, add_ln_fwd_task, "ct_add_layer_norm");
-}
-
-static void add_rms_bwd_task(int64_t c0, int64_t c1, void *p) {
+static void add_norm_bwd_task(int64_t c0, int64_t c1, void *p) {
     norm_ctx *k = p;
-    if (k->c->in[2]->dtype == CT_F64) add_norm_bwd_d(k, false, c0, c1);
-    else add_norm_bwd_f(k, false, c0, c1);
+    bool layer = k->c->op == CT_OP_ADD_LAYER_NORM_BACKWARD;
+    if (k->c->in[2]->dtype == CT_F64) add_norm_bwd_d(k, layer, c0, c1);
+    else add_norm_bwd_f(k, layer, c0, c1);
 }
 
-static void add_ln_bwd_task(int64_t c0, int64_t c1, void *p) {
-    norm_ctx *k = p;
-    if (k->c->in[2]->dtype == CT_F64) add_norm_bwd_d(k, true, c0, c1);
-    else add_norm_bwd_f(k, true, c0, c1);
-}
-
-static ct_status k_add_rms_norm_backward(ct_call *c) {
+static ct_status k_add_norm_backward(ct_call *c) {
     const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
     norm_ctx k = {.c = c, .rows = p->rows, .d = p->d};
-    return run_chunks_with_parts(&k, add_rms_bwd_task, c->out[2], NULL, "ct_add_rms_norm_backward",
+    bool layer = c->op == CT_OP_ADD_LAYER_NORM_BACKWARD;
+    return run_chunks_with_parts(&k, add_norm_bwd_task, c->out[2], layer ? c->out[3] : NULL,
+                                 layer ? "ct_add_layer_norm_backward" : "ct_add_rms_norm_backward",
                                  c->in[2]->dtype);
-}
-
-static ct_status k_add_layer_norm_backward(ct_call *c) {
-    const cti_norm_params *p = CTI_PARAMS(c, cti_norm_params);
-    norm_ctx k = {.c = c, .rows = p->rows, .d = p->d};
-    return run_chunks_with_parts(&k, add_ln_bwd_task, c->out[2], c->out[3],
-                                 "ct_add_layer_norm_backward", c->in[2]->dtype);
 }
 
 void cti_cpu_register_norm(void) {
@@ -466,10 +447,10 @@ void cti_cpu_register_norm(void) {
         {CT_OP_RMS_NORM_BACKWARD, k_rms_norm_backward, "cpu_rms_norm_backward"},
         {CT_OP_LAYER_NORM, k_layer_norm, "cpu_layer_norm"},
         {CT_OP_LAYER_NORM_BACKWARD, k_layer_norm_backward, "cpu_layer_norm_backward"},
-        {CT_OP_ADD_RMS_NORM, k_add_rms_norm, "cpu_add_rms_norm"},
-        {CT_OP_ADD_RMS_NORM_BACKWARD, k_add_rms_norm_backward, "cpu_add_rms_norm_backward"},
-        {CT_OP_ADD_LAYER_NORM, k_add_layer_norm, "cpu_add_layer_norm"},
-        {CT_OP_ADD_LAYER_NORM_BACKWARD, k_add_layer_norm_backward, "cpu_add_layer_norm_backward"},
+        {CT_OP_ADD_RMS_NORM, k_add_norm, "cpu_add_rms_norm"},
+        {CT_OP_ADD_RMS_NORM_BACKWARD, k_add_norm_backward, "cpu_add_rms_norm_backward"},
+        {CT_OP_ADD_LAYER_NORM, k_add_norm, "cpu_add_layer_norm"},
+        {CT_OP_ADD_LAYER_NORM_BACKWARD, k_add_norm_backward, "cpu_add_layer_norm_backward"},
     };
     nn_register_floating(ks, sizeof ks / sizeof ks[0]);
 }
