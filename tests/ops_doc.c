@@ -119,6 +119,8 @@ static const op_names names[] = {
     {"add_layer_norm", NULL, "x + residual, then F.layer_norm (flash-attn's fused add + norm)"},
     {"add_rms_norm_backward", "ct_add_rms_norm", NULL},
     {"add_layer_norm_backward", "ct_add_layer_norm", NULL},
+    {"linear_backward_weight", NULL,
+     "(backward of F.linear: the weight's and bias's gradients, Apex's fused dense wgrad)"},
 };
 
 /* An op without a formula that autograd differentiates all the same,

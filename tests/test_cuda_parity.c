@@ -358,6 +358,44 @@ static int mm_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor 
     }
 }
 
+/* ---- linear's weight and bias gradients -----------------------------------------------------------
+ * Variants: 0 [64, 40] and [64, 24] (the operands cuBLASLt's bias-gradient
+ * epilogue takes), 1 leading dims [3, 5] and odd widths 33 and 17 (GEMM and
+ * column sum), 2 non-contiguous, 3 each gradient alone, 4 no rows. */
+static const int64_t lbw_shapes[5][4] = {
+    {0, 64, 40, 24}, {5, 3, 33, 17}, {0, 20, 16, 8}, {0, 48, 24, 16}, {0, 0, 8, 16}};
+
+static int lbw_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool *nc) {
+    *nc = v == 2;
+    const int64_t *s = lbw_shapes[v];
+    if (s[0]) {
+        in[0] = rnd(pc, dt, CT_SHAPE(s[1], s[0], s[2]));
+        in[1] = rnd(pc, dt, CT_SHAPE(s[1], s[0], s[3]));
+    } else {
+        in[0] = rnd(pc, dt, CT_SHAPE(s[1], s[2]));
+        in[1] = rnd(pc, dt, CT_SHAPE(s[1], s[3]));
+    }
+    return 2;
+}
+
+static int lbw_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor **in,
+                   ct_tensor **out) {
+    (void)pc, (void)dt, (void)dev;
+    ct_tensor *dw = NULL, *db = NULL;
+    int n = 0;
+    if (v != 3) {
+        if (ct_linear_backward_weight(in[0], in[1], &dw, &db) != CT_OK) dw = db = NULL;
+        out[n++] = dw;
+        out[n++] = db;
+        return n;
+    }
+    if (ct_linear_backward_weight(in[0], in[1], &dw, NULL) != CT_OK) dw = NULL;
+    out[n++] = dw;
+    if (ct_linear_backward_weight(in[0], NULL, NULL, &db) != CT_OK) db = NULL;
+    out[n++] = db;
+    return n;
+}
+
 /* ---- factories ---------------------------------------------------------------------------------------- */
 static int no_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool *nc) {
     (void)pc, (void)dt, (void)v, (void)in;
@@ -516,6 +554,7 @@ static const pcase cases[] = {
     MM(MM),
     MM(BMM),
     MM(ADDMM),
+    {CT_OP_LINEAR_BACKWARD_WEIGHT, 5, lbw_inputs, lbw_run, NULL, NULL, NULL, F_RANGE(-1, 1), 5},
     {CT_OP_RAND_UNIFORM, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},
     {CT_OP_RAND_NORMAL, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},
     {CT_OP_RANDINT, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},

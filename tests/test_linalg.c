@@ -1,4 +1,5 @@
-/* Tests of matmul, mm, bmm, addmm and linear against float64 loops, the
+/* Tests of matmul, mm, bmm, addmm, linear and linear's weight and bias
+ * gradients against float64 loops, the
  * BLAS layouts taken without copies, and the OpenBLAS kernel choice. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -584,6 +585,129 @@ static void test_linear(void **state) {
     }
 }
 
+/* ---- ct_linear_backward_weight ---------------------------------------------------------------- */
+
+/* Checks ct_linear_backward_weight(g, x) against float64 sums over the rows of the leading
+ * dims: dweight[o][i] = sum_r g[r][o] x[r][i], dbias[o] = sum_r g[r][o]; asked for both,
+ * for each alone, and with x NULL for the bias alone. */
+static void check_linear_grads(ct_tensor *g, ct_tensor *x) {
+    ct_dtype dt = ct_tensor_dtype(g);
+    int nd = ct_tensor_ndim(g);
+    int64_t out = ct_tensor_shape(g)[nd - 1], in = ct_tensor_shape(x)[nd - 1];
+    int64_t rows = tu_numel(nd - 1, ct_tensor_shape(g));
+    double *vg = tu_values(g), *vx = tu_values(x);
+    double *rw = calloc((size_t)(out * in + 1), sizeof(double));
+    double *rb = calloc((size_t)(out + 1), sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = 0; o < out; o++) {
+            rb[o] += vg[r * out + o];
+            for (int64_t i = 0; i < in; i++) rw[o * in + i] += vg[r * out + o] * vx[r * in + i];
+        }
+    const int64_t wshape[2] = {out, in};
+    for (int ask = 0; ask < 4; ask++) { /* both, the weight's, the bias's, the bias's without x */
+        ct_tensor *dw = (ct_tensor *)g, *db = (ct_tensor *)g; /* poison: must be replaced */
+        bool want_w = ask <= 1, want_b = ask != 1;
+        ct_status st = ct_linear_backward_weight(g, ask == 3 ? NULL : x, want_w ? &dw : NULL,
+                                                 want_b ? &db : NULL);
+        if (st != CT_OK) fprintf(stderr, "ct_linear_backward_weight: %s\n", ct_last_error());
+        assert_int_equal(st, CT_OK);
+        if (want_w) {
+            check_result(dw, 2, wshape, rw, dt, rows);
+            ct_tensor_release(dw);
+        }
+        if (want_b) {
+            check_result(db, 1, &out, rb, dt, rows);
+            ct_tensor_release(db);
+        }
+    }
+    free(vg);
+    free(vx);
+    free(rw);
+    free(rb);
+}
+
+static void test_linear_backward_weight(void **state) {
+    (void)state;
+    /* leading dims, out, in */
+    static const int64_t shapes[][5] = {{2, 5, 7, 12, 0}, {1, 0, 7, 12, 0}, {3, 2, 3, 16, 24},
+                                        {1, 40, 8, 5, 0}, {1, 6, 0, 12, 0}, {0, 7, 12, 0, 0}};
+    for (int d = 0; d < NDT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            int nl = (int)shapes[c][0];
+            int64_t gs[CT_MAX_DIMS], xs[CT_MAX_DIMS];
+            for (int i = 0; i < nl; i++) gs[i] = xs[i] = shapes[c][1 + i];
+            gs[nl] = shapes[c][1 + nl];
+            xs[nl] = shapes[c][2 + nl];
+            ct_tensor *g = tu_rand(nl + 1, gs, dt, -1, 1, NULL);
+            ct_tensor *x = tu_rand(nl + 1, xs, dt, -1, 1, NULL);
+            ct_tensor *gn = tu_noncontig(g), *xn = tu_noncontig(x);
+            check_linear_grads(g, x);
+            check_linear_grads(gn, xn);
+            check_linear_grads(g, xn);
+            ct_tensor *ts[] = {g, x, gn, xn};
+            for (size_t i = 0; i < 4; i++) ct_tensor_release(ts[i]);
+        }
+    }
+}
+
+/* Bad arguments: a status naming the op and what was expected, the outputs NULL, nothing
+ * leaked; results of inputs that need grad refuse a backward through them. */
+static void test_linear_backward_weight_errors(void **state) {
+    (void)state;
+    cti_alloc_stats before = cti_get_alloc_stats();
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *g = tu_rand(2, (const int64_t[]){4, 3}, CT_F32, -1, 1, NULL);
+    ct_tensor *x = tu_rand(2, (const int64_t[]){4, 5}, CT_F32, -1, 1, NULL);
+    ct_tensor *x64 = tu_rand(2, (const int64_t[]){4, 5}, CT_F64, -1, 1, NULL);
+    ct_tensor *x35 = tu_rand(2, (const int64_t[]){3, 5}, CT_F32, -1, 1, NULL);
+    ct_tensor *x3d = tu_rand(3, (const int64_t[]){1, 4, 5}, CT_F32, -1, 1, NULL);
+    ct_tensor *gi = ct_tensor_zeros(CT_SHAPE(4, 3), CT_I64, CT_CPU);
+    ct_tensor *xi = ct_tensor_zeros(CT_SHAPE(4, 5), CT_I64, CT_CPU);
+    ct_tensor *s = ct_tensor_scalar(1.0, CT_F32, CT_CPU);
+    ct_tensor *dw = g, *db = g;
+    const char *op = "ct_linear_backward_weight";
+    tu_assert_error(ct_linear_backward_weight(g, x, NULL, NULL), CT_ERR_INVALID_ARG, op,
+                    "no gradient asked for");
+    tu_assert_error(ct_linear_backward_weight(NULL, x, &dw, &db), CT_ERR_INVALID_ARG, op,
+                    "argument 1 is NULL");
+    assert_null(dw);
+    assert_null(db);
+    dw = db = g;
+    tu_assert_error(ct_linear_backward_weight(g, NULL, &dw, &db), CT_ERR_INVALID_ARG, op,
+                    "argument 2 is NULL");
+    assert_null(dw);
+    assert_null(db);
+    tu_assert_error(ct_linear_backward_weight(g, x64, &dw, NULL), CT_ERR_DTYPE, op,
+                    "grad_y and input", "float32", "float64");
+    tu_assert_error(ct_linear_backward_weight(gi, xi, &dw, &db), CT_ERR_DTYPE, op, "int64");
+    tu_assert_error(ct_linear_backward_weight(gi, NULL, NULL, &db), CT_ERR_DTYPE, op, "int64");
+    tu_assert_error(ct_linear_backward_weight(g, x35, &dw, &db), CT_ERR_SHAPE, op,
+                    "[4, 3]", "[3, 5]", "same leading dims");
+    tu_assert_error(ct_linear_backward_weight(g, x3d, &dw, &db), CT_ERR_SHAPE, op,
+                    "same leading dims");
+    tu_assert_error(ct_linear_backward_weight(s, NULL, NULL, &db), CT_ERR_SHAPE, op,
+                    "at least 1 dim");
+    assert_null(dw);
+    assert_null(db);
+    /* arguments unchanged by the failures */
+    assert_int_equal(ct_tensor_shape(g)[0], 4);
+    assert_false(ct_requires_grad(g));
+
+    assert_int_equal(ct_requires_grad_(x, true), CT_OK);
+    assert_int_equal(ct_linear_backward_weight(g, x, &dw, &db), CT_OK);
+    assert_true(ct_requires_grad(dw));
+    ct_tensor *l = ct_sum(dw, 0, NULL, false);
+    tu_assert_error(ct_backward(l, NULL, false), CT_ERR_AUTOGRAD, "linear_backward_weight",
+                    "no backward formula");
+    ct_tensor_release(dw);
+    ct_tensor_release(db);
+    ct_scope_end(sc);
+    cti_alloc_stats after = cti_get_alloc_stats();
+    assert_int_equal(after.live_tensors, before.live_tensors);
+    assert_int_equal(after.live_storages, before.live_storages);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_errors(void **state) {
@@ -756,6 +880,8 @@ int main(void) {
         cmocka_unit_test(test_addmm_beta0_nan),
         cmocka_unit_test(test_addmm_no_copy),
         cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_backward_weight),
+        cmocka_unit_test(test_linear_backward_weight_errors),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_no_leaks),
         cmocka_unit_test(test_threads),

@@ -50,10 +50,14 @@ worst, where = 0.0, None
 for k in a:
     x, y = a[k].astype(np.float64), b[k].astype(np.float64)
     # float32 rounding of sums taken in another order (two halves and an
-    # all-reduce against one batch), relative to the tensor's size
+    # all-reduce against one batch), relative to the tensor's size. AdamW
+    # divides by the root of the second moment, so in an element whose
+    # gradient is near 0 that rounding moves a whole step's share of lr:
+    # 1.2e-5 on some machines after 6 steps. A wrong average or a rank's
+    # missing gradient moves every element by steps of lr (1e-2 and more).
     err = np.abs(x - y).max() / (np.abs(y).max() + 1e-30) if y.size else 0.0
     if err > worst:
         worst, where = err, k
 print(f"{len(a)} tensors, largest difference {worst:.2e} of the tensor's magnitude ({where})")
-sys.exit(0 if worst <= 1e-5 else 1)
+sys.exit(0 if worst <= 5e-5 else 1)
 PY

@@ -155,6 +155,16 @@ ct_tensor *ct_bmm(ct_tensor *a, ct_tensor *b);
 ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta, double alpha);
 /* x @ w^T + bias; x [..., in], w [out, in], bias [out] or NULL. */
 ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias);
+/* The gradients of ct_linear's weight and bias from grad_y [..., out] and x [..., in] (the
+ * same leading dims, one floating dtype, one device): *dweight = grad_y^T @ x over the
+ * rows of the leading dims, [out, in], and *dbias = grad_y summed over them, [out], new
+ * tensors in that dtype. Either pointer may be NULL (not both; x may be NULL when dweight
+ * is). Asked for both, CUDA takes the bias gradient from the weight gradient's GEMM
+ * (cuBLASLt's bias-gradient epilogue, which sums grad_y as the GEMM reads it) where
+ * cuBLASLt has an algorithm for the shapes, and a GEMM and a column sum elsewhere. On
+ * failure both stay NULL. */
+ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor **dweight,
+                                    ct_tensor **dbias);
 
 /* ---- convolution and pooling (NCHW; a 3-d CHW input is taken as N = 1) ------------- */
 /* x [N,Cin,H,W], w [Cout,Cin/groups,kH,kW], bias [Cout] or NULL. stride,

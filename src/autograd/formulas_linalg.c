@@ -217,8 +217,10 @@ static ct_tensor *linear_grad_w(ct_tensor *g, ct_tensor *x, int64_t rows, int64_
 }
 
 /* Inputs (x, w, bias or NULL): y = x @ w^T + bias. Saved: x (when w needs
- * grad), w (when x needs grad). The bias gradient is g itself, which the
- * engine sums over x's leading dims. */
+ * grad), w (when x needs grad). The bias gradient is g summed over x's
+ * leading dims: with the weight's, where x merges into rows, both come from
+ * one call (on CUDA one GEMM that sums g as it reads it); alone it is g
+ * itself, which the engine sums. */
 CTI_BW(cti_bw_linear) {
     ct_tensor *g = go[0];
     if (!g) return CT_OK;
@@ -226,6 +228,14 @@ CTI_BW(cti_bw_linear) {
     if (n->needs[0]) {
         SAVED(w, 1);
         if ((st = put(&gi[0], ct_matmul(g, w))) != CT_OK) return st; /* [..., out] @ [out, in] */
+    }
+    bool both = n->needs[1] && n->nin > 2 && n->needs[2];
+    if (both) {
+        SAVED(x, 0);
+        int64_t in = n->in_shape[1][1];
+        int64_t rows = lead_numel(n->in_ndim[0] - 1, n->in_shape[0]);
+        if (merges_to_2d(x, rows, in))
+            return ct_linear_backward_weight(g, x, &gi[1], &gi[2]);
     }
     if (n->needs[1]) {
         SAVED(x, 0);

@@ -103,7 +103,10 @@ typedef struct cti_reduce_params {
 } cti_reduce_params;
 
 /* MM, BMM, ADDMM: out = beta * input + alpha * (a @ b); mm and bmm have no
- * input and pass beta 0, alpha 1. */
+ * input and pass beta 0, alpha 1. LINEAR_BACKWARD_WEIGHT (no params): in[0]
+ * a [n, k] (the output gradient transposed, a view), in[1] b [k, m] (the
+ * input), out[0] = a @ b [n, m] (the weight gradient) and out[1][i] = the
+ * sum of a's row i [n] (the bias gradient), both contiguous, in one dtype. */
 typedef struct cti_gemm_params {
     double beta, alpha;
 } cti_gemm_params;
@@ -691,6 +694,7 @@ typedef struct cti_batch_norm_params {
     X(MM, "mm", cti_gemm_params, CTI_F(cti_bw_mm), NONE)                                     \
     X(BMM, "bmm", cti_gemm_params, CTI_F(cti_bw_bmm), NONE)                                  \
     X(ADDMM, "addmm", cti_gemm_params, CTI_F(cti_bw_addmm), NONE)                            \
+    X(LINEAR_BACKWARD_WEIGHT, "linear_backward_weight", cti_no_params, CTI_NOFORMULA, NONE)  \
     X(CONV2D, "conv2d", cti_conv_params, CTI_F(cti_bw_conv2d), CONV2D_BACKWARD_INPUT)        \
     X(CONV2D_BACKWARD_INPUT, "conv2d_backward_input", cti_conv_params, CTI_NOFORMULA, NONE)  \
     X(CONV2D_BACKWARD_WEIGHT, "conv2d_backward_weight", cti_conv_params, CTI_NOFORMULA,      \

@@ -1,4 +1,5 @@
-/* Front ends of the linear-algebra ops: matmul, mm, bmm, addmm, linear.
+/* Front ends of the linear-algebra ops: matmul, mm, bmm, addmm, linear and
+ * linear's weight and bias gradients.
  *
  * Every product reaches the kernels as [batch..., n, k] @ [batch..., k, m]
  * views of the caller's tensors: vectors become one row or one column,
@@ -396,4 +397,80 @@ ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
     ct_tensor_release(xc);
     return record(r, "LinearBackward", cti_bw_linear, 3, ts, saved_for(x, w), saved_for(w, x),
                   NULL);
+}
+
+/* t [..., cols] as a [rows, cols] view, of a contiguous copy when t's
+ * strides do not merge its leading dims. */
+static ct_tensor *rows_view(ct_tensor *t, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols}, stride[2];
+    if (cti_view_strides(t, 2, shape, stride)) return view_of(t, 2, shape, stride);
+    ct_tensor *c = ct_contiguous(t);
+    ct_tensor *v = c ? out_view(c, 2, shape) : NULL;
+    ct_tensor_release(c); /* the view holds the storage */
+    return v;
+}
+
+static ct_status check_linear_grads(const char *op, ct_tensor *grad_y, ct_tensor *x,
+                                    bool want_w) {
+    ct_tensor *ts[2] = {grad_y, x};
+    int n = want_w ? 2 : 1;
+    ct_status st = check_operands(op, n, n, ts, "grad_y and input");
+    if (st != CT_OK) return st;
+    if (grad_y->ndim == 0)
+        return cti_error(CT_ERR_SHAPE, "%s: expected grad_y of at least 1 dim, got %s", op,
+                         cti_desc(grad_y));
+    if (want_w && (x->ndim != grad_y->ndim ||
+                   memcmp(x->shape, grad_y->shape, (size_t)(x->ndim - 1) * sizeof(int64_t))))
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: expected grad_y %s and input %s to have the same leading dims", op,
+                         cti_shape_s(grad_y->ndim, grad_y->shape), cti_shape_s(x->ndim, x->shape));
+    return CT_OK;
+}
+
+ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor **dweight,
+                                    ct_tensor **dbias) {
+    static const char op[] = "ct_linear_backward_weight";
+    if (dweight) *dweight = NULL;
+    if (dbias) *dbias = NULL;
+    if (!dweight && !dbias)
+        return cti_error(CT_ERR_INVALID_ARG,
+                         "%s: no gradient asked for (dweight and dbias are NULL)", op);
+    ct_status st = check_linear_grads(op, grad_y, x, dweight != NULL);
+    if (st != CT_OK) return st;
+    int nd = grad_y->ndim;
+    int64_t out = grad_y->shape[nd - 1], rows = cti_numel(nd - 1, grad_y->shape);
+    int64_t in = dweight ? x->shape[nd - 1] : 0;
+    ct_device dev = grad_y->storage->device;
+    ct_tensor *g2 = rows_view(grad_y, rows, out);
+    ct_tensor *gt = g2 ? view_of(g2, 2, (const int64_t[]){out, rows},
+                                 (const int64_t[]){g2->stride[1], g2->stride[0]})
+                       : NULL;
+    ct_tensor *x2 = dweight ? rows_view(x, rows, in) : NULL;
+    ct_tensor *dw = dweight ? cti_tensor_new(op, 2, (const int64_t[]){out, in}, grad_y->dtype, dev)
+                            : NULL;
+    ct_tensor *db = dbias ? cti_tensor_new(op, 1, &out, grad_y->dtype, dev) : NULL;
+    if (!gt || (dweight && (!x2 || !dw)) || (dbias && !db)) {
+        st = ct_last_status();
+    } else {
+        ct_call c;
+        cti_call_init(&c, CT_OP_LINEAR_BACKWARD_WEIGHT);
+        c.in[0] = gt;
+        c.in[1] = x2;
+        c.nin = 2;
+        c.out[0] = dw;
+        c.out[1] = db;
+        c.nout = 2;
+        st = cti_run_as(&c, dev, grad_y->dtype, 2, (ct_tensor *[]){grad_y, x2 ? x : NULL});
+    }
+    ct_tensor_release(g2);
+    ct_tensor_release(gt);
+    ct_tensor_release(x2);
+    if (st != CT_OK) {
+        ct_tensor_release(dw);
+        ct_tensor_release(db);
+        return st;
+    }
+    if (dweight) *dweight = dw;
+    if (dbias) *dbias = db;
+    return CT_OK;
 }

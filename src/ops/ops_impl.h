@@ -15,6 +15,10 @@
  * backward that reaches them fails naming the op instead of cutting the
  * graph and leaving a silent zero. */
 ct_status cti_run(ct_call *c, ct_device device, ct_dtype dtype);
+/* cti_run for a call whose inputs are views made for the kernel: the node
+ * that refuses backward records the caller's tensors in[0..nin) instead. */
+ct_status cti_run_as(ct_call *c, ct_device device, ct_dtype dtype, int nin,
+                     ct_tensor *const *in);
 
 /* ---- shared argument checks (each sets an error naming op) ----------------------- */
 /* All n tensors non-NULL. */

@@ -14,9 +14,9 @@ static ct_status refuse_backward(cti_node *n, ct_tensor *const *go, ct_tensor **
                      n->name);
 }
 
-static ct_status record_without_formula(const ct_call *c) {
-    cti_ag_rec r = {.name = ct_op_name(c->op), .backward = refuse_backward, .nin = c->nin};
-    for (int k = 0; k < c->nin; k++) r.in[k] = c->in[k];
+static ct_status record_without_formula(const ct_call *c, int nin, ct_tensor *const *in) {
+    cti_ag_rec r = {.name = ct_op_name(c->op), .backward = refuse_backward, .nin = nin};
+    for (int k = 0; k < nin; k++) r.in[k] = in[k];
     for (int k = 0; k < c->nout; k++)
         if (c->out[k]) r.out[r.nout++] = c->out[k];
     return cti_ag_record(&r);
@@ -30,12 +30,16 @@ ct_tensor *cti_record_one(const cti_ag_rec *r) {
     return NULL;
 }
 
-ct_status cti_run(ct_call *c, ct_device device, ct_dtype dtype) {
+ct_status cti_run_as(ct_call *c, ct_device device, ct_dtype dtype, int nin,
+                     ct_tensor *const *in) {
     ct_status st = cti_dispatch(c, device, dtype);
-    if (st == CT_OK && cti_op_schema(c->op)->grad == CTI_GRAD_NOFORMULA &&
-        cti_ag_needed(c->nin, c->in))
-        st = record_without_formula(c);
+    if (st == CT_OK && cti_op_schema(c->op)->grad == CTI_GRAD_NOFORMULA && cti_ag_needed(nin, in))
+        st = record_without_formula(c, nin, in);
     return st;
+}
+
+ct_status cti_run(ct_call *c, ct_device device, ct_dtype dtype) {
+    return cti_run_as(c, device, dtype, c->nin, c->in);
 }
 
 ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts) {

@@ -1,4 +1,5 @@
-/* CT_OP_MM, CT_OP_BMM and CT_OP_ADDMM for CUDA tensors through cuBLAS.
+/* CT_OP_MM, CT_OP_BMM, CT_OP_ADDMM and CT_OP_LINEAR_BACKWARD_WEIGHT for CUDA
+ * tensors through cuBLAS.
  *
  * The call record is the CPU kernels' (src/backends/cpu/linalg.c): in[A]
  * [batch..., n, k], in[B] [batch..., k, m], out [batch..., n, m] contiguous,
@@ -29,7 +30,12 @@
  * first copying the bias into every row of the output. The plan (matmul
  * descriptor, layouts, the heuristic's algorithm) is kept per device for
  * each geometry; a geometry cuBLASLt has no algorithm for takes the GEMM
- * path, and so does every other product. */
+ * path, and so does every other product.
+ *
+ * linear_backward_weight's weight gradient grad_y^T x goes through cuBLASLt
+ * the same way with its bias-gradient epilogue (BGRADB: cuBLASLt's B is
+ * grad_y^T, whose sums over k are the bias gradient), so grad_y is read once
+ * for both gradients instead of once more by a column sum. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <limits.h>
@@ -40,12 +46,13 @@
 
 #define WORKSPACE_BYTES ((int64_t)32 << 20)
 
-/* A cuBLASLt plan for one bias-epilogue geometry (see lt_key). */
+/* A cuBLASLt plan for one epilogue geometry (see lt_key). */
 #define LT_PLANS 32
 
 typedef struct lt_key {
     ct_dtype dt;
     bool tf32;
+    bool bgrad; /* the bias-gradient epilogue (BGRADB) instead of the bias's */
     cublasOperation_t ta, tb;
     int64_t n, k, m, lda, ldb, ldc;
 } lt_key;
@@ -297,16 +304,30 @@ static ct_status run_gemm(const gemm *g, cublasHandle_t h, bool tf32, const char
 
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
+/* The 16-byte alignment the plans ask cuBLASLt for (operands, vector and
+ * leading dimensions). */
+static bool lt_operands(const gemm *g, const void *vec) {
+    int64_t es = (int64_t)ct_dtype_size(g->dt);
+    return aligned16(vec) && aligned16(g->a.p) && aligned16(g->b.p) && aligned16(g->c.p) &&
+           (g->lda * es) % 16 == 0 && (g->ldb * es) % 16 == 0 && (g->ldc * es) % 16 == 0;
+}
+
 /* Whether input (addmm's, as [n, m]) is a contiguous bias row broadcast
  * down the rows of a 2-d product that cuBLASLt's bias epilogue can add. */
 static bool bias_row(const gemm *g, const ct_tensor *input) {
     if (g->nb != 0 || g->beta != 1 || g->alpha != 1 || input->ndim != 2) return false;
     if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
     if ((g->n > 1 && input->stride[0] != 0) || (g->m > 1 && input->stride[1] != 1)) return false;
-    int64_t es = (int64_t)ct_dtype_size(g->dt);
-    return aligned16(cti_data(input)) && aligned16(g->a.p) && aligned16(g->b.p) &&
-           aligned16(g->c.p) && (g->lda * es) % 16 == 0 && (g->ldb * es) % 16 == 0 &&
-           (g->ldc * es) % 16 == 0;
+    return lt_operands(g, cti_data(input));
+}
+
+/* Whether the product g's result and out[1] of LINEAR_BACKWARD_WEIGHT can
+ * come from the bias-gradient epilogue: the sums of A's rows are the sums of
+ * cuBLASLt's B over k (cublasLtMatmul gets the operands swapped). */
+static bool bgrad_gemm(const gemm *g, const ct_tensor *bgrad) {
+    if (g->nb != 0 || g->beta != 0 || g->alpha != 1) return false;
+    if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
+    return lt_operands(g, cti_data(bgrad));
 }
 
 /* A layout of a rows x cols column-major matrix with leading dim ld,
@@ -318,14 +339,15 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t ty, cubla
 }
 
 /* Builds p for key (column-major: D [m, n] = op(B) [m, k] op(A) [k, n] +
- * bias [m]); p->ok false when cuBLASLt has no algorithm for it. */
+ * bias [m], or with key->bgrad D = op(B) op(A) and bias [n] = the sums of
+ * op(A) over k); p->ok false when cuBLASLt has no algorithm for it. */
 static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
     memset(p, 0, sizeof *p);
     p->used = true;
     p->key = *key;
     cudaDataType_t ty = cuda_type(key->dt);
     cublasComputeType_t ct = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = key->bgrad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &key->tb,
@@ -369,11 +391,12 @@ static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
 
 /* The plan for g's geometry, built on first use; NULL when none can be
  * made (then g takes the GEMM path). */
-static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32) {
+static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, bool bgrad) {
     lt_key key;
     memset(&key, 0, sizeof key);
     key.dt = g->dt;
     key.tf32 = tf32;
+    key.bgrad = bgrad;
     key.ta = g->ta;
     key.tb = g->tb;
     key.n = g->n, key.k = g->k, key.m = g->m;
@@ -391,11 +414,12 @@ static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32) {
     return p->ok ? p : NULL;
 }
 
-/* out = A B + bias through the bias epilogue. False (nothing queued) when
- * g has no plan; *st a launch's failure. */
-static bool run_bias_gemm(blas_dev *d, const gemm *g, bool tf32, const void *bias, void *work,
-                          cudaStream_t stream, const char **routine, ct_status *st) {
-    lt_plan *p = plan_for(d, g, tf32);
+/* out = A B + bias through the bias epilogue, or with bgrad out = A B and
+ * bias = the sums of A's rows through the bias-gradient epilogue. False
+ * (nothing queued) when g has no plan; *st a launch's failure. */
+static bool run_lt_gemm(blas_dev *d, const gemm *g, bool tf32, bool bgrad, void *bias, void *work,
+                        cudaStream_t stream, const char **routine, ct_status *st) {
+    lt_plan *p = plan_for(d, g, tf32, bgrad);
     if (!p) return false;
     cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &bias, sizeof bias);
@@ -403,7 +427,11 @@ static bool run_bias_gemm(blas_dev *d, const gemm *g, bool tf32, const void *bia
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmul(d->lt, p->desc, &one, g->b.p, p->la, g->a.p, p->lb, &zero, g->c.p,
                            p->lc, g->c.p, p->lc, &p->algo, work, (size_t)WORKSPACE_BYTES, stream);
-    *routine = tf32 ? "cublasLtMatmul, bias epilogue (tf32)" : "cublasLtMatmul, bias epilogue";
+    if (bgrad)
+        *routine = tf32 ? "cublasLtMatmul, bias-gradient epilogue (tf32)"
+                        : "cublasLtMatmul, bias-gradient epilogue";
+    else
+        *routine = tf32 ? "cublasLtMatmul, bias epilogue (tf32)" : "cublasLtMatmul, bias epilogue";
     *st = s == CUBLAS_STATUS_SUCCESS ? CT_OK : blas_fail(g->op, g->dev, "cublasLtMatmul", s);
     return true;
 }
@@ -446,8 +474,11 @@ static ct_status zero(const char *op, ct_tensor *out, int dev, cudaStream_t stre
 }
 
 /* in[ia] [batch..., n, k] times in[ia + 1] [batch..., k, m] into out[0];
- * input (addmm) scaled by beta is added. */
-static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double beta, double alpha) {
+ * input (addmm) scaled by beta is added. With bgrad (a contiguous [n]), the
+ * sums of A's rows go there too when the bias-gradient epilogue can give
+ * them, and *bgrad_done says whether it did. */
+static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double beta, double alpha,
+                             ct_tensor *bgrad, bool *bgrad_done) {
     char label[48];
     const char *op = cti_cuda_op_label(call->op, label, sizeof label);
     ct_tensor *a = call->in[ia], *b = call->in[ia + 1], *o = call->out[0];
@@ -501,6 +532,7 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
     g.ldc = g.n <= 1 ? g.m : g.c.rs;
     merge_batch(&g);
     bool bias = st == CT_OK && with_input && bias_row(&g, input);
+    bool bg = st == CT_OK && bgrad && bgrad_gemm(&g, bgrad);
     int64_t wb = WORKSPACE_BYTES;
     if (st == CT_OK && !(work = cti_tensor_new(op, 1, &wb, CT_BOOL, o->storage->device)))
         st = ct_last_status();
@@ -512,9 +544,10 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
         st = handle_of(op, g.dev, stream, &h);
         bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
         bool done = false;
-        if (st == CT_OK && bias)
-            done = run_bias_gemm(d, &g, tf32, cti_data(input), cti_data(work), stream,
-                                 &call->routine, &st);
+        if (st == CT_OK && (bias || bg))
+            done = run_lt_gemm(d, &g, tf32, bg, cti_data(bg ? bgrad : input), cti_data(work),
+                               stream, &call->routine, &st);
+        if (bg && done && st == CT_OK) *bgrad_done = true;
         /* an input that is the output itself (an accumulation in place) needs no copy */
         if (st == CT_OK && !done && with_input && !same_view(input, o)) st = device_copy(o, input);
         if (st == CT_OK && !done) {
@@ -536,13 +569,43 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
 /* mm: in[0] [n, k], in[1] [k, m]; bmm: the same with batch dims. */
 static ct_status k_gemm(ct_call *c) {
     const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
-    return k_gemm_call(c, 0, NULL, p->beta, p->alpha);
+    return k_gemm_call(c, 0, NULL, p->beta, p->alpha, NULL, NULL);
 }
 
 /* addmm: in[0] the input broadcast to [n, m], in[1] [n, k], in[2] [k, m]. */
 static ct_status k_addmm(ct_call *c) {
     const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
-    return k_gemm_call(c, 1, c->in[0], p->beta, p->alpha);
+    return k_gemm_call(c, 1, c->in[0], p->beta, p->alpha, NULL, NULL);
+}
+
+/* out[1] <- the sums of in[0]'s rows, by the reduction kernels. */
+static ct_status row_sums(ct_call *c) {
+    cti_reduce_params p = {.mask = 2};
+    ct_call s;
+    cti_call_init(&s, CT_OP_SUM);
+    cti_call_params(&s, &p);
+    s.in[0] = c->in[0];
+    s.nin = 1;
+    s.out[0] = c->out[1];
+    s.nout = 1;
+    return cti_dispatch(&s, c->out[1]->storage->device, c->out[1]->dtype);
+}
+
+/* linear_backward_weight: in[0] a [n, k] (grad_y^T), in[1] [k, m]; out[0] =
+ * a @ in[1] and out[1] = a's row sums, each when asked. Both asked: one GEMM
+ * with the bias-gradient epilogue where cuBLASLt has an algorithm (and the
+ * operands its alignment), else the GEMM and the reduction. */
+static ct_status k_linear_backward_weight(ct_call *c) {
+    bool fused = false;
+    if (c->out[0]) {
+        ct_status st = k_gemm_call(c, 0, NULL, 0, 1, c->out[1], &fused);
+        if (st != CT_OK || fused || !c->out[1]) return st;
+    }
+    const char *gemm = c->out[0] ? c->routine : NULL;
+    ct_status st = row_sums(c);
+    if (st == CT_OK)
+        c->routine = gemm ? "cublasGemmEx + row sums" : "row sums";
+    return st;
 }
 
 void cti_cuda_register_blas(void) {
@@ -557,5 +620,7 @@ void cti_cuda_register_blas(void) {
         cti_register_kernel(CT_OP_MM, CT_DEVICE_CUDA, kinds[i].dt, k_gemm, kinds[i].name);
         cti_register_kernel(CT_OP_BMM, CT_DEVICE_CUDA, kinds[i].dt, k_gemm, kinds[i].name);
         cti_register_kernel(CT_OP_ADDMM, CT_DEVICE_CUDA, kinds[i].dt, k_addmm, kinds[i].name);
+        cti_register_kernel(CT_OP_LINEAR_BACKWARD_WEIGHT, CT_DEVICE_CUDA, kinds[i].dt,
+                            k_linear_backward_weight, kinds[i].name);
     }
 }
