@@ -601,10 +601,10 @@ static ct_status k_linear_backward_weight(ct_call *c) {
         ct_status st = k_gemm_call(c, 0, NULL, 0, 1, c->out[1], &fused);
         if (st != CT_OK || fused || !c->out[1]) return st;
     }
-    const char *gemm = c->out[0] ? c->routine : NULL;
+    const char *gemm_routine = c->out[0] ? c->routine : NULL;
     ct_status st = row_sums(c);
     if (st == CT_OK)
-        c->routine = gemm ? "cublasGemmEx + row sums" : "row sums";
+        c->routine = gemm_routine ? "cublasGemmEx + row sums" : "row sums";
     return st;
 }
 
