@@ -142,11 +142,9 @@ static void test_parity(void **state) {
             }
 }
 
-/* The row kernel alone: loss and in-place gradient, with a row scale, against the CPU's.
- * Rows up to 65536 halves (32768 floats, 8192 doubles) are held in registers, with
- * 16-byte vectors when c is a multiple of a vector (up to 8192 elements otherwise, 4096
- * doubles); 50304 floats and doubles, 66000 halves and 70001 of any dtype take the
- * two-pass kernels. */
+/* The row kernel alone: loss and in-place gradient, with a row scale, against the CPU's,
+ * with 16-byte vectors when c is a multiple of a vector and element by element otherwise
+ * (70001, 8191), up to rows longer than 64K. */
 static void test_row_kernel(void **state) {
     (void)state;
     static const int64_t cs[] = {1, 5, 130, 1100, 4500, 8191, 50304, 66000, 70001};

@@ -2,14 +2,10 @@
 // the math of the CPU kernel (src/backends/cpu/linear_ce.c):
 //   loss = lse - (1 - ls) z_t - ls / C * sum(z)
 //   grad = scale * s_row * (softmax(z) - (1 - ls) [j == t] - ls / C), over z
-// in f32 for f32/f16/bf16 and f64 for f64. A row that fits in the block's
-// registers (up to 8 16-byte vectors a thread, 4 for doubles, 1024 threads:
-// 65536 halves, 32768 floats, 8192 doubles) is read from memory once: its max, then its sum of
-// exponentials (and the sum of z for label smoothing), then the gradient are
-// taken from the registers, so the row costs one read and one write. A
-// longer row is read twice: a first pass folds an online max and sum of
-// exponentials, the second writes the gradient. Thread 0 reads z_t before the
-// block's first barrier, so no thread has overwritten it yet.
+// in f32 for f32/f16/bf16 and f64 for f64. A first pass over the row folds
+// an online max and sum of exponentials (and the sum of z for label
+// smoothing); the second writes the gradient over the row. Thread 0 reads
+// z_t before the block's first barrier, so no thread has overwritten it yet.
 // A row whose target is ignore_index gets loss 0 and gradient 0; a target
 // outside [0, C) is recorded in the device's fault record (returned by the
 // next wait for the device, cuda_impl.h) and gives that row NaN.
@@ -214,191 +210,14 @@ template <int DT, int VEC> __global__ void lce_rows_vec(cti_lce_rows a) {
     }
 }
 
-// The block's max of m and sums of s and sz; every thread gets the result.
-template <class A> __device__ A block_max(A m) {
-    __shared__ A sh[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) sh[w] = m;
-    __syncthreads();
-    m = lane < nw ? sh[lane] : (A)-INFINITY;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
-    return m;
-}
-
-template <class A> __device__ void block_sum2(A &s, A &sz) {
-    __shared__ A sh[32], shz[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-        sz += __shfl_xor_sync(0xffffffffu, sz, o);
-    }
-    if (lane == 0) {
-        sh[w] = s;
-        shz[w] = sz;
-    }
-    __syncthreads();
-    s = lane < nw ? sh[lane] : (A)0;
-    sz = lane < nw ? shz[lane] : (A)0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-        sz += __shfl_xor_sync(0xffffffffu, sz, o);
-    }
-}
-
-// A vector of the row as a thread keeps it in registers. Halves go two to a
-// 32-bit word: an array of uint16_t would take a register each.
-template <class T, int VEC> struct Held {
-    Pack<T, VEC> p;
-    __device__ __forceinline__ void load(const Pack<T, VEC> *src) { p = *src; }
-    __device__ __forceinline__ T at(int i) const { return p.v[i]; }
-};
-template <int VEC> struct Held<uint16_t, VEC> {
-    static_assert(VEC == 8 || VEC == 1, "halves are held as 16-byte vectors or one at a time");
-    uint32_t w[(VEC + 1) / 2];
-    __device__ __forceinline__ void load(const Pack<uint16_t, VEC> *src) {
-        if constexpr (VEC == 8) {
-            const uint4 q = *reinterpret_cast<const uint4 *>(src);
-            w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
-        } else {
-            w[0] = src->v[0];
-        }
-    }
-    __device__ __forceinline__ uint16_t at(int i) const {
-        return (uint16_t)(w[i >> 1] >> ((i & 1) * 16));
-    }
-};
-
-// A row held in registers: thread i keeps vectors i, i + blockDim.x, ... of
-// the row's c / VEC (NV of them at most). blockDim.x is a multiple of 32 and
-// blockDim.x * NV >= c / VEC. The max is taken first, so the sum of
-// exponentials needs no rescaling; a row whose max is -inf has sum 0 and loss
-// -inf + ..., as the two-pass kernel gives, and NaN propagates through the
-// sum.
-template <int DT, int VEC, int NV>
-__global__ void __launch_bounds__(1024) lce_rows_reg(cti_lce_rows a) {
-    typedef typename dtype<DT>::T T;
-    typedef typename LceAcc<DT>::A A;
-    typedef Pack<T, VEC> P;
-    const int64_t r = blockIdx.x, C = a.c;
-    const int nch = (int)(C / VEC), step = (int)blockDim.x;
-    T *row = (T *)a.logits + r * C;
-    P *prow = reinterpret_cast<P *>(row);
-    A *loss = (A *)a.loss;
-    const int64_t t = a.target[r];
-    if (t == a.ignore || t < 0 || t >= C) {
-        const bool bad = t != a.ignore;
-        if (threadIdx.x == 0) {
-            loss[r] = bad ? (A)NAN : (A)0;
-            if (bad) report_bad(a, r, t);
-        }
-        if (a.grad) {
-            P z;
-#pragma unroll
-            for (int i = 0; i < VEC; i++) z.v[i] = dtype<DT>::enc(bad ? (A)NAN : (A)0);
-            for (int j = threadIdx.x; j < nch; j += step) prow[j] = z;
-        }
-        return;
-    }
-    const A zt = threadIdx.x == 0 ? (A)dtype<DT>::dec(row[t]) : (A)0;
-    Held<T, VEC> pk[NV];
-    A m = (A)-INFINITY;
-#pragma unroll
-    for (int u = 0; u < NV; u++) {
-        const int j = threadIdx.x + u * step;
-        if (j < nch) pk[u].load(prow + j);
-    }
-#pragma unroll
-    for (int u = 0; u < NV; u++) {
-        if (threadIdx.x + u * step >= nch) continue;
-#pragma unroll
-        for (int i = 0; i < VEC; i++) m = fmax(m, (A)dtype<DT>::dec(pk[u].at(i)));
-    }
-    m = block_max(m); // a barrier: every read of z_t is done
-    A s = 0, sz = 0;
-#pragma unroll
-    for (int u = 0; u < NV; u++) {
-        if (threadIdx.x + u * step >= nch) continue;
-#pragma unroll
-        for (int i = 0; i < VEC; i++) {
-            const A x = (A)dtype<DT>::dec(pk[u].at(i));
-            if (m != (A)-INFINITY) s += lce_exp(x - m);
-            sz += x;
-        }
-    }
-    block_sum2(s, sz);
-    const A lse = m + lce_log(s), ls = (A)a.ls, off = (A)(a.ls / (double)C);
-    if (threadIdx.x == 0) loss[r] = lse - (1 - ls) * zt - (a.ls > 0 ? off * sz : (A)0);
-    if (!a.grad) return;
-    A sc = (A)a.scale;
-    if (a.rscale) sc *= (A)dtype<DT>::dec(((const T *)a.rscale)[r]);
-#pragma unroll
-    for (int u = 0; u < NV; u++) {
-        const int j = threadIdx.x + u * step;
-        if (j >= nch) continue;
-        P o;
-#pragma unroll
-        for (int i = 0; i < VEC; i++) {
-            const A x = (A)dtype<DT>::dec(pk[u].at(i));
-            A g = sc * (lce_exp(x - lse) - off);
-            if ((int64_t)j * VEC + i == t) g -= sc * (1 - ls);
-            o.v[i] = dtype<DT>::enc(g);
-        }
-        prow[j] = o;
-    }
-}
-
-// Vectors a thread keeps for a row of nch: the fewest of 1, 2, 4, ...,
-// max_nv that 1024 threads cover, and the threads for them (a multiple of
-// 32); 0 when the row is longer.
-static int reg_plan(int64_t nch, int max_nv, int *threads) {
-    for (int nv = 1; nv <= max_nv; nv *= 2) {
-        const int64_t th = (nch + nv - 1) / nv;
-        if (th <= 1024) {
-            *threads = th > 32 ? (int)((th + 31) / 32 * 32) : 32;
-            return nv;
-        }
-    }
-    return 0;
-}
-
-template <int DT, int VEC>
-void reg_launch(int nv, int threads, const cti_lce_rows *r, cudaStream_t st) {
-    const unsigned g = (unsigned)r->rows;
-    switch (nv) {
-    case 1: lce_rows_reg<DT, VEC, 1><<<g, threads, 0, st>>>(*r); break;
-    case 2: lce_rows_reg<DT, VEC, 2><<<g, threads, 0, st>>>(*r); break;
-    case 4: lce_rows_reg<DT, VEC, 4><<<g, threads, 0, st>>>(*r); break;
-    default:
-        if constexpr (sizeof(typename dtype<DT>::T) < 8)
-            lce_rows_reg<DT, VEC, 8><<<g, threads, 0, st>>>(*r);
-        break;
-    }
-}
-
 template <int DT> cudaError_t lce_rows_dt(const cti_lce_rows *r, cudaStream_t st, const char **routine) {
     constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
     const int64_t c = r->c;
-    const bool vec = c % VEC == 0 && ((uintptr_t)r->logits & 15) == 0;
-    // 8 vectors of doubles a thread would spill at the 64 registers 1024 threads leave
-    const int max_nv = sizeof(typename dtype<DT>::T) == 8 ? 4 : 8;
-    int rthreads = 0, nv = reg_plan(vec ? c / VEC : c, max_nv, &rthreads);
-    if (nv && vec) {
-        *routine = "cten_cross_entropy_fused_row_in_registers_vec16";
-        reg_launch<DT, VEC>(nv, rthreads, r, st);
-        return cudaGetLastError();
-    }
-    if (nv) {
-        *routine = "cten_cross_entropy_fused_row_in_registers";
-        reg_launch<DT, 1>(nv, rthreads, r, st);
-        return cudaGetLastError();
-    }
-    const int threads = c >= 4096 ? 512 : c >= 1024 ? 256 : c >= 128 ? 128 : 32;
-    if (vec) {
+    // A row's passes are a chain of dependent loads and exponentials, so more rows
+    // at once beat more threads a row: on [16384, 50304] bf16 logits (H200) 128
+    // threads take 1.59 ms, 256 1.76 ms, 512 2.03 ms (docs/BENCHMARKS.md).
+    const int threads = c >= 128 ? 128 : 32;
+    if (c % VEC == 0 && ((uintptr_t)r->logits & 15) == 0) {
         *routine = "cten_cross_entropy_fused_block_per_row_vec16";
         lce_rows_vec<DT, VEC><<<(unsigned)r->rows, threads, 0, st>>>(*r);
     } else {
