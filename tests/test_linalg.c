@@ -628,17 +628,19 @@ static void check_linear_grads(ct_tensor *g, ct_tensor *x) {
 
 static void test_linear_backward_weight(void **state) {
     (void)state;
-    /* leading dims, out, in */
-    static const int64_t shapes[][5] = {{2, 5, 7, 12, 0}, {1, 0, 7, 12, 0}, {3, 2, 3, 16, 24},
-                                        {1, 40, 8, 5, 0}, {1, 6, 0, 12, 0}, {0, 7, 12, 0, 0}};
+    /* the number of leading dims, those dims, out, in: [5] rows, a 1-d grad_y and x, [2, 3]
+     * rows, 40 rows, no outputs, no rows, no inputs */
+    static const int64_t shapes[][5] = {{1, 5, 0, 7, 12},  {0, 0, 0, 7, 12}, {2, 2, 3, 16, 24},
+                                        {1, 40, 0, 8, 5},  {1, 6, 0, 0, 12}, {1, 0, 0, 7, 12},
+                                        {1, 6, 0, 7, 0}};
     for (int d = 0; d < NDT; d++) {
         ct_dtype dt = tu_float_dtypes[d];
         for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
             int nl = (int)shapes[c][0];
             int64_t gs[CT_MAX_DIMS], xs[CT_MAX_DIMS];
             for (int i = 0; i < nl; i++) gs[i] = xs[i] = shapes[c][1 + i];
-            gs[nl] = shapes[c][1 + nl];
-            xs[nl] = shapes[c][2 + nl];
+            gs[nl] = shapes[c][3];
+            xs[nl] = shapes[c][4];
             ct_tensor *g = tu_rand(nl + 1, gs, dt, -1, 1, NULL);
             ct_tensor *x = tu_rand(nl + 1, xs, dt, -1, 1, NULL);
             ct_tensor *gn = tu_noncontig(g), *xn = tu_noncontig(x);
