@@ -221,7 +221,6 @@ static inline char *tu_trace_end(tu_trace *t) {
     return buf;
 }
 
-/* Default tolerances per dtype for results of a few roundings. */
 /* The unit roundoff of dt: half the distance from 1 to the next value. */
 static inline double tu_unit_roundoff(ct_dtype dt) {
     switch (dt) {
@@ -233,6 +232,7 @@ static inline double tu_unit_roundoff(ct_dtype dt) {
     }
 }
 
+/* Default tolerances per dtype for results of a few roundings. */
 static inline double tu_rtol(ct_dtype dt) {
     switch (dt) {
     case CT_F64: return 1e-12;
