@@ -710,6 +710,316 @@ static void test_linear_backward_weight_errors(void **state) {
     assert_int_equal(after.live_storages, before.live_storages);
 }
 
+/* ---- ct_mlp_gelu -------------------------------------------------------------------------------- */
+
+static double gelu_ref(double v, ct_gelu_approx a) {
+    if (a == CT_GELU_TANH) return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+}
+
+static double gelu_grad_ref(double v, ct_gelu_approx a) {
+    if (a == CT_GELU_TANH) {
+        double t = tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+        return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * v * v);
+    }
+    return 0.5 * (1 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2 * 3.14159265358979323846);
+}
+
+/* The MLP in float64: each array [rows x cols] row-major; mag holds the same sums over
+ * absolute values, the scale of each result's rounding error. */
+typedef struct mlp_ref {
+    int64_t rows, in, hid, out;
+    double *pre, *act, *y, *dpre, *dx, *dw1, *db1, *dw2, *db2;
+    double *m_y, *m_dx, *m_dw1, *m_db1, *m_dw2, *m_db2;
+} mlp_ref;
+
+static double *zeros_d(int64_t n) { return calloc((size_t)n + 1, sizeof(double)); }
+
+static mlp_ref mlp_reference(const double *x, const double *w1, const double *b1,
+                             const double *w2, const double *b2, const double *r,
+                             int64_t rows, int64_t in, int64_t hid, int64_t out,
+                             ct_gelu_approx a) {
+    mlp_ref f = {.rows = rows, .in = in, .hid = hid, .out = out};
+    double *m_pre = zeros_d(rows * hid), *m_act = zeros_d(rows * hid), *m_dpre = zeros_d(rows * hid);
+    f.pre = zeros_d(rows * hid), f.act = zeros_d(rows * hid), f.dpre = zeros_d(rows * hid);
+    f.y = zeros_d(rows * out), f.m_y = zeros_d(rows * out);
+    f.dx = zeros_d(rows * in), f.m_dx = zeros_d(rows * in);
+    f.dw1 = zeros_d(hid * in), f.m_dw1 = zeros_d(hid * in);
+    f.db1 = zeros_d(hid), f.m_db1 = zeros_d(hid);
+    f.dw2 = zeros_d(out * hid), f.m_dw2 = zeros_d(out * hid);
+    f.db2 = zeros_d(out), f.m_db2 = zeros_d(out);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h = 0; h < hid; h++) {
+            double s = b1 ? b1[h] : 0, m = b1 ? fabs(b1[h]) : 0;
+            for (int64_t k = 0; k < in; k++) {
+                s += x[i * in + k] * w1[h * in + k];
+                m += fabs(x[i * in + k] * w1[h * in + k]);
+            }
+            f.pre[i * hid + h] = s;
+            f.act[i * hid + h] = gelu_ref(s, a);
+            m_pre[i * hid + h] = m;
+            m_act[i * hid + h] = fabs(f.act[i * hid + h]) + 1.2 * m; /* |gelu'| < 1.2 */
+        }
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t o = 0; o < out; o++) {
+            double s = b2 ? b2[o] : 0, m = b2 ? fabs(b2[o]) : 0;
+            for (int64_t h = 0; h < hid; h++) {
+                s += f.act[i * hid + h] * w2[o * hid + h];
+                m += m_act[i * hid + h] * fabs(w2[o * hid + h]);
+            }
+            f.y[i * out + o] = s;
+            f.m_y[i * out + o] = m;
+        }
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h = 0; h < hid; h++) {
+            double s = 0, m = 0;
+            for (int64_t o = 0; o < out; o++) {
+                s += r[i * out + o] * w2[o * hid + h];
+                m += fabs(r[i * out + o] * w2[o * hid + h]);
+            }
+            double gd = gelu_grad_ref(f.pre[i * hid + h], a);
+            f.dpre[i * hid + h] = s * gd;
+            /* gelu'' is below 1 in size: pre's error moves gelu' by at most that much */
+            m_dpre[i * hid + h] = m * (fabs(gd) + 1 + m_pre[i * hid + h]);
+        }
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t o = 0; o < out; o++) {
+            f.db2[o] += r[i * out + o];
+            f.m_db2[o] += fabs(r[i * out + o]);
+            for (int64_t h = 0; h < hid; h++) {
+                f.dw2[o * hid + h] += r[i * out + o] * f.act[i * hid + h];
+                f.m_dw2[o * hid + h] += fabs(r[i * out + o]) * m_act[i * hid + h];
+            }
+        }
+        for (int64_t h = 0; h < hid; h++) {
+            f.db1[h] += f.dpre[i * hid + h];
+            f.m_db1[h] += m_dpre[i * hid + h];
+            for (int64_t k = 0; k < in; k++) {
+                f.dw1[h * in + k] += f.dpre[i * hid + h] * x[i * in + k];
+                f.m_dw1[h * in + k] += m_dpre[i * hid + h] * fabs(x[i * in + k]);
+                f.dx[i * in + k] += f.dpre[i * hid + h] * w1[h * in + k];
+                f.m_dx[i * in + k] += m_dpre[i * hid + h] * fabs(w1[h * in + k]);
+            }
+        }
+    }
+    free(m_pre);
+    free(m_act);
+    free(m_dpre);
+    return f;
+}
+
+static void mlp_ref_free(mlp_ref *f) {
+    double *all[] = {f->pre, f->act, f->y, f->dpre, f->dx, f->dw1, f->db1, f->dw2, f->db2,
+                     f->m_y, f->m_dx, f->m_dw1, f->m_db1, f->m_dw2, f->m_db2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+/* Asserts t (n values) within c * u(dt) * mag[i] (+ 1e-300) of ref: a few roundings of
+ * each term, in t's dtype, for the sums the results are. */
+static void assert_within(ct_tensor *t, const double *ref, const double *mag, int64_t n,
+                          double c, const char *what) {
+    assert_non_null(t);
+    assert_int_equal(tu_numel(ct_tensor_ndim(t), ct_tensor_shape(t)), n);
+    double u = tu_unit_roundoff(ct_tensor_dtype(t)), *got = tu_values(t);
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(got[i] - ref[i]) <= c * u * mag[i] + 1e-300)) {
+            fprintf(stderr, "%s[%lld]: got %.17g, expected %.17g (bound %g)\n", what,
+                    (long long)i, got[i], ref[i], c * u * mag[i]);
+            fail();
+        }
+    free(got);
+}
+
+/* ct_mlp_gelu(x, w1, b1, w2, b2) and its gradients from sum(y * r) against the float64
+ * chain, with every operand requiring grad; the inputs' layouts as given. */
+static void check_mlp(ct_tensor *x, ct_tensor *w1, ct_tensor *b1, ct_tensor *w2, ct_tensor *b2,
+                      ct_gelu_approx a) {
+    ct_dtype dt = ct_tensor_dtype(x);
+    int nd = ct_tensor_ndim(x);
+    int64_t in = ct_tensor_shape(x)[nd - 1], hid = ct_tensor_shape(w1)[0];
+    int64_t out = ct_tensor_shape(w2)[0], rows = tu_numel(nd - 1, ct_tensor_shape(x));
+    double *vx = tu_values(x), *v1 = tu_values(w1), *v2 = tu_values(w2);
+    double *vb1 = b1 ? tu_values(b1) : NULL, *vb2 = b2 ? tu_values(b2) : NULL;
+    int64_t yshape[CT_MAX_DIMS];
+    memcpy(yshape, ct_tensor_shape(x), (size_t)nd * sizeof *yshape);
+    yshape[nd - 1] = out;
+    double *vr;
+    ct_tensor *r = tu_rand(nd, yshape, dt, -1, 1, &vr);
+    mlp_ref f = mlp_reference(vx, v1, vb1, v2, vb2, vr, rows, in, hid, out, a);
+    ct_tensor *ins[5] = {x, w1, b1, w2, b2};
+    for (int i = 0; i < 5; i++)
+        if (ins[i]) assert_int_equal(ct_requires_grad_(ins[i], true), CT_OK);
+    ct_tensor *y = ct_mlp_gelu(x, w1, b1, w2, b2, a);
+    if (!y) fprintf(stderr, "ct_mlp_gelu: %s\n", ct_last_error());
+    assert_non_null(y);
+    assert_int_equal(ct_tensor_dtype(y), dt);
+    assert_int_equal(ct_tensor_ndim(y), nd);
+    for (int d = 0; d < nd; d++) assert_int_equal(ct_tensor_shape(y)[d], yshape[d]);
+    double c = 8.0 + (double)(in + hid); /* a dot product's rounding grows with its length */
+    assert_within(y, f.y, f.m_y, rows * out, c, "y");
+    ct_tensor *yr = ct_mul(y, r), *l = ct_sum(yr, 0, NULL, false);
+    assert_int_equal(ct_backward(l, NULL, false), CT_OK);
+    c = 8.0 + (double)(rows + in + hid + out);
+    assert_within(ct_grad(x), f.dx, f.m_dx, rows * in, c, "dx");
+    assert_within(ct_grad(w1), f.dw1, f.m_dw1, hid * in, c, "dw1");
+    assert_within(ct_grad(w2), f.dw2, f.m_dw2, out * hid, c, "dw2");
+    if (b1) assert_within(ct_grad(b1), f.db1, f.m_db1, hid, c, "db1");
+    if (b2) assert_within(ct_grad(b2), f.db2, f.m_db2, out, c, "db2");
+    for (int i = 0; i < 5; i++)
+        if (ins[i]) {
+            ct_zero_grad(ins[i]);
+            assert_int_equal(ct_requires_grad_(ins[i], false), CT_OK);
+        }
+    ct_tensor_release(l);
+    ct_tensor_release(yr);
+    ct_tensor_release(y);
+    ct_tensor_release(r);
+    mlp_ref_free(&f);
+    free(vr);
+    free(vx);
+    free(v1);
+    free(v2);
+    free(vb1);
+    free(vb2);
+}
+
+static void test_mlp_gelu(void **state) {
+    (void)state;
+    /* the number of leading dims, those dims, in, hidden, out */
+    static const int64_t shapes[][6] = {{1, 5, 0, 12, 16, 7}, {0, 0, 0, 9, 20, 4},
+                                        {2, 2, 3, 8, 24, 8},  {1, 33, 0, 5, 3, 6},
+                                        {1, 0, 0, 8, 16, 8},  {1, 4, 0, 0, 6, 3},
+                                        {1, 4, 0, 6, 0, 3},   {1, 4, 0, 6, 5, 0}};
+    for (int d = 0; d < NDT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int nl = (int)shapes[s][0];
+            int64_t xs[CT_MAX_DIMS], in = shapes[s][3], hid = shapes[s][4], out = shapes[s][5];
+            for (int i = 0; i < nl; i++) xs[i] = shapes[s][1 + i];
+            xs[nl] = in;
+            ct_tensor *x = tu_rand(nl + 1, xs, dt, -1, 1, NULL);
+            ct_tensor *w1 = tu_rand(2, (const int64_t[]){hid, in}, dt, -1, 1, NULL);
+            ct_tensor *w2 = tu_rand(2, (const int64_t[]){out, hid}, dt, -1, 1, NULL);
+            ct_tensor *b1 = tu_rand(1, &hid, dt, -1, 1, NULL);
+            ct_tensor *b2 = tu_rand(1, &out, dt, -1, 1, NULL);
+            ct_tensor *xn = tu_noncontig(x), *w1n = tu_noncontig(w1), *w2n = tu_noncontig(w2);
+            ct_tensor *b1n = tu_noncontig(b1);
+            ct_gelu_approx a = s % 2 ? CT_GELU_NONE : CT_GELU_TANH;
+            check_mlp(x, w1, b1, w2, b2, a);
+            check_mlp(x, w1, NULL, w2, NULL, a);
+            check_mlp(xn, w1n, b1n, w2n, b2, (ct_gelu_approx)!a);
+            check_mlp(xn, w1, NULL, w2n, b2, a);
+            ct_tensor *all[] = {x, w1, w2, b1, b2, xn, w1n, w2n, b1n};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_release(all[i]);
+        }
+    }
+}
+
+static ct_tensor *mlp_fn(ct_tensor *const *in, void *ctx) {
+    return ct_mlp_gelu(in[0], in[1], in[2], in[3], in[4], *(const ct_gelu_approx *)ctx);
+}
+
+/* float64 gradients against finite differences, with and without recomputation of the
+ * activation, and each input alone requiring grad; the node's name. */
+static void test_mlp_gelu_gradcheck(void **state) {
+    (void)state;
+    for (int rec = 0; rec < 2; rec++) {
+        bool was = ct_set_recompute_enabled(rec != 0);
+        for (int ai = 0; ai < 2; ai++) {
+            ct_gelu_approx a = ai ? CT_GELU_TANH : CT_GELU_NONE;
+            for (int only = -1; only < 5; only++) {
+                ct_tensor *in[5] = {tu_rand(3, (const int64_t[]){2, 3, 4}, CT_F64, -2, 2, NULL),
+                                    tu_rand(2, (const int64_t[]){5, 4}, CT_F64, -1, 1, NULL),
+                                    tu_rand(1, (const int64_t[]){5}, CT_F64, -1, 1, NULL),
+                                    tu_rand(2, (const int64_t[]){3, 5}, CT_F64, -1, 1, NULL),
+                                    tu_rand(1, (const int64_t[]){3}, CT_F64, -1, 1, NULL)};
+                for (int i = 0; i < 5; i++)
+                    if (only < 0 || only == i)
+                        assert_int_equal(ct_requires_grad_(in[i], true), CT_OK);
+                ct_status st = ct_gradcheck(mlp_fn, &a, 5, in, 1e-6, 1e-7, 1e-6);
+                if (st != CT_OK) fprintf(stderr, "gradcheck: %s\n", ct_last_error());
+                assert_int_equal(st, CT_OK);
+                ct_tensor *y = mlp_fn(in, &a);
+                assert_string_equal(ct_grad_fn_name(y), "MlpGeluBackward");
+                ct_tensor_release(y);
+                for (int i = 0; i < 5; i++) ct_tensor_release(in[i]);
+            }
+        }
+        ct_set_recompute_enabled(was);
+    }
+}
+
+/* Bad arguments: a status naming the op and what was expected, nothing leaked, the
+ * arguments unchanged; the hidden gradient's own checks. */
+static void test_mlp_gelu_errors(void **state) {
+    (void)state;
+    cti_alloc_stats before = cti_get_alloc_stats();
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *x = tu_rand(2, (const int64_t[]){4, 6}, CT_F32, -1, 1, NULL);
+    ct_tensor *w1 = tu_rand(2, (const int64_t[]){8, 6}, CT_F32, -1, 1, NULL);
+    ct_tensor *b1 = tu_rand(1, (const int64_t[]){8}, CT_F32, -1, 1, NULL);
+    ct_tensor *w2 = tu_rand(2, (const int64_t[]){3, 8}, CT_F32, -1, 1, NULL);
+    ct_tensor *b2 = tu_rand(1, (const int64_t[]){3}, CT_F32, -1, 1, NULL);
+    ct_tensor *w1_64 = tu_rand(2, (const int64_t[]){8, 6}, CT_F64, -1, 1, NULL);
+    ct_tensor *w1_bad = tu_rand(2, (const int64_t[]){8, 5}, CT_F32, -1, 1, NULL);
+    ct_tensor *w2_bad = tu_rand(2, (const int64_t[]){3, 7}, CT_F32, -1, 1, NULL);
+    ct_tensor *xi = ct_tensor_zeros(CT_SHAPE(4, 6), CT_I64, CT_CPU);
+    ct_tensor *s = ct_tensor_scalar(1.0, CT_F32, CT_CPU);
+    const char *op = "ct_mlp_gelu";
+    tu_assert_null_error(ct_mlp_gelu(NULL, w1, b1, w2, b2, CT_GELU_TANH), CT_ERR_INVALID_ARG, op,
+                         "argument 1 is NULL");
+    tu_assert_null_error(ct_mlp_gelu(x, w1, b1, NULL, b2, CT_GELU_TANH), CT_ERR_INVALID_ARG, op,
+                         "argument 3 is NULL");
+    tu_assert_null_error(ct_mlp_gelu(x, w1_64, b1, w2, b2, CT_GELU_TANH), CT_ERR_DTYPE, op,
+                         "same dtype", "float64");
+    tu_assert_null_error(ct_mlp_gelu(xi, w1, b1, w2, b2, CT_GELU_TANH), CT_ERR_DTYPE, op,
+                         "same dtype");
+    tu_assert_null_error(ct_mlp_gelu(x, w1, b1, w2, b2, (ct_gelu_approx)2), CT_ERR_INVALID_ARG,
+                         op, "approximate");
+    tu_assert_null_error(ct_mlp_gelu(s, w1, b1, w2, b2, CT_GELU_TANH), CT_ERR_SHAPE, op,
+                         "at least 1 dim");
+    tu_assert_null_error(ct_mlp_gelu(x, w1_bad, b1, w2, b2, CT_GELU_TANH), CT_ERR_SHAPE, op,
+                         "w_in [8, 5]", "do not align");
+    tu_assert_null_error(ct_mlp_gelu(x, w1, b1, w2_bad, b2, CT_GELU_TANH), CT_ERR_SHAPE, op,
+                         "w_out [3, 7]", "[out, 8]");
+    tu_assert_null_error(ct_mlp_gelu(x, w1, b2, w2, b2, CT_GELU_TANH), CT_ERR_SHAPE, op,
+                         "b_in must be [8]");
+    tu_assert_null_error(ct_mlp_gelu(x, w1, b1, w2, b1, CT_GELU_TANH), CT_ERR_SHAPE, op,
+                         "b_out must be [3]");
+    assert_int_equal(ct_tensor_shape(x)[0], 4);
+    assert_false(ct_requires_grad(x));
+
+    const char *hop = "ct_mlp_gelu_backward_hidden";
+    ct_tensor *g = tu_rand(2, (const int64_t[]){4, 3}, CT_F32, -1, 1, NULL);
+    ct_tensor *pre = tu_rand(2, (const int64_t[]){4, 8}, CT_F32, -1, 1, NULL);
+    ct_tensor *pre_bad = tu_rand(2, (const int64_t[]){5, 8}, CT_F32, -1, 1, NULL);
+    ct_tensor *d = g, *db = g;
+    tu_assert_error(ct_mlp_gelu_backward_hidden(g, w2, pre, CT_GELU_TANH, NULL, &db),
+                    CT_ERR_INVALID_ARG, hop, "dpre is NULL");
+    assert_null(db);
+    db = g;
+    tu_assert_error(ct_mlp_gelu_backward_hidden(g, w2, pre_bad, CT_GELU_TANH, &d, &db),
+                    CT_ERR_SHAPE, hop, "same leading dims", "[5, 8]");
+    assert_null(d);
+    assert_null(db);
+    tu_assert_error(ct_mlp_gelu_backward_hidden(g, w2, w1_64, CT_GELU_TANH, &d, NULL),
+                    CT_ERR_DTYPE, hop, "float64");
+    tu_assert_error(ct_mlp_gelu_backward_hidden(g, w2, pre, (ct_gelu_approx)-1, &d, NULL),
+                    CT_ERR_INVALID_ARG, hop, "approximate");
+    /* its result refuses a double backward, naming the op */
+    assert_int_equal(ct_requires_grad_(g, true), CT_OK);
+    assert_int_equal(ct_mlp_gelu_backward_hidden(g, w2, pre, CT_GELU_TANH, &d, &db), CT_OK);
+    ct_tensor *l = ct_sum(d, 0, NULL, false);
+    tu_assert_error(ct_backward(l, NULL, false), CT_ERR_AUTOGRAD, "linear_dgelu",
+                    "no backward formula");
+    ct_tensor_release(d);
+    ct_tensor_release(db);
+    ct_scope_end(sc);
+    cti_alloc_stats after = cti_get_alloc_stats();
+    assert_int_equal(after.live_tensors, before.live_tensors);
+    assert_int_equal(after.live_storages, before.live_storages);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_errors(void **state) {
@@ -884,6 +1194,9 @@ int main(void) {
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_backward_weight),
         cmocka_unit_test(test_linear_backward_weight_errors),
+        cmocka_unit_test(test_mlp_gelu),
+        cmocka_unit_test(test_mlp_gelu_gradcheck),
+        cmocka_unit_test(test_mlp_gelu_errors),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_no_leaks),
         cmocka_unit_test(test_threads),

@@ -165,6 +165,28 @@ ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias);
  * failure both stay NULL. */
 ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor **dweight,
                                     ct_tensor **dbias);
+/* ct_linear(ct_gelu(ct_linear(x, w_in, b_in), approximate), w_out, b_out): the MLP of a
+ * GPT-2, BERT or ViT block (Apex's FusedDenseGeluDense) as one op. x [..., in], w_in
+ * [hidden, in], w_out [out, hidden], b_in [hidden] and b_out [out] or NULL, one floating
+ * dtype and one device; the result is [..., out]. Under autocast it runs in the region's
+ * dtype, as ct_linear does. It keeps for the backward what the three ops would (x, the
+ * pre-activation and the activation; the activation is made again from the
+ * pre-activation while ct_set_recompute_enabled is on), and its gradients are theirs. On
+ * CUDA, for the tanh form in float32, float16 or bfloat16, the first GEMM applies the
+ * bias and GELU in its epilogue (cuBLASLt's GELU_AUX_BIAS, which also writes the
+ * pre-activation), and in the backward the GEMM of the hidden gradient applies GELU's
+ * derivative and sums b_in's gradient in its epilogue (DGELU_BGRAD): no separate GELU
+ * pass either way. Other calls, and the CPU, run the GEMMs and GELU's kernels in turn. */
+ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor *w_out,
+                       ct_tensor *b_out, ct_gelu_approx approximate);
+/* The gradient of ct_mlp_gelu's pre-activation pre [..., hidden] from grad_y [..., out]
+ * (the same leading dims) and w_out [out, hidden]: *dpre = gelu'(pre) * (grad_y @ w_out),
+ * new, pre's shape, and when db_in is not NULL *db_in = *dpre summed over the leading
+ * dims, [hidden], the gradient of b_in. One floating dtype, one device. On failure both
+ * stay NULL. */
+ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_tensor *pre,
+                                      ct_gelu_approx approximate, ct_tensor **dpre,
+                                      ct_tensor **db_in);
 
 /* ---- convolution and pooling (NCHW; a 3-d CHW input is taken as N = 1) ------------- */
 /* x [N,Cin,H,W], w [Cout,Cin/groups,kH,kW], bias [Cout] or NULL. stride,

@@ -98,6 +98,7 @@ CTI_BW(cti_bw_overwrite);
  * tensors each one reads are listed in that file. */
 CTI_BW(cti_bw_matmul);
 CTI_BW(cti_bw_linear);
+CTI_BW(cti_bw_mlp_gelu);
 
 /* formulas_conv.c
  * Inputs, saved tensors and params of each are listed in that file. */

@@ -246,3 +246,60 @@ CTI_BW(cti_bw_linear) {
     if (n->nin > 2 && n->needs[2]) gi[2] = ct_tensor_retain(g);
     return CT_OK;
 }
+
+/* ---- the GELU MLP ------------------------------------------------------------------ */
+
+/* Inputs (x, w_in, b_in, w_out, b_out; either bias NULL): y = act @ w_out^T + b_out with
+ * act = gelu(pre), pre = x @ w_in^T + b_in over x's rows. Saved: x as rows [rows, in]
+ * (when w_in needs grad), w_in (when x does), pre (when the hidden gradient or a
+ * recomputed act is needed), act (when w_out needs grad and recomputation is off), w_out
+ * (for the hidden gradient). The hidden gradient dpre = gelu'(pre) * (g @ w_out) and b_in's
+ * gradient, its row sums, come from one call (on CUDA one GEMM whose epilogue applies
+ * gelu' and sums). */
+CTI_BW(cti_bw_mlp_gelu) {
+    ct_tensor *g = go[0];
+    if (!g) return CT_OK;
+    ct_gelu_approx approx = (ct_gelu_approx)CTI_NODE_PARAMS(n, cti_pointwise_params)->approximate;
+    int nd = n->in_ndim[0];
+    int64_t rows = lead_numel(nd - 1, n->in_shape[0]);
+    int64_t out = n->in_shape[3][0];
+    ct_tensor *g2 = as_2d(g, rows, out);
+    if (!g2) return ct_last_status();
+    ct_status st = CT_OK;
+    if (n->needs[3] || n->needs[4]) {
+        SAVED(act, 3);
+        ct_tensor *made = NULL;
+        if (!act && n->needs[3]) {
+            SAVED(pre, 2);
+            if (!(act = made = ct_gelu(pre, approx))) return ct_last_status();
+        }
+        st = ct_linear_backward_weight(g2, act, n->needs[3] ? &gi[3] : NULL,
+                                       n->needs[4] ? &gi[4] : NULL);
+        ct_tensor_release(made);
+        if (st != CT_OK) return st;
+    }
+    if (!n->needs[0] && !n->needs[1] && !n->needs[2]) {
+        ct_tensor_release(g2);
+        return CT_OK;
+    }
+    SAVED(w_out, 4);
+    SAVED(pre, 2);
+    ct_tensor *dpre = NULL;
+    st = ct_mlp_gelu_backward_hidden(g2, w_out, pre, approx, &dpre, n->needs[2] ? &gi[2] : NULL);
+    ct_tensor_release(g2);
+    if (st != CT_OK) return st;
+    if (n->needs[1]) {
+        SAVED(x2, 0);
+        if ((st = ct_linear_backward_weight(dpre, x2, &gi[1], NULL)) != CT_OK) return st;
+    }
+    if (n->needs[0]) {
+        SAVED(w_in, 1);
+        ct_tensor *dx = ct_mm(dpre, w_in);
+        ct_tensor_release(dpre);
+        dpre = NULL;
+        if (!dx) return ct_last_status();
+        st = put(&gi[0], drop2(ct_reshape(dx, nd, n->in_shape[0]), dx, NULL));
+    }
+    ct_tensor_release(dpre);
+    return st;
+}

@@ -106,7 +106,16 @@ typedef struct cti_reduce_params {
  * input and pass beta 0, alpha 1. LINEAR_BACKWARD_WEIGHT (no params): in[0]
  * a [n, k] (the output gradient transposed, a view), in[1] b [k, m] (the
  * input), out[0] = a @ b [n, m] (the weight gradient) and out[1][i] = the
- * sum of a's row i [n] (the bias gradient), both contiguous, in one dtype. */
+ * sum of a's row i [n] (the bias gradient), both contiguous, in one dtype.
+ *
+ * LINEAR_GELU and LINEAR_DGELU (cti_pointwise_params: approximate, a
+ * ct_gelu_approx) are the two ends of an MLP's activation, each fused with
+ * its GEMM. LINEAR_GELU: in[0] the bias broadcast to [n, m] (stride 0 down
+ * the rows) or NULL, in[1] x [n, k], in[2] w^T [k, m]; out[0] = gelu(pre)
+ * and out[1] = pre = x @ w^T + bias, both [n, m] contiguous. LINEAR_DGELU:
+ * in[0] grad_y [n, k], in[1] w [k, m], in[2] pre [n, m];
+ * out[0] = gelu'(pre) * (grad_y @ w), the gradient of pre, [n, m]
+ * contiguous, and out[1] (or NULL) its sums over the rows [m]. One dtype. */
 typedef struct cti_gemm_params {
     double beta, alpha;
 } cti_gemm_params;
@@ -695,6 +704,8 @@ typedef struct cti_batch_norm_params {
     X(BMM, "bmm", cti_gemm_params, CTI_F(cti_bw_bmm), NONE)                                  \
     X(ADDMM, "addmm", cti_gemm_params, CTI_F(cti_bw_addmm), NONE)                            \
     X(LINEAR_BACKWARD_WEIGHT, "linear_backward_weight", cti_no_params, CTI_NOFORMULA, NONE)  \
+    X(LINEAR_GELU, "linear_gelu", cti_pointwise_params, CTI_NOFORMULA, NONE)                \
+    X(LINEAR_DGELU, "linear_dgelu", cti_pointwise_params, CTI_NOFORMULA, NONE)              \
     X(CONV2D, "conv2d", cti_conv_params, CTI_F(cti_bw_conv2d), CONV2D_BACKWARD_INPUT)        \
     X(CONV2D_BACKWARD_INPUT, "conv2d_backward_input", cti_conv_params, CTI_NOFORMULA, NONE)  \
     X(CONV2D_BACKWARD_WEIGHT, "conv2d_backward_weight", cti_conv_params, CTI_NOFORMULA,      \

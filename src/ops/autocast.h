@@ -61,6 +61,8 @@ typedef enum cti_autocast_policy {
     /* cten's: linear + cross_entropy fused; its GEMMs in the region's dtype, the loss in       \
      * float32 as PyTorch's fp32 cross_entropy after a lower-precision linear gives it */       \
     X(LINEAR_CROSS_ENTROPY, "ct_linear_cross_entropy", LOWER)                                   \
+    /* cten's: linear, GELU, linear fused; GELU follows its input, as outside the fusion */     \
+    X(MLP_GELU, "ct_mlp_gelu", LOWER)                                                           \
     /* PyTorch's fp32 list */                                                                   \
     X(EXP, "ct_exp", FP32)                                                                      \
     X(LOG, "ct_log", FP32)                                                                      \
@@ -99,7 +101,7 @@ typedef enum cti_autocast_op {
     CTI_AC_NUM_OPS
 } cti_autocast_op;
 
-#define CTI_AUTOCAST_MAX_IN 4
+#define CTI_AUTOCAST_MAX_IN 5
 
 /* One op call under autocast. */
 typedef struct cti_autocast_call {

@@ -474,3 +474,220 @@ ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor *
     if (dbias) *dbias = db;
     return CT_OK;
 }
+
+/* ---- the GELU MLP ------------------------------------------------------------------------ */
+
+static ct_status check_approximate(const char *op, ct_gelu_approx approximate) {
+    if (approximate == CT_GELU_NONE || approximate == CT_GELU_TANH) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG,
+                     "%s: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d", op,
+                     (int)approximate);
+}
+
+/* What ct_mlp_gelu's shapes must satisfy: x [..., in], w_in [hidden, in],
+ * b_in [hidden], w_out [out, hidden], b_out [out]. */
+static ct_status check_mlp_shapes(const char *op, ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in,
+                                  ct_tensor *w_out, ct_tensor *b_out) {
+    if (x->ndim == 0 || w_in->ndim != 2 || w_out->ndim != 2)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: expected an input of at least 1 dim and 2-d weights, got %s, %s "
+                         "and %s",
+                         op, cti_desc(x), cti_desc(w_in), cti_desc(w_out));
+    int64_t in = x->shape[x->ndim - 1], hidden = w_in->shape[0], out = w_out->shape[0];
+    if (w_in->shape[1] != in)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: input %s and w_in %s do not align (%lld != %lld in-features)", op,
+                         cti_shape_s(x->ndim, x->shape), cti_shape_s(2, w_in->shape),
+                         (long long)in, (long long)w_in->shape[1]);
+    if (w_out->shape[1] != hidden)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: w_in %s and w_out %s do not align (w_out must be [out, %lld])", op,
+                         cti_shape_s(2, w_in->shape), cti_shape_s(2, w_out->shape),
+                         (long long)hidden);
+    if (b_in && (b_in->ndim != 1 || b_in->shape[0] != hidden))
+        return cti_error(CT_ERR_SHAPE, "%s: b_in must be [%lld] for w_in %s, got %s", op,
+                         (long long)hidden, cti_shape_s(2, w_in->shape),
+                         cti_shape_s(b_in->ndim, b_in->shape));
+    if (b_out && (b_out->ndim != 1 || b_out->shape[0] != out))
+        return cti_error(CT_ERR_SHAPE, "%s: b_out must be [%lld] for w_out %s, got %s", op,
+                         (long long)out, cti_shape_s(2, w_out->shape),
+                         cti_shape_s(b_out->ndim, b_out->shape));
+    return CT_OK;
+}
+
+/* act = gelu(pre), pre = x2 @ w_in^T + b_in, both new [rows, hidden]. */
+static ct_status hidden_forward(const char *op, ct_tensor *x2, ct_tensor *w_in, ct_tensor *b_in,
+                                ct_gelu_approx approximate, ct_tensor **act, ct_tensor **pre) {
+    int64_t rows = x2->shape[0], in = x2->shape[1], hidden = w_in->shape[0];
+    const int64_t hshape[2] = {rows, hidden};
+    ct_device dev = x2->storage->device;
+    *act = cti_tensor_new(op, 2, hshape, x2->dtype, dev);
+    *pre = *act ? cti_tensor_new(op, 2, hshape, x2->dtype, dev) : NULL;
+    ct_tensor *wt = view_of(w_in, 2, (const int64_t[]){in, hidden},
+                            (const int64_t[]){w_in->stride[1], w_in->stride[0]});
+    ct_tensor *bv = b_in ? view_of(b_in, 2, hshape, (const int64_t[]){0, b_in->stride[0]}) : NULL;
+    ct_status st;
+    if (!*pre || !wt || (b_in && !bv)) {
+        st = ct_last_status();
+    } else {
+        const cti_pointwise_params p = {.approximate = approximate};
+        ct_call c;
+        cti_call_init(&c, CT_OP_LINEAR_GELU);
+        cti_call_params(&c, &p);
+        c.in[0] = bv;
+        c.in[1] = x2;
+        c.in[2] = wt;
+        c.nin = 3;
+        c.out[0] = *act;
+        c.out[1] = *pre;
+        c.nout = 2;
+        /* the MLP's node, recorded on its result, is these outputs' only history */
+        st = cti_run_as(&c, dev, x2->dtype, 0, NULL);
+    }
+    ct_tensor_release(wt);
+    ct_tensor_release(bv);
+    if (st != CT_OK) {
+        ct_tensor_release(*act);
+        ct_tensor_release(*pre);
+        *act = *pre = NULL;
+    }
+    return st;
+}
+
+/* y = act @ w_out^T + b_out in x's leading shape: new, or NULL. */
+static ct_tensor *output_forward(const char *op, ct_tensor *x, ct_tensor *act, ct_tensor *w_out,
+                                 ct_tensor *b_out) {
+    int64_t rows = act->shape[0], hidden = act->shape[1], out = w_out->shape[0];
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, x->shape, (size_t)(x->ndim - 1) * sizeof *shape);
+    shape[x->ndim - 1] = out;
+    ct_tensor *y = cti_tensor_new(op, x->ndim, shape, act->dtype, act->storage->device);
+    if (!y) return NULL;
+    ct_tensor *wt = view_of(w_out, 2, (const int64_t[]){hidden, out},
+                            (const int64_t[]){w_out->stride[1], w_out->stride[0]});
+    const int64_t oshape[2] = {rows, out};
+    if (b_out) {
+        static const cti_gemm_params plus_bias = {.beta = 1, .alpha = 1};
+        return finish(CT_OP_ADDMM, y,
+                      view_of(b_out, 2, oshape, (const int64_t[]){0, b_out->stride[0]}),
+                      ct_tensor_retain(act), wt, out_view(y, 2, oshape), &plus_bias);
+    }
+    return finish(CT_OP_MM, y, NULL, ct_tensor_retain(act), wt, out_view(y, 2, oshape),
+                  &plain_product);
+}
+
+ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor *w_out,
+                       ct_tensor *b_out, ct_gelu_approx approximate) {
+    static const char op[] = "ct_mlp_gelu";
+    cti_autocast_call ac;
+    if (cti_autocast_begin_op(&ac, CTI_AC_MLP_GELU, 5, (ct_tensor *[]){x, w_in, b_in, w_out, b_out}))
+        return cti_autocast_end_op(&ac, ac.ok ? ct_mlp_gelu(ac.in[0], ac.in[1], ac.in[2], ac.in[3],
+                                                            ac.in[4], approximate)
+                                              : NULL);
+    ct_tensor *ts[5] = {x, w_in, w_out, b_in, b_out};
+    if (check_operands(op, 3, 5, ts, "input, weights and biases") != CT_OK ||
+        check_approximate(op, approximate) != CT_OK ||
+        check_mlp_shapes(op, x, w_in, b_in, w_out, b_out) != CT_OK)
+        return NULL;
+    int64_t in = x->shape[x->ndim - 1], rows = cti_numel(x->ndim - 1, x->shape);
+    ct_tensor *x2 = rows_view(x, rows, in), *act = NULL, *pre = NULL;
+    if (!x2 || hidden_forward(op, x2, w_in, b_in, approximate, &act, &pre) != CT_OK) {
+        ct_tensor_release(x2);
+        return NULL;
+    }
+    ct_tensor *y = output_forward(op, x, act, w_out, b_out);
+    ct_tensor *in_ts[5] = {x, w_in, b_in, w_out, b_out};
+    if (y && cti_ag_needed(5, in_ts)) {
+        bool hidden_grads = ct_requires_grad(x) || ct_requires_grad(w_in) ||
+                            (b_in && ct_requires_grad(b_in));
+        bool out_w = ct_requires_grad(w_out);
+        /* With recomputation on, the activation is made again from pre in
+         * the backward rather than kept (pre is kept either way). */
+        bool keep_act = out_w && !ct_is_recompute_enabled();
+        const cti_pointwise_params p = {.approximate = approximate};
+        cti_ag_rec r = {.name = "MlpGeluBackward",
+                        .backward = cti_bw_mlp_gelu,
+                        .nin = 5,
+                        .in = {x, w_in, b_in, w_out, b_out},
+                        .nout = 1,
+                        .out = {y},
+                        .nsaved = 5,
+                        .saved = {ct_requires_grad(w_in) ? x2 : NULL,
+                                  ct_requires_grad(x) ? w_in : NULL,
+                                  hidden_grads || (out_w && !keep_act) ? pre : NULL,
+                                  keep_act ? act : NULL, hidden_grads ? w_out : NULL},
+                        CTI_AG_PARAMS(&p)};
+        if (cti_ag_record(&r) != CT_OK) {
+            ct_tensor_release(y);
+            y = NULL;
+        }
+    }
+    ct_tensor_release(x2);
+    ct_tensor_release(act);
+    ct_tensor_release(pre);
+    return y;
+}
+
+ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_tensor *pre,
+                                      ct_gelu_approx approximate, ct_tensor **dpre,
+                                      ct_tensor **db_in) {
+    static const char op[] = "ct_mlp_gelu_backward_hidden";
+    if (dpre) *dpre = NULL;
+    if (db_in) *db_in = NULL;
+    if (!dpre)
+        return cti_error(CT_ERR_INVALID_ARG, "%s: dpre is NULL (the gradient is its result)", op);
+    ct_tensor *ts[3] = {grad_y, w_out, pre};
+    ct_status st = check_operands(op, 3, 3, ts, "grad_y, w_out and pre");
+    if (st == CT_OK) st = check_approximate(op, approximate);
+    if (st != CT_OK) return st;
+    if (grad_y->ndim == 0 || w_out->ndim != 2 || pre->ndim != grad_y->ndim)
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: expected grad_y [..., out], w_out [out, hidden] and pre [..., "
+                         "hidden], got %s, %s and %s",
+                         op, cti_desc(grad_y), cti_desc(w_out), cti_desc(pre));
+    int nd = grad_y->ndim;
+    int64_t out = w_out->shape[0], hidden = w_out->shape[1];
+    if (grad_y->shape[nd - 1] != out || pre->shape[nd - 1] != hidden ||
+        memcmp(grad_y->shape, pre->shape, (size_t)(nd - 1) * sizeof(int64_t)))
+        return cti_error(CT_ERR_SHAPE,
+                         "%s: expected grad_y [..., %lld] and pre [..., %lld] with the same "
+                         "leading dims for w_out %s, got %s and %s",
+                         op, (long long)out, (long long)hidden, cti_shape_s(2, w_out->shape),
+                         cti_shape_s(nd, grad_y->shape), cti_shape_s(nd, pre->shape));
+    int64_t rows = cti_numel(nd - 1, grad_y->shape);
+    ct_device dev = grad_y->storage->device;
+    ct_tensor *g2 = rows_view(grad_y, rows, out);
+    ct_tensor *p2 = rows_view(pre, rows, hidden);
+    ct_tensor *d2 = cti_tensor_new(op, 2, (const int64_t[]){rows, hidden}, pre->dtype, dev);
+    ct_tensor *db = db_in ? cti_tensor_new(op, 1, &hidden, pre->dtype, dev) : NULL;
+    if (!g2 || !p2 || !d2 || (db_in && !db)) {
+        st = ct_last_status();
+    } else {
+        const cti_pointwise_params p = {.approximate = approximate};
+        ct_call c;
+        cti_call_init(&c, CT_OP_LINEAR_DGELU);
+        cti_call_params(&c, &p);
+        c.in[0] = g2;
+        c.in[1] = w_out;
+        c.in[2] = p2;
+        c.nin = 3;
+        c.out[0] = d2;
+        c.out[1] = db;
+        c.nout = 2;
+        st = cti_run_as(&c, dev, pre->dtype, 3, ts);
+    }
+    ct_tensor_release(g2);
+    ct_tensor_release(p2);
+    /* pre's shape: a view of the rows, through which the node that refuses
+     * a double backward is still reached */
+    ct_tensor *d = st != CT_OK ? NULL : nd == 2 ? ct_tensor_retain(d2) : ct_reshape(d2, nd, pre->shape);
+    ct_tensor_release(d2);
+    if (!d) {
+        st = ct_last_status();
+        ct_tensor_release(db);
+        return st;
+    }
+    *dpre = d;
+    if (db_in) *db_in = db;
+    return CT_OK;
+}

@@ -492,5 +492,10 @@ void cti_cpu_register_linalg(void) {
         cti_register_kernel(CT_OP_ADDMM, CT_DEVICE_CPU, kinds[i].dt, k_addmm, kinds[i].name);
         cti_register_kernel(CT_OP_LINEAR_BACKWARD_WEIGHT, CT_DEVICE_CPU, kinds[i].dt,
                             k_linear_backward_weight, kinds[i].name);
+        /* no fused kernel: the GEMM's, GELU's and the row sum's in turn */
+        cti_register_kernel(CT_OP_LINEAR_GELU, CT_DEVICE_CPU, kinds[i].dt,
+                            cti_compose_linear_gelu, "composite: gemm, gelu");
+        cti_register_kernel(CT_OP_LINEAR_DGELU, CT_DEVICE_CPU, kinds[i].dt,
+                            cti_compose_linear_dgelu, "composite: gemm, gelu_backward, sum");
     }
 }
