@@ -121,6 +121,10 @@ static const op_names names[] = {
     {"add_layer_norm_backward", "ct_add_layer_norm", NULL},
     {"linear_backward_weight", NULL,
      "(backward of F.linear: the weight's and bias's gradients, Apex's fused dense wgrad)"},
+    {"linear_gelu", "ct_mlp_gelu",
+     "F.linear, F.gelu, F.linear (Apex's FusedDenseGeluDense; it also runs mm or addmm)"},
+    {"linear_dgelu", "ct_mlp_gelu_backward_hidden",
+     "(backward of F.gelu after F.linear: Apex's fused dgelu and bias gradient)"},
 };
 
 /* An op without a formula that autograd differentiates all the same,
@@ -129,6 +133,7 @@ static const struct {
     const char *op, *grad;
 } grad_notes[] = {
     {"cross_entropy_fused", "yes, by the node its function records (`cti_bw_linear_cross_entropy`)"},
+    {"linear_gelu", "yes, by the node its function records (`cti_bw_mlp_gelu`)"},
 };
 
 static const op_names *lookup(const char *op) {

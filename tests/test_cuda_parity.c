@@ -396,6 +396,71 @@ static int lbw_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor
     return n;
 }
 
+/* ---- the GELU MLP ---------------------------------------------------------------------------------
+ * ct_mlp_gelu forward and backward (LINEAR_GELU's case: the output and the five
+ * gradients) and ct_mlp_gelu_backward_hidden (LINEAR_DGELU's). Variants: 0 [64, 32] ->
+ * 64 -> 24, tanh, biases (the operands cuBLASLt's GELU epilogues take), 1 the same with
+ * the exact form (composite), 2 leading dims [3, 5] and odd widths 33 -> 17 -> 5
+ * (composite), 3 non-contiguous, 4 no biases (the epilogues without them), 5 no rows. */
+static const int64_t mlp_shapes[6][5] = {{0, 64, 32, 64, 24}, {0, 64, 32, 64, 24},
+                                         {5, 3, 33, 17, 5},   {0, 20, 16, 32, 8},
+                                         {0, 48, 16, 32, 16}, {0, 0, 16, 32, 8}};
+
+static ct_gelu_approx mlp_approx(int v) { return v == 1 ? CT_GELU_NONE : CT_GELU_TANH; }
+
+static ct_tensor *mlp_rows(const pcase *pc, ct_dtype dt, const int64_t *s, int64_t cols) {
+    return s[0] ? rnd(pc, dt, CT_SHAPE(s[1], s[0], cols)) : rnd(pc, dt, CT_SHAPE(s[1], cols));
+}
+
+static int mlp_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool *nc) {
+    *nc = v == 3;
+    const int64_t *s = mlp_shapes[v];
+    in[0] = mlp_rows(pc, dt, s, s[2]);
+    in[1] = rnd(pc, dt, CT_SHAPE(s[3], s[2]));
+    in[2] = rnd(pc, dt, CT_SHAPE(s[4], s[3]));
+    if (v == 4) return 3;
+    in[3] = rnd(pc, dt, CT_SHAPE(s[3]));
+    in[4] = rnd(pc, dt, CT_SHAPE(s[4]));
+    return 5;
+}
+
+static int mlp_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor **in,
+                   ct_tensor **out) {
+    (void)pc, (void)dt, (void)dev;
+    int nin = v == 4 ? 3 : 5;
+    for (int k = 0; k < nin; k++) ct_requires_grad_(in[k], true);
+    ct_tensor *b1 = v == 4 ? NULL : in[3], *b2 = v == 4 ? NULL : in[4];
+    ct_tensor *y = ct_mlp_gelu(in[0], in[1], b1, in[2], b2, mlp_approx(v));
+    /* sum(y^2): gradients that differ from element to element (the scope frees the rest) */
+    ct_tensor *l = y ? ct_sum(ct_mul(y, y), 0, NULL, false) : NULL;
+    if (!l || ct_backward(l, NULL, false) != CT_OK) return 0;
+    out[0] = y;
+    for (int k = 0; k < nin; k++) out[1 + k] = ct_grad(in[k]);
+    return 1 + nin;
+}
+
+static int dgelu_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool *nc) {
+    *nc = v == 3;
+    const int64_t *s = mlp_shapes[v];
+    in[0] = mlp_rows(pc, dt, s, s[4]);                  /* grad_y */
+    in[1] = rnd(pc, dt, CT_SHAPE(s[4], s[3]));         /* w_out */
+    in[2] = mlp_rows(pc, dt, s, s[3]);                  /* pre */
+    return 3;
+}
+
+static int dgelu_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor **in,
+                     ct_tensor **out) {
+    (void)pc, (void)dt, (void)dev;
+    ct_tensor *d = NULL, *db = NULL;
+    bool bias = v != 4;
+    if (ct_mlp_gelu_backward_hidden(in[0], in[1], in[2], mlp_approx(v), &d, bias ? &db : NULL) !=
+        CT_OK)
+        d = db = NULL;
+    out[0] = d;
+    if (bias) out[1] = db;
+    return bias ? 2 : 1;
+}
+
 /* ---- factories ---------------------------------------------------------------------------------------- */
 static int no_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool *nc) {
     (void)pc, (void)dt, (void)v, (void)in;
@@ -555,6 +620,8 @@ static const pcase cases[] = {
     MM(BMM),
     MM(ADDMM),
     {CT_OP_LINEAR_BACKWARD_WEIGHT, 5, lbw_inputs, lbw_run, NULL, NULL, NULL, F_RANGE(-1, 1), 5},
+    {CT_OP_LINEAR_GELU, 6, mlp_inputs, mlp_run, NULL, NULL, NULL, F_RANGE(-1, 1), 20},
+    {CT_OP_LINEAR_DGELU, 6, dgelu_inputs, dgelu_run, NULL, NULL, NULL, F_RANGE(-1, 1), 10},
     {CT_OP_RAND_UNIFORM, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},
     {CT_OP_RAND_NORMAL, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},
     {CT_OP_RANDINT, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},
@@ -625,7 +692,7 @@ static bool compare(const pcase *pc, ct_dtype dt, int v, int k, ct_tensor *ref, 
 static void run_case(const pcase *pc, ct_dtype dt) {
     for (int v = 0; v < pc->nvariants; v++) {
         ct_scope *sc = ct_scope_begin();
-        ct_tensor *in[4] = {NULL}, *gin[4] = {NULL};
+        ct_tensor *in[6] = {NULL}, *gin[6] = {NULL};
         ct_tensor *ref[8] = {NULL}, *got[8] = {NULL};
         bool nc = false;
         int nin = pc->inputs(pc, dt, v, in, &nc);
@@ -733,6 +800,43 @@ static void test_cpu_scalar_operand(void **state) {
     }
 }
 
+/* The epilogue paths are taken where they apply: the trace of a bf16 GELU MLP of aligned
+ * widths names cuBLASLt's GELU, GELU-gradient and bias-gradient epilogues; the exact form
+ * names the composite. */
+static void test_mlp_epilogues_taken(void **state) {
+    (void)state;
+    if (ngpu == 0) skip();
+    for (int exact = 0; exact < 2; exact++) {
+        ct_scope *sc = ct_scope_begin();
+        ct_tensor *in[5];
+        const int64_t shapes[5][2] = {{64, 32}, {64, 32}, {64, 0}, {24, 64}, {24, 0}};
+        for (int k = 0; k < 5; k++) {
+            in[k] = ct_to_device(tu_rand(shapes[k][1] ? 2 : 1, shapes[k], CT_BF16, -1, 1, NULL),
+                                 CT_CUDA(0));
+            assert_non_null(in[k]);
+            assert_int_equal(ct_requires_grad_(in[k], true), CT_OK);
+        }
+        tu_trace t = tu_trace_begin();
+        ct_tensor *y = ct_mlp_gelu(in[0], in[1], in[2], in[3], in[4],
+                                   exact ? CT_GELU_NONE : CT_GELU_TANH);
+        ct_status st = y ? ct_backward(ct_sum(y, 0, NULL, false), NULL, false) : ct_last_status();
+        ct_cuda_synchronize(0);
+        char *log = tu_trace_end(&t);
+        assert_int_equal(st, CT_OK);
+        if (exact) {
+            assert_non_null(strstr(log, "addmm, then gelu"));
+            assert_non_null(strstr(log, "mm, gelu_backward, then row sums"));
+        } else {
+            assert_non_null(strstr(log, "cublasLtMatmul, bias and GELU epilogue"));
+            assert_non_null(strstr(log, "cublasLtMatmul, GELU-gradient and bias-gradient epilogue"));
+        }
+        /* the output projection's weight and bias gradients from one GEMM either way */
+        assert_non_null(strstr(log, "cublasLtMatmul, bias-gradient epilogue"));
+        free(log);
+        ct_scope_end(sc);
+    }
+}
+
 /* gelu_backward refuses operands on two devices, naming itself and the devices. */
 static void test_gelu_backward_devices(void **state) {
     (void)state;
@@ -756,6 +860,7 @@ int main(int argc, char **argv) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_every_cuda_kernel_has_a_case),
+        T(test_mlp_epilogues_taken),
 #define P(k) {"test_parity part " #k, test_parity, setup, teardown, (void *)&parity_part[k]}
         P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7),
 #undef P

@@ -183,17 +183,16 @@ static ct_tensor *attention(const lm_model *m, const lm_block *b, ct_tensor *x) 
     return ct_linear(y, b->wo, b->bo);
 }
 
+/* GPT-2: linear, GELU (tanh form), linear as one op, whose GEMMs apply GELU and
+ * its gradient on the GPU. LLaMA: SwiGLU of the two halves of one projection. */
 static ct_tensor *mlp(const lm_model *m, const lm_block *b, ct_tensor *x) {
+    if (m->cfg.family == LM_GPT2)
+        return ct_mlp_gelu(x, b->w_in, b->b_in, b->w_out, b->b_out, CT_GELU_TANH);
     ct_tensor *h = ct_linear(x, b->w_in, b->b_in);
-    if (m->cfg.family == LM_GPT2) {
-        h = ct_gelu(h, CT_GELU_TANH);
-    } else {
-        ct_tensor *gu[2] = {NULL, NULL};
-        int n = 0;
-        if (!h || ct_chunk(h, 2, -1, 2, gu, &n) != CT_OK) return NULL;
-        h = ct_swiglu(gu[0], gu[1]);
-    }
-    return ct_linear(h, b->w_out, b->b_out);
+    ct_tensor *gu[2] = {NULL, NULL};
+    int n = 0;
+    if (!h || ct_chunk(h, 2, -1, 2, gu, &n) != CT_OK) return NULL;
+    return ct_linear(ct_swiglu(gu[0], gu[1]), b->w_out, b->b_out);
 }
 
 /* norm(*x + branch), with *x becoming the sum: the residual add and the next

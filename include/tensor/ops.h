@@ -170,8 +170,9 @@ ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor *
  * [hidden, in], w_out [out, hidden], b_in [hidden] and b_out [out] or NULL, one floating
  * dtype and one device; the result is [..., out]. Under autocast it runs in the region's
  * dtype, as ct_linear does. It keeps for the backward what the three ops would (x, the
- * pre-activation and the activation; the activation is made again from the
- * pre-activation while ct_set_recompute_enabled is on), and its gradients are theirs. On
+ * pre-activation and the activation; while ct_set_recompute_enabled is on, the activation
+ * is made again from the pre-activation in the backward, and the forward makes it with
+ * GELU's kernel too, for the same bits), and its gradients are theirs. On
  * CUDA, for the tanh form in float32, float16 or bfloat16, the first GEMM applies the
  * bias and GELU in its epilogue (cuBLASLt's GELU_AUX_BIAS, which also writes the
  * pre-activation), and in the backward the GEMM of the hidden gradient applies GELU's

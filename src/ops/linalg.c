@@ -515,9 +515,13 @@ static ct_status check_mlp_shapes(const char *op, ct_tensor *x, ct_tensor *w_in,
     return CT_OK;
 }
 
-/* act = gelu(pre), pre = x2 @ w_in^T + b_in, both new [rows, hidden]. */
+/* act = gelu(pre), pre = x2 @ w_in^T + b_in, both new [rows, hidden]. With
+ * recompute, act is GELU's kernel on the stored pre (the composite kernel,
+ * whatever the device), the bits the backward's recomputation gives; a fused
+ * epilogue would make act from the unrounded sum. */
 static ct_status hidden_forward(const char *op, ct_tensor *x2, ct_tensor *w_in, ct_tensor *b_in,
-                                ct_gelu_approx approximate, ct_tensor **act, ct_tensor **pre) {
+                                ct_gelu_approx approximate, bool recompute, ct_tensor **act,
+                                ct_tensor **pre) {
     int64_t rows = x2->shape[0], in = x2->shape[1], hidden = w_in->shape[0];
     const int64_t hshape[2] = {rows, hidden};
     ct_device dev = x2->storage->device;
@@ -542,7 +546,7 @@ static ct_status hidden_forward(const char *op, ct_tensor *x2, ct_tensor *w_in, 
         c.out[1] = *pre;
         c.nout = 2;
         /* the MLP's node, recorded on its result, is these outputs' only history */
-        st = cti_run_as(&c, dev, x2->dtype, 0, NULL);
+        st = recompute ? cti_compose_linear_gelu(&c) : cti_run_as(&c, dev, x2->dtype, 0, NULL);
     }
     ct_tensor_release(wt);
     ct_tensor_release(bv);
@@ -590,20 +594,21 @@ ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor
         check_mlp_shapes(op, x, w_in, b_in, w_out, b_out) != CT_OK)
         return NULL;
     int64_t in = x->shape[x->ndim - 1], rows = cti_numel(x->ndim - 1, x->shape);
+    ct_tensor *in_ts[5] = {x, w_in, b_in, w_out, b_out};
+    bool grad = cti_ag_needed(5, in_ts);
+    /* With recomputation on, the activation is made again from pre in the
+     * backward rather than kept (pre is kept either way). */
+    bool keep_act = grad && ct_requires_grad(w_out) && !ct_is_recompute_enabled();
+    bool remade = grad && ct_requires_grad(w_out) && !keep_act;
     ct_tensor *x2 = rows_view(x, rows, in), *act = NULL, *pre = NULL;
-    if (!x2 || hidden_forward(op, x2, w_in, b_in, approximate, &act, &pre) != CT_OK) {
+    if (!x2 || hidden_forward(op, x2, w_in, b_in, approximate, remade, &act, &pre) != CT_OK) {
         ct_tensor_release(x2);
         return NULL;
     }
     ct_tensor *y = output_forward(op, x, act, w_out, b_out);
-    ct_tensor *in_ts[5] = {x, w_in, b_in, w_out, b_out};
-    if (y && cti_ag_needed(5, in_ts)) {
+    if (y && grad) {
         bool hidden_grads = ct_requires_grad(x) || ct_requires_grad(w_in) ||
                             (b_in && ct_requires_grad(b_in));
-        bool out_w = ct_requires_grad(w_out);
-        /* With recomputation on, the activation is made again from pre in
-         * the backward rather than kept (pre is kept either way). */
-        bool keep_act = out_w && !ct_is_recompute_enabled();
         const cti_pointwise_params p = {.approximate = approximate};
         cti_ag_rec r = {.name = "MlpGeluBackward",
                         .backward = cti_bw_mlp_gelu,
@@ -614,7 +619,7 @@ ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor
                         .nsaved = 5,
                         .saved = {ct_requires_grad(w_in) ? x2 : NULL,
                                   ct_requires_grad(x) ? w_in : NULL,
-                                  hidden_grads || (out_w && !keep_act) ? pre : NULL,
+                                  hidden_grads || remade ? pre : NULL,
                                   keep_act ? act : NULL, hidden_grads ? w_out : NULL},
                         CTI_AG_PARAMS(&p)};
         if (cti_ag_record(&r) != CT_OK) {

@@ -1,5 +1,5 @@
-/* CT_OP_MM, CT_OP_BMM, CT_OP_ADDMM and CT_OP_LINEAR_BACKWARD_WEIGHT for CUDA
- * tensors through cuBLAS.
+/* CT_OP_MM, CT_OP_BMM, CT_OP_ADDMM, CT_OP_LINEAR_BACKWARD_WEIGHT,
+ * CT_OP_LINEAR_GELU and CT_OP_LINEAR_DGELU for CUDA tensors through cuBLAS.
  *
  * The call record is the CPU kernels' (src/backends/cpu/linalg.c): in[A]
  * [batch..., n, k], in[B] [batch..., k, m], out [batch..., n, m] contiguous,
@@ -35,7 +35,17 @@
  * linear_backward_weight's weight gradient grad_y^T x goes through cuBLASLt
  * the same way with its bias-gradient epilogue (BGRADB: cuBLASLt's B is
  * grad_y^T, whose sums over k are the bias gradient), so grad_y is read once
- * for both gradients instead of once more by a column sum. */
+ * for both gradients instead of once more by a column sum.
+ *
+ * The GELU MLP's two GEMMs around its activation take GELU into their
+ * epilogues (tanh form): LINEAR_GELU's adds the bias, writes the sum as the
+ * aux matrix (the pre-activation the backward reads) and GELU of it as the
+ * output (GELU_AUX_BIAS); LINEAR_DGELU's multiplies the product by GELU's
+ * derivative at the aux matrix and sums the result's rows into the bias
+ * gradient (DGELU_BGRAD). Neither activation nor its gradient is a pass of
+ * its own. Calls an epilogue cannot take (the exact form, float64, empty or
+ * unaligned operands, no algorithm) run the composite kernels
+ * (src/dispatch/compose.c). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <limits.h>
@@ -43,16 +53,53 @@
 #include <stdlib.h>
 
 #include "cuda_impl.h"
+#include "tensor/ops.h"
 
 #define WORKSPACE_BYTES ((int64_t)32 << 20)
 
 /* A cuBLASLt plan for one epilogue geometry (see lt_key). */
 #define LT_PLANS 32
 
+/* The epilogues cten asks cuBLASLt for. */
+typedef enum lt_epi {
+    EPI_BIAS,          /* D = A B + bias */
+    EPI_BGRADB,        /* D = A B, and the bias gradient: the sums of op(A) over k */
+    EPI_GELU_AUX,      /* D = gelu(A B), aux = A B */
+    EPI_GELU_AUX_BIAS, /* D = gelu(A B + bias), aux = A B + bias */
+    EPI_DGELU,         /* D = gelu'(aux) * (A B) */
+    EPI_DGELU_BGRAD    /* the same, and the bias gradient: the sums of D over n */
+} lt_epi;
+
+static bool epi_has_vec(lt_epi e) { return e != EPI_GELU_AUX && e != EPI_DGELU; }
+static bool epi_has_aux(lt_epi e) { return e >= EPI_GELU_AUX; }
+
+static cublasLtEpilogue_t epi_lt(lt_epi e) {
+    switch (e) {
+    case EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADB;
+    case EPI_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    case EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    default: return CUBLASLT_EPILOGUE_BIAS;
+    }
+}
+
+static const char *epi_routine(lt_epi e, bool tf32) {
+    static const char *const names[][2] = {
+        {"cublasLtMatmul, bias epilogue", "cublasLtMatmul, bias epilogue (tf32)"},
+        {"cublasLtMatmul, bias-gradient epilogue", "cublasLtMatmul, bias-gradient epilogue (tf32)"},
+        {"cublasLtMatmul, GELU epilogue", "cublasLtMatmul, GELU epilogue (tf32)"},
+        {"cublasLtMatmul, bias and GELU epilogue", "cublasLtMatmul, bias and GELU epilogue (tf32)"},
+        {"cublasLtMatmul, GELU-gradient epilogue", "cublasLtMatmul, GELU-gradient epilogue (tf32)"},
+        {"cublasLtMatmul, GELU-gradient and bias-gradient epilogue",
+         "cublasLtMatmul, GELU-gradient and bias-gradient epilogue (tf32)"}};
+    return names[e][tf32];
+}
+
 typedef struct lt_key {
     ct_dtype dt;
     bool tf32;
-    bool bgrad; /* the bias-gradient epilogue (BGRADB) instead of the bias's */
+    lt_epi epi;
     cublasOperation_t ta, tb;
     int64_t n, k, m, lda, ldb, ldc;
 } lt_key;
@@ -312,12 +359,16 @@ static bool lt_operands(const gemm *g, const void *vec) {
            (g->lda * es) % 16 == 0 && (g->ldb * es) % 16 == 0 && (g->ldc * es) % 16 == 0;
 }
 
+/* Whether t, as [n, m], is one contiguous row broadcast down g's rows. */
+static bool row_vector(const gemm *g, const ct_tensor *t) {
+    return t->ndim == 2 && (g->n <= 1 || t->stride[0] == 0) && (g->m <= 1 || t->stride[1] == 1);
+}
+
 /* Whether input (addmm's, as [n, m]) is a contiguous bias row broadcast
  * down the rows of a 2-d product that cuBLASLt's bias epilogue can add. */
 static bool bias_row(const gemm *g, const ct_tensor *input) {
-    if (g->nb != 0 || g->beta != 1 || g->alpha != 1 || input->ndim != 2) return false;
+    if (g->nb != 0 || g->beta != 1 || g->alpha != 1 || !row_vector(g, input)) return false;
     if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
-    if ((g->n > 1 && input->stride[0] != 0) || (g->m > 1 && input->stride[1] != 1)) return false;
     return lt_operands(g, cti_data(input));
 }
 
@@ -338,16 +389,17 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t ty, cubla
                              : cublasLtMatrixLayoutCreate(l, ty, (uint64_t)cols, (uint64_t)rows, ld);
 }
 
-/* Builds p for key (column-major: D [m, n] = op(B) [m, k] op(A) [k, n] +
- * bias [m], or with key->bgrad D = op(B) op(A) and bias [n] = the sums of
- * op(A) over k); p->ok false when cuBLASLt has no algorithm for it. */
+/* Builds p for key (column-major: D [m, n] = op(B) [m, k] op(A) [k, n]
+ * with key->epi's epilogue, whose bias vector is [m], but BGRADB's [n], the
+ * sums of op(A) over k; an aux matrix has D's leading dim); p->ok false
+ * when cuBLASLt has no algorithm for it. */
 static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
     memset(p, 0, sizeof *p);
     p->used = true;
     p->key = *key;
     cudaDataType_t ty = cuda_type(key->dt);
     cublasComputeType_t ct = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtEpilogue_t epi = key->bgrad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = epi_lt(key->epi);
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &key->tb,
@@ -357,9 +409,12 @@ static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
                                            sizeof key->ta);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (s == CUBLAS_STATUS_SUCCESS)
+    if (s == CUBLAS_STATUS_SUCCESS && epi_has_vec(key->epi))
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty,
                                            sizeof ty);
+    if (s == CUBLAS_STATUS_SUCCESS && epi_has_aux(key->epi))
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                           &key->ldc, sizeof key->ldc);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->la, ty, key->tb, key->m, key->k, key->ldb);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lb, ty, key->ta, key->k, key->n, key->lda);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lc, ty, CUBLAS_OP_N, key->m, key->n, key->ldc);
@@ -391,12 +446,12 @@ static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
 
 /* The plan for g's geometry, built on first use; NULL when none can be
  * made (then g takes the GEMM path). */
-static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, bool bgrad) {
+static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, lt_epi epi) {
     lt_key key;
     memset(&key, 0, sizeof key);
     key.dt = g->dt;
     key.tf32 = tf32;
-    key.bgrad = bgrad;
+    key.epi = epi;
     key.ta = g->ta;
     key.tb = g->tb;
     key.n = g->n, key.k = g->k, key.m = g->m;
@@ -414,24 +469,25 @@ static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, bool bgrad) {
     return p->ok ? p : NULL;
 }
 
-/* out = A B + bias through the bias epilogue, or with bgrad out = A B and
- * bias = the sums of A's rows through the bias-gradient epilogue. False
+/* g's product through cuBLASLt with epilogue epi, reading or writing vec
+ * (the bias or its gradient) and aux (the pre-activation) as epi asks. False
  * (nothing queued) when g has no plan; *st a launch's failure. */
-static bool run_lt_gemm(blas_dev *d, const gemm *g, bool tf32, bool bgrad, void *bias, void *work,
-                        cudaStream_t stream, const char **routine, ct_status *st) {
-    lt_plan *p = plan_for(d, g, tf32, bgrad);
+static bool run_lt_gemm(blas_dev *d, const gemm *g, bool tf32, lt_epi epi, void *vec, void *aux,
+                        void *work, cudaStream_t stream, const char **routine, ct_status *st) {
+    lt_plan *p = plan_for(d, g, tf32, epi);
     if (!p) return false;
-    cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bias, sizeof bias);
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (epi_has_vec(epi))
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
+                                           sizeof vec);
+    if (s == CUBLAS_STATUS_SUCCESS && epi_has_aux(epi))
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                           &aux, sizeof aux);
     float one = 1, zero = 0;
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmul(d->lt, p->desc, &one, g->b.p, p->la, g->a.p, p->lb, &zero, g->c.p,
                            p->lc, g->c.p, p->lc, &p->algo, work, (size_t)WORKSPACE_BYTES, stream);
-    if (bgrad)
-        *routine = tf32 ? "cublasLtMatmul, bias-gradient epilogue (tf32)"
-                        : "cublasLtMatmul, bias-gradient epilogue";
-    else
-        *routine = tf32 ? "cublasLtMatmul, bias epilogue (tf32)" : "cublasLtMatmul, bias epilogue";
+    *routine = epi_routine(epi, tf32);
     *st = s == CUBLAS_STATUS_SUCCESS ? CT_OK : blas_fail(g->op, g->dev, "cublasLtMatmul", s);
     return true;
 }
@@ -545,8 +601,9 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
         bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
         bool done = false;
         if (st == CT_OK && (bias || bg))
-            done = run_lt_gemm(d, &g, tf32, bg, cti_data(bg ? bgrad : input), cti_data(work),
-                               stream, &call->routine, &st);
+            done = run_lt_gemm(d, &g, tf32, bg ? EPI_BGRADB : EPI_BIAS,
+                               cti_data(bg ? bgrad : input), NULL, cti_data(work), stream,
+                               &call->routine, &st);
         if (bg && done && st == CT_OK) *bgrad_done = true;
         /* an input that is the output itself (an accumulation in place) needs no copy */
         if (st == CT_OK && !done && with_input && !same_view(input, o)) st = device_copy(o, input);
@@ -608,6 +665,103 @@ static ct_status k_linear_backward_weight(ct_call *c) {
     return st;
 }
 
+/* ---- the GELU MLP's GEMMs -------------------------------------------------------------- */
+
+/* g for the 2-d product a [n, k] @ b [k, m] into o ([n, m], rows
+ * contiguous) when an epilogue can run on it as it lies: a float dtype of
+ * cuBLASLt's epilogues, no empty dim, 32-bit sizes, operands cuBLAS reads
+ * without a copy. False: the call takes the composite path. */
+static bool epilogue_gemm(const char *op, ct_tensor *a, ct_tensor *b, ct_tensor *o, gemm *g) {
+    memset(g, 0, sizeof *g);
+    g->op = op;
+    g->dev = o->storage->device.index;
+    g->dt = o->dtype;
+    g->n = a->shape[0];
+    g->k = a->shape[1];
+    g->m = b->shape[1];
+    g->alpha = 1;
+    if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
+    if (g->n == 0 || g->k == 0 || g->m == 0 || g->n > INT_MAX || g->k > INT_MAX || g->m > INT_MAX)
+        return false;
+    if (!blas_layout(g->n, g->k, a->stride[0], a->stride[1], &g->ta, &g->lda) ||
+        !blas_layout(g->k, g->m, b->stride[0], b->stride[1], &g->tb, &g->ldb))
+        return false;
+    g->a = mat_of(a, 0);
+    g->b = mat_of(b, 0);
+    g->c = mat_of(o, 0);
+    g->ldc = g->n <= 1 ? g->m : g->c.rs;
+    return g->m <= 1 || o->stride[1] == 1;
+}
+
+/* Whether aux ([n, m]) lies as g's output does (the leading dim the plan
+ * gives the aux matrix), 16-byte aligned. */
+static bool aux_like_output(const gemm *g, const ct_tensor *aux) {
+    return (g->n <= 1 || aux->stride[0] == g->ldc) && (g->m <= 1 || aux->stride[1] == 1) &&
+           aligned16(cti_data(aux));
+}
+
+/* Runs g through cuBLASLt with epilogue epi for call c: *done false, and
+ * nothing queued, when cuBLASLt has no algorithm for it. */
+static ct_status run_epilogue(ct_call *c, gemm *g, lt_epi epi, void *vec, void *aux, bool *done) {
+    *done = false;
+    cudaStream_t stream;
+    if (cti_cuda_begin(g->op, g->dev, &stream) != CT_OK) return ct_last_status();
+    int64_t wb = WORKSPACE_BYTES;
+    ct_tensor *work = cti_tensor_new(g->op, 1, &wb, CT_BOOL, c->out[0]->storage->device);
+    if (!work) return ct_last_status();
+    pthread_once(&devs_once, init_devs);
+    blas_dev *d = &devs[g->dev];
+    pthread_mutex_lock(&d->lock);
+    cublasHandle_t h = NULL;
+    ct_status st = handle_of(g->op, g->dev, stream, &h);
+    bool tf32 = g->dt == CT_F32 && ct_allow_tf32();
+    if (st == CT_OK)
+        *done = run_lt_gemm(d, g, tf32, epi, vec, aux, cti_data(work), stream, &c->routine, &st);
+    pthread_mutex_unlock(&d->lock);
+    if (st == CT_OK && *done) st = cti_cuda_launched(g->op, g->dev, ct_op_name(c->op));
+    ct_tensor_release(work); /* its reuse is ordered after the GEMM on the stream */
+    return st;
+}
+
+/* LINEAR_GELU: the tanh form as one GEMM whose epilogue adds the bias,
+ * writes the sum to pre (aux) and GELU of it to the output; the exact form,
+ * and a call the epilogue cannot take, through the composite. */
+static ct_status k_linear_gelu(ct_call *c) {
+    const cti_pointwise_params *p = CTI_PARAMS(c, cti_pointwise_params);
+    char label[48];
+    const char *op = cti_cuda_op_label(c->op, label, sizeof label);
+    ct_tensor *bias = c->in[0], *pre = c->out[1];
+    gemm g;
+    if (p->approximate == CT_GELU_TANH && epilogue_gemm(op, c->in[1], c->in[2], c->out[0], &g) &&
+        (!bias || row_vector(&g, bias)) && aux_like_output(&g, pre) &&
+        lt_operands(&g, cti_data(bias ? bias : pre))) {
+        bool done;
+        ct_status st = run_epilogue(c, &g, bias ? EPI_GELU_AUX_BIAS : EPI_GELU_AUX,
+                                    bias ? cti_data(bias) : NULL, cti_data(pre), &done);
+        if (st != CT_OK || done) return st;
+    }
+    return cti_compose_linear_gelu(c);
+}
+
+/* LINEAR_DGELU: the tanh form as one GEMM whose epilogue multiplies by
+ * gelu'(pre) and, when asked, sums the rows into out[1]; the rest through
+ * the composite. */
+static ct_status k_linear_dgelu(ct_call *c) {
+    const cti_pointwise_params *p = CTI_PARAMS(c, cti_pointwise_params);
+    char label[48];
+    const char *op = cti_cuda_op_label(c->op, label, sizeof label);
+    ct_tensor *pre = c->in[2], *db = c->out[1];
+    gemm g;
+    if (p->approximate == CT_GELU_TANH && epilogue_gemm(op, c->in[0], c->in[1], c->out[0], &g) &&
+        aux_like_output(&g, pre) && lt_operands(&g, cti_data(db ? db : pre))) {
+        bool done;
+        ct_status st = run_epilogue(c, &g, db ? EPI_DGELU_BGRAD : EPI_DGELU,
+                                    db ? cti_data(db) : NULL, cti_data(pre), &done);
+        if (st != CT_OK || done) return st;
+    }
+    return cti_compose_linear_dgelu(c);
+}
+
 void cti_cuda_register_blas(void) {
     static const struct {
         ct_dtype dt;
@@ -622,5 +776,14 @@ void cti_cuda_register_blas(void) {
         cti_register_kernel(CT_OP_ADDMM, CT_DEVICE_CUDA, kinds[i].dt, k_addmm, kinds[i].name);
         cti_register_kernel(CT_OP_LINEAR_BACKWARD_WEIGHT, CT_DEVICE_CUDA, kinds[i].dt,
                             k_linear_backward_weight, kinds[i].name);
+        /* float64 has no epilogue: the composite */
+        bool f64 = kinds[i].dt == CT_F64;
+        cti_register_kernel(CT_OP_LINEAR_GELU, CT_DEVICE_CUDA, kinds[i].dt,
+                            f64 ? cti_compose_linear_gelu : k_linear_gelu,
+                            f64 ? "composite: gemm, gelu" : "cublasLtMatmul, GELU epilogue");
+        cti_register_kernel(CT_OP_LINEAR_DGELU, CT_DEVICE_CUDA, kinds[i].dt,
+                            f64 ? cti_compose_linear_dgelu : k_linear_dgelu,
+                            f64 ? "composite: gemm, gelu_backward, sum"
+                                : "cublasLtMatmul, GELU-gradient epilogue");
     }
 }
