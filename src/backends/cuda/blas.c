@@ -487,6 +487,12 @@ static bool run_lt_gemm(blas_dev *d, const gemm *g, bool tf32, lt_epi epi, void 
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmul(d->lt, p->desc, &one, g->b.p, p->la, g->a.p, p->lb, &zero, g->c.p,
                            p->lc, g->c.p, p->lc, &p->algo, work, (size_t)WORKSPACE_BYTES, stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+        /* nothing was queued: the geometry is remembered as one without a
+         * plan, and this call takes the other path */
+        p->ok = false;
+        return false;
+    }
     *routine = epi_routine(epi, tf32);
     *st = s == CUBLAS_STATUS_SUCCESS ? CT_OK : blas_fail(g->op, g->dev, "cublasLtMatmul", s);
     return true;
@@ -694,10 +700,11 @@ static bool epilogue_gemm(const char *op, ct_tensor *a, ct_tensor *b, ct_tensor 
 }
 
 /* Whether aux ([n, m]) lies as g's output does (the leading dim the plan
- * gives the aux matrix), 16-byte aligned. */
+ * gives the aux matrix, which cuBLASLt wants a multiple of 8), 16-byte
+ * aligned. */
 static bool aux_like_output(const gemm *g, const ct_tensor *aux) {
     return (g->n <= 1 || aux->stride[0] == g->ldc) && (g->m <= 1 || aux->stride[1] == 1) &&
-           aligned16(cti_data(aux));
+           g->ldc % 8 == 0 && aligned16(cti_data(aux));
 }
 
 /* Runs g through cuBLASLt with epilogue epi for call c: *done false, and
