@@ -21,8 +21,10 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 build=${CTEN_FUZZ_BUILD:-build-fuzz}
 if [ ! -f "$build/build.ninja" ]; then
+    # native: the fuzzers run where they are built, so the portable build's
+    # other CPU kernel levels would be compiled for nothing
     CC=${CC:-clang} meson setup "$build" -Dfuzz=true -Dtests=false -Dcuda=disabled \
-        -Dnative=false -Dbuildtype=debugoptimized
+        -Dnative=true -Dbuildtype=debugoptimized
 fi
 ninja -C "$build" fuzz/fuzz_make_seeds "${targets[@]/#/fuzz/fuzz_}"
 rm -rf "$build/seeds"

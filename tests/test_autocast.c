@@ -47,7 +47,7 @@ static ct_tensor *i64_tensor(int n, const int64_t *vals) {
 
 /* ---- the ops, as the table runs them ------------------------------------------------------ */
 
-#define MAXIN 4
+#define MAXIN 5
 
 typedef ct_tensor *(*op_fn)(ct_tensor *const *t);
 
@@ -67,6 +67,9 @@ static ct_tensor *f_lce(ct_tensor *const *t) {
     ct_tensor *r = ct_linear_cross_entropy(t[0], t[1], t[2], tg, -100, 0.1, CT_REDUCTION_MEAN);
     ct_tensor_release(tg);
     return r;
+}
+static ct_tensor *f_mlp_gelu(ct_tensor *const *t) {
+    return ct_mlp_gelu(t[0], t[1], t[2], t[3], t[4], CT_GELU_TANH);
 }
 static ct_tensor *f_exp(ct_tensor *const *t) { return ct_exp(t[0]); }
 static ct_tensor *f_log(ct_tensor *const *t) { return ct_log(t[0]); }
@@ -174,6 +177,8 @@ static const op_case cases[] = {
     {"sdpa", f_sdpa, LOWER, 4, {SHP(1, 2, 4, 8), SHP(1, 2, 6, 8), SHP(1, 2, 6, 8), SHP(4, 6)},
      -1, 1},
     {"linear_cross_entropy", f_lce, LOWER_F32_LOSS, 3, {SHP(6, 4), SHP(5, 4), SHP(5)}, -1, 1},
+    {"mlp_gelu", f_mlp_gelu, LOWER, 5, {SHP(2, 3, 4), SHP(6, 4), SHP(6), SHP(5, 6), SHP(5)}, -1,
+     1},
     {"exp", f_exp, FP32, 1, {SHP(3, 4)}, -2, 2},
     {"log", f_log, FP32, 1, {SHP(3, 4)}, 0.1, 3},
     {"rsqrt", f_rsqrt, FP32, 1, {SHP(3, 4)}, 0.1, 3},
