@@ -53,3 +53,15 @@ ct_status cti_compose_linear_dgelu(ct_call *c) {
         c->routine = c->out[1] ? "mm, gelu_backward, then row sums" : "mm, then gelu_backward";
     return st;
 }
+
+ct_status cti_compose_linear_backward_weight(ct_call *c) {
+    static const cti_gemm_params product = {.beta = 0, .alpha = 1};
+    /* dim 1: the rows of in[0] (grad_y transposed) are the bias's entries */
+    static const cti_reduce_params rows = {.mask = 2};
+    ct_status st = CT_OK;
+    if (c->out[0]) st = run(CT_OP_MM, &product, sizeof product, 2, c->in, c->out[0]);
+    if (st == CT_OK && c->out[1]) st = run(CT_OP_SUM, &rows, sizeof rows, 1, c->in, c->out[1]);
+    if (st == CT_OK)
+        c->routine = !c->out[1] ? "mm" : c->out[0] ? "mm, then row sums" : "row sums";
+    return st;
+}

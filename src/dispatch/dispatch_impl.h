@@ -167,13 +167,14 @@ const char *cti_module_missing(ct_device_type device);
 ct_status cti_register_kernel(ct_op op, ct_device_type device, ct_dtype dtype, cti_kernel_fn fn,
                               const char *name);
 
-/* Composite kernels (compose.c): LINEAR_GELU and LINEAR_DGELU made of the
- * GEMM, GELU and SUM ops' kernels, dispatched on the call's device. A
- * backend registers them where it has no fused kernel, or calls them from
- * its kernel for a call its fused path does not take. Each sets
- * c->routine. */
+/* Composite kernels (compose.c): LINEAR_GELU, LINEAR_DGELU and
+ * LINEAR_BACKWARD_WEIGHT made of the GEMM, GELU and SUM ops' kernels,
+ * dispatched on the call's device. A backend registers them where it has no
+ * fused kernel, or calls them from its kernel for a call its fused path does
+ * not take. Each sets c->routine. */
 ct_status cti_compose_linear_gelu(ct_call *c);
 ct_status cti_compose_linear_dgelu(ct_call *c);
+ct_status cti_compose_linear_backward_weight(ct_call *c);
 
 /* Runs the kernel for (call->op, device, dtype). A missing entry is
  * CT_ERR_UNSUPPORTED naming op, device and dtype. Records trace/profile.

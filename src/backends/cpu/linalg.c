@@ -1,5 +1,6 @@
-/* CPU kernels for mm, bmm, addmm and linear_backward_weight: one GEMM loop over
- * OpenBLAS.
+/* CPU kernels for mm, bmm and addmm: one GEMM loop over OpenBLAS. The fused
+ * ops around linear layers (linear_backward_weight, linear_gelu, linear_dgelu)
+ * run the composite kernels of src/dispatch/compose.c, which call these.
  *
  * f32 goes to cblas_sgemm and f64 to cblas_dgemm. An operand whose strides
  * BLAS can read directly (row-major with a leading dimension, or its
@@ -301,9 +302,10 @@ static ct_status run_job(ct_call *call, const gemm_job *j) {
     return CT_OK;
 }
 
-/* a [batch..., n, k], b [batch..., k, m], o [batch..., n, m], with beta and alpha. */
-static gemm_job job_from(const ct_tensor *a, const ct_tensor *b, const ct_tensor *o, double beta,
-                         double alpha) {
+/* in[ia] [batch..., n, k], in[ia + 1] [batch..., k, m], out[0] [batch..., n, m]. */
+static gemm_job job_of(const ct_call *c, int ia) {
+    const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
+    const ct_tensor *a = c->in[ia], *b = c->in[ia + 1], *o = c->out[0];
     gemm_job j;
     memset(&j, 0, sizeof j);
     j.dt = o->dtype;
@@ -315,15 +317,9 @@ static gemm_job job_from(const ct_tensor *a, const ct_tensor *b, const ct_tensor
     j.a = mat_of(a, j.nb);
     j.b = mat_of(b, j.nb);
     j.c = mat_of(o, j.nb);
-    j.beta = beta;
-    j.alpha = alpha;
+    j.beta = p->beta;
+    j.alpha = p->alpha;
     return j;
-}
-
-/* in[ia] [batch..., n, k], in[ia + 1] [batch..., k, m], out[0] [batch..., n, m]. */
-static gemm_job job_of(const ct_call *c, int ia) {
-    const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
-    return job_from(c->in[ia], c->in[ia + 1], c->out[0], p->beta, p->alpha);
 }
 
 /* mm: in[0] [n, k], in[1] [k, m]; bmm: the same with batch dims. */
@@ -338,37 +334,6 @@ static ct_status k_addmm(ct_call *c) {
     j.has_in = true;
     j.in = mat_of(c->in[0], 0);
     return run_job(c, &j);
-}
-
-/* linear_backward_weight: out[0] = in[0] @ in[1] (when asked) through BLAS, and out[1]
- * (when asked) the sums of in[0]'s rows through the reduction kernel, which accumulates
- * halves in float32 as the GEMM does. */
-static ct_status k_linear_backward_weight(ct_call *c) {
-    ct_tensor *a = c->in[0], *dw = c->out[0], *db = c->out[1];
-    const char *routine = NULL;
-    if (dw) {
-        gemm_job j = job_from(a, c->in[1], dw, 0, 1);
-        ct_status st = run_job(c, &j);
-        if (st != CT_OK) return st;
-        routine = c->routine;
-    }
-    if (db) {
-        cti_reduce_params p = {.mask = 2}; /* dim 1: a's rows are the bias's entries */
-        ct_call s;
-        cti_call_init(&s, CT_OP_SUM);
-        cti_call_params(&s, &p);
-        s.in[0] = a;
-        s.nin = 1;
-        s.out[0] = db;
-        s.nout = 1;
-        ct_status st = cti_dispatch(&s, CT_CPU, db->dtype);
-        if (st != CT_OK) return st;
-    }
-    c->routine = routine ? (db ? (a->dtype == CT_F64 ? "cblas_dgemm + row sums"
-                                                     : "cblas_sgemm + row sums")
-                               : routine)
-                         : "row sums";
-    return CT_OK;
 }
 
 /* ---- integer products (int32, int64: PyTorch's CPU mm/bmm/matmul) ---------------------
@@ -490,9 +455,10 @@ void cti_cpu_register_linalg(void) {
         cti_register_kernel(CT_OP_MM, CT_DEVICE_CPU, kinds[i].dt, k_gemm, kinds[i].name);
         cti_register_kernel(CT_OP_BMM, CT_DEVICE_CPU, kinds[i].dt, k_gemm, kinds[i].name);
         cti_register_kernel(CT_OP_ADDMM, CT_DEVICE_CPU, kinds[i].dt, k_addmm, kinds[i].name);
+        /* no fused kernels: the GEMM's, GELU's and the row sum's in turn (the
+         * reduction kernel accumulates halves in float32, as the GEMM does) */
         cti_register_kernel(CT_OP_LINEAR_BACKWARD_WEIGHT, CT_DEVICE_CPU, kinds[i].dt,
-                            k_linear_backward_weight, kinds[i].name);
-        /* no fused kernel: the GEMM's, GELU's and the row sum's in turn */
+                            cti_compose_linear_backward_weight, "composite: gemm, sum");
         cti_register_kernel(CT_OP_LINEAR_GELU, CT_DEVICE_CPU, kinds[i].dt,
                             cti_compose_linear_gelu, "composite: gemm, gelu");
         cti_register_kernel(CT_OP_LINEAR_DGELU, CT_DEVICE_CPU, kinds[i].dt,

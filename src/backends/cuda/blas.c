@@ -372,15 +372,6 @@ static bool bias_row(const gemm *g, const ct_tensor *input) {
     return lt_operands(g, cti_data(input));
 }
 
-/* Whether the product g's result and out[1] of LINEAR_BACKWARD_WEIGHT can
- * come from the bias-gradient epilogue: the sums of A's rows are the sums of
- * cuBLASLt's B over k (cublasLtMatmul gets the operands swapped). */
-static bool bgrad_gemm(const gemm *g, const ct_tensor *bgrad) {
-    if (g->nb != 0 || g->beta != 0 || g->alpha != 1) return false;
-    if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
-    return lt_operands(g, cti_data(bgrad));
-}
-
 /* A layout of a rows x cols column-major matrix with leading dim ld,
  * stored transposed when op is CUBLAS_OP_T. */
 static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t ty, cublasOperation_t op,
@@ -536,11 +527,8 @@ static ct_status zero(const char *op, ct_tensor *out, int dev, cudaStream_t stre
 }
 
 /* in[ia] [batch..., n, k] times in[ia + 1] [batch..., k, m] into out[0];
- * input (addmm) scaled by beta is added. With bgrad (a contiguous [n]), the
- * sums of A's rows go there too when the bias-gradient epilogue can give
- * them, and *bgrad_done says whether it did. */
-static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double beta, double alpha,
-                             ct_tensor *bgrad, bool *bgrad_done) {
+ * input (addmm) scaled by beta is added. */
+static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double beta, double alpha) {
     char label[48];
     const char *op = cti_cuda_op_label(call->op, label, sizeof label);
     ct_tensor *a = call->in[ia], *b = call->in[ia + 1], *o = call->out[0];
@@ -594,7 +582,6 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
     g.ldc = g.n <= 1 ? g.m : g.c.rs;
     merge_batch(&g);
     bool bias = st == CT_OK && with_input && bias_row(&g, input);
-    bool bg = st == CT_OK && bgrad && bgrad_gemm(&g, bgrad);
     int64_t wb = WORKSPACE_BYTES;
     if (st == CT_OK && !(work = cti_tensor_new(op, 1, &wb, CT_BOOL, o->storage->device)))
         st = ct_last_status();
@@ -606,11 +593,9 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
         st = handle_of(op, g.dev, stream, &h);
         bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
         bool done = false;
-        if (st == CT_OK && (bias || bg))
-            done = run_lt_gemm(d, &g, tf32, bg ? EPI_BGRADB : EPI_BIAS,
-                               cti_data(bg ? bgrad : input), NULL, cti_data(work), stream,
-                               &call->routine, &st);
-        if (bg && done && st == CT_OK) *bgrad_done = true;
+        if (st == CT_OK && bias)
+            done = run_lt_gemm(d, &g, tf32, EPI_BIAS, cti_data(input), NULL, cti_data(work),
+                               stream, &call->routine, &st);
         /* an input that is the output itself (an accumulation in place) needs no copy */
         if (st == CT_OK && !done && with_input && !same_view(input, o)) st = device_copy(o, input);
         if (st == CT_OK && !done) {
@@ -632,43 +617,13 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
 /* mm: in[0] [n, k], in[1] [k, m]; bmm: the same with batch dims. */
 static ct_status k_gemm(ct_call *c) {
     const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
-    return k_gemm_call(c, 0, NULL, p->beta, p->alpha, NULL, NULL);
+    return k_gemm_call(c, 0, NULL, p->beta, p->alpha);
 }
 
 /* addmm: in[0] the input broadcast to [n, m], in[1] [n, k], in[2] [k, m]. */
 static ct_status k_addmm(ct_call *c) {
     const cti_gemm_params *p = CTI_PARAMS(c, cti_gemm_params);
-    return k_gemm_call(c, 1, c->in[0], p->beta, p->alpha, NULL, NULL);
-}
-
-/* out[1] <- the sums of in[0]'s rows, by the reduction kernels. */
-static ct_status row_sums(ct_call *c) {
-    cti_reduce_params p = {.mask = 2};
-    ct_call s;
-    cti_call_init(&s, CT_OP_SUM);
-    cti_call_params(&s, &p);
-    s.in[0] = c->in[0];
-    s.nin = 1;
-    s.out[0] = c->out[1];
-    s.nout = 1;
-    return cti_dispatch(&s, c->out[1]->storage->device, c->out[1]->dtype);
-}
-
-/* linear_backward_weight: in[0] a [n, k] (grad_y^T), in[1] [k, m]; out[0] =
- * a @ in[1] and out[1] = a's row sums, each when asked. Both asked: one GEMM
- * with the bias-gradient epilogue where cuBLASLt has an algorithm (and the
- * operands its alignment), else the GEMM and the reduction. */
-static ct_status k_linear_backward_weight(ct_call *c) {
-    bool fused = false;
-    if (c->out[0]) {
-        ct_status st = k_gemm_call(c, 0, NULL, 0, 1, c->out[1], &fused);
-        if (st != CT_OK || fused || !c->out[1]) return st;
-    }
-    const char *gemm_routine = c->out[0] ? c->routine : NULL;
-    ct_status st = row_sums(c);
-    if (st == CT_OK)
-        c->routine = gemm_routine ? "cublasGemmEx + row sums" : "row sums";
-    return st;
+    return k_gemm_call(c, 1, c->in[0], p->beta, p->alpha);
 }
 
 /* ---- the GELU MLP's GEMMs -------------------------------------------------------------- */
@@ -748,6 +703,25 @@ static ct_status k_linear_gelu(ct_call *c) {
         if (st != CT_OK || done) return st;
     }
     return cti_compose_linear_gelu(c);
+}
+
+/* LINEAR_BACKWARD_WEIGHT: in[0] a [n, k] (grad_y^T), in[1] [k, m]. Both
+ * gradients asked: one GEMM whose bias-gradient epilogue sums a's rows as
+ * it reads them (cuBLASLt's B, summed over k: the operands go in swapped);
+ * the rest, and a call the epilogue cannot take, through the composite (the
+ * GEMM and the row sums). */
+static ct_status k_linear_backward_weight(ct_call *c) {
+    ct_tensor *db = c->out[1];
+    char label[48];
+    const char *op = cti_cuda_op_label(c->op, label, sizeof label);
+    gemm g;
+    if (c->out[0] && db && epilogue_gemm(op, c->in[0], c->in[1], c->out[0], &g) &&
+        lt_operands(&g, cti_data(db))) {
+        bool done;
+        ct_status st = run_epilogue(c, &g, EPI_BGRADB, cti_data(db), NULL, &done);
+        if (st != CT_OK || done) return st;
+    }
+    return cti_compose_linear_backward_weight(c);
 }
 
 /* LINEAR_DGELU: the tanh form as one GEMM whose epilogue multiplies by
