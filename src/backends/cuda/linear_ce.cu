@@ -219,8 +219,8 @@ template <int DT> cudaError_t lce_rows_dt(const cti_lce_rows *r, cudaStream_t st
     constexpr int VEC = 16 / sizeof(typename dtype<DT>::T);
     const int64_t c = r->c;
     // A row's passes are a chain of dependent loads and exponentials, so more rows
-    // at once beat more threads a row: on [16384, 50304] bf16 logits (H200) 128
-    // threads take 1.59 ms, 256 1.76 ms, 512 2.03 ms (docs/BENCHMARKS.md).
+    // at once beat more threads a row: on [16384, 50304] bf16 logits (H200), with
+    // expf, 128 threads took 1.59 ms, 256 1.76 ms, 512 2.03 ms (docs/BENCHMARKS.md).
     const int threads = c >= 128 ? 128 : 32;
     if (c % VEC == 0 && ((uintptr_t)r->logits & 15) == 0) {
         *routine = "cten_cross_entropy_fused_block_per_row_vec16";
