@@ -685,62 +685,51 @@ static ct_status run_epilogue(ct_call *c, gemm *g, lt_epi epi, void *vec, void *
     return st;
 }
 
-/* LINEAR_GELU: the tanh form as one GEMM whose epilogue adds the bias,
- * writes the sum to pre (aux) and GELU of it to the output; the exact form,
- * and a call the epilogue cannot take, through the composite. */
-static ct_status k_linear_gelu(ct_call *c) {
-    const cti_pointwise_params *p = CTI_PARAMS(c, cti_pointwise_params);
+/* c's product in[ia] [n, k] @ in[ia + 1] [k, m] into out[0] through
+ * epilogue epi, which reads or writes vec (a bias broadcast down the rows as
+ * [n, m], or a gradient vector [m] or [n]) and aux ([n, m], laid out as the
+ * output) where it has them, when take holds and the operands allow; else
+ * fallback, the op's composite kernel. */
+static ct_status with_epilogue(ct_call *c, bool take, int ia, lt_epi epi, ct_tensor *vec,
+                               ct_tensor *aux, cti_kernel_fn fallback) {
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
-    ct_tensor *bias = c->in[0], *pre = c->out[1];
     gemm g;
-    if (p->approximate == CT_GELU_TANH && epilogue_gemm(op, c->in[1], c->in[2], c->out[0], &g) &&
-        (!bias || row_vector(&g, bias)) && aux_like_output(&g, pre) &&
-        lt_operands(&g, cti_data(bias ? bias : pre))) {
+    if (take && epilogue_gemm(op, c->in[ia], c->in[ia + 1], c->out[0], &g) &&
+        (!vec || vec->ndim != 2 || row_vector(&g, vec)) && (!aux || aux_like_output(&g, aux)) &&
+        lt_operands(&g, cti_data(vec ? vec : aux ? aux : c->out[0]))) {
         bool done;
-        ct_status st = run_epilogue(c, &g, bias ? EPI_GELU_AUX_BIAS : EPI_GELU_AUX,
-                                    bias ? cti_data(bias) : NULL, cti_data(pre), &done);
+        ct_status st = run_epilogue(c, &g, epi, vec ? cti_data(vec) : NULL,
+                                    aux ? cti_data(aux) : NULL, &done);
         if (st != CT_OK || done) return st;
     }
-    return cti_compose_linear_gelu(c);
+    return fallback(c);
+}
+
+/* LINEAR_GELU: the tanh form as one GEMM whose epilogue adds the bias,
+ * writes the sum to pre (aux) and GELU of it to the output. */
+static ct_status k_linear_gelu(ct_call *c) {
+    bool tanh = CTI_PARAMS(c, cti_pointwise_params)->approximate == CT_GELU_TANH;
+    ct_tensor *bias = c->in[0];
+    return with_epilogue(c, tanh, 1, bias ? EPI_GELU_AUX_BIAS : EPI_GELU_AUX, bias, c->out[1],
+                         cti_compose_linear_gelu);
 }
 
 /* LINEAR_BACKWARD_WEIGHT: in[0] a [n, k] (grad_y^T), in[1] [k, m]. Both
  * gradients asked: one GEMM whose bias-gradient epilogue sums a's rows as
- * it reads them (cuBLASLt's B, summed over k: the operands go in swapped);
- * the rest, and a call the epilogue cannot take, through the composite (the
- * GEMM and the row sums). */
+ * it reads them (cuBLASLt's B, summed over k: the operands go in swapped). */
 static ct_status k_linear_backward_weight(ct_call *c) {
-    ct_tensor *db = c->out[1];
-    char label[48];
-    const char *op = cti_cuda_op_label(c->op, label, sizeof label);
-    gemm g;
-    if (c->out[0] && db && epilogue_gemm(op, c->in[0], c->in[1], c->out[0], &g) &&
-        lt_operands(&g, cti_data(db))) {
-        bool done;
-        ct_status st = run_epilogue(c, &g, EPI_BGRADB, cti_data(db), NULL, &done);
-        if (st != CT_OK || done) return st;
-    }
-    return cti_compose_linear_backward_weight(c);
+    return with_epilogue(c, c->out[0] && c->out[1], 0, EPI_BGRADB, c->out[1], NULL,
+                         cti_compose_linear_backward_weight);
 }
 
 /* LINEAR_DGELU: the tanh form as one GEMM whose epilogue multiplies by
- * gelu'(pre) and, when asked, sums the rows into out[1]; the rest through
- * the composite. */
+ * gelu'(pre) and, when asked, sums the rows into out[1]. */
 static ct_status k_linear_dgelu(ct_call *c) {
-    const cti_pointwise_params *p = CTI_PARAMS(c, cti_pointwise_params);
-    char label[48];
-    const char *op = cti_cuda_op_label(c->op, label, sizeof label);
-    ct_tensor *pre = c->in[2], *db = c->out[1];
-    gemm g;
-    if (p->approximate == CT_GELU_TANH && epilogue_gemm(op, c->in[0], c->in[1], c->out[0], &g) &&
-        aux_like_output(&g, pre) && lt_operands(&g, cti_data(db ? db : pre))) {
-        bool done;
-        ct_status st = run_epilogue(c, &g, db ? EPI_DGELU_BGRAD : EPI_DGELU,
-                                    db ? cti_data(db) : NULL, cti_data(pre), &done);
-        if (st != CT_OK || done) return st;
-    }
-    return cti_compose_linear_dgelu(c);
+    bool tanh = CTI_PARAMS(c, cti_pointwise_params)->approximate == CT_GELU_TANH;
+    ct_tensor *db = c->out[1];
+    return with_epilogue(c, tanh, 0, db ? EPI_DGELU_BGRAD : EPI_DGELU, db, c->in[2],
+                         cti_compose_linear_dgelu);
 }
 
 void cti_cuda_register_blas(void) {
