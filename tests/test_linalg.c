@@ -915,6 +915,74 @@ static void test_mlp_gelu(void **state) {
     }
 }
 
+/* ct_mlp_gelu_backward_hidden(g, w, pre) against float64: dpre = gelu'(pre) * (g @ w) in
+ * pre's shape and its sums over the leading dims, asked for and not, on the layouts given. */
+static void check_hidden_grad(ct_tensor *g, ct_tensor *w, ct_tensor *pre, ct_gelu_approx a) {
+    int nd = ct_tensor_ndim(g);
+    int64_t out = ct_tensor_shape(w)[0], hid = ct_tensor_shape(w)[1];
+    int64_t rows = tu_numel(nd - 1, ct_tensor_shape(g));
+    double *vg = tu_values(g), *vw = tu_values(w), *vp = tu_values(pre);
+    double *rd = zeros_d(rows * hid), *md = zeros_d(rows * hid), *rb = zeros_d(hid),
+           *mb = zeros_d(hid);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h = 0; h < hid; h++) {
+            double sum = 0, mag = 0, gd = gelu_grad_ref(vp[i * hid + h], a);
+            for (int64_t o = 0; o < out; o++) {
+                sum += vg[i * out + o] * vw[o * hid + h];
+                mag += fabs(vg[i * out + o] * vw[o * hid + h]);
+            }
+            rd[i * hid + h] = sum * gd;
+            md[i * hid + h] = mag * (fabs(gd) + 1);
+            rb[h] += rd[i * hid + h];
+            mb[h] += md[i * hid + h];
+        }
+    double c = 8.0 + (double)(rows + out);
+    for (int ask = 0; ask < 2; ask++) {
+        ct_tensor *d = g, *db = g; /* poison: must be replaced */
+        ct_status st = ct_mlp_gelu_backward_hidden(g, w, pre, a, &d, ask ? &db : NULL);
+        if (st != CT_OK) fprintf(stderr, "ct_mlp_gelu_backward_hidden: %s\n", ct_last_error());
+        assert_int_equal(st, CT_OK);
+        assert_int_equal(ct_tensor_ndim(d), nd);
+        for (int k = 0; k < nd; k++)
+            assert_int_equal(ct_tensor_shape(d)[k], ct_tensor_shape(pre)[k]);
+        assert_within(d, rd, md, rows * hid, c, "dpre");
+        ct_tensor_release(d);
+        if (ask) {
+            assert_within(db, rb, mb, hid, c, "db_in");
+            ct_tensor_release(db);
+        }
+    }
+    double *all[] = {vg, vw, vp, rd, md, rb, mb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+static void test_mlp_gelu_backward_hidden(void **state) {
+    (void)state;
+    /* the number of leading dims, those dims, out, hidden */
+    static const int64_t shapes[][5] = {{1, 6, 0, 5, 9}, {2, 2, 3, 4, 16}, {0, 0, 0, 3, 7},
+                                        {1, 0, 0, 4, 8}, {1, 5, 0, 0, 6}};
+    for (int d = 0; d < NDT; d++) {
+        ct_dtype dt = tu_float_dtypes[d];
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int nl = (int)shapes[s][0];
+            int64_t gs[CT_MAX_DIMS], ps[CT_MAX_DIMS], out = shapes[s][3], hid = shapes[s][4];
+            for (int i = 0; i < nl; i++) gs[i] = ps[i] = shapes[s][1 + i];
+            gs[nl] = out;
+            ps[nl] = hid;
+            ct_tensor *g = tu_rand(nl + 1, gs, dt, -1, 1, NULL);
+            ct_tensor *w = tu_rand(2, (const int64_t[]){out, hid}, dt, -1, 1, NULL);
+            ct_tensor *pre = tu_rand(nl + 1, ps, dt, -3, 3, NULL);
+            ct_tensor *gn = tu_noncontig(g), *wn = tu_noncontig(w), *pn = tu_noncontig(pre);
+            ct_gelu_approx a = s % 2 ? CT_GELU_NONE : CT_GELU_TANH;
+            check_hidden_grad(g, w, pre, a);
+            check_hidden_grad(gn, wn, pn, (ct_gelu_approx)!a);
+            check_hidden_grad(g, wn, pn, a);
+            ct_tensor *all[] = {g, w, pre, gn, wn, pn};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_release(all[i]);
+        }
+    }
+}
+
 static ct_tensor *mlp_fn(ct_tensor *const *in, void *ctx) {
     return ct_mlp_gelu(in[0], in[1], in[2], in[3], in[4], *(const ct_gelu_approx *)ctx);
 }
@@ -1196,6 +1264,7 @@ int main(void) {
         cmocka_unit_test(test_linear_backward_weight_errors),
         cmocka_unit_test(test_mlp_gelu),
         cmocka_unit_test(test_mlp_gelu_gradcheck),
+        cmocka_unit_test(test_mlp_gelu_backward_hidden),
         cmocka_unit_test(test_mlp_gelu_errors),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_no_leaks),
