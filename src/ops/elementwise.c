@@ -873,10 +873,7 @@ ct_tensor *ct_tanh(ct_tensor *x) { return unary(&u_tanh, x); }
 ct_tensor *ct_sigmoid(ct_tensor *x) { return unary(&u_sigmoid, x); }
 ct_tensor *ct_relu(ct_tensor *x) { return unary(&u_relu, x); }
 ct_tensor *ct_gelu(ct_tensor *x, ct_gelu_approx approximate) {
-    if (approximate != CT_GELU_NONE && approximate != CT_GELU_TANH)
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "ct_gelu: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d",
-                              (int)approximate);
+    if (cti_check_gelu_approx("ct_gelu", approximate) != CT_OK) return NULL;
     return unary(approximate == CT_GELU_TANH ? &u_gelu_tanh : &u_gelu, x);
 }
 ct_tensor *ct_silu(ct_tensor *x) { return unary(&u_silu, x); }
@@ -914,10 +911,7 @@ static ct_tensor *run_backward_pair(const bin_spec *sp, ct_tensor *grad_out, ct_
 ct_tensor *ct_gelu_backward(ct_tensor *grad_out, ct_tensor *x, ct_gelu_approx approximate) {
     static const bin_spec sp = {"ct_gelu_backward", CT_OP_GELU_BACKWARD, BK_ARITH};
     if (check_backward_pair(sp.name, grad_out, x) != CT_OK) return NULL;
-    if (approximate != CT_GELU_NONE && approximate != CT_GELU_TANH)
-        return cti_error_null(CT_ERR_INVALID_ARG,
-                              "%s: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d",
-                              sp.name, (int)approximate);
+    if (cti_check_gelu_approx(sp.name, approximate) != CT_OK) return NULL;
     const cti_pointwise_params p = {.approximate = approximate};
     return run_backward_pair(&sp, grad_out, x, &p);
 }

@@ -340,6 +340,34 @@ ct_tensor *ct_addmm(ct_tensor *input, ct_tensor *m1, ct_tensor *m2, double beta,
                   saved_for(m2, m1), &p);
 }
 
+/* t [..., cols] as a [rows, cols] view, of a contiguous copy when t's
+ * strides do not merge its leading dims. */
+static ct_tensor *rows_view(ct_tensor *t, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols}, stride[2];
+    if (cti_view_strides(t, 2, shape, stride)) return view_of(t, 2, shape, stride);
+    ct_tensor *c = ct_contiguous(t);
+    ct_tensor *v = c ? out_view(c, 2, shape) : NULL;
+    ct_tensor_release(c); /* the view holds the storage */
+    return v;
+}
+
+/* result [..., out] (new, contiguous) <- x2 [rows, in] @ w^T + bias, w^T a
+ * view BLAS reads through its transpose flag and the bias a row broadcast
+ * down the rows. Consumes x2 (NULL: its creation failed, with the error);
+ * returns result, or NULL after releasing it. */
+static ct_tensor *linear_rows(ct_tensor *result, ct_tensor *x2, ct_tensor *w, ct_tensor *bias) {
+    int64_t in = w->shape[1], out = w->shape[0];
+    int64_t oshape[2] = {cti_numel(result->ndim - 1, result->shape), out};
+    ct_tensor *wt = view_of(w, 2, (const int64_t[]){in, out},
+                            (const int64_t[]){w->stride[1], w->stride[0]});
+    if (!bias)
+        return finish(CT_OP_MM, result, NULL, x2, wt, out_view(result, 2, oshape), &plain_product);
+    static const cti_gemm_params plus_bias = {.beta = 1, .alpha = 1};
+    return finish(CT_OP_ADDMM, result,
+                  view_of(bias, 2, oshape, (const int64_t[]){0, bias->stride[0]}), x2, wt,
+                  out_view(result, 2, oshape), &plus_bias);
+}
+
 ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
     static const char op[] = "ct_linear";
     cti_autocast_call ac;
@@ -372,42 +400,10 @@ ct_tensor *ct_linear(ct_tensor *x, ct_tensor *w, ct_tensor *bias) {
     if (!result) return NULL;
 
     /* x's leading dims become rows: a view when its strides allow, else a
-     * contiguous copy. w^T is a view that BLAS reads with its transpose flag. */
-    int64_t rows = cti_numel(x->ndim - 1, x->shape);
-    int64_t xshape[2] = {rows, in}, xstride[2];
-    ct_tensor *xc = NULL, *x2;
-    if (cti_view_strides(x, 2, xshape, xstride)) {
-        x2 = view_of(x, 2, xshape, xstride);
-    } else {
-        xc = ct_contiguous(x);
-        x2 = xc ? out_view(xc, 2, xshape) : NULL;
-    }
-    ct_tensor *wt = view_of(w, 2, (const int64_t[]){in, out},
-                            (const int64_t[]){w->stride[1], w->stride[0]});
-    int64_t oshape[2] = {rows, out};
-    ct_tensor *r;
-    if (bias) {
-        static const cti_gemm_params plus_bias = {.beta = 1, .alpha = 1};
-        r = finish(CT_OP_ADDMM, result,
-                   view_of(bias, 2, oshape, (const int64_t[]){0, bias->stride[0]}), x2, wt,
-                   out_view(result, 2, oshape), &plus_bias);
-    } else {
-        r = finish(CT_OP_MM, result, NULL, x2, wt, out_view(result, 2, oshape), &plain_product);
-    }
-    ct_tensor_release(xc);
+     * contiguous copy */
+    ct_tensor *r = linear_rows(result, rows_view(x, cti_numel(x->ndim - 1, x->shape), in), w, bias);
     return record(r, "LinearBackward", cti_bw_linear, 3, ts, saved_for(x, w), saved_for(w, x),
                   NULL);
-}
-
-/* t [..., cols] as a [rows, cols] view, of a contiguous copy when t's
- * strides do not merge its leading dims. */
-static ct_tensor *rows_view(ct_tensor *t, int64_t rows, int64_t cols) {
-    int64_t shape[2] = {rows, cols}, stride[2];
-    if (cti_view_strides(t, 2, shape, stride)) return view_of(t, 2, shape, stride);
-    ct_tensor *c = ct_contiguous(t);
-    ct_tensor *v = c ? out_view(c, 2, shape) : NULL;
-    ct_tensor_release(c); /* the view holds the storage */
-    return v;
 }
 
 static ct_status check_linear_grads(const char *op, ct_tensor *grad_y, ct_tensor *x,
@@ -476,13 +472,6 @@ ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor *
 }
 
 /* ---- the GELU MLP ------------------------------------------------------------------------ */
-
-static ct_status check_approximate(const char *op, ct_gelu_approx approximate) {
-    if (approximate == CT_GELU_NONE || approximate == CT_GELU_TANH) return CT_OK;
-    return cti_error(CT_ERR_INVALID_ARG,
-                     "%s: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d", op,
-                     (int)approximate);
-}
 
 /* What ct_mlp_gelu's shapes must satisfy: x [..., in], w_in [hidden, in],
  * b_in [hidden], w_out [out, hidden], b_out [out]. */
@@ -561,36 +550,25 @@ static ct_status hidden_forward(const char *op, ct_tensor *x2, ct_tensor *w_in, 
 /* y = act @ w_out^T + b_out in x's leading shape: new, or NULL. */
 static ct_tensor *output_forward(const char *op, ct_tensor *x, ct_tensor *act, ct_tensor *w_out,
                                  ct_tensor *b_out) {
-    int64_t rows = act->shape[0], hidden = act->shape[1], out = w_out->shape[0];
     int64_t shape[CT_MAX_DIMS];
     memcpy(shape, x->shape, (size_t)(x->ndim - 1) * sizeof *shape);
-    shape[x->ndim - 1] = out;
+    shape[x->ndim - 1] = w_out->shape[0];
     ct_tensor *y = cti_tensor_new(op, x->ndim, shape, act->dtype, act->storage->device);
-    if (!y) return NULL;
-    ct_tensor *wt = view_of(w_out, 2, (const int64_t[]){hidden, out},
-                            (const int64_t[]){w_out->stride[1], w_out->stride[0]});
-    const int64_t oshape[2] = {rows, out};
-    if (b_out) {
-        static const cti_gemm_params plus_bias = {.beta = 1, .alpha = 1};
-        return finish(CT_OP_ADDMM, y,
-                      view_of(b_out, 2, oshape, (const int64_t[]){0, b_out->stride[0]}),
-                      ct_tensor_retain(act), wt, out_view(y, 2, oshape), &plus_bias);
-    }
-    return finish(CT_OP_MM, y, NULL, ct_tensor_retain(act), wt, out_view(y, 2, oshape),
-                  &plain_product);
+    return y ? linear_rows(y, ct_tensor_retain(act), w_out, b_out) : NULL;
 }
 
 ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor *w_out,
                        ct_tensor *b_out, ct_gelu_approx approximate) {
     static const char op[] = "ct_mlp_gelu";
     cti_autocast_call ac;
-    if (cti_autocast_begin_op(&ac, CTI_AC_MLP_GELU, 5, (ct_tensor *[]){x, w_in, b_in, w_out, b_out}))
+    if (cti_autocast_begin_op(&ac, CTI_AC_MLP_GELU, 5,
+                              (ct_tensor *[]){x, w_in, b_in, w_out, b_out}))
         return cti_autocast_end_op(&ac, ac.ok ? ct_mlp_gelu(ac.in[0], ac.in[1], ac.in[2], ac.in[3],
                                                             ac.in[4], approximate)
                                               : NULL);
     ct_tensor *ts[5] = {x, w_in, w_out, b_in, b_out};
     if (check_operands(op, 3, 5, ts, "input, weights and biases") != CT_OK ||
-        check_approximate(op, approximate) != CT_OK ||
+        cti_check_gelu_approx(op, approximate) != CT_OK ||
         check_mlp_shapes(op, x, w_in, b_in, w_out, b_out) != CT_OK)
         return NULL;
     int64_t in = x->shape[x->ndim - 1], rows = cti_numel(x->ndim - 1, x->shape);
@@ -643,7 +621,7 @@ ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_te
         return cti_error(CT_ERR_INVALID_ARG, "%s: dpre is NULL (the gradient is its result)", op);
     ct_tensor *ts[3] = {grad_y, w_out, pre};
     ct_status st = check_operands(op, 3, 3, ts, "grad_y, w_out and pre");
-    if (st == CT_OK) st = check_approximate(op, approximate);
+    if (st == CT_OK) st = cti_check_gelu_approx(op, approximate);
     if (st != CT_OK) return st;
     if (grad_y->ndim == 0 || w_out->ndim != 2 || pre->ndim != grad_y->ndim)
         return cti_error(CT_ERR_SHAPE,
@@ -685,7 +663,9 @@ ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_te
     ct_tensor_release(p2);
     /* pre's shape: a view of the rows, through which the node that refuses
      * a double backward is still reached */
-    ct_tensor *d = st != CT_OK ? NULL : nd == 2 ? ct_tensor_retain(d2) : ct_reshape(d2, nd, pre->shape);
+    ct_tensor *d = st != CT_OK ? NULL
+                   : nd == 2   ? ct_tensor_retain(d2)
+                               : ct_reshape(d2, nd, pre->shape);
     ct_tensor_release(d2);
     if (!d) {
         st = ct_last_status();

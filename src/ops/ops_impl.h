@@ -27,6 +27,8 @@ ct_status cti_check_not_null(const char *op, int n, ct_tensor *const *ts);
 ct_status cti_check_same_device(const char *op, int n, ct_tensor *const *ts);
 /* dtype is floating ("op: expected a floating dtype, got int64"). */
 ct_status cti_check_floating(const char *op, const ct_tensor *t, const char *argname);
+/* approximate is a ct_gelu_approx: CT_GELU_NONE or CT_GELU_TANH. */
+ct_status cti_check_gelu_approx(const char *op, ct_gelu_approx approximate);
 /* The scalar v converts to dt without overflow (PyTorch's checked conversion
  * of a fill value; infinities and NaN are floating values). */
 ct_status cti_check_scalar_fits(const char *op, double v, ct_dtype dt);

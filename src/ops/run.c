@@ -101,3 +101,10 @@ ct_status cti_check_index_fits(const char *op, const ct_tensor *index, const ct_
     }
     return CT_OK;
 }
+
+ct_status cti_check_gelu_approx(const char *op, ct_gelu_approx approximate) {
+    if (approximate == CT_GELU_NONE || approximate == CT_GELU_TANH) return CT_OK;
+    return cti_error(CT_ERR_INVALID_ARG,
+                     "%s: approximate must be CT_GELU_NONE or CT_GELU_TANH, got %d", op,
+                     (int)approximate);
+}
