@@ -653,6 +653,15 @@ static void test_linear_backward_weight(void **state) {
     }
 }
 
+/* A backward through t (a result of a backward op run on inputs that need grad) fails,
+ * naming the op (schema name) that has no formula. */
+static void assert_backward_refused(ct_tensor *t, const char *op) {
+    assert_true(ct_requires_grad(t));
+    ct_tensor *l = ct_sum(t, 0, NULL, false);
+    tu_assert_error(ct_backward(l, NULL, false), CT_ERR_AUTOGRAD, op, "no backward formula");
+    ct_tensor_release(l);
+}
+
 /* Bad arguments: a status naming the op and what was expected, the outputs NULL, nothing
  * leaked; results of inputs that need grad refuse a backward through them. */
 static void test_linear_backward_weight_errors(void **state) {
@@ -698,10 +707,7 @@ static void test_linear_backward_weight_errors(void **state) {
 
     assert_int_equal(ct_requires_grad_(x, true), CT_OK);
     assert_int_equal(ct_linear_backward_weight(g, x, &dw, &db), CT_OK);
-    assert_true(ct_requires_grad(dw));
-    ct_tensor *l = ct_sum(dw, 0, NULL, false);
-    tu_assert_error(ct_backward(l, NULL, false), CT_ERR_AUTOGRAD, "linear_backward_weight",
-                    "no backward formula");
+    assert_backward_refused(dw, "linear_backward_weight");
     ct_tensor_release(dw);
     ct_tensor_release(db);
     ct_scope_end(sc);
@@ -1077,9 +1083,7 @@ static void test_mlp_gelu_errors(void **state) {
     /* its result refuses a double backward, naming the op */
     assert_int_equal(ct_requires_grad_(g, true), CT_OK);
     assert_int_equal(ct_mlp_gelu_backward_hidden(g, w2, pre, CT_GELU_TANH, &d, &db), CT_OK);
-    ct_tensor *l = ct_sum(d, 0, NULL, false);
-    tu_assert_error(ct_backward(l, NULL, false), CT_ERR_AUTOGRAD, "linear_dgelu",
-                    "no backward formula");
+    assert_backward_refused(d, "linear_dgelu");
     ct_tensor_release(d);
     ct_tensor_release(db);
     ct_scope_end(sc);
