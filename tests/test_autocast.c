@@ -1085,6 +1085,128 @@ static int close_regions(void **state) {
     return teardown(state);
 }
 
+/* ---- widened weight gradients ------------------------------------------------------------ */
+
+enum { WB = 3, WT = 37, WI = 19, WO = 13, WR = WB * WT };
+
+/* The float64 gradients of linear(x, w, b) for the output gradient g ([WR, WO], bfloat16
+ * values) over the rows of xb ([WR, WI], x rounded to bfloat16), and per element the sum of
+ * the terms' magnitudes. */
+typedef struct wide_ref {
+    double dw[WO * WI], db[WO], mw[WO * WI], mb[WO];
+} wide_ref;
+
+static void wide_reference(const double *g, const double *x, wide_ref *r) {
+    memset(r, 0, sizeof *r);
+    for (int n = 0; n < WR; n++)
+        for (int o = 0; o < WO; o++) {
+            r->db[o] += g[n * WO + o];
+            r->mb[o] += fabs(g[n * WO + o]);
+            for (int i = 0; i < WI; i++) {
+                double t = g[n * WO + o] * bf(x[n * WI + i]);
+                r->dw[o * WI + i] += t;
+                r->mw[o * WI + i] += fabs(t);
+            }
+        }
+}
+
+/* got (float32, n values) within rtol of its terms' magnitudes from ref. */
+static void expect_within(const char *what, ct_tensor *got, const double *ref, const double *mag,
+                          int n, double rtol) {
+    assert_non_null(got);
+    assert_int_equal(ct_tensor_dtype(got), CT_F32);
+    assert_int_equal(ct_tensor_numel(got), n);
+    double *v = tu_values(got);
+    for (int i = 0; i < n; i++) {
+        if (fabs(v[i] - ref[i]) <= rtol * mag[i] + 1e-30) continue;
+        fprintf(stderr, "%s: element %d: got %.9g, expected %.9g (rtol %g of %.9g)\n", what, i,
+                v[i], ref[i], rtol, mag[i]);
+        fail();
+    }
+    free(v);
+}
+
+/* Whether every value of t is a bfloat16 one. */
+static bool all_bf16(ct_tensor *t) {
+    double *v = tu_values(t);
+    bool all = true;
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++) all = all && bf(v[i]) == v[i];
+    free(v);
+    return all;
+}
+
+/* A float32 weight's gradient through the region's cast of it leaves the GEMM in float32,
+ * unrounded: ct_linear's weight and bias gradients (leading dims, with and without a bias)
+ * are the float64 sums over the bfloat16 operands to float32 accuracy, where a rounding to
+ * bfloat16 first would be off by up to 2^-9 of the value. The same linear on explicit
+ * ct_to_dtype casts keeps PyTorch's rounding (every value a bfloat16 one), and a weight
+ * cast once for two linears of a region gets both gradients, summed. */
+static void test_widened_weight_grads(void **state) {
+    (void)state;
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        double *xv, *gv;
+        ct_tensor *x = tu_rand(CT_SHAPE(WB, WT, WI), CT_F32, -1, 1, &xv);
+        ct_tensor *g = tu_rand(CT_SHAPE(WB, WT, WO), CT_BF16, -1, 1, &gv);
+        ct_tensor *w = tu_rand(CT_SHAPE(WO, WI), CT_F32, -1, 1, NULL);
+        ct_tensor *b = with_bias ? tu_rand(CT_SHAPE(WO), CT_F32, -1, 1, NULL) : NULL;
+        ok(ct_requires_grad_(w, true));
+        if (b) ok(ct_requires_grad_(b, true));
+        wide_ref *r = malloc(sizeof *r);
+        wide_reference(gv, xv, r);
+
+        ok(ct_autocast_begin(CT_CPU, CT_BF16));
+        ct_tensor *y = checked(ct_linear(x, w, b));
+        ok(ct_autocast_end());
+        /* no conversion pass: the GEMM and the row sum write float32 */
+        tu_trace t = tu_trace_begin();
+        ok(ct_backward(y, g, false));
+        char *log = tu_trace_end(&t);
+        assert_null(strstr(log, "copy_to_float32"));
+        free(log);
+        ct_tensor_release(y);
+        expect_within("dw in a region", ct_grad(w), r->dw, r->mw, WO * WI, 1e-6);
+        if (b) expect_within("db in a region", ct_grad(b), r->db, r->mb, WO, 1e-6);
+
+        /* explicit casts: the gradients rounded to bfloat16, then converted */
+        ct_zero_grad(w);
+        if (b) ct_zero_grad(b);
+        ct_tensor *xc = checked(ct_to_dtype(x, CT_BF16)), *wc = checked(ct_to_dtype(w, CT_BF16));
+        ct_tensor *bc = b ? checked(ct_to_dtype(b, CT_BF16)) : NULL;
+        y = checked(ct_linear(xc, wc, bc));
+        t = tu_trace_begin();
+        ok(ct_backward(y, g, false));
+        log = tu_trace_end(&t);
+        assert_non_null(strstr(log, "copy_to_float32"));
+        free(log);
+        ct_tensor_release(y);
+        assert_true(all_bf16(ct_grad(w)));
+        expect_within("dw, explicit casts", ct_grad(w), r->dw, r->mw, WO * WI, 1.0 / 256);
+        if (b) {
+            assert_true(all_bf16(ct_grad(b)));
+            expect_within("db, explicit casts", ct_grad(b), r->db, r->mb, WO, 1.0 / 256);
+        }
+
+        /* one cast, two linears: two gradients arrive at it, each in bfloat16 */
+        ct_zero_grad(w);
+        if (b) ct_zero_grad(b);
+        ok(ct_autocast_begin(CT_CPU, CT_BF16));
+        ct_tensor *y1 = checked(ct_linear(x, w, b)), *y2 = checked(ct_linear(x, w, NULL));
+        ct_tensor *sum = checked(ct_add(y1, y2));
+        ok(ct_autocast_end());
+        ok(ct_backward(sum, g, false));
+        for (int i = 0; i < WO * WI; i++) r->dw[i] *= 2, r->mw[i] *= 2;
+        expect_within("dw, two linears", ct_grad(w), r->dw, r->mw, WO * WI, 1.0 / 256);
+        if (b) expect_within("db, two linears", ct_grad(b), r->db, r->mb, WO, 1e-6);
+
+        ct_tensor *ts[9] = {x, g, w, b, xc, wc, bc, y1, y2};
+        release_all(9, ts);
+        ct_tensor_release(sum);
+        free(r);
+        free(xv);
+        free(gv);
+    }
+}
+
 int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, close_regions)
@@ -1096,7 +1218,7 @@ int main(void) {
         T(test_cache),            T(test_cache_invalidation),
         T(test_cache_scopes),     T(test_inner_ops_not_cast),
         T(test_lasting_casts_training), T(test_lasting_casts_invalidation),
-        T(test_failure_inside_region),
+        T(test_failure_inside_region), T(test_widened_weight_grads),
         T(test_bad_input),
     };
 #undef T

@@ -547,6 +547,62 @@ static void test_lasting_casts(void **state) {
         }
 }
 
+/* Whether the trace has a dtype conversion into float32 (a cast's line). */
+static bool has_f32_copy(const char *log) {
+    for (const char *l = log; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+        if (strstr(line, "] copy ") && strstr(line, " float32 ")) return true;
+    }
+    return false;
+}
+
+/* A float32 weight's and bias's gradients through a region's casts leave the GEMM in float32
+ * (cti_ag_grad_dtype): on the GPU the bias-gradient epilogue writes both, no conversion pass
+ * follows, and they match the CPU's (also unrounded) to float32 accuracy, for the
+ * epilogue's operands and for odd widths (GEMM and column sum in float32). */
+static void test_widened_weight_grads(void **state) {
+    (void)state;
+    static const ct_dtype dts[2] = {CT_BF16, CT_F16};
+    static const int64_t dims[2][3] = {{64, 64, 24}, {37, 33, 17}}; /* rows, in, out */
+    for (int di = 0; di < 2; di++)
+        for (int s = 0; s < 2; s++) {
+            ct_scope *sc = ct_scope_begin();
+            const int64_t *d = dims[s];
+            ct_tensor *x = tu_rand(CT_SHAPE(d[0], d[1]), CT_F32, -1, 1, NULL);
+            ct_tensor *g = tu_rand(CT_SHAPE(d[0], d[2]), dts[di], -1, 1, NULL);
+            ct_tensor *w0 = tu_rand(CT_SHAPE(d[2], d[1]), CT_F32, -1, 1, NULL);
+            ct_tensor *b0 = tu_rand(CT_SHAPE(d[2]), CT_F32, -1, 1, NULL);
+            ct_tensor *w[2], *b[2];
+            for (int k = 0; k < 2; k++) {
+                ct_device dev = k ? CT_CUDA(0) : CT_CPU;
+                w[k] = checked(ct_to_device(w0, dev));
+                b[k] = checked(ct_to_device(b0, dev));
+                ok(ct_requires_grad_(w[k], true));
+                ok(ct_requires_grad_(b[k], true));
+                ok(ct_autocast_begin(dev, dts[di]));
+                ct_tensor *y = checked(ct_linear(checked(ct_to_device(x, dev)), w[k], b[k]));
+                ok(ct_autocast_end());
+                tu_trace t = tu_trace_begin();
+                ok(ct_backward(y, checked(ct_to_device(g, dev)), false));
+                ok(ct_cuda_synchronize(0));
+                char *log = tu_trace_end(&t);
+                if (has_f32_copy(log)) fprintf(stderr, "a conversion to float32:\n%s", log);
+                assert_false(has_f32_copy(log));
+                if (k == 1 && s == 0)
+                    assert_non_null(strstr(log, "cublasLtMatmul, bias-gradient epilogue"));
+                free(log);
+                assert_int_equal(ct_tensor_dtype(ct_grad(w[k])), CT_F32);
+                assert_int_equal(ct_tensor_dtype(ct_grad(b[k])), CT_F32);
+            }
+            expect_close_tol("weight gradient", ct_grad(w[1]), ct_grad(w[0]), 1e-5);
+            expect_close_tol("bias gradient", ct_grad(b[1]), ct_grad(b[0]), 1e-5);
+            ct_scope_end(sc);
+        }
+}
+
 int main(void) {
     tu_seed();
     cti_init();
@@ -559,6 +615,7 @@ int main(void) {
         T(test_cache),
         T(test_recompute_block),
         T(test_lasting_casts),
+        T(test_widened_weight_grads),
     };
 #undef T
     return tu_run_tests(tests);

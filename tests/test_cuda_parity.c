@@ -361,9 +361,18 @@ static int mm_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor 
 /* ---- linear's weight and bias gradients -----------------------------------------------------------
  * Variants: 0 [64, 40] and [64, 24] (the operands cuBLASLt's bias-gradient
  * epilogue takes), 1 leading dims [3, 5] and odd widths 33 and 17 (GEMM and
- * column sum), 2 non-contiguous, 3 each gradient alone, 4 no rows. */
-static const int64_t lbw_shapes[5][4] = {
-    {0, 64, 40, 24}, {5, 3, 33, 17}, {0, 20, 16, 8}, {0, 48, 24, 16}, {0, 0, 8, 16}};
+ * column sum), 2 non-contiguous, 3 each gradient alone, 4 no rows; 5 and 6
+ * the gradients autograd widens (float32 from float16/bfloat16 operands,
+ * src/autograd/formulas.h): 5 both (the epilogue's operands), 6 the weight's
+ * alone, then a float32 weight gradient with a bias gradient in the
+ * operands' dtype (GEMM and column sum). */
+ct_status cti_linear_backward_weight_as(ct_tensor *grad_y, ct_tensor *x, ct_dtype dweight_dtype,
+                                        ct_dtype dbias_dtype, ct_tensor **dweight,
+                                        ct_tensor **dbias);
+
+static const int64_t lbw_shapes[7][4] = {{0, 64, 40, 24}, {5, 3, 33, 17}, {0, 20, 16, 8},
+                                         {0, 48, 24, 16}, {0, 0, 8, 16},  {0, 64, 40, 24},
+                                         {0, 64, 40, 24}};
 
 static int lbw_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool *nc) {
     *nc = v == 2;
@@ -380,9 +389,26 @@ static int lbw_inputs(const pcase *pc, ct_dtype dt, int v, ct_tensor **in, bool 
 
 static int lbw_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor **in,
                    ct_tensor **out) {
-    (void)pc, (void)dt, (void)dev;
+    (void)pc, (void)dev;
     ct_tensor *dw = NULL, *db = NULL;
     int n = 0;
+    ct_dtype wide = dt == CT_F16 || dt == CT_BF16 ? CT_F32 : dt;
+    if (v == 5 || v == 6) {
+        bool both = v == 5;
+        if (cti_linear_backward_weight_as(in[0], in[1], wide, wide, &dw, both ? &db : NULL) !=
+            CT_OK)
+            dw = db = NULL;
+        out[n++] = dw;
+        if (both) {
+            out[n++] = db;
+            return n;
+        }
+        if (cti_linear_backward_weight_as(in[0], in[1], wide, dt, &dw, &db) != CT_OK)
+            dw = db = NULL;
+        out[n++] = dw;
+        out[n++] = db;
+        return n;
+    }
     if (v != 3) {
         if (ct_linear_backward_weight(in[0], in[1], &dw, &db) != CT_OK) dw = db = NULL;
         out[n++] = dw;
@@ -619,7 +645,7 @@ static const pcase cases[] = {
     MM(MM),
     MM(BMM),
     MM(ADDMM),
-    {CT_OP_LINEAR_BACKWARD_WEIGHT, 5, lbw_inputs, lbw_run, NULL, NULL, NULL, F_RANGE(-1, 1), 5},
+    {CT_OP_LINEAR_BACKWARD_WEIGHT, 7, lbw_inputs, lbw_run, NULL, NULL, NULL, F_RANGE(-1, 1), 5},
     {CT_OP_LINEAR_GELU, 6, mlp_inputs, mlp_run, NULL, NULL, NULL, F_RANGE(-1, 1), 20},
     {CT_OP_LINEAR_DGELU, 6, dgelu_inputs, dgelu_run, NULL, NULL, NULL, F_RANGE(-1, 1), 10},
     {CT_OP_RAND_UNIFORM, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},

@@ -500,7 +500,10 @@ ct_status ct_chunk(ct_tensor *x, int64_t chunks, int dim, int max_out, ct_tensor
  * flow back through it: leaves keep their dtype and get their gradients in it. Within the
  * outermost region the cast of a float32 leaf that requires grad is made once and reused
  * (made again after the leaf is written in place); the outermost end releases those casts.
- * ct_backward runs outside every region: each gradient runs in its forward's dtype.
+ * ct_backward runs outside every region: each gradient runs in its forward's dtype, but
+ * for the weight and bias gradients of ct_linear and ct_mlp_gelu through a region's cast of
+ * a float32 leaf that no other op read, which leave the GEMM in float32 unrounded
+ * (docs/AMP.md).
  *
  * Regions nest like `with torch.autocast(...)` blocks: each begin saves the setting of its
  * device type and the matching ct_autocast_end restores it. End every region on the thread

@@ -57,6 +57,9 @@ struct cti_node {
      * a formula has asked for it. */
     cti_node *from[CTI_AG_MAX_SAVED];
     bool released; /* saved tensors freed by a backward without retain_graph */
+    /* A cast autocast made from a wider float dtype (cti_ag_mark_widening):
+     * its one producer may hand it the gradient in that dtype. */
+    bool widen;
     /* How this node's output can be made again (NULL: it cannot), and the
      * output's storage version when it was recorded: a consumer that saves
      * the output later leaves it to recomputation only while the version is
@@ -123,6 +126,23 @@ struct ct_autograd_meta {
 ct_tensor *cti_ag_amp_copy(const ct_tensor *t, unsigned *src_version, unsigned *copy_version);
 bool cti_ag_set_amp_copy(ct_tensor *t, ct_tensor *copy, unsigned src_version,
                          unsigned copy_version);
+
+/* Marks cast, autocast's cast of a wider float tensor (float32 to float16
+ * or bfloat16), as one whose gradient may arrive in its source's dtype: a
+ * formula that can compute that gradient in the wider dtype as cheaply
+ * (a GEMM's float32 output) then hands it over unrounded, and the cast's
+ * backward converts nothing (cti_ag_grad_dtype). Nothing for a cast
+ * without history. */
+void cti_ag_mark_widening(ct_tensor *cast);
+
+/* The dtype a formula may give input k's gradient of node n in: the wider
+ * dtype of the tensor autocast cast to n's input k, when that cast is
+ * marked widening and n is the one node left to give it a gradient, none
+ * having arrived yet; else n's input dtype (which a formula may always
+ * give). For a formula whose gradient in the wider dtype is more accurate
+ * and costs no extra pass; the engine converts any other dtype to the
+ * input's. */
+ct_dtype cti_ag_grad_dtype(const cti_node *n, int k);
 
 /* Grad mode on and any of the n tensors (NULLs skipped) requires grad. */
 bool cti_ag_needed(int n, ct_tensor *const *ts);

@@ -110,12 +110,23 @@ static ct_status accumulate(ct_tensor **acc, ct_tensor *g) {
     return CT_OK;
 }
 
-/* Brings a formula's gradient to the input's shape and dtype. */
-static ct_tensor *fit(ct_tensor *g, int ndim, const int64_t *shape, ct_dtype dt) {
-    ct_tensor *s = cti_sum_to_shape(g, ndim, shape);
+ct_dtype cti_ag_grad_dtype(const cti_node *n, int k) {
+    const cti_edge *e = &n->next[k];
+    const cti_node *c = e->fn;
+    /* deps still counts n's edge: 1 means no other producer is left, and an
+     * empty acc that none came before. Summing a wide and a narrow gradient
+     * would need a conversion, which is what this saves. */
+    if (!c || !c->widen || c->deps != 1 || c->acc[e->output_nr]) return n->in_dtype[k];
+    return c->in_dtype[0];
+}
+
+/* Brings a formula's gradient for input k of n to the input's shape and
+ * dtype (or the wider dtype cti_ag_grad_dtype allowed, when it is in it). */
+static ct_tensor *fit(const cti_node *n, int k, ct_tensor *g) {
+    ct_tensor *s = cti_sum_to_shape(g, n->in_ndim[k], n->in_shape[k]);
     ct_tensor_release(g);
-    if (!s || s->dtype == dt) return s;
-    ct_tensor *c = ct_to_dtype(s, dt);
+    if (!s || s->dtype == n->in_dtype[k] || s->dtype == cti_ag_grad_dtype(n, k)) return s;
+    ct_tensor *c = ct_to_dtype(s, n->in_dtype[k]);
     ct_tensor_release(s);
     return c;
 }
@@ -174,7 +185,7 @@ static ct_status run_node(cti_node *n, vec *ready, uint64_t pass, bool retain_gr
         ct_tensor *g = gin[k];
         cti_edge *e = &n->next[k];
         if (st == CT_OK && g && n->needs[k]) {
-            g = fit(g, n->in_ndim[k], n->in_shape[k], n->in_dtype[k]);
+            g = fit(n, k, g);
             if (!g) st = ct_last_status();
             else if (e->fn) {
                 st = accumulate(&e->fn->acc[e->output_nr], g);

@@ -114,6 +114,15 @@ ct_tensor *cti_cross_entropy_backward_saved(ct_tensor *grad_loss, ct_tensor *log
                                             ct_tensor *target, ct_tensor *weight,
                                             ct_tensor *stats, const cti_loss_params *p);
 
+/* formulas_linalg.c: ct_linear_backward_weight with the gradients in dtypes of
+ * their own (src/ops/linalg.c): dweight_dtype and dbias_dtype are each
+ * grad_y's dtype or, when that is float16 or bfloat16, float32 (the
+ * float32 accumulators stored without the rounding to grad_y's dtype, for
+ * a gradient cti_ag_grad_dtype lets pass wide). */
+ct_status cti_linear_backward_weight_as(ct_tensor *grad_y, ct_tensor *x, ct_dtype dweight_dtype,
+                                        ct_dtype dbias_dtype, ct_tensor **dweight,
+                                        ct_tensor **dbias);
+
 /* formulas_nn.c: add_rms_norm's and add_layer_norm's nodes run their backward op
  * (src/ops/nn.c) from the saved sum and statistics (stat1: rstd, layer_norm's only)
  * and the gradients of y and of the sum (either NULL: zero). gi[0..3]: the

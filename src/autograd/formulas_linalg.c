@@ -202,6 +202,16 @@ CTI_BW(cti_bw_addmm) {
 
 /* ---- linear ------------------------------------------------------------------------ */
 
+/* The dtype to give input k's gradient in when it comes from a GEMM over g:
+ * float32 where the engine lets it pass wide (an autocast cast of a float32
+ * weight, cti_ag_grad_dtype) and g is float16/bfloat16, so the GEMM's
+ * float32 accumulators are stored as they are, unrounded, with no cast
+ * after; else g's dtype. */
+static ct_dtype grad_dtype(const cti_node *n, int k, const ct_tensor *g) {
+    bool half = g->dtype == CT_F16 || g->dtype == CT_BF16;
+    return half && cti_ag_grad_dtype(n, k) == CT_F32 ? CT_F32 : g->dtype;
+}
+
 /* d/dw of sum(g * (x @ w^T)) for x [..., in] and g [..., out]: g^T x. */
 static ct_tensor *linear_grad_w(ct_tensor *g, ct_tensor *x, int64_t rows, int64_t in,
                                 int64_t out) {
@@ -219,8 +229,8 @@ static ct_tensor *linear_grad_w(ct_tensor *g, ct_tensor *x, int64_t rows, int64_
 /* Inputs (x, w, bias or NULL): y = x @ w^T + bias. Saved: x (when w needs
  * grad), w (when x needs grad). The bias gradient is g summed over x's
  * leading dims: with the weight's, where x merges into rows, both come from
- * one call (on CUDA one GEMM that sums g as it reads it); alone it is g
- * itself, which the engine sums. */
+ * one call (on CUDA one GEMM that sums g as it reads it), each in the dtype
+ * grad_dtype gives; alone it is g itself, which the engine sums. */
 CTI_BW(cti_bw_linear) {
     ct_tensor *g = go[0];
     if (!g) return CT_OK;
@@ -229,21 +239,18 @@ CTI_BW(cti_bw_linear) {
         SAVED(w, 1);
         if ((st = put(&gi[0], ct_matmul(g, w))) != CT_OK) return st; /* [..., out] @ [out, in] */
     }
-    bool both = n->needs[1] && n->nin > 2 && n->needs[2];
-    if (both) {
-        SAVED(x, 0);
-        int64_t in = n->in_shape[1][1];
-        int64_t rows = lead_numel(n->in_ndim[0] - 1, n->in_shape[0]);
-        if (merges_to_2d(x, rows, in))
-            return ct_linear_backward_weight(g, x, &gi[1], &gi[2]);
-    }
+    bool bias = n->nin > 2 && n->needs[2];
     if (n->needs[1]) {
         SAVED(x, 0);
         int64_t in = n->in_shape[1][1], out = n->in_shape[1][0];
         int64_t rows = lead_numel(n->in_ndim[0] - 1, n->in_shape[0]);
+        if (merges_to_2d(x, rows, in))
+            return cti_linear_backward_weight_as(g, x, grad_dtype(n, 1, g),
+                                                 bias ? grad_dtype(n, 2, g) : g->dtype, &gi[1],
+                                                 bias ? &gi[2] : NULL);
         if ((st = put(&gi[1], linear_grad_w(g, x, rows, in, out))) != CT_OK) return st;
     }
-    if (n->nin > 2 && n->needs[2]) gi[2] = ct_tensor_retain(g);
+    if (bias) gi[2] = ct_tensor_retain(g);
     return CT_OK;
 }
 
@@ -273,8 +280,9 @@ CTI_BW(cti_bw_mlp_gelu) {
             SAVED(pre, 2);
             if (!(act = made = ct_gelu(pre, approx))) return ct_last_status();
         }
-        st = ct_linear_backward_weight(g2, act, n->needs[3] ? &gi[3] : NULL,
-                                       n->needs[4] ? &gi[4] : NULL);
+        st = cti_linear_backward_weight_as(g2, act, grad_dtype(n, 3, g2), grad_dtype(n, 4, g2),
+                                           n->needs[3] ? &gi[3] : NULL,
+                                           n->needs[4] ? &gi[4] : NULL);
         ct_tensor_release(made);
         if (st != CT_OK) return st;
     }
@@ -290,7 +298,9 @@ CTI_BW(cti_bw_mlp_gelu) {
     if (st != CT_OK) return st;
     if (n->needs[1]) {
         SAVED(x2, 0);
-        if ((st = ct_linear_backward_weight(dpre, x2, &gi[1], NULL)) != CT_OK) return st;
+        if ((st = cti_linear_backward_weight_as(dpre, x2, grad_dtype(n, 1, dpre), dpre->dtype,
+                                                &gi[1], NULL)) != CT_OK)
+            return st;
     }
     if (n->needs[0]) {
         SAVED(w_in, 1);

@@ -114,6 +114,10 @@ bool cti_ag_set_amp_copy(ct_tensor *t, ct_tensor *copy, unsigned src_version,
     return true;
 }
 
+void cti_ag_mark_widening(ct_tensor *cast) {
+    if (cast && cast->autograd && cast->autograd->grad_fn) cast->autograd->grad_fn->widen = true;
+}
+
 static ct_status view_refresh(ct_tensor *t);
 
 bool cti_ag_needed(int n, ct_tensor *const *ts) {

@@ -7,7 +7,8 @@
 #include "dispatch_impl.h"
 #include "tensor/ops.h"
 
-/* Dispatches op on (in, out) with params p on out's device and dtype. */
+/* Dispatches op on (in, out) with params p on out's device and in[0]'s dtype
+ * (out may be float32 for float16/bfloat16 inputs: a widened gradient). */
 static ct_status run(ct_op op, const void *p, size_t psize, int nin, ct_tensor *const *in,
                      ct_tensor *out) {
     ct_call c;
@@ -18,7 +19,7 @@ static ct_status run(ct_op op, const void *p, size_t psize, int nin, ct_tensor *
     c.nin = nin;
     c.out[0] = out;
     c.nout = 1;
-    return cti_dispatch(&c, out->storage->device, out->dtype);
+    return cti_dispatch(&c, out->storage->device, in[0]->dtype);
 }
 
 ct_status cti_compose_linear_gelu(ct_call *c) {

@@ -106,7 +106,11 @@ typedef struct cti_reduce_params {
  * input and pass beta 0, alpha 1. LINEAR_BACKWARD_WEIGHT (no params): in[0]
  * a [n, k] (the output gradient transposed, a view), in[1] b [k, m] (the
  * input), out[0] = a @ b [n, m] (the weight gradient) and out[1][i] = the
- * sum of a's row i [n] (the bias gradient), both contiguous, in one dtype.
+ * sum of a's row i [n] (the bias gradient), both contiguous, each in the
+ * inputs' dtype or, for float16/bfloat16 inputs, float32: the float32
+ * accumulators unrounded (a gradient autograd widens, formulas.h). Such
+ * calls dispatch on the inputs' dtype; so do the MM and SUM calls of its
+ * composite, whose outputs are then float32 too.
  *
  * LINEAR_GELU and LINEAR_DGELU (cti_pointwise_params: approximate, a
  * ct_gelu_approx) are the two ends of an MLP's activation, each fused with

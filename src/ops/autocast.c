@@ -241,11 +241,17 @@ static ct_dtype target(cti_autocast_policy policy, ct_dtype lower, ct_device_typ
  * cached_cast decides: a float32 leaf that requires grad, cast to the
  * region's dtype). */
 static ct_tensor *cast_input(ct_tensor *t, ct_dtype to, ct_dtype lower, ct_tensor **temp) {
-    if (t->dtype == CT_F32 && to == lower && ct_is_leaf(t) && ct_requires_grad(t))
-        return cached_cast(t, to, temp);
-    *temp = ct_to_dtype(t, to);
-    if (*temp) tls.casts++;
-    return *temp;
+    ct_tensor *c;
+    if (t->dtype == CT_F32 && to == lower && ct_is_leaf(t) && ct_requires_grad(t)) {
+        c = cached_cast(t, to, temp);
+    } else {
+        c = *temp = ct_to_dtype(t, to);
+        if (c) tls.casts++;
+    }
+    /* Nobody but the op sees a cast made here, so its gradient may come
+     * back in t's dtype, unrounded (cti_ag_mark_widening). */
+    if (c && ct_dtype_size(to) < ct_dtype_size(t->dtype)) cti_ag_mark_widening(c);
+    return c;
 }
 
 bool cti_autocast_begin_op(cti_autocast_call *ac, cti_autocast_op op, int n,

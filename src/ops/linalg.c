@@ -425,6 +425,13 @@ static ct_status check_linear_grads(const char *op, ct_tensor *grad_y, ct_tensor
 
 ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor **dweight,
                                     ct_tensor **dbias) {
+    ct_dtype dt = grad_y ? grad_y->dtype : CT_F32;
+    return cti_linear_backward_weight_as(grad_y, x, dt, dt, dweight, dbias);
+}
+
+ct_status cti_linear_backward_weight_as(ct_tensor *grad_y, ct_tensor *x, ct_dtype dweight_dtype,
+                                        ct_dtype dbias_dtype, ct_tensor **dweight,
+                                        ct_tensor **dbias) {
     static const char op[] = "ct_linear_backward_weight";
     if (dweight) *dweight = NULL;
     if (dbias) *dbias = NULL;
@@ -442,9 +449,9 @@ ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor *
                                  (const int64_t[]){g2->stride[1], g2->stride[0]})
                        : NULL;
     ct_tensor *x2 = dweight ? rows_view(x, rows, in) : NULL;
-    ct_tensor *dw = dweight ? cti_tensor_new(op, 2, (const int64_t[]){out, in}, grad_y->dtype, dev)
+    ct_tensor *dw = dweight ? cti_tensor_new(op, 2, (const int64_t[]){out, in}, dweight_dtype, dev)
                             : NULL;
-    ct_tensor *db = dbias ? cti_tensor_new(op, 1, &out, grad_y->dtype, dev) : NULL;
+    ct_tensor *db = dbias ? cti_tensor_new(op, 1, &out, dbias_dtype, dev) : NULL;
     if (!gt || (dweight && (!x2 || !dw)) || (dbias && !db)) {
         st = ct_last_status();
     } else {

@@ -38,7 +38,8 @@ typedef struct {
 } mat;
 
 typedef struct {
-    ct_dtype dt;
+    ct_dtype dt;  /* the operands' */
+    bool wide;    /* f16/bf16 operands, an f32 output: the accumulators stored unrounded */
     int64_t n, k, m;
     int nb; /* batch dims */
     int64_t bshape[CT_MAX_DIMS];
@@ -205,7 +206,8 @@ static void gemm_call(ct_dtype dt, const gemm_job *j, const gemm_plan *pl, const
 static void gemm_one(const gemm_job *j, gemm_plan *pl, const char *a, const char *b, char *c,
                      const char *in, const char **last_a, const char **last_b) {
     ct_dtype dt = j->dt;
-    bool narrow = dt == CT_F16 || dt == CT_BF16;
+    /* f16/bf16 products are f32 ones, rounded into the output unless it is f32 */
+    bool narrow = (dt == CT_F16 || dt == CT_BF16) && !j->wide;
     int64_t n = j->n, k = j->k, m = j->m;
     /* A broadcast operand repeats its pointer: pack it once. */
     if (pl->pack_a && k > 0 && a != *last_a) pack(dt, a, j->a.rs, j->a.cs, n, k, pl->abuf);
@@ -219,7 +221,7 @@ static void gemm_one(const gemm_job *j, gemm_plan *pl, const char *a, const char
     if (with_input || k == 0)
         prefill(dt, in, j->in.rs, j->in.cs, n, m, with_input ? j->beta : 0.0, cw, ldw);
     if (k > 0)
-        gemm_call(narrow ? CT_F32 : dt, j, pl, pl->pack_a ? pl->abuf : a,
+        gemm_call(dt == CT_F64 ? dt : CT_F32, j, pl, pl->pack_a ? pl->abuf : a,
                   pl->pack_b ? pl->bbuf : b, cw, ldw, with_input ? 1.0 : 0.0);
     if (narrow) store_narrow(dt, pl->cbuf, n, m, (uint16_t *)c, pl->ldc);
 }
@@ -240,7 +242,7 @@ static const char *routine_name(ct_dtype dt, bool pack_a, bool pack_b) {
 
 static ct_status run_job(ct_call *call, const gemm_job *j) {
     ct_dtype dt = j->dt;
-    bool narrow = dt == CT_F16 || dt == CT_BF16;
+    bool narrow = dt == CT_F16 || dt == CT_BF16; /* operands packed into f32 */
     /* cti_numel: an empty result's batch sizes may multiply past int64. */
     int64_t n = j->n, k = j->k, m = j->m, nbatch = cti_numel(j->nb, j->bshape);
     if (n == 0 || m == 0 || nbatch == 0) {
@@ -268,7 +270,7 @@ static ct_status run_job(ct_call *call, const gemm_job *j) {
     bool ok = true;
     if (pl.pack_a && k > 0) ok = ok && (pl.abuf = malloc((size_t)(n * k) * ws));
     if (pl.pack_b && k > 0) ok = ok && (pl.bbuf = malloc((size_t)(k * m) * ws));
-    if (narrow) ok = ok && (pl.cbuf = malloc((size_t)(n * m) * sizeof(float)));
+    if (narrow && !j->wide) ok = ok && (pl.cbuf = malloc((size_t)(n * m) * sizeof(float)));
     if (!ok) {
         free(pl.abuf);
         free(pl.bbuf);
@@ -278,12 +280,12 @@ static ct_status run_job(ct_call *call, const gemm_job *j) {
     }
     call->routine = k == 0 ? "fill (k = 0)" : routine_name(dt, pl.pack_a, pl.pack_b);
 
-    int64_t es = (int64_t)ct_dtype_size(dt);
+    int64_t es = (int64_t)ct_dtype_size(dt), oes = j->wide ? (int64_t)sizeof(float) : es;
     int64_t idx[CT_MAX_DIMS] = {0};
     int64_t oa = 0, ob = 0, oc = 0;
     const char *last_a = NULL, *last_b = NULL;
     for (int64_t t = 0; t < nbatch; t++) {
-        gemm_one(j, &pl, j->a.p + oa * es, j->b.p + ob * es, j->c.p + oc * es,
+        gemm_one(j, &pl, j->a.p + oa * es, j->b.p + ob * es, j->c.p + oc * oes,
                  j->in.p, &last_a, &last_b);
         for (int d = j->nb - 1; d >= 0; d--) {
             oa += j->a.bs[d];
@@ -308,7 +310,8 @@ static gemm_job job_of(const ct_call *c, int ia) {
     const ct_tensor *a = c->in[ia], *b = c->in[ia + 1], *o = c->out[0];
     gemm_job j;
     memset(&j, 0, sizeof j);
-    j.dt = o->dtype;
+    j.dt = a->dtype;
+    j.wide = o->dtype == CT_F32 && (a->dtype == CT_F16 || a->dtype == CT_BF16);
     j.nb = o->ndim - 2;
     for (int d = 0; d < j.nb; d++) j.bshape[d] = o->shape[d];
     j.n = a->shape[j.nb];

@@ -17,8 +17,9 @@
  *
  * float32 uses CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 when
  * ct_allow_tf32() is on; float16/bfloat16 multiply with float32 accumulation
- * and scaling (CUBLAS_COMPUTE_32F) and round once into the output; float64
- * uses CUBLAS_COMPUTE_64F. Each device has one handle, bound to the device's
+ * and scaling (CUBLAS_COMPUTE_32F) and round once into the output, or store
+ * the accumulators as they are into a float32 output (a widened gradient,
+ * cti_ag_grad_dtype); float64 uses CUBLAS_COMPUTE_64F. Each device has one handle, bound to the device's
  * stream, and each call hands cuBLAS a workspace from the caching allocator,
  * released after the call (its reuse is ordered after the GEMM on the
  * stream).
@@ -97,7 +98,7 @@ static const char *epi_routine(lt_epi e, bool tf32) {
 }
 
 typedef struct lt_key {
-    ct_dtype dt;
+    ct_dtype dt, odt;
     bool tf32;
     lt_epi epi;
     cublasOperation_t ta, tb;
@@ -256,7 +257,7 @@ static ct_tensor *packed(const char *op, ct_tensor *t) {
 typedef struct gemm {
     const char *op;
     int dev;
-    ct_dtype dt;
+    ct_dtype dt, odt; /* the operands', the output's (float32 for a widened gradient) */
     int64_t n, k, m;
     int nb;
     int64_t bshape[CT_MAX_DIMS];
@@ -301,19 +302,19 @@ static cudaDataType_t cuda_type(ct_dtype dt) {
 
 /* Queues the products of g on h (the device current, its lock held). */
 static ct_status run_gemm(const gemm *g, cublasHandle_t h, bool tf32, const char **routine) {
-    cudaDataType_t ty = cuda_type(g->dt);
+    cudaDataType_t ty = cuda_type(g->dt), oty = cuda_type(g->odt);
     cublasComputeType_t ct = g->dt == CT_F64 ? CUBLAS_COMPUTE_64F
                              : tf32         ? CUBLAS_COMPUTE_32F_FAST_TF32
                                             : CUBLAS_COMPUTE_32F;
     float fa = (float)g->alpha, fb = (float)g->beta;
     const void *alpha = g->dt == CT_F64 ? (const void *)&g->alpha : (const void *)&fa;
     const void *beta = g->dt == CT_F64 ? (const void *)&g->beta : (const void *)&fb;
-    int64_t es = (int64_t)ct_dtype_size(g->dt);
+    int64_t es = (int64_t)ct_dtype_size(g->dt), oes = (int64_t)ct_dtype_size(g->odt);
     int n = (int)g->n, k = (int)g->k, m = (int)g->m;
     if (g->nb == 0) {
         *routine = tf32 ? "cublasGemmEx (tf32)" : "cublasGemmEx";
         cublasStatus_t s = cublasGemmEx(h, g->tb, g->ta, m, n, k, alpha, g->b.p, ty, (int)g->ldb,
-                                        g->a.p, ty, (int)g->lda, beta, g->c.p, ty, (int)g->ldc, ct,
+                                        g->a.p, ty, (int)g->lda, beta, g->c.p, oty, (int)g->ldc, ct,
                                         CUBLAS_GEMM_DEFAULT);
         return s == CUBLAS_STATUS_SUCCESS ? CT_OK : blas_fail(g->op, g->dev, "cublasGemmEx", s);
     }
@@ -329,7 +330,7 @@ static ct_status run_gemm(const gemm *g, cublasHandle_t h, bool tf32, const char
     for (int64_t t = 0; t < outer; t++) {
         cublasStatus_t s = cublasGemmStridedBatchedEx(
             h, g->tb, g->ta, m, n, k, alpha, g->b.p + ob * es, ty, (int)g->ldb, g->b.bs[last],
-            g->a.p + oa * es, ty, (int)g->lda, g->a.bs[last], beta, g->c.p + oc * es, ty,
+            g->a.p + oa * es, ty, (int)g->lda, g->a.bs[last], beta, g->c.p + oc * oes, oty,
             (int)g->ldc, g->c.bs[last], (int)count, ct, CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS)
             return blas_fail(g->op, g->dev, "cublasGemmStridedBatchedEx", s);
@@ -354,9 +355,9 @@ static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 /* The 16-byte alignment the plans ask cuBLASLt for (operands, vector and
  * leading dimensions). */
 static bool lt_operands(const gemm *g, const void *vec) {
-    int64_t es = (int64_t)ct_dtype_size(g->dt);
+    int64_t es = (int64_t)ct_dtype_size(g->dt), oes = (int64_t)ct_dtype_size(g->odt);
     return aligned16(vec) && aligned16(g->a.p) && aligned16(g->b.p) && aligned16(g->c.p) &&
-           (g->lda * es) % 16 == 0 && (g->ldb * es) % 16 == 0 && (g->ldc * es) % 16 == 0;
+           (g->lda * es) % 16 == 0 && (g->ldb * es) % 16 == 0 && (g->ldc * oes) % 16 == 0;
 }
 
 /* Whether t, as [n, m], is one contiguous row broadcast down g's rows. */
@@ -367,7 +368,8 @@ static bool row_vector(const gemm *g, const ct_tensor *t) {
 /* Whether input (addmm's, as [n, m]) is a contiguous bias row broadcast
  * down the rows of a 2-d product that cuBLASLt's bias epilogue can add. */
 static bool bias_row(const gemm *g, const ct_tensor *input) {
-    if (g->nb != 0 || g->beta != 1 || g->alpha != 1 || !row_vector(g, input)) return false;
+    if (g->nb != 0 || g->beta != 1 || g->alpha != 1 || g->odt != g->dt || !row_vector(g, input))
+        return false;
     if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
     return lt_operands(g, cti_data(input));
 }
@@ -382,13 +384,13 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t ty, cubla
 
 /* Builds p for key (column-major: D [m, n] = op(B) [m, k] op(A) [k, n]
  * with key->epi's epilogue, whose bias vector is [m], but BGRADB's [n], the
- * sums of op(A) over k; an aux matrix has D's leading dim); p->ok false
- * when cuBLASLt has no algorithm for it. */
+ * sums of op(A) over k; the vector has D's dtype, an aux matrix D's leading
+ * dim); p->ok false when cuBLASLt has no algorithm for it. */
 static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
     memset(p, 0, sizeof *p);
     p->used = true;
     p->key = *key;
-    cudaDataType_t ty = cuda_type(key->dt);
+    cudaDataType_t ty = cuda_type(key->dt), oty = cuda_type(key->odt);
     cublasComputeType_t ct = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtEpilogue_t epi = epi_lt(key->epi);
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F);
@@ -401,14 +403,25 @@ static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (s == CUBLAS_STATUS_SUCCESS && epi_has_vec(key->epi))
-        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty,
-                                           sizeof ty);
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &oty,
+                                           sizeof oty);
     if (s == CUBLAS_STATUS_SUCCESS && epi_has_aux(key->epi))
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                            &key->ldc, sizeof key->ldc);
+    /* The heuristic reads the vector's and the aux matrix's alignment from
+     * their pointers: an address aligned to 16 bytes and no more, the least
+     * every call gives, so the algorithm chosen serves them all (run_lt_gemm
+     * sets the call's own). */
+    void *probe = (void *)(uintptr_t)16;
+    if (s == CUBLAS_STATUS_SUCCESS && epi_has_vec(key->epi))
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe,
+                                           sizeof probe);
+    if (s == CUBLAS_STATUS_SUCCESS && epi_has_aux(key->epi))
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                           &probe, sizeof probe);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->la, ty, key->tb, key->m, key->k, key->ldb);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lb, ty, key->ta, key->k, key->n, key->lda);
-    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lc, ty, CUBLAS_OP_N, key->m, key->n, key->ldc);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lc, oty, CUBLAS_OP_N, key->m, key->n, key->ldc);
     cublasLtMatmulPreference_t pref = NULL;
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceCreate(&pref);
     uint64_t ws = (uint64_t)WORKSPACE_BYTES;
@@ -441,6 +454,7 @@ static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, lt_epi epi) {
     lt_key key;
     memset(&key, 0, sizeof key);
     key.dt = g->dt;
+    key.odt = g->odt;
     key.tf32 = tf32;
     key.epi = epi;
     key.ta = g->ta;
@@ -536,7 +550,8 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
     memset(&g, 0, sizeof g);
     g.op = op;
     g.dev = o->storage->device.index;
-    g.dt = o->dtype;
+    g.dt = a->dtype;
+    g.odt = o->dtype;
     g.nb = o->ndim - 2;
     for (int d = 0; d < g.nb; d++) g.bshape[d] = o->shape[d];
     g.n = a->shape[g.nb];
@@ -636,7 +651,8 @@ static bool epilogue_gemm(const char *op, ct_tensor *a, ct_tensor *b, ct_tensor 
     memset(g, 0, sizeof *g);
     g->op = op;
     g->dev = o->storage->device.index;
-    g->dt = o->dtype;
+    g->dt = a->dtype;
+    g->odt = o->dtype;
     g->n = a->shape[0];
     g->k = a->shape[1];
     g->m = b->shape[1];
@@ -660,6 +676,15 @@ static bool epilogue_gemm(const char *op, ct_tensor *a, ct_tensor *b, ct_tensor 
 static bool aux_like_output(const gemm *g, const ct_tensor *aux) {
     return (g->n <= 1 || aux->stride[0] == g->ldc) && (g->m <= 1 || aux->stride[1] == 1) &&
            g->ldc % 8 == 0 && aligned16(cti_data(aux));
+}
+
+/* Whether vec (NULL: none) can be g's epilogue vector: in the output's
+ * dtype, as cuBLASLt takes it, and a bias row broadcast down the rows
+ * ([n, m]) or a packed gradient (1-d). */
+static bool vec_fits(const gemm *g, const ct_tensor *vec) {
+    if (!vec) return true;
+    if (vec->dtype != g->odt) return false;
+    return vec->ndim == 2 ? row_vector(g, vec) : vec->shape[0] <= 1 || vec->stride[0] == 1;
 }
 
 /* Runs g through cuBLASLt with epilogue epi for call c: *done false, and
@@ -695,8 +720,8 @@ static ct_status with_epilogue(ct_call *c, bool take, int ia, lt_epi epi, ct_ten
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
     gemm g;
-    if (take && epilogue_gemm(op, c->in[ia], c->in[ia + 1], c->out[0], &g) &&
-        (!vec || vec->ndim != 2 || row_vector(&g, vec)) && (!aux || aux_like_output(&g, aux)) &&
+    if (take && epilogue_gemm(op, c->in[ia], c->in[ia + 1], c->out[0], &g) && vec_fits(&g, vec) &&
+        (!aux || aux_like_output(&g, aux)) &&
         lt_operands(&g, cti_data(vec ? vec : aux ? aux : c->out[0]))) {
         bool done;
         ct_status st = run_epilogue(c, &g, epi, vec ? cti_data(vec) : NULL,
@@ -717,7 +742,9 @@ static ct_status k_linear_gelu(ct_call *c) {
 
 /* LINEAR_BACKWARD_WEIGHT: in[0] a [n, k] (grad_y^T), in[1] [k, m]. Both
  * gradients asked: one GEMM whose bias-gradient epilogue sums a's rows as
- * it reads them (cuBLASLt's B, summed over k: the operands go in swapped). */
+ * it reads them (cuBLASLt's B, summed over k: the operands go in swapped),
+ * in the weight gradient's dtype (float32 from float16/bfloat16 operands
+ * when both are widened). */
 static ct_status k_linear_backward_weight(ct_call *c) {
     return with_epilogue(c, c->out[0] && c->out[1], 0, EPI_BGRADB, c->out[1], NULL,
                          cti_compose_linear_backward_weight);

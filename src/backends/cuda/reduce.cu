@@ -46,6 +46,7 @@ struct Geo {
     double p;
     int pk;
     bool want_std, col;
+    bool wide;     // float16/bfloat16 values stored as float32 (the accumulator, unrounded)
     bool by_block; // partials stored block by block, work[s * O + o] (else work[o * S + s])
     int S;         // blocks sharing one output's reduction
 };
@@ -182,6 +183,12 @@ template <int K, int DT> struct Red {
             if (K == CTI_RED_NORM) {
                 if (g.pk == P_TWO) v = msqrt(a.s);
                 else if (g.pk == P_GEN) v = mpow(a.s, (A)(1.0 / g.p));
+            }
+        }
+        if constexpr (flt && sizeof(T) == 2) {
+            if (g.wide) {
+                ((float *)g.out)[o] = (float)v;
+                return;
             }
         }
         ((typename dtype<ODT>::T *)g.out)[o] = dtype<ODT>::enc(v);
@@ -428,6 +435,7 @@ cudaError_t launch(const cti_cuda_red *r, cudaStream_t st, const char **routine)
     memset(&g, 0, sizeof g);
     g.x = r->x;
     g.out = r->out;
+    g.wide = r->odt == CT_F32 && (r->dt == CT_F16 || r->dt == CT_BF16);
     g.idx = r->idx;
     g.work = r->work;
     g.nk = r->nk;
