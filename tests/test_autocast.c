@@ -1207,6 +1207,50 @@ static void test_widened_weight_grads(void **state) {
     }
 }
 
+/* ct_mlp_gelu in a region widens as the unfused chain does: its weight gradients and
+ * b_out's equal those of linear -> gelu -> linear in the same region to float32 accuracy
+ * (the same bfloat16 operands, float32 results unrounded); b_in's, which the fused op
+ * rounds to bfloat16, within that rounding. */
+static void test_widened_mlp_grads(void **state) {
+    (void)state;
+    enum { R = 29, I = 24, Hd = 40, O = 16 };
+    ct_tensor *x = tu_rand(CT_SHAPE(R, I), CT_F32, -1, 1, NULL);
+    ct_tensor *g = tu_rand(CT_SHAPE(R, O), CT_BF16, -1, 1, NULL);
+    ct_tensor *p0[4] = {tu_rand(CT_SHAPE(Hd, I), CT_F32, -0.5, 0.5, NULL),
+                        tu_rand(CT_SHAPE(Hd), CT_F32, -0.5, 0.5, NULL),
+                        tu_rand(CT_SHAPE(O, Hd), CT_F32, -0.5, 0.5, NULL),
+                        tu_rand(CT_SHAPE(O), CT_F32, -0.5, 0.5, NULL)};
+    ct_tensor *p[2][4];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 4; i++) {
+            p[k][i] = checked(ct_clone(p0[i]));
+            ok(ct_requires_grad_(p[k][i], true));
+        }
+        ok(ct_autocast_begin(CT_CPU, CT_BF16));
+        ct_tensor *h = NULL, *a = NULL, *y;
+        if (k == 0) {
+            y = checked(ct_mlp_gelu(x, p[k][0], p[k][1], p[k][2], p[k][3], CT_GELU_TANH));
+        } else {
+            h = checked(ct_linear(x, p[k][0], p[k][1]));
+            a = checked(ct_gelu(h, CT_GELU_TANH));
+            y = checked(ct_linear(a, p[k][2], p[k][3]));
+        }
+        ok(ct_autocast_end());
+        ok(ct_backward(y, g, false));
+        ct_tensor *ts[3] = {h, a, y};
+        release_all(3, ts);
+    }
+    const char *names[4] = {"w_in", "b_in", "w_out", "b_out"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(ct_tensor_dtype(ct_grad(p[0][i])), CT_F32);
+        expect_close(names[i], ct_grad(p[0][i]), ct_grad(p[1][i]), i == 1 ? 1.0 / 256 : 1e-6);
+    }
+    for (int k = 0; k < 2; k++) release_all(4, p[k]);
+    release_all(4, p0);
+    ct_tensor *ts[2] = {x, g};
+    release_all(2, ts);
+}
+
 int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, close_regions)
@@ -1219,6 +1263,7 @@ int main(void) {
         T(test_cache_scopes),     T(test_inner_ops_not_cast),
         T(test_lasting_casts_training), T(test_lasting_casts_invalidation),
         T(test_failure_inside_region), T(test_widened_weight_grads),
+        T(test_widened_mlp_grads),
         T(test_bad_input),
     };
 #undef T
