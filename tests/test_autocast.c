@@ -1251,6 +1251,73 @@ static void test_widened_mlp_grads(void **state) {
     release_all(2, ts);
 }
 
+/* How many times needle occurs in s. */
+static int count_of(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* cross_entropy on bfloat16/float16 logits in a region reads them as they are: no cast of the
+ * logits and none of their gradient, and bit for bit what the cast path gives (the float32
+ * loss of the logits cast to float32; their float32 gradient rounded once), for each
+ * reduction, with label smoothing and an ignored target. Class weights take the cast. */
+static void test_cross_entropy_reads_logits(void **state) {
+    (void)state;
+    static const ct_dtype dts[2] = {CT_BF16, CT_F16};
+    static const ct_reduction reds[3] = {CT_REDUCTION_MEAN, CT_REDUCTION_SUM, CT_REDUCTION_NONE};
+    int64_t tv[7] = {1, 0, 4, 2, 3, 1, 2};
+    ct_tensor *tg = i64_tensor(7, tv);
+    for (int di = 0; di < 2; di++)
+        for (int ri = 0; ri < 3; ri++)
+            for (int ls = 0; ls < 2; ls++) {
+                ct_tensor *z[2], *loss[2];
+                int copies[2];
+                ct_tensor *z0 = tu_rand(CT_SHAPE(7, 5), dts[di], -3, 3, NULL);
+                for (int k = 0; k < 2; k++) {
+                    z[k] = checked(ct_clone(z0));
+                    ok(ct_requires_grad_(z[k], true));
+                    tu_trace t = tu_trace_begin();
+                    if (k == 0) {
+                        ok(ct_autocast_begin(CT_CPU, dts[di]));
+                        loss[k] = checked(ct_cross_entropy(z[k], tg, NULL, reds[ri], 2, 0.1 * ls));
+                        ok(ct_autocast_end());
+                    } else {
+                        ct_tensor *zf = checked(ct_to_dtype(z[k], CT_F32));
+                        loss[k] = checked(ct_cross_entropy(zf, tg, NULL, reds[ri], 2, 0.1 * ls));
+                        ct_tensor_release(zf);
+                    }
+                    assert_int_equal(ct_tensor_dtype(loss[k]), CT_F32);
+                    ct_tensor *sum = checked(ct_sum(loss[k], CT_NONE, false));
+                    ok(ct_backward(sum, NULL, false));
+                    ct_tensor_release(sum);
+                    char *log = tu_trace_end(&t);
+                    copies[k] = count_of(log, "] copy ");
+                    free(log);
+                    assert_int_equal(ct_tensor_dtype(ct_grad(z[k])), dts[di]);
+                }
+                /* the cast path's two: the logits' cast and their gradient's */
+                assert_int_equal(copies[1] - copies[0], 2);
+                expect_identical("loss", loss[0], loss[1]);
+                expect_identical("logits' gradient", ct_grad(z[0]), ct_grad(z[1]));
+                ct_tensor *ts[5] = {z0, z[0], z[1], loss[0], loss[1]};
+                release_all(5, ts);
+            }
+    /* class weights: cast with the logits to float32, as the policy says */
+    ct_tensor *z = tu_rand(CT_SHAPE(7, 5), CT_BF16, -3, 3, NULL);
+    ct_tensor *w = tu_rand(CT_SHAPE(5), CT_BF16, 0.5, 2, NULL);
+    ok(ct_autocast_begin(CT_CPU, CT_BF16));
+    tu_trace t = tu_trace_begin();
+    ct_tensor *l = checked(ct_cross_entropy(z, tg, w, CT_REDUCTION_MEAN, -100, 0.0));
+    char *log = tu_trace_end(&t);
+    ok(ct_autocast_end());
+    assert_non_null(strstr(log, "] copy "));
+    assert_int_equal(ct_tensor_dtype(l), CT_F32);
+    free(log);
+    ct_tensor *ts[4] = {z, w, l, tg};
+    release_all(4, ts);
+}
+
 int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, close_regions)
@@ -1263,7 +1330,7 @@ int main(void) {
         T(test_cache_scopes),     T(test_inner_ops_not_cast),
         T(test_lasting_casts_training), T(test_lasting_casts_invalidation),
         T(test_failure_inside_region), T(test_widened_weight_grads),
-        T(test_widened_mlp_grads),
+        T(test_widened_mlp_grads),   T(test_cross_entropy_reads_logits),
         T(test_bad_input),
     };
 #undef T

@@ -254,6 +254,12 @@ static ct_tensor *cast_input(ct_tensor *t, ct_dtype to, ct_dtype lower, ct_tenso
     return c;
 }
 
+bool cti_autocast_reads_as_is(const ct_tensor *t) {
+    if (!tls.live || tls.busy || !t || (t->dtype != CT_F16 && t->dtype != CT_BF16)) return false;
+    ct_device_type type = t->storage->device.type;
+    return valid_type(t->storage->device) && tls.dev[type].enabled;
+}
+
 bool cti_autocast_begin_op(cti_autocast_call *ac, cti_autocast_op op, int n,
                            ct_tensor *const *in) {
     if (!tls.live || tls.busy) return false;

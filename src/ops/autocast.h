@@ -124,6 +124,12 @@ bool cti_autocast_begin_op(cti_autocast_call *ac, cti_autocast_op op, int n,
  * result. */
 ct_tensor *cti_autocast_end_op(cti_autocast_call *ac, ct_tensor *result);
 
+/* Whether an op of the FP32 policy whose kernel reads float16/bfloat16 inputs as they are
+ * and computes and returns float32 (cross_entropy without class weights) should take t so:
+ * a region of this thread is enabled for t's device type, no autocast op of this thread is
+ * running, and t is float16 or bfloat16. One thread-local read with no region open. */
+bool cti_autocast_reads_as_is(const ct_tensor *t);
+
 /* Hold autocast off on this thread until the matching cti_autocast_resume,
  * for a front end outside the table that runs ops of the table inside it
  * (they then run on what they are given, as inside a table op). */

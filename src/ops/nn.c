@@ -624,10 +624,18 @@ static int loss_ndim(const ct_tensor *target, int reduction) {
     return reduction == CT_REDUCTION_NONE ? target->ndim : 0;
 }
 
+/* The dtype of a class loss of input: input's, but float32 when f32_loss asks it for a
+ * float16/bfloat16 input (autocast's cross_entropy, cti_autocast_reads_as_is). */
+static ct_dtype loss_dtype(const ct_tensor *input, bool f32_loss) {
+    bool half = input->dtype == CT_F16 || input->dtype == CT_BF16;
+    return f32_loss && half ? CT_F32 : input->dtype;
+}
+
 static ct_status check_grad_loss(const char *op, const ct_tensor *gl, const ct_tensor *ref,
-                                 int nd, const int64_t *shape) {
+                                 int nd, const int64_t *shape, bool f32_loss) {
     if (check_shape_eq(op, gl, "grad_loss", nd, shape)) return ct_last_status();
-    return check_same_dtype(op, gl, "grad_loss", ref, "input");
+    /* f32_loss: the caller took the float32 of grad_loss for the loss's dtype */
+    return f32_loss ? CT_OK : check_same_dtype(op, gl, "grad_loss", ref, "input");
 }
 
 static ct_status check_smoothing(const char *op, double ls) {
@@ -638,10 +646,12 @@ static ct_status check_smoothing(const char *op, double ls) {
 /* Shared body: forward (grad_loss NULL) or backward of cross_entropy / nll_loss. p holds
  * the reduction, ignore_index and label_smoothing; the geometry is filled in here.
  * stats (cross_entropy only; NULL: none): the forward allocates the row statistics
- * (schema.h) into *stats, the backward reads *stats when it is not NULL. */
+ * (schema.h) into *stats, the backward reads *stats when it is not NULL. f32_loss: the
+ * loss (and grad_loss) is float32 for a float16/bfloat16 input, the kernel reading the
+ * input as it is (loss_dtype). */
 static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_tensor *input,
                            const char *in_name, ct_tensor *target, ct_tensor *weight,
-                           cti_loss_params *p, ct_tensor **stats) {
+                           cti_loss_params *p, ct_tensor **stats, bool f32_loss) {
     bool bwd = grad_loss != NULL;
     ct_tensor *all[4] = {input, target, weight, grad_loss};
     int reduction = p->reduction;
@@ -649,7 +659,8 @@ static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_te
         cls_check(op, input, in_name, target, weight, p) ||
         check_smoothing(op, p->label_smoothing))
         return NULL;
-    if (bwd && check_grad_loss(op, grad_loss, input, loss_ndim(target, reduction), target->shape))
+    if (bwd && check_grad_loss(op, grad_loss, input, loss_ndim(target, reduction), target->shape,
+                               f32_loss))
         return NULL;
     temps tp = {.n = 0};
     ct_call c;
@@ -663,7 +674,8 @@ static ct_tensor *cls_loss(const char *op, ct_op id, ct_tensor *grad_loss, ct_te
     if (bwd && stats && *stats) c.in[k++] = *stats;
     c.nin = k;
     if (bwd) c.out[0] = cti_tensor_new(op, input->ndim, input->shape, input->dtype, dev(input));
-    else c.out[0] = cti_tensor_new(op, loss_ndim(target, reduction), target->shape, input->dtype, dev(input));
+    else c.out[0] = cti_tensor_new(op, loss_ndim(target, reduction), target->shape,
+                                   loss_dtype(input, f32_loss), dev(input));
     c.nout = 1;
     if (!c.out[0]) goto done;
     if (!bwd && stats) {
@@ -724,8 +736,14 @@ ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *wei
                                   (long long)ignore_index);
         return ct_cross_entropy_prob(logits, target, weight, reduction, label_smoothing);
     }
+    /* In a region, float16/bfloat16 logits without class weights go to the kernel as they
+     * are: it computes in float32 and returns the float32 loss the policy's cast would give,
+     * and its backward writes their gradient in their dtype, rounded once: what the cast
+     * and the cast of the gradient back give, without the two passes. */
+    bool f32_loss = !weight && cti_autocast_reads_as_is(logits);
     cti_autocast_call ac;
-    if (cti_autocast_begin_op(&ac, CTI_AC_CROSS_ENTROPY, 2, (ct_tensor *[]){logits, weight}))
+    if (!f32_loss &&
+        cti_autocast_begin_op(&ac, CTI_AC_CROSS_ENTROPY, 2, (ct_tensor *[]){logits, weight}))
         return cti_autocast_end_op(&ac, ac.ok ? ct_cross_entropy(ac.in[0], target, ac.in[1],
                                                                  reduction, ignore_index,
                                                                  label_smoothing)
@@ -734,7 +752,7 @@ ct_tensor *ct_cross_entropy(ct_tensor *logits, ct_tensor *target, ct_tensor *wei
     ct_tensor *ins[1] = {logits}, *stats = NULL;
     bool keep = logits && cti_ag_needed(1, ins);
     ct_tensor *out = cls_loss("ct_cross_entropy", CT_OP_CROSS_ENTROPY, NULL, logits, "logits",
-                              target, weight, &p, keep ? &stats : NULL);
+                              target, weight, &p, keep ? &stats : NULL, f32_loss);
     if (!out || !keep) return out;
     out = cti_record_one(&(cti_ag_rec){.name = "CrossEntropyBackward",
                                .backward = cti_bw_cross_entropy,
@@ -756,8 +774,10 @@ ct_tensor *cti_cross_entropy_backward_saved(ct_tensor *grad_loss, ct_tensor *log
     if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
     cti_loss_params p = cls_params((ct_reduction)lp->reduction, lp->ignore_index,
                                    lp->label_smoothing);
+    /* a float32 gradient for float16/bfloat16 logits: the loss was autocast's float32 one */
+    bool f32_loss = logits && grad_loss->dtype == CT_F32 && loss_dtype(logits, true) == CT_F32;
     return cls_loss(op, CT_OP_CROSS_ENTROPY_BACKWARD, grad_loss, logits, "logits", target,
-                    weight, &p, &stats);
+                    weight, &p, &stats, f32_loss);
 }
 
 ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct_tensor *target,
@@ -767,7 +787,7 @@ ct_tensor *ct_cross_entropy_backward(ct_tensor *grad_loss, ct_tensor *logits, ct
     if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
     cti_loss_params p = cls_params(reduction, ignore_index, label_smoothing);
     return cls_loss(op, CT_OP_CROSS_ENTROPY_BACKWARD, grad_loss, logits, "logits", target,
-                    weight, &p, NULL);
+                    weight, &p, NULL, false);
 }
 
 ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weight,
@@ -778,7 +798,7 @@ ct_tensor *ct_nll_loss(ct_tensor *log_probs, ct_tensor *target, ct_tensor *weigh
             &ac, ac.ok ? ct_nll_loss(ac.in[0], target, ac.in[1], reduction, ignore_index) : NULL);
     cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     ct_tensor *out = cls_loss("ct_nll_loss", CT_OP_NLL_LOSS, NULL, log_probs, "log_probs", target,
-                              weight, &p, NULL);
+                              weight, &p, NULL, false);
     return cls_record("NllLossBackward", cti_bw_nll_loss, out, log_probs, target, weight, &p);
 }
 
@@ -788,7 +808,7 @@ ct_tensor *ct_nll_loss_backward(ct_tensor *grad_loss, ct_tensor *log_probs, ct_t
     if (cti_check_not_null(op, 1, &grad_loss)) return NULL;
     cti_loss_params p = cls_params(reduction, ignore_index, 0.0);
     return cls_loss(op, CT_OP_NLL_LOSS_BACKWARD, grad_loss, log_probs, "log_probs", target, weight,
-                    &p, NULL);
+                    &p, NULL, false);
 }
 
 /* ---- mse -------------------------------------------------------------------------------------- */
@@ -914,7 +934,7 @@ ct_tensor *ct_mse_loss_backward(ct_tensor *grad_loss, ct_tensor *input, ct_tenso
         return out;
     }
     if (mse_check(op, input, target, (int)reduction, &nb, bs) ||
-        check_grad_loss(op, grad_loss, input, reduction == CT_REDUCTION_NONE ? nb : 0, bs))
+        check_grad_loss(op, grad_loss, input, reduction == CT_REDUCTION_NONE ? nb : 0, bs, false))
         return NULL;
     temps tp = {.n = 0};
     ct_call c;

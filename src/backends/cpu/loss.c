@@ -445,13 +445,13 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
         const NN_T *zr = z;
         bool ignored = tg[p] == k->ignore;
         if (ignored && !k->grad) {
-            if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, 0);
+            if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), k->out->dtype, p, 0);
             if (k->stats) ((NN_T *)k->stats)[p] = 0;
             continue;
         }
         if (ignored) {
             for (int64_t i = 0; i < nc; i++)
-                store_one(cti_data(k->out), dt, base + i * inner, 0);
+                store_one(cti_data(k->out), k->out->dtype, base + i * inner, 0);
             continue;
         }
         if (dt == CT_F64 || (dt == CT_F32 && inner == 1)) {
@@ -468,7 +468,7 @@ static void NN_F(ce_task)(ce_ctx *k, int64_t ch, NN_T *buf, const NN_T *w) {
         if (!k->grad) {
             if (k->stats) ((NN_T *)k->stats)[p] = lse;
             NN_T loss = NN_F(ce_loss_row)(zr, w, tg[p], lse, nc, (NN_T)k->ls);
-            if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), dt, p, loss);
+            if (k->reduction == CT_REDUCTION_NONE) store_one(cti_data(k->out), k->out->dtype, p, loss);
             else acc += loss;
             continue;
         }
