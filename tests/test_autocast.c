@@ -1268,23 +1268,30 @@ static void test_cross_entropy_reads_logits(void **state) {
     static const ct_reduction reds[3] = {CT_REDUCTION_MEAN, CT_REDUCTION_SUM, CT_REDUCTION_NONE};
     int64_t tv[7] = {1, 0, 4, 2, 3, 1, 2};
     ct_tensor *tg = i64_tensor(7, tv);
+    /* [7, 5] rows, and [7, 5, 3]: classes strided by an inner dim */
+    ct_tensor *tg3 = checked(ct_tensor_from_data((int64_t[]){1, 0, 4, 2, 3, 1, 2, 2, 0, 4, 4, 1,
+                                                             3, 0, 2, 1, 2, 4, 0, 3, 3},
+                                                 CT_I64, 2, (int64_t[]){7, 3}));
     for (int di = 0; di < 2; di++)
-        for (int ri = 0; ri < 3; ri++)
+        for (int ri = 0; ri < 6; ri++)
             for (int ls = 0; ls < 2; ls++) {
                 ct_tensor *z[2], *loss[2];
                 int copies[2];
-                ct_tensor *z0 = tu_rand(CT_SHAPE(7, 5), dts[di], -3, 3, NULL);
+                bool inner = ri >= 3;
+                ct_tensor *z0 = inner ? tu_rand(CT_SHAPE(7, 5, 3), dts[di], -3, 3, NULL)
+                                      : tu_rand(CT_SHAPE(7, 5), dts[di], -3, 3, NULL);
+                ct_tensor *tgt = inner ? tg3 : tg;
                 for (int k = 0; k < 2; k++) {
                     z[k] = checked(ct_clone(z0));
                     ok(ct_requires_grad_(z[k], true));
                     tu_trace t = tu_trace_begin();
                     if (k == 0) {
                         ok(ct_autocast_begin(CT_CPU, dts[di]));
-                        loss[k] = checked(ct_cross_entropy(z[k], tg, NULL, reds[ri], 2, 0.1 * ls));
+                        loss[k] = checked(ct_cross_entropy(z[k], tgt, NULL, reds[ri % 3], 2, 0.1 * ls));
                         ok(ct_autocast_end());
                     } else {
                         ct_tensor *zf = checked(ct_to_dtype(z[k], CT_F32));
-                        loss[k] = checked(ct_cross_entropy(zf, tg, NULL, reds[ri], 2, 0.1 * ls));
+                        loss[k] = checked(ct_cross_entropy(zf, tgt, NULL, reds[ri % 3], 2, 0.1 * ls));
                         ct_tensor_release(zf);
                     }
                     assert_int_equal(ct_tensor_dtype(loss[k]), CT_F32);
@@ -1314,8 +1321,8 @@ static void test_cross_entropy_reads_logits(void **state) {
     assert_non_null(strstr(log, "] copy "));
     assert_int_equal(ct_tensor_dtype(l), CT_F32);
     free(log);
-    ct_tensor *ts[4] = {z, w, l, tg};
-    release_all(4, ts);
+    ct_tensor *ts[5] = {z, w, l, tg, tg3};
+    release_all(5, ts);
 }
 
 int main(void) {

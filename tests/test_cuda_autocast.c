@@ -603,6 +603,54 @@ static void test_widened_weight_grads(void **state) {
         }
 }
 
+/* cross_entropy in a region on float16/bfloat16 logits reads them as they are on the GPU too:
+ * a float32 loss and the logits' gradient in their dtype, as the CPU gives them, with no copy
+ * (cast) in the forward or the backward; every reduction, with label smoothing and an ignored
+ * target, rows the row kernels take (5 classes, 1000) and a strided layout (inner dims). */
+static void test_cross_entropy_reads_logits(void **state) {
+    (void)state;
+    static const ct_dtype dts[2] = {CT_BF16, CT_F16};
+    static const ct_reduction reds[3] = {CT_REDUCTION_MEAN, CT_REDUCTION_SUM, CT_REDUCTION_NONE};
+    static const int64_t shapes[3][3] = {{7, 5, 0}, {9, 1000, 0}, {4, 6, 3}};
+    for (int di = 0; di < 2; di++)
+        for (int si = 0; si < 3; si++)
+            for (int ri = 0; ri < 3; ri++)
+                for (int ls = 0; ls < 2; ls++) {
+                    ct_scope *sc = ct_scope_begin();
+                    const int64_t *sh = shapes[si];
+                    int nd = sh[2] ? 3 : 2;
+                    int64_t tshape[2] = {sh[0], sh[2]};
+                    ct_tensor *z0 = tu_rand(nd, sh, dts[di], -3, 3, NULL);
+                    ct_tensor *t0 = tu_rand(nd - 1, tshape, CT_I64, 0, (double)sh[1], NULL);
+                    ct_tensor *z[2], *loss[2];
+                    for (int k = 0; k < 2; k++) {
+                        ct_device dev = k ? CT_CUDA(0) : CT_CPU;
+                        z[k] = checked(ct_to_device(z0, dev));
+                        ct_tensor *t = checked(ct_to_device(t0, dev));
+                        ok(ct_requires_grad_(z[k], true));
+                        tu_trace tr = tu_trace_begin();
+                        ok(ct_autocast_begin(dev, dts[di]));
+                        loss[k] = checked(ct_cross_entropy(z[k], t, NULL, reds[ri], 1, 0.1 * ls));
+                        ok(ct_autocast_end());
+                        ct_tensor *sum = checked(ct_sum(loss[k], CT_NONE, false));
+                        ok(ct_backward(sum, NULL, false));
+                        if (k) ok(ct_cuda_synchronize(0));
+                        char *log = tu_trace_end(&tr);
+                        /* a copy only to make the broadcast gradient of none contiguous */
+                        const char *c = strstr(log, "] copy ");
+                        if (c && reds[ri] != CT_REDUCTION_NONE) fprintf(stderr, "%s", log);
+                        assert_true(!c || reds[ri] == CT_REDUCTION_NONE);
+                        free(log);
+                        assert_int_equal(ct_tensor_dtype(loss[k]), CT_F32);
+                        assert_int_equal(ct_tensor_dtype(ct_grad(z[k])), dts[di]);
+                    }
+                    expect_close_tol("loss", loss[1], loss[0], 1e-5);
+                    expect_close_tol("logits' gradient", ct_grad(z[1]), ct_grad(z[0]),
+                                     tu_rtol(dts[di]));
+                    ct_scope_end(sc);
+                }
+}
+
 int main(void) {
     tu_seed();
     cti_init();
@@ -616,6 +664,7 @@ int main(void) {
         T(test_recompute_block),
         T(test_lasting_casts),
         T(test_widened_weight_grads),
+        T(test_cross_entropy_reads_logits),
     };
 #undef T
     return tu_run_tests(tests);

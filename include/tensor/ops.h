@@ -489,7 +489,9 @@ ct_status ct_chunk(ct_tensor *x, int64_t chunks, int dim, int max_out, ct_tensor
  *     (linear_cross_entropy returns a float32 loss, as cross_entropy after a linear does);
  *   - exp, log, rsqrt, reciprocal, pow, pow_scalar, softplus, layer_norm, softmax,
  *     log_softmax, cross_entropy, nll_loss, mse_loss, sum, prod, cumsum and norm cast
- *     float16 and bfloat16 inputs to float32 and run in float32;
+ *     float16 and bfloat16 inputs to float32 and run in float32 (cross_entropy without
+ *     class weights reads them as they are, computes in float32 and returns a float32
+ *     loss: the same values without the casts);
  *   - scatter_add runs in the widest of its inputs' dtypes and the region's;
  *   - rms_norm and rope cast their weight / cos and sin to x's dtype;
  *   - add_rms_norm and add_layer_norm add and normalize in float32 (or wider), reading

@@ -74,7 +74,8 @@ typedef enum cti_autocast_policy {
     X(LAYER_NORM, "ct_layer_norm", FP32)                                                        \
     X(NLL_LOSS, "ct_nll_loss", FP32)                                                            \
     X(MSE_LOSS, "ct_mse_loss", FP32)                                                            \
-    /* PyTorch's cross_entropy is log_softmax + nll_loss, both float32 there */                 \
+    /* PyTorch's cross_entropy is log_softmax + nll_loss, both float32 there (without class   \
+     * weights cten's kernel takes 16-bit logits as they are: cti_autocast_reads_as_is) */     \
     X(CROSS_ENTROPY, "ct_cross_entropy", FP32)                                                  \
     /* PyTorch's fp32_set_opt_dtype list */                                                     \
     X(SOFTMAX, "ct_softmax", FP32)                                                              \

@@ -60,11 +60,13 @@ static ct_status k_cls(ct_call *c) {
     bool bwd = c->op == CT_OP_CROSS_ENTROPY_BACKWARD || c->op == CT_OP_NLL_LOSS_BACKWARD;
     bool ce = c->op == CT_OP_CROSS_ENTROPY || c->op == CT_OP_CROSS_ENTROPY_BACKWARD;
     int off = bwd ? 1 : 0;
-    ct_tensor *out = c->out[0], *w = c->in[off + 2];
+    ct_tensor *out = c->out[0], *w = c->in[off + 2], *x = c->in[off];
     if (numel(out) == 0) return CT_OK;
+    ct_dtype loss_dt = bwd ? c->in[0]->dtype : out->dtype;
     cti_nn_cls r = {
         .kind = ce ? (bwd ? CTI_NN_CE_BWD : CTI_NN_CE) : (bwd ? CTI_NN_NLL_BWD : CTI_NN_NLL),
-        .dt = out->dtype,
+        .dt = x->dtype,
+        .lossf = ce && loss_dt == CT_F32 && (x->dtype == CT_F16 || x->dtype == CT_BF16),
         .input = cti_data(c->in[off]),
         .target = (const int64_t *)cti_data(c->in[off + 1]),
         .weight = w ? cti_data(w) : NULL,

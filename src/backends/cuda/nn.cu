@@ -508,7 +508,22 @@ struct Cls {
     // The row statistics (schema.h's CROSS_ENTROPY), Acc<DT>::A, or null: the
     // forward writes them, the backward's ce_bwd_saved reads them.
     void *stats;
+    // The loss (the forward's out) and grad_loss are float32, not DT: autocast's
+    // cross-entropy of float16/bfloat16 logits, computed in float32 as ever.
+    bool lossf;
 };
+
+// grad_loss at i, in the loss's dtype.
+template <int DT> __device__ __forceinline__ double loss_grad(const Cls &a, int64_t i) {
+    if (a.lossf) return (double)((const float *)a.grad)[i];
+    return (double)dtype<DT>::dec(((const typename dtype<DT>::T *)a.grad)[i]);
+}
+
+// Stores a loss value at i of out, float32 when lossf, else DT.
+template <int DT, class V> __device__ __forceinline__ void put_loss(void *out, bool lossf, int64_t i, V v) {
+    if (lossf) ((float *)out)[i] = (float)v;
+    else ((typename dtype<DT>::T *)out)[i] = dtype<DT>::enc(v);
+}
 
 // Positions below this count let every block of a backward kernel fold the
 // weight sum of the mean itself (one launch); above it a separate pass does.
@@ -586,7 +601,7 @@ __global__ void __launch_bounds__(kThreads256) wsum_final(const double *part, in
 // result.
 template <int DT>
 __device__ void reduce_epilogue(double l, double w, int reduction, double *part, void *out,
-                                void *wout = nullptr) {
+                                void *wout = nullptr, bool lossf = false) {
     __shared__ double sh[2][33];
     l = block_sum(l, sh[0]);
     w = block_sum(w, sh[1]);
@@ -596,20 +611,20 @@ __device__ void reduce_epilogue(double l, double w, int reduction, double *part,
         part[2 * blockIdx.x + 1] = w;
     } else {
         /* a mean over nothing counted is 0/0 = NaN, as on the CPU */
-        ((typename dtype<DT>::T *)out)[0] = dtype<DT>::enc(reduction == RED_MEAN ? l / w : l);
+        put_loss<DT>(out, lossf, 0, reduction == RED_MEAN ? l / w : l);
         if (wout) *(typename Acc<DT>::A *)wout = (typename Acc<DT>::A)w;
     }
 }
 
 template <int DT>
 __global__ void __launch_bounds__(kThreads256) reduce_final(const double *part, int nb, int reduction, void *out,
-                                                            void *wout = nullptr) {
+                                                            void *wout = nullptr, bool lossf = false) {
     double l = 0, w = 0;
     for (int i = threadIdx.x; i < nb; i += blockDim.x) {
         l += part[2 * i];
         w += part[2 * i + 1];
     }
-    reduce_epilogue<DT>(l, w, reduction, nullptr, out, wout);
+    reduce_epilogue<DT>(l, w, reduction, nullptr, out, wout, lossf);
 }
 
 // The row statistics: position p's log-sum-exp, and where a mean's forward
@@ -676,7 +691,7 @@ __global__ void __launch_bounds__(kThreads256) ce_fwd(const Cls a, double *part)
         }
         if (leader) {
             if (a.reduction == RED_NONE) {
-                ((T *)a.out)[p] = dtype<DT>::enc(loss);
+                put_loss<DT>(a.out, a.lossf, p, loss);
             } else {
                 lsum += (double)loss;
                 wsum += (double)wt;
@@ -684,7 +699,7 @@ __global__ void __launch_bounds__(kThreads256) ce_fwd(const Cls a, double *part)
         }
     }
     if (a.reduction != RED_NONE)
-        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a), a.lossf);
 }
 
 // Cross-entropy backward, the same layouts:
@@ -695,14 +710,14 @@ __global__ void __launch_bounds__(kThreads256) ce_bwd(const Cls a, const double 
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
     __shared__ double sh[33];
-    const T *x = (const T *)a.input, *w = (const T *)a.weight, *g = (const T *)a.grad;
+    const T *x = (const T *)a.input, *w = (const T *)a.weight;
     T *out = (T *)a.out;
     const int lane = threadIdx.x & 31;
     const A ls = (A)a.ls;
     const int64_t C = a.c;
     double gs = 0;
     if (a.reduction != RED_NONE) {
-        gs = (double)dtype<DT>::dec(g[0]);
+        gs = loss_grad<DT>(a, 0);
         if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, sh);
     }
     const int64_t per = ROWS ? (kThreads256 / 32) : kThreads256;
@@ -721,7 +736,7 @@ __global__ void __launch_bounds__(kThreads256) ce_bwd(const Cls a, const double 
             for (int64_t c = c0; c < C; c += cs) orow[c * a.inner] = v;
             continue;
         }
-        A gp = (A)(a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
+        A gp = (A)(a.reduction == RED_NONE ? loss_grad<DT>(a, p) : gs);
         A m = ninf<A>(), s = 0, sw = 0;
         for (int64_t c = c0; c < C; c += cs) {
             ol_add(m, s, (A)dtype<DT>::dec(row[c * a.inner]));
@@ -860,7 +875,7 @@ __device__ __forceinline__ void ce_fwd_row(const Cls &a, int64_t p, int64_t t,
     }
     if (threadIdx.x == 0) {
         if (a.reduction == RED_NONE) {
-            ((T *)a.out)[p] = dtype<DT>::enc(loss);
+            put_loss<DT>(a.out, a.lossf, p, loss);
         } else {
             *lsum += (double)loss;
             *wsum += (double)wt;
@@ -876,7 +891,7 @@ __device__ __forceinline__ void ce_bwd_row(const Cls &a, int64_t p, int64_t t,
     typedef typename dtype<DT>::T T;
     typedef typename Acc<DT>::A A;
     typedef RowChunk<DT, VEC> K;
-    const T *w = (const T *)a.weight, *g = (const T *)a.grad;
+    const T *w = (const T *)a.weight;
     T *orow = (T *)a.out + p * a.c;
     const A ls = (A)a.ls;
     const int64_t C = a.c;
@@ -903,7 +918,7 @@ __device__ __forceinline__ void ce_bwd_row(const Cls &a, int64_t p, int64_t t,
     }
     A m;
     const A inv = (A)1 / ce_row_exp<VEC, NV>(v, C, sh, &m);
-    const A gp = (A)(a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
+    const A gp = (A)(a.reduction == RED_NONE ? loss_grad<DT>(a, p) : gs);
     const A wt = w ? (A)dtype<DT>::dec(w[t]) : (A)1;
     const A ca = gp * ((A)1 - ls) * wt, cb = gp * ls / (A)C;
 #pragma unroll
@@ -961,7 +976,7 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_fwd_rows(const Cls a, dou
     CE_ROWS_LOOP(FWD_ROW_);
 #undef FWD_ROW_
     if (a.reduction != RED_NONE)
-        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a), a.lossf);
 }
 
 template <int DT, int VEC, int NV>
@@ -972,7 +987,7 @@ __global__ void __launch_bounds__(kBlockRowThreads) ce_bwd_rows(const Cls a, con
     __shared__ double shd[33];
     double gs = 0;
     if (a.reduction != RED_NONE) {
-        gs = (double)dtype<DT>::dec(((const T *)a.grad)[0]);
+        gs = loss_grad<DT>(a, 0);
         if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, shd);
     }
 #define BWD_ROW_(P, TT, R) ce_bwd_row<DT, VEC, NV>(a, P, TT, R, sh, gs)
@@ -1000,7 +1015,7 @@ ce_bwd_plain(const Cls a, const double *wsum_dev) {
     typedef RowChunk<DT, VEC> K;
     __shared__ A sh[33];
     __shared__ double shd[33];
-    const T *x = (const T *)a.input, *g = (const T *)a.grad;
+    const T *x = (const T *)a.input;
     const int64_t C = a.c;
     // The reduced loss's gradient, once a block, after the first row's loads
     // are on their way.
@@ -1008,7 +1023,7 @@ ce_bwd_plain(const Cls a, const double *wsum_dev) {
     if (blockIdx.x < a.npos) ce_row_issue<DT, VEC, NV>(x + blockIdx.x * C, C, r);
     A gs = 0;
     if (a.reduction != RED_NONE) {
-        double d = (double)dtype<DT>::dec(g[0]);
+        double d = loss_grad<DT>(a, 0);
         if (a.reduction == RED_MEAN) d /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, shd);
         gs = (A)d;
     }
@@ -1029,7 +1044,7 @@ ce_bwd_plain(const Cls a, const double *wsum_dev) {
             }
             continue;
         }
-        const A gp = a.reduction == RED_NONE ? (A)dtype<DT>::dec(g[p]) : gs;
+        const A gp = a.reduction == RED_NONE ? (A)loss_grad<DT>(a, p) : gs;
         const int tc = (int)t; // in range: C fits an int here
         A v[NV][VEC];
         ce_row_decode<DT, VEC, NV>(r, C, v);
@@ -1113,7 +1128,7 @@ __global__ void __launch_bounds__(kThreads256, 8) ce_fwd_warp(const Cls a, doubl
                 }
             }
             if (a.reduction == RED_NONE) {
-                ((T *)a.out)[p] = dtype<DT>::enc(loss);
+                put_loss<DT>(a.out, a.lossf, p, loss);
             } else {
                 lsum += (double)loss;
                 wsum += (double)wt;
@@ -1121,7 +1136,7 @@ __global__ void __launch_bounds__(kThreads256, 8) ce_fwd_warp(const Cls a, doubl
         }
     }
     if (a.reduction != RED_NONE)
-        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a), a.lossf);
 }
 
 // The backward from the forward's row statistics (inner == 1): with each
@@ -1154,7 +1169,7 @@ __global__ void __launch_bounds__(kThreads256, 8) ce_bwd_saved(const Cls a) {
     typedef typename Acc<DT>::A A;
     typedef RowChunk<DT, VEC> K;
     __shared__ A sh[33];
-    const T *x = (const T *)a.input, *w = (const T *)a.weight, *g = (const T *)a.grad;
+    const T *x = (const T *)a.input, *w = (const T *)a.weight;
     const A *st = (const A *)a.stats;
     const int C = (int)a.c, nch = C / VEC;
     const A ls = PLAIN ? (A)0 : (A)a.ls;
@@ -1175,9 +1190,9 @@ __global__ void __launch_bounds__(kThreads256, 8) ce_bwd_saved(const Cls a) {
         const int64_t t = a.target[p];
         const A lse = st[p];
         A gp;
-        if (a.reduction == RED_NONE) gp = (A)dtype<DT>::dec(g[p]);
-        else if (a.reduction == RED_MEAN) gp = (A)dtype<DT>::dec(g[0]) / st[a.npos];
-        else gp = (A)dtype<DT>::dec(g[0]);
+        if (a.reduction == RED_NONE) gp = (A)loss_grad<DT>(a, p);
+        else if (a.reduction == RED_MEAN) gp = (A)loss_grad<DT>(a, 0) / st[a.npos];
+        else gp = (A)loss_grad<DT>(a, 0);
         const bool ign = t == a.ignore, bad = !ign && bad_target(t, C);
         if (ign || bad) {
             if (bad && threadIdx.x == 0) report_bad_target(a, p, t);
@@ -1311,14 +1326,14 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_fwd(const C
             }
         }
         if (a.reduction == RED_NONE) {
-            ((T *)a.out)[p] = dtype<DT>::enc(loss);
+            put_loss<DT>(a.out, a.lossf, p, loss);
         } else {
             lsum += loss;
             wsum += wt;
         }
     }
     if (a.reduction != RED_NONE)
-        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a));
+        reduce_epilogue<DT>(lsum, wsum, (int)a.reduction, part, a.out, stats_wsum<DT>(a), a.lossf);
 }
 
 // nll_loss backward: one thread per gradient element; -w_t * g at each
@@ -1326,12 +1341,12 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_fwd(const C
 template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const Cls a, const double *wsum_dev) {
     typedef typename dtype<DT>::T T;
     __shared__ double sh[33];
-    const T *w = (const T *)a.weight, *g = (const T *)a.grad;
+    const T *w = (const T *)a.weight;
     T *out = (T *)a.out;
     const int64_t C = a.c, total = a.npos * C, step = (int64_t)gridDim.x * blockDim.x;
     double gs = 0;
     if (a.reduction != RED_NONE) {
-        gs = (double)dtype<DT>::dec(g[0]);
+        gs = loss_grad<DT>(a, 0);
         if (a.reduction == RED_MEAN) gs /= wsum_dev ? *wsum_dev : block_wsum<DT>(a, sh);
     }
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
@@ -1346,7 +1361,7 @@ template <int DT> __global__ void __launch_bounds__(kThreads256) nll_bwd(const C
                 if (c == 0) report_bad_target(a, p, t);
             } else if (c == t)
                 v = -(w ? (double)dtype<DT>::dec(w[t]) : 1.0) *
-                    (a.reduction == RED_NONE ? (double)dtype<DT>::dec(g[p]) : gs);
+                    (a.reduction == RED_NONE ? loss_grad<DT>(a, p) : gs);
         }
         out[e] = dtype<DT>::enc(v);
     }
@@ -1463,6 +1478,7 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
     a.fault = r->fault.record;
     a.flag = r->fault.flag;
     a.stats = r->stats;
+    a.lossf = r->lossf != 0;
     char *work = (char *)r->work;
     if (r->kind == CTI_NN_CE || r->kind == CTI_NN_NLL) {
         double *part = pl.split ? (double *)work : nullptr;
@@ -1491,7 +1507,7 @@ template <int DT> cudaError_t cls_dt(const cti_nn_cls *r, cudaStream_t st, const
                              ? (void *)((typename Acc<DT>::A *)a.stats + a.npos)
                              : nullptr;
             reduce_final<DT><<<1, kThreads256, 0, st>>>(part, (int)pl.blocks, (int)a.reduction,
-                                                        a.out, wout);
+                                                        a.out, wout, a.lossf);
         }
         return cudaGetLastError();
     }

@@ -244,7 +244,9 @@ enum { CTI_NN_CE = 0, CTI_NN_CE_BWD = 1, CTI_NN_NLL = 2, CTI_NN_NLL_BWD = 3 };
 /* The classification losses' launch record. */
 typedef struct cti_nn_cls {
     int64_t kind;          /* CTI_NN_* */
-    int64_t dt;
+    int64_t dt;            /* the input's */
+    int lossf;             /* cross-entropy of float16/bfloat16 logits: the loss (forward out)
+                              and grad_loss are float32 (autocast's), else dt */
     const void *input;     /* logits or log-probabilities [n, c, inner] */
     const int64_t *target; /* [n * inner] */
     const void *weight;    /* [c] or NULL */
