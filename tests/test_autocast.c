@@ -1325,6 +1325,59 @@ static void test_cross_entropy_reads_logits(void **state) {
     release_all(5, ts);
 }
 
+/* The ops one training step dispatches, from the trace: linear -> relu -> linear ->
+ * cross_entropy, backward, an SGD step with momentum (bench_cuda_train's MLP, smaller), in a
+ * region of amp or (CT_F32) none, after two steps (lasting casts made). */
+static int step_ops(ct_dtype amp) {
+    ct_params *ps = ct_params_new();
+    ct_nn_linear *l1 = ct_nn_linear_new(48, 32, true, CT_F32, CT_CPU, NULL);
+    ct_nn_linear *l2 = ct_nn_linear_new(32, 10, true, CT_F32, CT_CPU, NULL);
+    assert_non_null(ps);
+    assert_non_null(l1);
+    assert_non_null(l2);
+    ok(ct_nn_linear_params(l1, "fc1", ps));
+    ok(ct_nn_linear_params(l2, "fc2", ps));
+    ct_optimizer *opt = ct_optim_sgd_new(ps, 0.01, 0.9, 0, 0, false);
+    assert_non_null(opt);
+    ct_tensor *x = tu_rand(CT_SHAPE(8, 48), CT_F32, -1, 1, NULL);
+    ct_tensor *y = i64_tensor(8, (int64_t[]){1, 0, 4, 2, 9, 3, 7, 2});
+    int ops = 0;
+    for (int s = 0; s < 3; s++) {
+        tu_trace t = tu_trace_begin();
+        ct_scope *sc = ct_scope_begin();
+        if (amp != CT_F32) ok(ct_autocast_begin(CT_CPU, amp));
+        ct_tensor *h = checked(ct_relu(checked(ct_nn_linear_forward(l1, x))));
+        ct_tensor *l = checked(ct_cross_entropy(checked(ct_nn_linear_forward(l2, h)), y, NULL,
+                                                CT_REDUCTION_MEAN, -100, 0.0));
+        if (amp != CT_F32) ok(ct_autocast_end());
+        ct_optim_zero_grad(opt);
+        ok(ct_backward(l, NULL, false));
+        ok(ct_optim_step(opt));
+        ct_scope_end(sc);
+        char *log = tu_trace_end(&t);
+        ops = count_of(log, "[cten] ");
+        free(log);
+    }
+    ct_tensor *ts[2] = {x, y};
+    release_all(2, ts);
+    ct_optim_free(opt);
+    ct_nn_linear_free(l1);
+    ct_nn_linear_free(l2);
+    ct_params_free(ps);
+    return ops;
+}
+
+/* A bfloat16 or float16 training step dispatches one op more than the float32 one: the
+ * input's cast. The weights' casts last from step to step, their gradients and the
+ * logits' need none (issue 17's autocast overhead; on the GPU each op is a launch). */
+static void test_step_ops(void **state) {
+    (void)state;
+    int f32 = step_ops(CT_F32);
+    assert_true(f32 > 0);
+    assert_int_equal(step_ops(CT_BF16), f32 + 1);
+    assert_int_equal(step_ops(CT_F16), f32 + 1);
+}
+
 int main(void) {
     tu_seed();
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, close_regions)
@@ -1338,6 +1391,7 @@ int main(void) {
         T(test_lasting_casts_training), T(test_lasting_casts_invalidation),
         T(test_failure_inside_region), T(test_widened_weight_grads),
         T(test_widened_mlp_grads),   T(test_cross_entropy_reads_logits),
+        T(test_step_ops),
         T(test_bad_input),
     };
 #undef T
