@@ -300,6 +300,40 @@ static cudaDataType_t cuda_type(ct_dtype dt) {
     }
 }
 
+/* g's sizes for a [batch..., n, k] @ b [batch..., k, m] into o [batch..., n, m] with nb
+ * batch dims (o's), alpha 1 and beta 0; the layouts are the caller's. */
+static void gemm_sizes(gemm *g, const char *op, const ct_tensor *a, const ct_tensor *b,
+                       const ct_tensor *o, int nb) {
+    memset(g, 0, sizeof *g);
+    g->op = op;
+    g->dev = o->storage->device.index;
+    g->dt = a->dtype;
+    g->odt = o->dtype;
+    g->nb = nb;
+    for (int d = 0; d < nb; d++) g->bshape[d] = o->shape[d];
+    g->n = a->shape[nb];
+    g->k = a->shape[nb + 1];
+    g->m = b->shape[nb + 1];
+    g->alpha = 1;
+}
+
+/* A cuBLAS workspace for one call on g's device, from the caching allocator:
+ * released after the call, its reuse is ordered after the call on the stream. */
+static ct_tensor *workspace(const gemm *g) {
+    int64_t wb = WORKSPACE_BYTES;
+    return cti_tensor_new(g->op, 1, &wb, CT_BOOL, CT_CUDA(g->dev));
+}
+
+/* g's device record, its lock taken, and in *h its handle bound to stream (the
+ * device current); *st a failure to make the handle. The caller unlocks. */
+static blas_dev *blas_lock(const gemm *g, cudaStream_t stream, cublasHandle_t *h, ct_status *st) {
+    pthread_once(&devs_once, init_devs);
+    blas_dev *d = &devs[g->dev];
+    pthread_mutex_lock(&d->lock);
+    *st = handle_of(g->op, g->dev, stream, h);
+    return d;
+}
+
 /* Queues the products of g on h (the device current, its lock held). */
 static ct_status run_gemm(const gemm *g, cublasHandle_t h, bool tf32, const char **routine) {
     cudaDataType_t ty = cuda_type(g->dt), oty = cuda_type(g->odt);
@@ -547,16 +581,7 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
     const char *op = cti_cuda_op_label(call->op, label, sizeof label);
     ct_tensor *a = call->in[ia], *b = call->in[ia + 1], *o = call->out[0];
     gemm g;
-    memset(&g, 0, sizeof g);
-    g.op = op;
-    g.dev = o->storage->device.index;
-    g.dt = a->dtype;
-    g.odt = o->dtype;
-    g.nb = o->ndim - 2;
-    for (int d = 0; d < g.nb; d++) g.bshape[d] = o->shape[d];
-    g.n = a->shape[g.nb];
-    g.k = a->shape[g.nb + 1];
-    g.m = b->shape[g.nb + 1];
+    gemm_sizes(&g, op, a, b, o, o->ndim - 2);
     g.alpha = alpha;
     g.beta = input ? beta : 0;
     int64_t nbatch = 1;
@@ -597,15 +622,10 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
     g.ldc = g.n <= 1 ? g.m : g.c.rs;
     merge_batch(&g);
     bool bias = st == CT_OK && with_input && bias_row(&g, input);
-    int64_t wb = WORKSPACE_BYTES;
-    if (st == CT_OK && !(work = cti_tensor_new(op, 1, &wb, CT_BOOL, o->storage->device)))
-        st = ct_last_status();
+    if (st == CT_OK && !(work = workspace(&g))) st = ct_last_status();
     if (st == CT_OK) {
-        pthread_once(&devs_once, init_devs);
-        blas_dev *d = &devs[g.dev];
-        pthread_mutex_lock(&d->lock);
         cublasHandle_t h = NULL;
-        st = handle_of(op, g.dev, stream, &h);
+        blas_dev *d = blas_lock(&g, stream, &h, &st);
         bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
         bool done = false;
         if (st == CT_OK && bias)
@@ -648,15 +668,7 @@ static ct_status k_addmm(ct_call *c) {
  * cuBLASLt's epilogues, no empty dim, 32-bit sizes, operands cuBLAS reads
  * without a copy. False: the call takes the composite path. */
 static bool epilogue_gemm(const char *op, ct_tensor *a, ct_tensor *b, ct_tensor *o, gemm *g) {
-    memset(g, 0, sizeof *g);
-    g->op = op;
-    g->dev = o->storage->device.index;
-    g->dt = a->dtype;
-    g->odt = o->dtype;
-    g->n = a->shape[0];
-    g->k = a->shape[1];
-    g->m = b->shape[1];
-    g->alpha = 1;
+    gemm_sizes(g, op, a, b, o, 0);
     if (g->dt != CT_F32 && g->dt != CT_F16 && g->dt != CT_BF16) return false;
     if (g->n == 0 || g->k == 0 || g->m == 0 || g->n > INT_MAX || g->k > INT_MAX || g->m > INT_MAX)
         return false;
@@ -693,14 +705,11 @@ static ct_status run_epilogue(ct_call *c, gemm *g, lt_epi epi, void *vec, void *
     *done = false;
     cudaStream_t stream;
     if (cti_cuda_begin(g->op, g->dev, &stream) != CT_OK) return ct_last_status();
-    int64_t wb = WORKSPACE_BYTES;
-    ct_tensor *work = cti_tensor_new(g->op, 1, &wb, CT_BOOL, c->out[0]->storage->device);
+    ct_tensor *work = workspace(g);
     if (!work) return ct_last_status();
-    pthread_once(&devs_once, init_devs);
-    blas_dev *d = &devs[g->dev];
-    pthread_mutex_lock(&d->lock);
     cublasHandle_t h = NULL;
-    ct_status st = handle_of(g->op, g->dev, stream, &h);
+    ct_status st;
+    blas_dev *d = blas_lock(g, stream, &h, &st);
     bool tf32 = g->dt == CT_F32 && ct_allow_tf32();
     if (st == CT_OK)
         *done = run_lt_gemm(d, g, tf32, epi, vec, aux, cti_data(work), stream, &c->routine, &st);
