@@ -19,10 +19,10 @@
  * ct_allow_tf32() is on; float16/bfloat16 multiply with float32 accumulation
  * and scaling (CUBLAS_COMPUTE_32F) and round once into the output, or store
  * the accumulators as they are into a float32 output (a widened gradient,
- * cti_ag_grad_dtype); float64 uses CUBLAS_COMPUTE_64F. Each device has one handle, bound to the device's
- * stream, and each call hands cuBLAS a workspace from the caching allocator,
- * released after the call (its reuse is ordered after the GEMM on the
- * stream).
+ * cti_ag_grad_dtype); float64 uses CUBLAS_COMPUTE_64F. Each device has one
+ * handle, bound to the device's stream, and each call hands cuBLAS a
+ * workspace from the caching allocator, released after the call (its reuse
+ * is ordered after the GEMM on the stream).
  *
  * addmm with a bias row (the input a contiguous vector broadcast down the
  * rows, beta and alpha 1: what ct_linear records) goes through cuBLASLt
@@ -101,6 +101,7 @@ typedef struct lt_key {
     ct_dtype dt, odt;
     bool tf32;
     lt_epi epi;
+    uint32_t vec_align; /* the vector's and aux matrix's alignment: 256 or 16 bytes */
     cublasOperation_t ta, tb;
     int64_t n, k, m, lda, ldb, ldc;
 } lt_key;
@@ -443,10 +444,10 @@ static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                            &key->ldc, sizeof key->ldc);
     /* The heuristic reads the vector's and the aux matrix's alignment from
-     * their pointers: an address aligned to 16 bytes and no more, the least
-     * every call gives, so the algorithm chosen serves them all (run_lt_gemm
-     * sets the call's own). */
-    void *probe = (void *)(uintptr_t)16;
+     * their pointers: an address aligned as the key says and no more, so the
+     * algorithm chosen serves every call of the key (run_lt_gemm sets the
+     * call's own pointers). */
+    void *probe = (void *)(uintptr_t)key->vec_align;
     if (s == CUBLAS_STATUS_SUCCESS && epi_has_vec(key->epi))
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe,
                                            sizeof probe);
@@ -484,13 +485,14 @@ static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
 
 /* The plan for g's geometry, built on first use; NULL when none can be
  * made (then g takes the GEMM path). */
-static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, lt_epi epi) {
+static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, lt_epi epi, uint32_t vec_align) {
     lt_key key;
     memset(&key, 0, sizeof key);
     key.dt = g->dt;
     key.odt = g->odt;
     key.tf32 = tf32;
     key.epi = epi;
+    key.vec_align = vec_align;
     key.ta = g->ta;
     key.tb = g->tb;
     key.n = g->n, key.k = g->k, key.m = g->m;
@@ -513,7 +515,9 @@ static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, lt_epi epi) {
  * (nothing queued) when g has no plan; *st a launch's failure. */
 static bool run_lt_gemm(blas_dev *d, const gemm *g, bool tf32, lt_epi epi, void *vec, void *aux,
                         void *work, cudaStream_t stream, const char **routine, ct_status *st) {
-    lt_plan *p = plan_for(d, g, tf32, epi);
+    /* the caching allocator's blocks are 256-byte aligned; a view may be 16 */
+    bool a256 = (uintptr_t)vec % 256 == 0 && (uintptr_t)aux % 256 == 0;
+    lt_plan *p = plan_for(d, g, tf32, epi, a256 ? 256 : 16);
     if (!p) return false;
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     if (epi_has_vec(epi))
