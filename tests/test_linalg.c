@@ -587,6 +587,11 @@ static void test_linear(void **state) {
 
 /* ---- ct_linear_backward_weight ---------------------------------------------------------------- */
 
+/* src/ops/linalg.c: the gradients in dtypes of their own (src/autograd/formulas.h). */
+ct_status cti_linear_backward_weight_as(ct_tensor *grad_y, ct_tensor *x, ct_dtype dweight_dtype,
+                                        ct_dtype dbias_dtype, ct_tensor **dweight,
+                                        ct_tensor **dbias);
+
 /* Checks ct_linear_backward_weight(g, x) against float64 sums over the rows of the leading
  * dims: dweight[o][i] = sum_r g[r][o] x[r][i], dbias[o] = sum_r g[r][o]; asked for both,
  * for each alone, and with x NULL for the bias alone. */
@@ -604,22 +609,31 @@ static void check_linear_grads(ct_tensor *g, ct_tensor *x) {
             for (int64_t i = 0; i < in; i++) rw[o * in + i] += vg[r * out + o] * vx[r * in + i];
         }
     const int64_t wshape[2] = {out, in};
-    for (int ask = 0; ask < 4; ask++) { /* both, the weight's, the bias's, the bias's without x */
-        ct_tensor *dw = (ct_tensor *)g, *db = (ct_tensor *)g; /* poison: must be replaced */
-        bool want_w = ask <= 1, want_b = ask != 1;
-        ct_status st = ct_linear_backward_weight(g, ask == 3 ? NULL : x, want_w ? &dw : NULL,
-                                                 want_b ? &db : NULL);
-        if (st != CT_OK) fprintf(stderr, "ct_linear_backward_weight: %s\n", ct_last_error());
-        assert_int_equal(st, CT_OK);
-        if (want_w) {
-            check_result(dw, 2, wshape, rw, dt, rows);
-            ct_tensor_release(dw);
+    /* wide 1-3 (float16/bfloat16 only): the widened gradients autograd asks for
+     * (cti_linear_backward_weight_as), both float32, the weight's only, the bias's only:
+     * each float32 one within float32's tolerance, which a rounding to dt exceeds */
+    bool half = dt == CT_F16 || dt == CT_BF16;
+    for (int wide = 0; wide < (half ? 4 : 1); wide++)
+        for (int ask = 0; ask < 4; ask++) { /* both, the weight's, the bias's, without x */
+            ct_tensor *dw = (ct_tensor *)g, *db = (ct_tensor *)g; /* poison: must be replaced */
+            bool want_w = ask <= 1, want_b = ask != 1;
+            ct_dtype wdt = wide == 1 || wide == 2 ? CT_F32 : dt;
+            ct_dtype bdt = wide == 1 || wide == 3 ? CT_F32 : dt;
+            ct_tensor *xa = ask == 3 ? NULL : x, **pw = want_w ? &dw : NULL;
+            ct_tensor **pb = want_b ? &db : NULL;
+            ct_status st = wide ? cti_linear_backward_weight_as(g, xa, wdt, bdt, pw, pb)
+                                : ct_linear_backward_weight(g, xa, pw, pb);
+            if (st != CT_OK) fprintf(stderr, "ct_linear_backward_weight: %s\n", ct_last_error());
+            assert_int_equal(st, CT_OK);
+            if (want_w) {
+                check_result(dw, 2, wshape, rw, wdt, rows);
+                ct_tensor_release(dw);
+            }
+            if (want_b) {
+                check_result(db, 1, &out, rb, bdt, rows);
+                ct_tensor_release(db);
+            }
         }
-        if (want_b) {
-            check_result(db, 1, &out, rb, dt, rows);
-            ct_tensor_release(db);
-        }
-    }
     free(vg);
     free(vx);
     free(rw);
