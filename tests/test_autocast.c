@@ -419,7 +419,9 @@ typedef struct mlp_ref {
 
 /* The float64 reference of what autocast computes: every linear on bfloat16 casts of its
  * inputs, its output rounded to bfloat16; the loss in float64 on those logits; the
- * gradients in float64 through the same rounded values. */
+ * gradients in float64 through the same rounded values, the gradients of the bfloat16
+ * logits and activations rounded to bfloat16 as they are (their sums over the rows
+ * cancel, so an unrounded reference would be off by more than the sums' rounding). */
 static void mlp_reference(const double *x, const double *w1, const double *b1, const double *w2,
                           const double *b2, const int64_t *t, mlp_ref *r) {
     double h[N * H], a[N * H], z[N * C], dz[N * C], da[N * H];
@@ -444,7 +446,7 @@ static void mlp_reference(const double *x, const double *w1, const double *b1, c
         double lse = m + log(se);
         r->loss += (lse - z[n * C + t[n]]) / N;
         for (int c = 0; c < C; c++)
-            dz[n * C + c] = (exp(z[n * C + c] - lse) - (c == t[n])) / N;
+            dz[n * C + c] = bf((exp(z[n * C + c] - lse) - (c == t[n])) / N);
     }
     memset(r->dw2, 0, sizeof r->dw2);
     memset(r->db2, 0, sizeof r->db2);
@@ -461,7 +463,7 @@ static void mlp_reference(const double *x, const double *w1, const double *b1, c
         }
     for (int n = 0; n < N; n++)
         for (int j = 0; j < H; j++) {
-            double dh = h[n * H + j] > 0 ? da[n * H + j] : 0;
+            double dh = h[n * H + j] > 0 ? bf(da[n * H + j]) : 0;
             r->db1[j] += dh;
             for (int k = 0; k < D; k++) r->dw1[j * D + k] += dh * bf(x[n * D + k]);
         }
