@@ -172,12 +172,9 @@ ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor *
  * dtype, as ct_linear does. It keeps for the backward what the three ops would (x, the
  * pre-activation and the activation; while ct_set_recompute_enabled is on, the activation
  * is made again from the pre-activation in the backward, and the forward makes it with
- * GELU's kernel too, for the same bits), and its gradients are theirs. On
- * CUDA, for the tanh form in float32, float16 or bfloat16, the first GEMM applies the
- * bias and GELU in its epilogue (cuBLASLt's GELU_AUX_BIAS, which also writes the
- * pre-activation), and in the backward the GEMM of the hidden gradient applies GELU's
- * derivative and sums b_in's gradient in its epilogue (DGELU_BGRAD): no separate GELU
- * pass either way. Other calls, and the CPU, run the GEMMs and GELU's kernels in turn. */
+ * GELU's kernel too, for the same bits), and its gradients are theirs, with one node
+ * for the three ops. It runs the GEMMs (the bias in the first one's epilogue on CUDA),
+ * GELU's kernels and the row sums in turn, on every device. */
 ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor *w_out,
                        ct_tensor *b_out, ct_gelu_approx approximate);
 /* The gradient of ct_mlp_gelu's pre-activation pre [..., hidden] from grad_y [..., out]

@@ -38,15 +38,12 @@
  * grad_y^T, whose sums over k are the bias gradient), so grad_y is read once
  * for both gradients instead of once more by a column sum.
  *
- * The GELU MLP's two GEMMs around its activation take GELU into their
- * epilogues (tanh form): LINEAR_GELU's adds the bias, writes the sum as the
- * aux matrix (the pre-activation the backward reads) and GELU of it as the
- * output (GELU_AUX_BIAS); LINEAR_DGELU's multiplies the product by GELU's
- * derivative at the aux matrix and sums the result's rows into the bias
- * gradient (DGELU_BGRAD). Neither activation nor its gradient is a pass of
- * its own. Calls an epilogue cannot take (the exact form, float64, empty or
- * unaligned operands, no algorithm) run the composite kernels
- * (src/dispatch/compose.c). */
+ * LINEAR_GELU and LINEAR_DGELU run their composite kernels
+ * (src/dispatch/compose.c): the GEMM (with the bias epilogue), GELU or its
+ * gradient, and the row sums. cuBLASLt's GELU epilogues were tried: on the
+ * H200, DGELU_BGRAD took 4x the plain GEMM, and the MLP's bf16 gradients
+ * through GELU_AUX_BIAS and DGELU disagreed with the composite
+ * (docs/BENCHMARKS.md, 2026-12-05). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <limits.h>
@@ -63,37 +60,18 @@
 
 /* The epilogues cten asks cuBLASLt for. */
 typedef enum lt_epi {
-    EPI_BIAS,          /* D = A B + bias */
-    EPI_BGRADB,        /* D = A B, and the bias gradient: the sums of op(A) over k */
-    EPI_GELU_AUX,      /* D = gelu(A B), aux = A B */
-    EPI_GELU_AUX_BIAS, /* D = gelu(A B + bias), aux = A B + bias */
-    EPI_DGELU,         /* D = gelu'(aux) * (A B) */
-    EPI_DGELU_BGRAD    /* the same, and the bias gradient: the sums of D over n */
+    EPI_BIAS,  /* D = A B + bias */
+    EPI_BGRADB /* D = A B, and the bias gradient: the sums of op(A) over k */
 } lt_epi;
 
-static bool epi_has_vec(lt_epi e) { return e != EPI_GELU_AUX && e != EPI_DGELU; }
-static bool epi_has_aux(lt_epi e) { return e >= EPI_GELU_AUX; }
-
 static cublasLtEpilogue_t epi_lt(lt_epi e) {
-    switch (e) {
-    case EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADB;
-    case EPI_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
-    case EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    default: return CUBLASLT_EPILOGUE_BIAS;
-    }
+    return e == EPI_BGRADB ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;
 }
 
 static const char *epi_routine(lt_epi e, bool tf32) {
     static const char *const names[][2] = {
         {"cublasLtMatmul, bias epilogue", "cublasLtMatmul, bias epilogue (tf32)"},
-        {"cublasLtMatmul, bias-gradient epilogue", "cublasLtMatmul, bias-gradient epilogue (tf32)"},
-        {"cublasLtMatmul, GELU epilogue", "cublasLtMatmul, GELU epilogue (tf32)"},
-        {"cublasLtMatmul, bias and GELU epilogue", "cublasLtMatmul, bias and GELU epilogue (tf32)"},
-        {"cublasLtMatmul, GELU-gradient epilogue", "cublasLtMatmul, GELU-gradient epilogue (tf32)"},
-        {"cublasLtMatmul, GELU-gradient and bias-gradient epilogue",
-         "cublasLtMatmul, GELU-gradient and bias-gradient epilogue (tf32)"}};
+        {"cublasLtMatmul, bias-gradient epilogue", "cublasLtMatmul, bias-gradient epilogue (tf32)"}};
     return names[e][tf32];
 }
 
@@ -101,7 +79,7 @@ typedef struct lt_key {
     ct_dtype dt, odt;
     bool tf32;
     lt_epi epi;
-    uint32_t vec_align; /* the vector's and aux matrix's alignment: 256 or 16 bytes */
+    uint32_t vec_align; /* the vector's alignment: 256 or 16 bytes */
     cublasOperation_t ta, tb;
     int64_t n, k, m, lda, ldb, ldc;
 } lt_key;
@@ -419,8 +397,8 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t ty, cubla
 
 /* Builds p for key (column-major: D [m, n] = op(B) [m, k] op(A) [k, n]
  * with key->epi's epilogue, whose bias vector is [m], but BGRADB's [n], the
- * sums of op(A) over k; the vector has D's dtype, an aux matrix D's leading
- * dim); p->ok false when cuBLASLt has no algorithm for it. */
+ * sums of op(A) over k, in D's dtype); p->ok false when cuBLASLt has no
+ * algorithm for it. */
 static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
     memset(p, 0, sizeof *p);
     p->used = true;
@@ -437,23 +415,16 @@ static cublasStatus_t plan_build(blas_dev *d, lt_plan *p, const lt_key *key) {
                                            sizeof key->ta);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (s == CUBLAS_STATUS_SUCCESS && epi_has_vec(key->epi))
+    if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &oty,
                                            sizeof oty);
-    if (s == CUBLAS_STATUS_SUCCESS && epi_has_aux(key->epi))
-        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                           &key->ldc, sizeof key->ldc);
-    /* The heuristic reads the vector's and the aux matrix's alignment from
-     * their pointers: an address aligned as the key says and no more, so the
-     * algorithm chosen serves every call of the key (run_lt_gemm sets the
-     * call's own pointers). */
+    /* The heuristic reads the vector's alignment from its pointer: an address
+     * aligned as the key says and no more, so the algorithm chosen serves
+     * every call of the key (run_lt_gemm sets the call's own pointer). */
     void *probe = (void *)(uintptr_t)key->vec_align;
-    if (s == CUBLAS_STATUS_SUCCESS && epi_has_vec(key->epi))
+    if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe,
                                            sizeof probe);
-    if (s == CUBLAS_STATUS_SUCCESS && epi_has_aux(key->epi))
-        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                           &probe, sizeof probe);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->la, ty, key->tb, key->m, key->k, key->ldb);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lb, ty, key->ta, key->k, key->n, key->lda);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&p->lc, oty, CUBLAS_OP_N, key->m, key->n, key->ldc);
@@ -511,21 +482,15 @@ static lt_plan *plan_for(blas_dev *d, const gemm *g, bool tf32, lt_epi epi, uint
 }
 
 /* g's product through cuBLASLt with epilogue epi, reading or writing vec
- * (the bias or its gradient) and aux (the pre-activation) as epi asks. False
- * (nothing queued) when g has no plan; *st a launch's failure. */
-static bool run_lt_gemm(blas_dev *d, const gemm *g, bool tf32, lt_epi epi, void *vec, void *aux,
-                        void *work, cudaStream_t stream, const char **routine, ct_status *st) {
+ * (the bias or its gradient). False (nothing queued) when g has no plan; *st
+ * a launch's failure. */
+static bool run_lt_gemm(blas_dev *d, const gemm *g, bool tf32, lt_epi epi, void *vec, void *work,
+                        cudaStream_t stream, const char **routine, ct_status *st) {
     /* the caching allocator's blocks are 256-byte aligned; a view may be 16 */
-    bool a256 = (uintptr_t)vec % 256 == 0 && (uintptr_t)aux % 256 == 0;
-    lt_plan *p = plan_for(d, g, tf32, epi, a256 ? 256 : 16);
+    lt_plan *p = plan_for(d, g, tf32, epi, (uintptr_t)vec % 256 == 0 ? 256 : 16);
     if (!p) return false;
-    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-    if (epi_has_vec(epi))
-        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
-                                           sizeof vec);
-    if (s == CUBLAS_STATUS_SUCCESS && epi_has_aux(epi))
-        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                           &aux, sizeof aux);
+    cublasStatus_t s =
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec);
     float one = 1, zero = 0;
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmul(d->lt, p->desc, &one, g->b.p, p->la, g->a.p, p->lb, &zero, g->c.p,
@@ -633,8 +598,8 @@ static ct_status k_gemm_call(ct_call *call, int ia, ct_tensor *input, double bet
         bool tf32 = g.dt == CT_F32 && ct_allow_tf32();
         bool done = false;
         if (st == CT_OK && bias)
-            done = run_lt_gemm(d, &g, tf32, EPI_BIAS, cti_data(input), NULL, cti_data(work),
-                               stream, &call->routine, &st);
+            done = run_lt_gemm(d, &g, tf32, EPI_BIAS, cti_data(input), cti_data(work), stream,
+                               &call->routine, &st);
         /* an input that is the output itself (an accumulation in place) needs no copy */
         if (st == CT_OK && !done && with_input && !same_view(input, o)) st = device_copy(o, input);
         if (st == CT_OK && !done) {
@@ -665,7 +630,7 @@ static ct_status k_addmm(ct_call *c) {
     return k_gemm_call(c, 1, c->in[0], p->beta, p->alpha);
 }
 
-/* ---- the GELU MLP's GEMMs -------------------------------------------------------------- */
+/* ---- linear's weight and bias gradients ------------------------------------------------- */
 
 /* g for the 2-d product a [n, k] @ b [k, m] into o ([n, m], rows
  * contiguous) when an epilogue can run on it as it lies: a float dtype of
@@ -686,26 +651,9 @@ static bool epilogue_gemm(const char *op, ct_tensor *a, ct_tensor *b, ct_tensor 
     return g->m <= 1 || o->stride[1] == 1;
 }
 
-/* Whether aux ([n, m]) lies as g's output does (the leading dim the plan
- * gives the aux matrix, which cuBLASLt wants a multiple of 8), 16-byte
- * aligned. */
-static bool aux_like_output(const gemm *g, const ct_tensor *aux) {
-    return (g->n <= 1 || aux->stride[0] == g->ldc) && (g->m <= 1 || aux->stride[1] == 1) &&
-           g->ldc % 8 == 0 && aligned16(cti_data(aux));
-}
-
-/* Whether vec (NULL: none) can be g's epilogue vector: in the output's
- * dtype, as cuBLASLt takes it, and a bias row broadcast down the rows
- * ([n, m]) or a packed gradient (1-d). */
-static bool vec_fits(const gemm *g, const ct_tensor *vec) {
-    if (!vec) return true;
-    if (vec->dtype != g->odt) return false;
-    return vec->ndim == 2 ? row_vector(g, vec) : vec->shape[0] <= 1 || vec->stride[0] == 1;
-}
-
 /* Runs g through cuBLASLt with epilogue epi for call c: *done false, and
  * nothing queued, when cuBLASLt has no algorithm for it. */
-static ct_status run_epilogue(ct_call *c, gemm *g, lt_epi epi, void *vec, void *aux, bool *done) {
+static ct_status run_epilogue(ct_call *c, gemm *g, lt_epi epi, void *vec, bool *done) {
     *done = false;
     cudaStream_t stream;
     if (cti_cuda_begin(g->op, g->dev, &stream) != CT_OK) return ct_last_status();
@@ -716,60 +664,31 @@ static ct_status run_epilogue(ct_call *c, gemm *g, lt_epi epi, void *vec, void *
     blas_dev *d = blas_lock(g, stream, &h, &st);
     bool tf32 = g->dt == CT_F32 && ct_allow_tf32();
     if (st == CT_OK)
-        *done = run_lt_gemm(d, g, tf32, epi, vec, aux, cti_data(work), stream, &c->routine, &st);
+        *done = run_lt_gemm(d, g, tf32, epi, vec, cti_data(work), stream, &c->routine, &st);
     pthread_mutex_unlock(&d->lock);
     if (st == CT_OK && *done) st = cti_cuda_launched(g->op, g->dev, ct_op_name(c->op));
     ct_tensor_release(work); /* its reuse is ordered after the GEMM on the stream */
     return st;
 }
 
-/* c's product in[ia] [n, k] @ in[ia + 1] [k, m] into out[0] through
- * epilogue epi, which reads or writes vec (a bias broadcast down the rows as
- * [n, m], or a gradient vector [m] or [n]) and aux ([n, m], laid out as the
- * output) where it has them, when take holds and the operands allow; else
- * fallback, the op's composite kernel. */
-static ct_status with_epilogue(ct_call *c, bool take, int ia, lt_epi epi, ct_tensor *vec,
-                               ct_tensor *aux, cti_kernel_fn fallback) {
+/* LINEAR_BACKWARD_WEIGHT: in[0] a [n, k] (grad_y^T), in[1] [k, m]. Both
+ * gradients asked, in one dtype (float32 from float16/bfloat16 operands when
+ * both are widened), a packed bias gradient: one GEMM whose bias-gradient
+ * epilogue sums a's rows as it reads them (cuBLASLt's B, summed over k: the
+ * operands go in swapped). Else, or without an algorithm, the composite. */
+static ct_status k_linear_backward_weight(ct_call *c) {
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
+    ct_tensor *db = c->out[1];
     gemm g;
-    if (take && epilogue_gemm(op, c->in[ia], c->in[ia + 1], c->out[0], &g) && vec_fits(&g, vec) &&
-        (!aux || aux_like_output(&g, aux)) &&
-        lt_operands(&g, cti_data(vec ? vec : aux ? aux : c->out[0]))) {
+    if (c->out[0] && db && db->dtype == c->out[0]->dtype &&
+        (db->shape[0] <= 1 || db->stride[0] == 1) &&
+        epilogue_gemm(op, c->in[0], c->in[1], c->out[0], &g) && lt_operands(&g, cti_data(db))) {
         bool done;
-        ct_status st = run_epilogue(c, &g, epi, vec ? cti_data(vec) : NULL,
-                                    aux ? cti_data(aux) : NULL, &done);
+        ct_status st = run_epilogue(c, &g, EPI_BGRADB, cti_data(db), &done);
         if (st != CT_OK || done) return st;
     }
-    return fallback(c);
-}
-
-/* LINEAR_GELU: the tanh form as one GEMM whose epilogue adds the bias,
- * writes the sum to pre (aux) and GELU of it to the output. */
-static ct_status k_linear_gelu(ct_call *c) {
-    bool tanh = CTI_PARAMS(c, cti_pointwise_params)->approximate == CT_GELU_TANH;
-    ct_tensor *bias = c->in[0];
-    return with_epilogue(c, tanh, 1, bias ? EPI_GELU_AUX_BIAS : EPI_GELU_AUX, bias, c->out[1],
-                         cti_compose_linear_gelu);
-}
-
-/* LINEAR_BACKWARD_WEIGHT: in[0] a [n, k] (grad_y^T), in[1] [k, m]. Both
- * gradients asked: one GEMM whose bias-gradient epilogue sums a's rows as
- * it reads them (cuBLASLt's B, summed over k: the operands go in swapped),
- * in the weight gradient's dtype (float32 from float16/bfloat16 operands
- * when both are widened). */
-static ct_status k_linear_backward_weight(ct_call *c) {
-    return with_epilogue(c, c->out[0] && c->out[1], 0, EPI_BGRADB, c->out[1], NULL,
-                         cti_compose_linear_backward_weight);
-}
-
-/* LINEAR_DGELU: the tanh form as one GEMM whose epilogue multiplies by
- * gelu'(pre) and, when asked, sums the rows into out[1]. */
-static ct_status k_linear_dgelu(ct_call *c) {
-    bool tanh = CTI_PARAMS(c, cti_pointwise_params)->approximate == CT_GELU_TANH;
-    ct_tensor *db = c->out[1];
-    return with_epilogue(c, tanh, 0, db ? EPI_DGELU_BGRAD : EPI_DGELU, db, c->in[2],
-                         cti_compose_linear_dgelu);
+    return cti_compose_linear_backward_weight(c);
 }
 
 void cti_cuda_register_blas(void) {
@@ -786,14 +705,9 @@ void cti_cuda_register_blas(void) {
         cti_register_kernel(CT_OP_ADDMM, CT_DEVICE_CUDA, kinds[i].dt, k_addmm, kinds[i].name);
         cti_register_kernel(CT_OP_LINEAR_BACKWARD_WEIGHT, CT_DEVICE_CUDA, kinds[i].dt,
                             k_linear_backward_weight, kinds[i].name);
-        /* float64 has no epilogue: the composite */
-        bool f64 = kinds[i].dt == CT_F64;
         cti_register_kernel(CT_OP_LINEAR_GELU, CT_DEVICE_CUDA, kinds[i].dt,
-                            f64 ? cti_compose_linear_gelu : k_linear_gelu,
-                            f64 ? "composite: gemm, gelu" : "cublasLtMatmul, GELU epilogue");
+                            cti_compose_linear_gelu, "composite: gemm, gelu");
         cti_register_kernel(CT_OP_LINEAR_DGELU, CT_DEVICE_CUDA, kinds[i].dt,
-                            f64 ? cti_compose_linear_dgelu : k_linear_dgelu,
-                            f64 ? "composite: gemm, gelu_backward, sum"
-                                : "cublasLtMatmul, GELU-gradient epilogue");
+                            cti_compose_linear_dgelu, "composite: gemm, gelu_backward, sum");
     }
 }
