@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "test_fixture.h"
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
@@ -900,15 +901,15 @@ static void test_pool_errors(void **state) {
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv_random),        cmocka_unit_test(test_conv_paths),
-        cmocka_unit_test(test_conv_winograd),
-        cmocka_unit_test(test_conv_direct),
-        cmocka_unit_test(test_conv_known_values),  cmocka_unit_test(test_conv_empty_batch),
-        cmocka_unit_test(test_conv_errors),        cmocka_unit_test(test_max_pool_random),
-        cmocka_unit_test(test_avg_pool_random),    cmocka_unit_test(test_adaptive_pool_random),
-        cmocka_unit_test(test_pool_known_values),  cmocka_unit_test(test_max_pool_f32_path_ties_nan),
-        cmocka_unit_test(test_pool_errors),
-        cmocka_unit_test(test_geometry_overflow),
+        cmocka_unit_test_setup_teardown(test_conv_random, setup, teardown),        cmocka_unit_test_setup_teardown(test_conv_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv_winograd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv_direct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv_known_values, setup, teardown),  cmocka_unit_test_setup_teardown(test_conv_empty_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conv_errors, setup, teardown),        cmocka_unit_test_setup_teardown(test_max_pool_random, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_avg_pool_random, setup, teardown),    cmocka_unit_test_setup_teardown(test_adaptive_pool_random, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_known_values, setup, teardown),  cmocka_unit_test_setup_teardown(test_max_pool_f32_path_ties_nan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_geometry_overflow, setup, teardown),
     };
     return tu_run_tests(tests);
 }

@@ -425,9 +425,12 @@ static int lbw_run(const pcase *pc, ct_dtype dt, int v, ct_device dev, ct_tensor
 /* ---- the GELU MLP ---------------------------------------------------------------------------------
  * ct_mlp_gelu forward and backward (LINEAR_GELU's case: the output and the five
  * gradients) and ct_mlp_gelu_backward_hidden (LINEAR_DGELU's). Variants: 0 [64, 32] ->
- * 64 -> 24, tanh, biases (aligned operands), 1 the same with
- * the exact form (composite), 2 leading dims [3, 5] and odd widths 33 -> 17 -> 5
- * (composite), 3 non-contiguous, 4 no biases (the epilogues without them), 5 no rows. */
+ * 64 -> 24, tanh, biases (aligned operands), 1 the same with the exact form, 2 leading
+ * dims [3, 5] and odd widths 33 -> 17 -> 5, 3 non-contiguous, 4 no biases, 5 no rows.
+ * LINEAR_GELU's atol: w_in's gradient sums products over the rows that cancel,
+ * with entries up to about 200; in variant 3 the CPU's bfloat16 gradient was
+ * off float64's by up to 1.3 and float16's by 0.11 over 300 seeds, so two
+ * devices may differ by twice that on a small entry. */
 static const int64_t mlp_shapes[6][5] = {{0, 64, 32, 64, 24}, {0, 64, 32, 64, 24},
                                          {5, 3, 33, 17, 5},   {0, 20, 16, 32, 8},
                                          {0, 48, 16, 32, 16}, {0, 0, 16, 32, 8}};
@@ -646,7 +649,7 @@ static const pcase cases[] = {
     MM(BMM),
     MM(ADDMM),
     {CT_OP_LINEAR_BACKWARD_WEIGHT, 7, lbw_inputs, lbw_run, NULL, NULL, NULL, F_RANGE(-1, 1), 5},
-    {CT_OP_LINEAR_GELU, 6, mlp_inputs, mlp_run, NULL, NULL, NULL, F_RANGE(-1, 1), 20},
+    {CT_OP_LINEAR_GELU, 6, mlp_inputs, mlp_run, NULL, NULL, NULL, F_RANGE(-1, 1), 100},
     {CT_OP_LINEAR_DGELU, 6, dgelu_inputs, dgelu_run, NULL, NULL, NULL, F_RANGE(-1, 1), 10},
     {CT_OP_RAND_UNIFORM, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},
     {CT_OP_RAND_NORMAL, 2, no_inputs, random_run, NULL, NULL, NULL, F_RANGE(0, 1), 1},

@@ -9,6 +9,7 @@
 
 #include "dispatch/dispatch_impl.h"
 #include "test_util.h"
+#include "test_fixture.h"
 
 /* Part of every OpenBLAS build; the library under test switched its kernels. */
 char *openblas_get_corename(void);
@@ -972,6 +973,14 @@ static void check_hidden_grad(ct_tensor *g, ct_tensor *w, ct_tensor *pre, ct_gel
             ct_tensor_release(db);
         }
     }
+    /* inside a scope the results are the scope's: its end leaves nothing */
+    cti_alloc_stats before = cti_get_alloc_stats();
+    ct_scope *sc = ct_scope_begin();
+    ct_tensor *d = NULL, *db = NULL;
+    assert_int_equal(ct_mlp_gelu_backward_hidden(g, w, pre, a, &d, &db), CT_OK);
+    assert_int_equal(ct_mlp_gelu_backward_hidden(g, w, pre, a, &d, NULL), CT_OK);
+    ct_scope_end(sc);
+    assert_true(same_stats(before, cti_get_alloc_stats()));
     double *all[] = {vg, vw, vp, rd, md, rb, mb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
@@ -1266,27 +1275,27 @@ static void test_threads(void **state) {
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_blas_kernels),
-        cmocka_unit_test(test_mm_shapes),
-        cmocka_unit_test(test_mm_k0_zeros),
-        cmocka_unit_test(test_mm_layouts),
-        cmocka_unit_test(test_matmul_shapes),
-        cmocka_unit_test(test_matmul_batched_views),
-        cmocka_unit_test(test_bmm_broadcast_no_copy),
-        cmocka_unit_test(test_bmm),
-        cmocka_unit_test(test_addmm),
-        cmocka_unit_test(test_addmm_beta0_nan),
-        cmocka_unit_test(test_addmm_no_copy),
-        cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_linear_backward_weight),
-        cmocka_unit_test(test_linear_backward_weight_errors),
-        cmocka_unit_test(test_mlp_gelu),
-        cmocka_unit_test(test_mlp_gelu_gradcheck),
-        cmocka_unit_test(test_mlp_gelu_backward_hidden),
-        cmocka_unit_test(test_mlp_gelu_errors),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_no_leaks),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test_setup_teardown(test_blas_kernels, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mm_shapes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mm_k0_zeros, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mm_layouts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_matmul_shapes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_matmul_batched_views, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bmm_broadcast_no_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bmm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_addmm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_addmm_beta0_nan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_addmm_no_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linear, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linear_backward_weight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linear_backward_weight_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mlp_gelu, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mlp_gelu_gradcheck, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mlp_gelu_backward_hidden, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mlp_gelu_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_leaks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
     };
     return tu_run_tests(tests);
 }

@@ -24,6 +24,7 @@
 #include <limits.h>
 
 #include "test_util.h"
+#include "test_fixture.h"
 
 #include "dispatch/dispatch_impl.h"
 
@@ -221,6 +222,6 @@ static void test_module(void **state) {
 
 int main(int argc, char **argv) {
     scenario = argc > 1 ? argv[1] : "default";
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_module)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test_setup_teardown(test_module, setup, teardown)};
     return cmocka_run_group_tests_name(scenario, tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include "core/tensor_impl.h"
 #include "dispatch/dispatch_impl.h"
 #include "test_util.h"
+#include "test_fixture.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -1246,30 +1247,30 @@ static void test_softmax_nonfinite(void **state) {
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rms_norm),
-        cmocka_unit_test(test_rms_norm_large_deterministic),
-        cmocka_unit_test(test_rms_norm_streaming),
-        cmocka_unit_test(test_softmax_xent_streaming),
-        cmocka_unit_test(test_layer_norm),
-        cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_softmax_stability),
-        cmocka_unit_test(test_cross_entropy),
-        cmocka_unit_test(test_nll_loss),
-        cmocka_unit_test(test_cross_entropy_all_ignored),
-        cmocka_unit_test(test_cross_entropy_row_statistics),
-        cmocka_unit_test(test_mse_loss),
-        cmocka_unit_test(test_log_softmax_large_max),
-        cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_embedding_int_weight),
-        cmocka_unit_test(test_dropout_values),
-        cmocka_unit_test(test_dropout_reproducible),
-        cmocka_unit_test(test_dropout_special),
-        cmocka_unit_test(test_norm_errors),
-        cmocka_unit_test(test_softmax_errors),
-        cmocka_unit_test(test_loss_errors),
-        cmocka_unit_test(test_embedding_dropout_errors),
-        cmocka_unit_test(test_softmax_nonfinite),
-        cmocka_unit_test(test_no_leaks),
+        cmocka_unit_test_setup_teardown(test_rms_norm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rms_norm_large_deterministic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rms_norm_streaming, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_softmax_xent_streaming, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layer_norm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_softmax, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_softmax_stability, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_entropy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nll_loss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_entropy_all_ignored, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_entropy_row_statistics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mse_loss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_softmax_large_max, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_embedding, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_int_weight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dropout_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dropout_reproducible, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dropout_special, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_norm_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_softmax_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loss_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_dropout_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_softmax_nonfinite, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_leaks, setup, teardown),
     };
     return tu_run_tests(tests);
 }

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "test_fixture.h"
 #include "core/tensor_impl.h"
 
 typedef enum tkind {
@@ -906,24 +907,24 @@ static void test_thread_count_independence(void **st) {
 int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sum),
-        cmocka_unit_test(test_mean),
-        cmocka_unit_test(test_prod),
-        cmocka_unit_test(test_var),
-        cmocka_unit_test(test_std),
-        cmocka_unit_test(test_norm),
-        cmocka_unit_test(test_max_min_dim),
-        cmocka_unit_test(test_argmax_argmin),
-        cmocka_unit_test(test_all_extremes),
-        cmocka_unit_test(test_large_paths),
-        cmocka_unit_test(test_sum_accuracy_f32),
-        cmocka_unit_test(test_sum_accuracy_half),
-        cmocka_unit_test(test_var_stability),
-        cmocka_unit_test(test_nan),
-        cmocka_unit_test(test_ties),
-        cmocka_unit_test(test_empty_and_scalars),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_thread_count_independence),
+        cmocka_unit_test_setup_teardown(test_sum, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mean, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prod, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_var, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_std, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_norm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_min_dim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_argmax_argmin, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_extremes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sum_accuracy_f32, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sum_accuracy_half, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_var_stability, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ties, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_and_scalars, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_thread_count_independence, setup, teardown),
     };
     return tu_run_tests(tests);
 }

@@ -1355,7 +1355,10 @@ ct_tensor *ct_clamp_tensor(ct_tensor *x, ct_tensor *min, ct_tensor *max) {
     ct_tensor *all[3] = {x, min ? min : x, max ? max : x};
     if (cti_result_type(3, all) == CT_BOOL)
         return cti_error_null(CT_ERR_DTYPE, "%s: not supported for bool tensors", name);
-    ct_tensor *lo = min ? ct_maximum(x, min) : ct_tensor_retain(x);
+    /* without min, x goes to minimum as it is: a retain and release of it
+     * would take it out of the caller's scope */
+    if (!min) return ct_minimum(x, max);
+    ct_tensor *lo = ct_maximum(x, min);
     if (!lo || !max) return lo;
     ct_tensor *r = ct_minimum(lo, max);
     ct_tensor_release(lo);

@@ -669,13 +669,13 @@ ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_te
     ct_tensor_release(g2);
     ct_tensor_release(p2);
     /* pre's shape: a view of the rows, through which the node that refuses
-     * a double backward is still reached */
-    ct_tensor *d = st != CT_OK ? NULL
-                   : nd == 2   ? ct_tensor_retain(d2)
-                               : ct_reshape(d2, nd, pre->shape);
-    ct_tensor_release(d2);
-    if (!d) {
-        st = ct_last_status();
+     * a double backward is still reached. d2 itself when it has that shape:
+     * a retain and release of it would take it out of the caller's scope. */
+    ct_tensor *d = st != CT_OK || nd == 2 ? d2 : ct_reshape(d2, nd, pre->shape);
+    if (d != d2) ct_tensor_release(d2);
+    if (st != CT_OK || !d) {
+        st = st != CT_OK ? st : ct_last_status();
+        ct_tensor_release(d);
         ct_tensor_release(db);
         return st;
     }
