@@ -1254,12 +1254,6 @@ static void test_widened_mlp_grads(void **state) {
 }
 
 /* How many times needle occurs in s. */
-static int count_of(const char *s, const char *needle) {
-    int n = 0;
-    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) n++;
-    return n;
-}
-
 /* cross_entropy on bfloat16/float16 logits in a region reads them as they are: no cast of the
  * logits and none of their gradient, and bit for bit what the cast path gives (the float32
  * loss of the logits cast to float32; their float32 gradient rounded once), for each
@@ -1301,7 +1295,7 @@ static void test_cross_entropy_reads_logits(void **state) {
                     ok(ct_backward(sum, NULL, false));
                     ct_tensor_release(sum);
                     char *log = tu_trace_end(&t);
-                    copies[k] = count_of(log, "] copy ");
+                    copies[k] = tu_trace_lines(log, "] copy ", NULL);
                     free(log);
                     assert_int_equal(ct_tensor_dtype(ct_grad(z[k])), dts[di]);
                 }
@@ -1357,7 +1351,7 @@ static int step_ops(ct_dtype amp) {
         ok(ct_optim_step(opt));
         ct_scope_end(sc);
         char *log = tu_trace_end(&t);
-        ops = count_of(log, "[cten] ");
+        ops = tu_trace_lines(log, "[cten] ", NULL);
         free(log);
     }
     ct_tensor *ts[2] = {x, y};

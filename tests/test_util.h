@@ -221,6 +221,20 @@ static inline char *tu_trace_end(tu_trace *t) {
     return buf;
 }
 
+/* The number of lines of a trace that hold a, and b too unless b is NULL. */
+static inline int tu_trace_lines(const char *log, const char *a, const char *b) {
+    int n = 0;
+    for (const char *l = log; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+        if (strstr(line, a) && (!b || strstr(line, b))) n++;
+        l = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
 /* The unit roundoff of dt: half the distance from 1 to the next value. */
 static inline double tu_unit_roundoff(ct_dtype dt) {
     switch (dt) {
