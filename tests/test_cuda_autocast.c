@@ -593,6 +593,58 @@ static void test_widened_weight_grads(void **state) {
         }
 }
 
+/* ct_mlp_gelu's four float32 parameters through a region's casts get float32 gradients on the
+ * GPU with no conversion after: b_in's from the pass that folds gelu's backward into the row
+ * sums (hidden width a multiple of 8) or the composite's row sum (33), storing its float32
+ * accumulators; they match the CPU's within the rounding of the half hidden gradient. */
+static void test_widened_mlp_grads(void **state) {
+    (void)state;
+    static const ct_dtype dts[2] = {CT_BF16, CT_F16};
+    static const int64_t dims[2][4] = {{64, 32, 64, 24}, {37, 24, 33, 16}}; /* rows, in, hidden, out */
+    for (int di = 0; di < 2; di++)
+        for (int s = 0; s < 2; s++) {
+            ct_scope *sc = ct_scope_begin();
+            const int64_t *d = dims[s];
+            ct_tensor *x = tu_rand(CT_SHAPE(d[0], d[1]), CT_F32, -1, 1, NULL);
+            ct_tensor *g = tu_rand(CT_SHAPE(d[0], d[3]), dts[di], -1, 1, NULL);
+            ct_tensor *p0[4] = {tu_rand(CT_SHAPE(d[2], d[1]), CT_F32, -0.5, 0.5, NULL),
+                                tu_rand(CT_SHAPE(d[2]), CT_F32, -0.5, 0.5, NULL),
+                                tu_rand(CT_SHAPE(d[3], d[2]), CT_F32, -0.5, 0.5, NULL),
+                                tu_rand(CT_SHAPE(d[3]), CT_F32, -0.5, 0.5, NULL)};
+            ct_tensor *p[2][4];
+            for (int k = 0; k < 2; k++) {
+                ct_device dev = k ? CT_CUDA(0) : CT_CPU;
+                for (int i = 0; i < 4; i++) {
+                    p[k][i] = checked(ct_to_device(p0[i], dev));
+                    ok(ct_requires_grad_(p[k][i], true));
+                }
+                ok(ct_autocast_begin(dev, dts[di]));
+                ct_tensor *y = checked(ct_mlp_gelu(checked(ct_to_device(x, dev)), p[k][0], p[k][1],
+                                                   p[k][2], p[k][3], CT_GELU_TANH));
+                ok(ct_autocast_end());
+                tu_trace t = tu_trace_begin();
+                ok(ct_backward(y, checked(ct_to_device(g, dev)), false));
+                if (k) ok(ct_cuda_synchronize(0));
+                char *log = tu_trace_end(&t);
+                int f32_copies = tu_trace_lines(log, "] copy ", " float32 ");
+                if (f32_copies) fprintf(stderr, "a conversion to float32:\n%s", log);
+                assert_int_equal(f32_copies, 0);
+                if (k && s == 0)
+                    assert_int_equal(tu_trace_lines(log, "gelu_backward folded into the row sums",
+                                                    NULL),
+                                     1);
+                free(log);
+                for (int i = 0; i < 4; i++)
+                    assert_int_equal(ct_tensor_dtype(ct_grad(p[k][i])), CT_F32);
+            }
+            const char *names[4] = {"w_in's gradient", "b_in's gradient", "w_out's gradient",
+                                    "b_out's gradient"};
+            for (int i = 0; i < 4; i++)
+                expect_close_tol(names[i], ct_grad(p[1][i]), ct_grad(p[0][i]), tu_rtol(dts[di]));
+            ct_scope_end(sc);
+        }
+}
+
 /* cross_entropy in a region on float16/bfloat16 logits reads them as they are on the GPU too:
  * a float32 loss and the logits' gradient in their dtype, as the CPU gives them, with no copy
  * (cast) in the forward or the backward; every reduction, with label smoothing and an ignored
@@ -654,6 +706,7 @@ int main(void) {
         T(test_recompute_block),
         T(test_lasting_casts),
         T(test_widened_weight_grads),
+        T(test_widened_mlp_grads),
         T(test_cross_entropy_reads_logits),
     };
 #undef T

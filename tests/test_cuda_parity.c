@@ -829,10 +829,11 @@ static void test_cpu_scalar_operand(void **state) {
     }
 }
 
-/* The GELU MLP's paths: the trace of a bf16 GELU MLP of aligned widths names the composite
- * kernels for either form, and cuBLASLt's bias-gradient epilogue for the output
- * projection's weight and bias gradients. */
-static void test_mlp_epilogues_taken(void **state) {
+/* The GELU MLP's paths: the trace of a bf16 GELU MLP of aligned widths names, for either
+ * form, the forward's composite, the hidden gradient's pass that folds gelu's backward into
+ * b_in's row sums, and cuBLASLt's bias-gradient epilogue for the output projection's weight
+ * and bias gradients. */
+static void test_mlp_paths_taken(void **state) {
     (void)state;
     if (ngpu == 0) skip();
     for (int exact = 0; exact < 2; exact++) {
@@ -856,7 +857,7 @@ static void test_mlp_epilogues_taken(void **state) {
         char *log = tu_trace_end(&t);
         assert_int_equal(st, CT_OK);
         assert_non_null(strstr(log, "addmm, then gelu"));
-        assert_non_null(strstr(log, "mm, gelu_backward, then row sums"));
+        assert_non_null(strstr(log, "mm, then gelu_backward folded into the row sums"));
         /* the output projection's weight and bias gradients from one GEMM either way */
         assert_non_null(strstr(log, "cublasLtMatmul, bias-gradient epilogue"));
         free(log);
@@ -887,7 +888,7 @@ int main(int argc, char **argv) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_every_cuda_kernel_has_a_case),
-        T(test_mlp_epilogues_taken),
+        T(test_mlp_paths_taken),
 #define P(k) {"test_parity part " #k, test_parity, setup, teardown, (void *)&parity_part[k]}
         P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7),
 #undef P

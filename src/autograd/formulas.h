@@ -122,6 +122,12 @@ ct_tensor *cti_cross_entropy_backward_saved(ct_tensor *grad_loss, ct_tensor *log
 ct_status cti_linear_backward_weight_as(ct_tensor *grad_y, ct_tensor *x, ct_dtype dweight_dtype,
                                         ct_dtype dbias_dtype, ct_tensor **dweight,
                                         ct_tensor **dbias);
+/* ct_mlp_gelu_backward_hidden with db_in in db_dtype: pre's dtype or, when
+ * that is float16 or bfloat16, float32 (the row sums' float32 accumulators,
+ * unrounded), as above. */
+ct_status cti_mlp_gelu_backward_hidden_as(ct_tensor *grad_y, ct_tensor *w_out, ct_tensor *pre,
+                                          ct_gelu_approx approximate, ct_dtype db_dtype,
+                                          ct_tensor **dpre, ct_tensor **db_in);
 
 /* formulas_nn.c: add_rms_norm's and add_layer_norm's nodes run their backward op
  * (src/ops/nn.c) from the saved sum and statistics (stat1: rstd, layer_norm's only)

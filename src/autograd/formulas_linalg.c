@@ -202,7 +202,7 @@ CTI_BW(cti_bw_addmm) {
 
 /* ---- linear ------------------------------------------------------------------------ */
 
-/* The dtype to give input k's gradient in when it comes from a GEMM over g:
+/* The dtype to give input k's gradient in when it comes from a GEMM or row sum over g:
  * float32 where the engine lets it pass wide (an autocast cast of a float32
  * weight, cti_ag_grad_dtype) and g is float16/bfloat16, so the GEMM's
  * float32 accumulators are stored as they are, unrounded, with no cast
@@ -261,8 +261,8 @@ CTI_BW(cti_bw_linear) {
  * (when w_in needs grad), w_in (when x does), pre (when the hidden gradient or a
  * recomputed act is needed), act (when w_out needs grad and recomputation is off), w_out
  * (for the hidden gradient). The hidden gradient dpre = gelu'(pre) * (g @ w_out) and b_in's
- * gradient, its row sums, come from one call (on CUDA one GEMM whose epilogue applies
- * gelu' and sums). */
+ * gradient, its row sums (float32 when widened), come from one call (on CUDA the GEMM, then
+ * one pass that applies gelu' and sums). */
 CTI_BW(cti_bw_mlp_gelu) {
     ct_tensor *g = go[0];
     if (!g) return CT_OK;
@@ -293,7 +293,8 @@ CTI_BW(cti_bw_mlp_gelu) {
     SAVED(w_out, 4);
     SAVED(pre, 2);
     ct_tensor *dpre = NULL;
-    st = ct_mlp_gelu_backward_hidden(g2, w_out, pre, approx, &dpre, n->needs[2] ? &gi[2] : NULL);
+    st = cti_mlp_gelu_backward_hidden_as(g2, w_out, pre, approx, grad_dtype(n, 2, pre), &dpre,
+                                         n->needs[2] ? &gi[2] : NULL);
     ct_tensor_release(g2);
     if (st != CT_OK) return st;
     if (n->needs[1]) {

@@ -119,7 +119,9 @@ typedef struct cti_reduce_params {
  * and out[1] = pre = x @ w^T + bias, both [n, m] contiguous. LINEAR_DGELU:
  * in[0] grad_y [n, k], in[1] w [k, m], in[2] pre [n, m];
  * out[0] = gelu'(pre) * (grad_y @ w), the gradient of pre, [n, m]
- * contiguous, and out[1] (or NULL) its sums over the rows [m]. One dtype. */
+ * contiguous, and out[1] (or NULL) its sums over the rows [m]. One dtype,
+ * but out[1] may be float32 for float16/bfloat16 operands (a widened
+ * gradient, as LINEAR_BACKWARD_WEIGHT's). */
 typedef struct cti_gemm_params {
     double beta, alpha;
 } cti_gemm_params;

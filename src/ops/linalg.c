@@ -621,6 +621,13 @@ ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor
 ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_tensor *pre,
                                       ct_gelu_approx approximate, ct_tensor **dpre,
                                       ct_tensor **db_in) {
+    ct_dtype dt = pre ? pre->dtype : CT_F32;
+    return cti_mlp_gelu_backward_hidden_as(grad_y, w_out, pre, approximate, dt, dpre, db_in);
+}
+
+ct_status cti_mlp_gelu_backward_hidden_as(ct_tensor *grad_y, ct_tensor *w_out, ct_tensor *pre,
+                                          ct_gelu_approx approximate, ct_dtype db_dtype,
+                                          ct_tensor **dpre, ct_tensor **db_in) {
     static const char op[] = "ct_mlp_gelu_backward_hidden";
     if (dpre) *dpre = NULL;
     if (db_in) *db_in = NULL;
@@ -649,7 +656,7 @@ ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_te
     ct_tensor *g2 = rows_view(grad_y, rows, out);
     ct_tensor *p2 = rows_view(pre, rows, hidden);
     ct_tensor *d2 = cti_tensor_new(op, 2, (const int64_t[]){rows, hidden}, pre->dtype, dev);
-    ct_tensor *db = db_in ? cti_tensor_new(op, 1, &hidden, pre->dtype, dev) : NULL;
+    ct_tensor *db = db_in ? cti_tensor_new(op, 1, &hidden, db_dtype, dev) : NULL;
     if (!g2 || !p2 || !d2 || (db_in && !db)) {
         st = ct_last_status();
     } else {

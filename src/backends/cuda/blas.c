@@ -1,5 +1,5 @@
-/* CT_OP_MM, CT_OP_BMM, CT_OP_ADDMM, CT_OP_LINEAR_BACKWARD_WEIGHT,
- * CT_OP_LINEAR_GELU and CT_OP_LINEAR_DGELU for CUDA tensors through cuBLAS.
+/* CT_OP_MM, CT_OP_BMM, CT_OP_ADDMM, CT_OP_LINEAR_BACKWARD_WEIGHT and
+ * CT_OP_LINEAR_GELU for CUDA tensors through cuBLAS.
  *
  * The call record is the CPU kernels' (src/backends/cpu/linalg.c): in[A]
  * [batch..., n, k], in[B] [batch..., k, m], out [batch..., n, m] contiguous,
@@ -38,12 +38,12 @@
  * grad_y^T, whose sums over k are the bias gradient), so grad_y is read once
  * for both gradients instead of once more by a column sum.
  *
- * LINEAR_GELU and LINEAR_DGELU run their composite kernels
- * (src/dispatch/compose.c): the GEMM (with the bias epilogue), GELU or its
- * gradient, and the row sums. cuBLASLt's GELU epilogues were tried: on the
- * H200, DGELU_BGRAD took 4x the plain GEMM, and the MLP's bf16 gradients
- * through GELU_AUX_BIAS and DGELU disagreed with the composite
- * (docs/BENCHMARKS.md, 2026-12-05). */
+ * LINEAR_GELU runs its composite kernel (src/dispatch/compose.c): the GEMM
+ * with the bias epilogue, then GELU; LINEAR_DGELU's kernel (reduce.c) runs
+ * the GEMM here, then gelu's backward inside the bias gradient's row sums.
+ * cuBLASLt's GELU epilogues were tried: on the H200, DGELU_BGRAD took 4x the
+ * plain GEMM, and the MLP's bf16 gradients through GELU_AUX_BIAS and DGELU
+ * disagreed with the composite (docs/BENCHMARKS.md, 2026-12-05). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <limits.h>
@@ -707,7 +707,5 @@ void cti_cuda_register_blas(void) {
                             k_linear_backward_weight, kinds[i].name);
         cti_register_kernel(CT_OP_LINEAR_GELU, CT_DEVICE_CUDA, kinds[i].dt,
                             cti_compose_linear_gelu, "composite: gemm, gelu");
-        cti_register_kernel(CT_OP_LINEAR_DGELU, CT_DEVICE_CUDA, kinds[i].dt,
-                            cti_compose_linear_dgelu, "composite: gemm, gelu_backward, sum");
     }
 }

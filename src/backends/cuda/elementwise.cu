@@ -292,22 +292,8 @@ UOP(BITWISE_NOT, F_INT | F_BOOL, Same, if constexpr (isb<V>) return (V)!x; else 
 
 // Integer fmod/remainder: a zero divisor gives 0 (as the CPU's), -1 too (no overflow).
 BOP(ATAN2, F_FLOAT, Same, return matan2(a, b);)
-// gelu_backward: grad_out (a) times d/dx gelu(x) at x (b), as the CPU's (elementwise.c):
-// exact Phi(x) + x phi(x) with Phi through erfc, tanh PyTorch's formula; the x term is 0
-// where phi or 1 - t^2 is, so that x = +-inf gives the limits.
-BOP(GELU_BACKWARD, F_FLOAT, Same,
-    const V x = b, x2 = x * x;
-    V d;
-    if (p.gelu_tanh) {
-        const V k = (V)SQRT_2_OVER_PI, c = (V)0.044715;
-        const V t = mtanh(k * x * ((V)1 + c * x2)), s = (V)1 - t * t;
-        const V r = s > 0 ? x * s * (k * ((V)1 + (V)3 * c * x2)) : (V)0;
-        d = (V)0.5 * ((V)1 + t) + (V)0.5 * r;
-    } else {
-        const V pdf = mexp((V)-0.5 * x2) * (V)0.39894228040143267794;
-        d = (V)0.5 * merfc(-x * (V)SQRT1_2) + (pdf > 0 ? x * pdf : (V)0);
-    }
-    return a * d;)
+// gelu_backward: grad_out (a) times d/dx gelu(x) at x (b) (kernels.cuh's gelu_grad).
+BOP(GELU_BACKWARD, F_FLOAT, Same, return a * gelu_grad(b, p.gelu_tanh);)
 // threshold_backward: grad_out (a) where x (b) > threshold, else 0 (NaN x passes a).
 BOP(THRESHOLD_BACKWARD, F_FLOAT, Same, return b <= p.threshold ? (V)0 : a;)
 BOP(FMOD, F_FI, Same,

@@ -104,6 +104,33 @@ __device__ __forceinline__ typename dtype<D>::T convert(typename dtype<S>::T x) 
     return dtype<D>::enc(dtype<S>::dec(x));
 }
 
+// ---- activations' derivatives -----------------------------------------------------------
+// d/dx gelu(x) in V (float for f16/bf16/f32, double), as the CPU's (elementwise.c): the exact
+// form Phi(x) + x phi(x) with Phi through erfc, the tanh form PyTorch's formula; the x term
+// is 0 where phi or 1 - t^2 is, so that x = +-inf gives the limits. Shared by gelu_backward
+// and the reductions that fold it in (LINEAR_DGELU's row sums).
+template <class V> __device__ __forceinline__ V gelu_grad(V x, bool tanh_form) {
+    const V x2 = x * x;
+    if (tanh_form) {
+        const V k = (V)0.79788456080286535588, c = (V)0.044715;
+        V t;
+        if constexpr (std::is_same<V, float>::value) t = tanhf(k * x * ((V)1 + c * x2));
+        else t = tanh(k * x * ((V)1 + c * x2));
+        const V s = (V)1 - t * t;
+        const V r = s > 0 ? x * s * (k * ((V)1 + (V)3 * c * x2)) : (V)0;
+        return (V)0.5 * ((V)1 + t) + (V)0.5 * r;
+    }
+    V pdf, cdf2;
+    if constexpr (std::is_same<V, float>::value) {
+        pdf = expf((V)-0.5 * x2) * (V)0.39894228040143267794;
+        cdf2 = erfcf(-x * (V)0.70710678118654752440);
+    } else {
+        pdf = exp((V)-0.5 * x2) * (V)0.39894228040143267794;
+        cdf2 = erfc(-x * (V)0.70710678118654752440);
+    }
+    return (V)0.5 * cdf2 + (pdf > 0 ? x * pdf : (V)0);
+}
+
 // ---- offsets ----------------------------------------------------------------------
 // Element offsets of linear index i (row-major over the output) in the first
 // NOPS operands of it. I is uint32_t when it.use32, else int64_t.

@@ -63,10 +63,19 @@ typedef struct cti_cuda_red {
     double p;       /* NORM: p; VAR: the correction */
     bool want_std;
     void *work;     /* partial results when split (cti_cuda_reduce_plan's bytes) */
+    /* SUM in the vector column kernel only (cti_cuda_reduce_vec_columns):
+     * when not NULL, x is a gradient overwritten in place by x * gelu'(gelu_x)
+     * (gelu_x laid out as x, 16-byte aligned) and those values are summed:
+     * LINEAR_DGELU's gelu_backward and row sums in one pass. */
+    const void *gelu_x;
+    bool gelu_tanh;
 } cti_cuda_red;
 
 /* Bytes of scratch the launch needs (0: none); a pure function of the shapes. */
 size_t cti_cuda_reduce_work(const cti_cuda_red *r);
+/* Whether r runs in the vector column kernel (sums or means over the rows of
+ * a matrix with contiguous, 16-byte aligned rows and at least 32 of them). */
+bool cti_cuda_reduce_vec_columns(const cti_cuda_red *r);
 cudaError_t cti_cuda_reduce(const cti_cuda_red *r, cudaStream_t stream, const char **routine);
 
 /* ---- random fills and ranges (random.cu) -------------------------------------------------------

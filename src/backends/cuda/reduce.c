@@ -10,6 +10,7 @@
  * in decreasing stride order so the innermost one walks memory most densely
  * (index reductions keep the dims' order, which defines the index). */
 #include "ops_impl.h"
+#include "tensor/ops.h"
 
 /* Drops size-1 dims and merges neighbours whose strides chain. */
 static int coalesce(int n, int64_t *sh, int64_t *st) {
@@ -124,6 +125,75 @@ static ct_status k_reduce(ct_call *c) {
     return st;
 }
 
+/* ---- LINEAR_DGELU ------------------------------------------------------------------------
+ * The hidden gradient of the GELU MLP (schema.h): dpre = (grad_y @ w_out) *
+ * gelu'(pre), and the bias gradient db = its sums over the rows. The product
+ * goes to the GEMM's kernel; gelu's backward then runs inside the vector
+ * column kernel's pass over dpre, which stores each element and sums it as
+ * stored, so the [rows, hidden] matrix is read once for both instead of
+ * twice. db may be float32 for float16/bfloat16 operands (a widened
+ * gradient). Layouts that kernel does not take (and calls without db) run
+ * the composite. */
+static bool dgelu_fits(const ct_tensor *dpre, const ct_tensor *pre, const ct_tensor *db,
+                       cti_cuda_red *r) {
+    if (!db || dpre->ndim != 2 || pre->ndim != 2 || db->ndim != 1) return false;
+    int64_t rows = dpre->shape[0], hidden = dpre->shape[1];
+    if (dpre->stride[1] != 1 || pre->stride[1] != 1 || pre->stride[0] != dpre->stride[0] ||
+        (hidden > 1 && db->stride[0] != 1))
+        return false;
+    memset(r, 0, sizeof *r);
+    r->kind = CTI_RED_SUM;
+    r->dt = dpre->dtype;
+    r->odt = db->dtype;
+    r->x = cti_data(dpre);
+    r->out = cti_data(db);
+    r->nk = r->nr = 1;
+    r->ksh[0] = r->O = hidden;
+    r->kst[0] = 1;
+    r->rsh[0] = r->R = rows;
+    r->rst[0] = dpre->stride[0];
+    r->gelu_x = cti_data(pre);
+    return cti_cuda_reduce_vec_columns(r) && ((uintptr_t)r->gelu_x & 15) == 0;
+}
+
+static ct_status k_linear_dgelu(ct_call *c) {
+    char label[48];
+    const char *op = cti_cuda_op_label(c->op, label, sizeof label);
+    ct_tensor *dpre = c->out[0], *pre = c->in[2];
+    cti_cuda_red r;
+    if (!dgelu_fits(dpre, pre, c->out[1], &r)) return cti_compose_linear_dgelu(c);
+    r.gelu_tanh = CTI_PARAMS(c, cti_pointwise_params)->approximate == CT_GELU_TANH;
+    static const cti_gemm_params product = {.beta = 0, .alpha = 1};
+    ct_call mm;
+    cti_call_init(&mm, CT_OP_MM);
+    cti_call_params(&mm, &product);
+    mm.in[0] = c->in[0];
+    mm.in[1] = c->in[1];
+    mm.nin = 2;
+    mm.out[0] = dpre;
+    mm.nout = 1;
+    ct_status st = cti_dispatch(&mm, dpre->storage->device, c->in[0]->dtype);
+    if (st != CT_OK) return st;
+    int dev = dpre->storage->device.index;
+    cudaStream_t stream;
+    if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
+    ct_tensor *work = NULL;
+    size_t wb = cti_cuda_reduce_work(&r);
+    if (wb > 0) {
+        int64_t n = (int64_t)wb;
+        work = cti_tensor_new(op, 1, &n, CT_BOOL, CT_CUDA(dev));
+        if (!work) return ct_last_status();
+        r.work = cti_data(work);
+    }
+    const char *routine = NULL;
+    cudaError_t e = cti_cuda_reduce(&r, stream, &routine);
+    if (e != cudaSuccess) st = cti_cuda_fail(op, dev, "gelu_backward's row-sum kernel launch", e);
+    else st = cti_cuda_launched(op, dev, ct_op_name(c->op));
+    if (st == CT_OK) c->routine = "mm, then gelu_backward folded into the row sums";
+    ct_tensor_release(work); /* reuse is ordered after the kernels on the stream */
+    return st;
+}
+
 void cti_cuda_register_reduce(void) {
     static const ct_dtype all[] = {CT_BOOL, CT_I32, CT_I64, CT_F16, CT_BF16, CT_F32, CT_F64};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
@@ -138,6 +208,8 @@ void cti_cuda_register_reduce(void) {
             cti_register_kernel(CT_OP_MEAN, CT_DEVICE_CUDA, dt, k_reduce, "cuda_mean");
             cti_register_kernel(CT_OP_VAR, CT_DEVICE_CUDA, dt, k_reduce, "cuda_var");
             cti_register_kernel(CT_OP_NORM, CT_DEVICE_CUDA, dt, k_reduce, "cuda_norm");
+            cti_register_kernel(CT_OP_LINEAR_DGELU, CT_DEVICE_CUDA, dt, k_linear_dgelu,
+                                "gemm, then gelu_backward folded into the row sums");
         }
     }
 }

@@ -49,6 +49,8 @@ struct Geo {
     bool wide;     // float16/bfloat16 values stored as float32 (the accumulator, unrounded)
     bool by_block; // partials stored block by block, work[s * O + o] (else work[o * S + s])
     int S;         // blocks sharing one output's reduction
+    const void *gelu_x; // reduce_vec_columns<.., true>: the pre-activation, laid out as x
+    bool gelu_tanh;
 };
 
 __device__ __forceinline__ float mabs(float x) { return fabsf(x); }
@@ -295,7 +297,11 @@ template <int K, int DT> __global__ void __launch_bounds__(kRedThreads) reduce_f
 // fixed tree, the blocks sharing a column (blockIdx.y) in reduce_finish. The
 // general kernel's columns layout loads one element a thread, 64 bytes a
 // warp, and on bf16 [16384, 3072] ran at a sixth of the copy rate.
-template <int K, int DT>
+// DG (sums only): x is a gradient that gelu's backward is folded into on the
+// way: each element becomes x * gelu'(pre) (pre at gelu_x, x's layout),
+// rounded to x's dtype, is stored back in place and summed as stored, as
+// gelu_backward followed by the sum computes it, in one pass over the matrix.
+template <int K, int DT, bool DG>
 __global__ void __launch_bounds__(kRedThreads) reduce_vec_columns(const Geo g) {
     typedef Red<K, DT> RD;
     typedef typename RD::A A;
@@ -308,22 +314,39 @@ __global__ void __launch_bounds__(kRedThreads) reduce_vec_columns(const Geo g) {
 #pragma unroll
     for (int i = 0; i < VEC; i++) acc[i] = 0;
     if (o0 < g.O) {
-        const T *x = (const T *)g.x + o0;
+        T *x = (T *)g.x + o0;
+        const T *pre = DG ? (const T *)g.gelu_x + o0 : nullptr;
         int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y;
-        auto fold = [&](const uint4 &u) {
+        auto fold = [&](uint4 u, const uint4 &pu, int64_t at) {
             T raw[VEC];
             memcpy(raw, &u, 16);
+            if constexpr (DG) {
+                T praw[VEC];
+                memcpy(praw, &pu, 16);
+#pragma unroll
+                for (int i = 0; i < VEC; i++)
+                    raw[i] = dtype<DT>::enc(dtype<DT>::dec(raw[i]) *
+                                            gelu_grad(dtype<DT>::dec(praw[i]), g.gelu_tanh));
+                memcpy(&u, raw, 16);
+                *reinterpret_cast<uint4 *>(x + at) = u;
+            }
 #pragma unroll
             for (int i = 0; i < VEC; i++) acc[i] += (A)dtype<DT>::dec(raw[i]);
         };
+        const uint4 none = make_uint4(0, 0, 0, 0);
         for (; r + 3 * NL < g.R; r += 4 * NL) {
-            uint4 u[4];
+            uint4 u[4], pu[4];
 #pragma unroll
-            for (int k = 0; k < 4; k++) u[k] = *reinterpret_cast<const uint4 *>(x + (r + k * NL) * rs);
+            for (int k = 0; k < 4; k++) {
+                u[k] = *reinterpret_cast<const uint4 *>(x + (r + k * NL) * rs);
+                pu[k] = DG ? *reinterpret_cast<const uint4 *>(pre + (r + k * NL) * rs) : none;
+            }
 #pragma unroll
-            for (int k = 0; k < 4; k++) fold(u[k]);
+            for (int k = 0; k < 4; k++) fold(u[k], pu[k], (r + k * NL) * rs);
         }
-        for (; r < g.R; r += NL) fold(*reinterpret_cast<const uint4 *>(x + r * rs));
+        for (; r < g.R; r += NL)
+            fold(*reinterpret_cast<const uint4 *>(x + r * rs),
+                 DG ? *reinterpret_cast<const uint4 *>(pre + r * rs) : none, r * rs);
     }
     const int tid = threadIdx.y * blockDim.x + threadIdx.x;
 #pragma unroll
@@ -454,18 +477,29 @@ cudaError_t launch(const cti_cuda_red *r, cudaStream_t st, const char **routine)
     g.col = p.col;
     g.by_block = p.vec;
     g.S = p.S;
+    g.gelu_x = r->gelu_x;
+    g.gelu_tanh = r->gelu_tanh;
     if (p.S > 1 && !r->work) return cudaErrorInvalidValue;
+    if (r->gelu_x && (K != CTI_RED_SUM || !p.vec || !aligned16(r->gelu_x)))
+        return cudaErrorInvalidValue;
     static const char *const names[6] = {"cuda_reduce_rows",          "cuda_reduce_columns",
                                          "cuda_reduce_rows_split",    "cuda_reduce_columns_split",
                                          "cuda_reduce_columns_vec16", "cuda_reduce_columns_vec16_split"};
     *routine = names[p.vec ? 4 + (p.S > 1 ? 1 : 0) : (p.col ? 1 : 0) + (p.S > 1 ? 2 : 0)];
     if constexpr ((K == CTI_RED_SUM || K == CTI_RED_MEAN) && std::is_floating_point<typename acc_of<DT>::A>::value) {
-        if (p.vec)
-            reduce_vec_columns<K, DT><<<dim3((unsigned)p.blocks, (unsigned)p.S), dim3(p.bx, p.by), 0, st>>>(g);
+        const dim3 grid((unsigned)p.blocks, (unsigned)p.S), block(p.bx, p.by);
+        if (r->gelu_x) {
+            if constexpr (K == CTI_RED_SUM) {
+                *routine = p.S > 1 ? "cuda_gelu_backward_column_sums_vec16_split"
+                                   : "cuda_gelu_backward_column_sums_vec16";
+                reduce_vec_columns<K, DT, true><<<grid, block, 0, st>>>(g);
+            }
+        } else if (p.vec)
+            reduce_vec_columns<K, DT, false><<<grid, block, 0, st>>>(g);
         else
             reduce_kernel<K, DT><<<dim3((unsigned)p.blocks, (unsigned)p.S), dim3(p.bx, p.by), 0, st>>>(g);
     } else {
-        if (p.vec) return cudaErrorInvalidValue;
+        if (p.vec || r->gelu_x) return cudaErrorInvalidValue;
         reduce_kernel<K, DT><<<dim3((unsigned)p.blocks, (unsigned)p.S), dim3(p.bx, p.by), 0, st>>>(g);
     }
     if (p.S > 1) {
@@ -520,6 +554,8 @@ red_fn find(int kind, int dt) {
 extern "C" {
 
 size_t cti_cuda_reduce_work(const cti_cuda_red *r) { return cti::work_for(r); }
+
+bool cti_cuda_reduce_vec_columns(const cti_cuda_red *r) { return cti::vec_columns(r); }
 
 cudaError_t cti_cuda_reduce(const cti_cuda_red *r, cudaStream_t stream, const char **routine) {
     cti::red_fn fn = cti::find(r->kind, r->dt);
