@@ -60,6 +60,28 @@ static int kind_of(const ct_call *c) {
     }
 }
 
+/* Launches r on device dev's stream for call c, with the scratch its split
+ * needs from the caching allocator. */
+static ct_status launch(const ct_call *c, const char *op, int dev, cti_cuda_red *r,
+                        const char **routine) {
+    cudaStream_t stream;
+    if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
+    ct_tensor *work = NULL;
+    size_t wb = cti_cuda_reduce_work(r);
+    if (wb > 0) {
+        int64_t n = (int64_t)wb;
+        work = cti_tensor_new(op, 1, &n, CT_BOOL, CT_CUDA(dev));
+        if (!work) return ct_last_status();
+        r->work = cti_data(work);
+    }
+    cudaError_t e = cti_cuda_reduce(r, stream, routine);
+    ct_status st;
+    if (e != cudaSuccess) st = cti_cuda_fail(op, dev, "a reduction kernel launch", e);
+    else st = cti_cuda_launched(op, dev, ct_op_name(c->op));
+    ct_tensor_release(work); /* reuse is ordered after the kernels on the stream */
+    return st;
+}
+
 static ct_status k_reduce(ct_call *c) {
     char label[48];
     const char *op = cti_cuda_op_label(c->op, label, sizeof label);
@@ -107,22 +129,7 @@ static ct_status k_reduce(ct_call *c) {
         r.nr = coalesce(r.nr, r.rsh, r.rst);
     }
 
-    cudaStream_t stream;
-    if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
-    ct_tensor *work = NULL;
-    size_t wb = cti_cuda_reduce_work(&r);
-    if (wb > 0) {
-        int64_t n = (int64_t)wb;
-        work = cti_tensor_new(op, 1, &n, CT_BOOL, CT_CUDA(dev));
-        if (!work) return ct_last_status();
-        r.work = cti_data(work);
-    }
-    cudaError_t e = cti_cuda_reduce(&r, stream, &c->routine);
-    ct_status st;
-    if (e != cudaSuccess) st = cti_cuda_fail(op, dev, "a reduction kernel launch", e);
-    else st = cti_cuda_launched(op, dev, ct_op_name(c->op));
-    ct_tensor_release(work); /* reuse is ordered after the kernels on the stream */
-    return st;
+    return launch(c, op, dev, &r, &c->routine);
 }
 
 /* ---- LINEAR_DGELU ------------------------------------------------------------------------
@@ -174,23 +181,9 @@ static ct_status k_linear_dgelu(ct_call *c) {
     mm.nout = 1;
     ct_status st = cti_dispatch(&mm, dpre->storage->device, c->in[0]->dtype);
     if (st != CT_OK) return st;
-    int dev = dpre->storage->device.index;
-    cudaStream_t stream;
-    if (cti_cuda_begin(op, dev, &stream) != CT_OK) return ct_last_status();
-    ct_tensor *work = NULL;
-    size_t wb = cti_cuda_reduce_work(&r);
-    if (wb > 0) {
-        int64_t n = (int64_t)wb;
-        work = cti_tensor_new(op, 1, &n, CT_BOOL, CT_CUDA(dev));
-        if (!work) return ct_last_status();
-        r.work = cti_data(work);
-    }
     const char *routine = NULL;
-    cudaError_t e = cti_cuda_reduce(&r, stream, &routine);
-    if (e != cudaSuccess) st = cti_cuda_fail(op, dev, "gelu_backward's row-sum kernel launch", e);
-    else st = cti_cuda_launched(op, dev, ct_op_name(c->op));
+    st = launch(c, op, dpre->storage->device.index, &r, &routine);
     if (st == CT_OK) c->routine = "mm, then gelu_backward folded into the row sums";
-    ct_tensor_release(work); /* reuse is ordered after the kernels on the stream */
     return st;
 }
 
