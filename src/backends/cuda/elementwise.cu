@@ -93,6 +93,7 @@ template <class V> struct Prm {
     V slope, ealpha, escale, einscale, nanv, posinf, neginf, tenpow;
     bool negdec;
     bool gelu_tanh; // gelu_backward: the forward's tanh approximation
+    bool half;      // results stored as float16/bfloat16 (gelu's fast forms, kernels.cuh)
 };
 
 // Integer power by repeated squaring, wrapping; negative exponents give
@@ -183,6 +184,7 @@ UOP(RELU, F_FI, Same,
     if constexpr (isf<V>) return (x > 0 || x != x) ? x : (V)0; else return x > 0 ? x : (V)0;)
 UOP(GELU, F_FLOAT, Same, return (V)0.5 * x * ((V)1 + merf(x * (V)SQRT1_2));)
 UOP(GELU_TANH, F_FLOAT, Same,
+    if constexpr (std::is_same<V, float>::value) if (p.half) return gelu_tanh_half(x);
     return (V)0.5 * x * ((V)1 + mtanh((V)SQRT_2_OVER_PI * (x + (V)0.044715 * x * x * x)));)
 UOP(SILU, F_FLOAT, Same, return x / ((V)1 + mexp(-x));)
 UOP(SOFTPLUS, F_FLOAT, Same,
@@ -293,7 +295,9 @@ UOP(BITWISE_NOT, F_INT | F_BOOL, Same, if constexpr (isb<V>) return (V)!x; else 
 // Integer fmod/remainder: a zero divisor gives 0 (as the CPU's), -1 too (no overflow).
 BOP(ATAN2, F_FLOAT, Same, return matan2(a, b);)
 // gelu_backward: grad_out (a) times d/dx gelu(x) at x (b) (kernels.cuh's gelu_grad).
-BOP(GELU_BACKWARD, F_FLOAT, Same, return a * gelu_grad(b, p.gelu_tanh);)
+BOP(GELU_BACKWARD, F_FLOAT, Same,
+    if constexpr (std::is_same<V, float>::value) if (p.half) return a * gelu_grad_half(b, p.gelu_tanh);
+    return a * gelu_grad(b, p.gelu_tanh);)
 // threshold_backward: grad_out (a) where x (b) > threshold, else 0 (NaN x passes a).
 BOP(THRESHOLD_BACKWARD, F_FLOAT, Same, return b <= p.threshold ? (V)0 : a;)
 BOP(FMOD, F_FI, Same,
@@ -371,9 +375,10 @@ template <class V> __device__ __forceinline__ V scalar_value(const KArgs &a, int
 
 // The call's cti_pointwise_params in the compute type: floating ops read
 // the floating fields, integer ops the integer ones.
-template <class V> __device__ __forceinline__ Prm<V> params(const KArgs &a) {
+template <class V, int DT> __device__ __forceinline__ Prm<V> params(const KArgs &a) {
     const cti_pointwise_params &q = a.prm;
     Prm<V> p = {};
+    p.half = DT == CT_F16 || DT == CT_BF16;
     if constexpr (isf<V>) {
         p.alpha = (V)q.alpha;
         p.lo = (V)q.lo;
@@ -434,7 +439,7 @@ __global__ void __launch_bounds__(kThreads) ew_contig(const KArgs a) {
     typedef typename out_of<OP, DT>::T O;
     constexpr int NIN = Op<OP>::nin;
     constexpr int64_t TILE = (int64_t)kThreads * VEC * kUnroll;
-    const Prm<V> p = params<V>(a);
+    const Prm<V> p = params<V, DT>(a);
     V sv[CTI_EW_MAX_IN];
     bool arr[CTI_EW_MAX_IN];
 #pragma unroll
@@ -482,7 +487,7 @@ __global__ void __launch_bounds__(kThreads) ew_strided(const KArgs a, const cti_
     typedef typename dtype<DT>::T S;
     typedef typename out_of<OP, DT>::T O;
     constexpr int NIN = Op<OP>::nin;
-    const Prm<V> p = params<V>(a);
+    const Prm<V> p = params<V, DT>(a);
     V sv[CTI_EW_MAX_IN];
     bool arr[CTI_EW_MAX_IN];
 #pragma unroll

@@ -325,8 +325,12 @@ __global__ void __launch_bounds__(kRedThreads) reduce_vec_columns(const Geo g) {
                 memcpy(praw, &pu, 16);
 #pragma unroll
                 for (int i = 0; i < VEC; i++)
-                    raw[i] = dtype<DT>::enc(dtype<DT>::dec(raw[i]) *
-                                            gelu_grad(dtype<DT>::dec(praw[i]), g.gelu_tanh));
+                    if constexpr (DT == CT_F16 || DT == CT_BF16)
+                        raw[i] = dtype<DT>::enc(dtype<DT>::dec(raw[i]) *
+                                                gelu_grad_half(dtype<DT>::dec(praw[i]), g.gelu_tanh));
+                    else
+                        raw[i] = dtype<DT>::enc(dtype<DT>::dec(raw[i]) *
+                                                gelu_grad(dtype<DT>::dec(praw[i]), g.gelu_tanh));
                 memcpy(&u, raw, 16);
                 *reinterpret_cast<uint4 *>(x + at) = u;
             }
