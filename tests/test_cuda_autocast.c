@@ -547,6 +547,13 @@ static void test_lasting_casts(void **state) {
         }
 }
 
+/* The trace has no conversion into float32 (a cast's line); else it is printed. */
+static void expect_no_f32_conversion(const char *log) {
+    int f32_copies = tu_trace_lines(log, "] copy ", " float32 ");
+    if (f32_copies) fprintf(stderr, "a conversion to float32:\n%s", log);
+    assert_int_equal(f32_copies, 0);
+}
+
 /* A float32 weight's and bias's gradients through a region's casts leave the GEMM in float32
  * (cti_ag_grad_dtype): on the GPU the bias-gradient epilogue writes both, no conversion pass
  * follows, and they match the CPU's (also unrounded) to float32 accuracy, for the
@@ -577,10 +584,7 @@ static void test_widened_weight_grads(void **state) {
                 ok(ct_backward(y, checked(ct_to_device(g, dev)), false));
                 ok(ct_cuda_synchronize(0));
                 char *log = tu_trace_end(&t);
-                /* a conversion into float32 is a cast's line */
-                int f32_copies = tu_trace_lines(log, "] copy ", " float32 ");
-                if (f32_copies) fprintf(stderr, "a conversion to float32:\n%s", log);
-                assert_int_equal(f32_copies, 0);
+                expect_no_f32_conversion(log);
                 if (k == 1 && s == 0)
                     assert_non_null(strstr(log, "cublasLtMatmul, bias-gradient epilogue"));
                 free(log);
@@ -626,9 +630,7 @@ static void test_widened_mlp_grads(void **state) {
                 ok(ct_backward(y, checked(ct_to_device(g, dev)), false));
                 if (k) ok(ct_cuda_synchronize(0));
                 char *log = tu_trace_end(&t);
-                int f32_copies = tu_trace_lines(log, "] copy ", " float32 ");
-                if (f32_copies) fprintf(stderr, "a conversion to float32:\n%s", log);
-                assert_int_equal(f32_copies, 0);
+                expect_no_f32_conversion(log);
                 if (k && s == 0)
                     assert_int_equal(tu_trace_lines(log, "gelu_backward folded into the row sums",
                                                     NULL),

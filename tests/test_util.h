@@ -221,15 +221,18 @@ static inline char *tu_trace_end(tu_trace *t) {
     return buf;
 }
 
+/* Whether s occurs in the line of a trace that starts at l and ends at e (NULL: the end). */
+static inline bool tu_line_has(const char *l, const char *e, const char *s) {
+    const char *p = strstr(l, s);
+    return p && (!e || p + strlen(s) <= e);
+}
+
 /* The number of lines of a trace that hold a, and b too unless b is NULL. */
 static inline int tu_trace_lines(const char *log, const char *a, const char *b) {
     int n = 0;
     for (const char *l = log; l && *l;) {
         const char *e = strchr(l, '\n');
-        size_t len = e ? (size_t)(e - l) : strlen(l);
-        char line[512];
-        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
-        if (strstr(line, a) && (!b || strstr(line, b))) n++;
+        if (tu_line_has(l, e, a) && (!b || tu_line_has(l, e, b))) n++;
         l = e ? e + 1 : NULL;
     }
     return n;

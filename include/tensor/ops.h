@@ -174,14 +174,16 @@ ct_status ct_linear_backward_weight(ct_tensor *grad_y, ct_tensor *x, ct_tensor *
  * is made again from the pre-activation in the backward, and the forward makes it with
  * GELU's kernel too, for the same bits), and its gradients are theirs, with one node
  * for the three ops. It runs the GEMMs (the bias in the first one's epilogue on CUDA),
- * GELU's kernels and the row sums in turn, on every device. */
+ * GELU's kernels and the row sums in turn; on CUDA the backward applies GELU's derivative
+ * and sums b_in's gradient in one pass (ct_mlp_gelu_backward_hidden). */
 ct_tensor *ct_mlp_gelu(ct_tensor *x, ct_tensor *w_in, ct_tensor *b_in, ct_tensor *w_out,
                        ct_tensor *b_out, ct_gelu_approx approximate);
 /* The gradient of ct_mlp_gelu's pre-activation pre [..., hidden] from grad_y [..., out]
  * (the same leading dims) and w_out [out, hidden]: *dpre = gelu'(pre) * (grad_y @ w_out),
  * new, pre's shape, and when db_in is not NULL *db_in = *dpre summed over the leading
- * dims, [hidden], the gradient of b_in. One floating dtype, one device. On failure both
- * stay NULL. */
+ * dims, [hidden], the gradient of b_in. One floating dtype, one device. On CUDA, for
+ * contiguous rows of a width the 16-byte vectors divide, gelu' is applied and the rows are
+ * summed in one pass over *dpre after the GEMM. On failure both stay NULL. */
 ct_status ct_mlp_gelu_backward_hidden(ct_tensor *grad_y, ct_tensor *w_out, ct_tensor *pre,
                                       ct_gelu_approx approximate, ct_tensor **dpre,
                                       ct_tensor **db_in);
