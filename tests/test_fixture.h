@@ -34,4 +34,29 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* A scope that must leave the allocation counts where its begin found them:
+ * whatever is made inside it is its own, so its end frees all of it. */
+typedef struct tu_scope {
+    cti_alloc_stats before;
+    ct_scope *scope;
+} tu_scope;
+
+static inline tu_scope tu_scope_begin(void) {
+    tu_scope s = {.before = cti_get_alloc_stats()};
+    s.scope = ct_scope_begin();
+    assert_non_null(s.scope);
+    return s;
+}
+
+/* Ends s and fails the test when anything made inside it outlived it. */
+static inline void tu_scope_end_clean(tu_scope s) {
+    ct_scope_end(s.scope);
+    cti_alloc_stats now = cti_get_alloc_stats();
+    if (!same_stats(s.before, now))
+        fail_msg("the scope's end left tensors %lld -> %lld, storages %lld -> %lld, bytes %lld -> "
+                 "%lld", (long long)s.before.live_tensors, (long long)now.live_tensors,
+                 (long long)s.before.live_storages, (long long)now.live_storages,
+                 (long long)s.before.live_bytes, (long long)now.live_bytes);
+}
+
 #endif

@@ -681,8 +681,7 @@ static void assert_backward_refused(ct_tensor *t, const char *op) {
  * leaked; results of inputs that need grad refuse a backward through them. */
 static void test_linear_backward_weight_errors(void **state) {
     (void)state;
-    cti_alloc_stats before = cti_get_alloc_stats();
-    ct_scope *sc = ct_scope_begin();
+    tu_scope sc = tu_scope_begin();
     ct_tensor *g = tu_rand(2, (const int64_t[]){4, 3}, CT_F32, -1, 1, NULL);
     ct_tensor *x = tu_rand(2, (const int64_t[]){4, 5}, CT_F32, -1, 1, NULL);
     ct_tensor *x64 = tu_rand(2, (const int64_t[]){4, 5}, CT_F64, -1, 1, NULL);
@@ -725,10 +724,7 @@ static void test_linear_backward_weight_errors(void **state) {
     assert_backward_refused(dw, "linear_backward_weight");
     ct_tensor_release(dw);
     ct_tensor_release(db);
-    ct_scope_end(sc);
-    cti_alloc_stats after = cti_get_alloc_stats();
-    assert_int_equal(after.live_tensors, before.live_tensors);
-    assert_int_equal(after.live_storages, before.live_storages);
+    tu_scope_end_clean(sc);
 }
 
 /* ---- ct_mlp_gelu -------------------------------------------------------------------------------- */
@@ -974,13 +970,11 @@ static void check_hidden_grad(ct_tensor *g, ct_tensor *w, ct_tensor *pre, ct_gel
         }
     }
     /* inside a scope the results are the scope's: its end leaves nothing */
-    cti_alloc_stats before = cti_get_alloc_stats();
-    ct_scope *sc = ct_scope_begin();
+    tu_scope sc = tu_scope_begin();
     ct_tensor *d = NULL, *db = NULL;
     assert_int_equal(ct_mlp_gelu_backward_hidden(g, w, pre, a, &d, &db), CT_OK);
     assert_int_equal(ct_mlp_gelu_backward_hidden(g, w, pre, a, &d, NULL), CT_OK);
-    ct_scope_end(sc);
-    assert_true(same_stats(before, cti_get_alloc_stats()));
+    tu_scope_end_clean(sc);
     double *all[] = {vg, vw, vp, rd, md, rb, mb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
@@ -1050,8 +1044,7 @@ static void test_mlp_gelu_gradcheck(void **state) {
  * arguments unchanged; the hidden gradient's own checks. */
 static void test_mlp_gelu_errors(void **state) {
     (void)state;
-    cti_alloc_stats before = cti_get_alloc_stats();
-    ct_scope *sc = ct_scope_begin();
+    tu_scope sc = tu_scope_begin();
     ct_tensor *x = tu_rand(2, (const int64_t[]){4, 6}, CT_F32, -1, 1, NULL);
     ct_tensor *w1 = tu_rand(2, (const int64_t[]){8, 6}, CT_F32, -1, 1, NULL);
     ct_tensor *b1 = tu_rand(1, (const int64_t[]){8}, CT_F32, -1, 1, NULL);
@@ -1109,10 +1102,7 @@ static void test_mlp_gelu_errors(void **state) {
     assert_backward_refused(d, "linear_dgelu");
     ct_tensor_release(d);
     ct_tensor_release(db);
-    ct_scope_end(sc);
-    cti_alloc_stats after = cti_get_alloc_stats();
-    assert_int_equal(after.live_tensors, before.live_tensors);
-    assert_int_equal(after.live_storages, before.live_storages);
+    tu_scope_end_clean(sc);
 }
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -1202,8 +1192,7 @@ static void test_errors(void **state) {
 /* Every op leaves no tensors behind, inside a scope or not. */
 static void test_no_leaks(void **state) {
     (void)state;
-    cti_alloc_stats before = cti_get_alloc_stats();
-    ct_scope *sc = ct_scope_begin();
+    tu_scope sc = tu_scope_begin();
     ct_tensor *a = tu_rand(3, (const int64_t[]){2, 3, 4}, CT_F32, -1, 1, NULL);
     ct_tensor *w = tu_rand(2, (const int64_t[]){5, 4}, CT_F32, -1, 1, NULL);
     ct_tensor *b = tu_rand(1, (const int64_t[]){5}, CT_F32, -1, 1, NULL);
@@ -1211,10 +1200,7 @@ static void test_no_leaks(void **state) {
     assert_non_null(ct_linear(tu_noncontig(a), w, NULL));
     assert_non_null(ct_matmul(a, ct_t(w)));
     assert_non_null(ct_bmm(a, ct_transpose(a, 1, 2)));
-    ct_scope_end(sc);
-    cti_alloc_stats after = cti_get_alloc_stats();
-    assert_int_equal(after.live_tensors, before.live_tensors);
-    assert_int_equal(after.live_storages, before.live_storages);
+    tu_scope_end_clean(sc);
 }
 
 /* ---- BLAS setup ------------------------------------------------------------------------------ */

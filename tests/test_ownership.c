@@ -148,15 +148,13 @@ static void test_every_combination(void **state) {
 /* The two programs that used to free w twice. */
 static void test_release_inside_scope_with_graph(void **state) {
     (void)state;
-    cti_alloc_stats before = cti_get_alloc_stats();
-    ct_scope *s = ct_scope_begin();
+    tu_scope s = tu_scope_begin();
     ct_tensor *w = ct_tensor_ones(CT_SHAPE(4), CT_F32, CT_CPU);
     assert_int_equal(ct_requires_grad_(w, true), CT_OK);
     ct_tensor *loss = ct_sum(ct_mul(w, w), CT_NONE, false);
     assert_int_equal(ct_backward(loss, NULL, false), CT_OK);
     ct_tensor_release(w);
-    ct_scope_end(s);
-    assert_true(same_stats(before, cti_get_alloc_stats()));
+    tu_scope_end_clean(s);
 }
 
 static void test_release_inside_scope_with_params(void **state) {
@@ -227,16 +225,14 @@ static void *release_on_other_thread(void *arg) {
 
 static void test_release_on_another_thread(void **state) {
     (void)state;
-    cti_alloc_stats before = cti_get_alloc_stats();
-    ct_scope *s = ct_scope_begin();
+    tu_scope s = tu_scope_begin();
     ct_tensor *w = tu_from_f64((const double[]){1, 2, 3, 4}, CT_SHAPE(4), CT_F32);
     ct_tensor_retain(w); /* handed to the other thread */
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, release_on_other_thread, w), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_w(w, false); /* the scope still holds it */
-    ct_scope_end(s);
-    assert_true(same_stats(before, cti_get_alloc_stats()));
+    tu_scope_end_clean(s);
 }
 
 int main(void) {

@@ -11,15 +11,7 @@
  * (out may be float32 for float16/bfloat16 inputs: a widened gradient). */
 static ct_status run(ct_op op, const void *p, size_t psize, int nin, ct_tensor *const *in,
                      ct_tensor *out) {
-    ct_call c;
-    cti_call_init(&c, op);
-    c.params = p;
-    c.params_size = psize;
-    for (int i = 0; i < nin; i++) c.in[i] = in[i];
-    c.nin = nin;
-    c.out[0] = out;
-    c.nout = 1;
-    return cti_dispatch(&c, out->storage->device, in[0]->dtype);
+    return cti_dispatch_one(op, p, psize, nin, in, out, out->storage->device, in[0]->dtype);
 }
 
 ct_status cti_compose_linear_gelu(ct_call *c) {

@@ -182,6 +182,14 @@ ct_status cti_compose_linear_backward_weight(ct_call *c);
  * refused. */
 ct_status cti_dispatch(ct_call *call, ct_device device, ct_dtype dtype);
 
+/* One kernel's call made and dispatched in one step, for a kernel or a
+ * composite that runs another op's kernel on tensors it already has: op on
+ * in[0..nin) (NULL entries allowed where op takes them) into out, with the
+ * parameter struct p of psize bytes (NULL and 0 for none), on (device,
+ * dtype). The routine the inner kernel reports is not passed up. */
+ct_status cti_dispatch_one(ct_op op, const void *p, size_t psize, int nin, ct_tensor *const *in,
+                           ct_tensor *out, ct_device device, ct_dtype dtype);
+
 /* ---- the capture guard ----------------------------------------------------------------
  * While a thread records a device's work for later replay (a CUDA graph
  * capture), a call it makes on the host or another device would run once,

@@ -583,6 +583,20 @@ ct_status cti_dispatch(ct_call *c, ct_device device, ct_dtype dtype) {
     return st;
 }
 
+ct_status cti_dispatch_one(ct_op op, const void *p, size_t psize, int nin, ct_tensor *const *in,
+                           ct_tensor *out, ct_device device, ct_dtype dtype) {
+    assert(nin >= 0 && nin <= CTI_CALL_MAX_IN);
+    ct_call c;
+    cti_call_init(&c, op);
+    c.params = p;
+    c.params_size = psize;
+    for (int i = 0; i < nin; i++) c.in[i] = in[i];
+    c.nin = nin;
+    c.out[0] = out;
+    c.nout = 1;
+    return cti_dispatch(&c, device, dtype);
+}
+
 bool ct_supports(ct_op op, ct_device_type device, ct_dtype dtype) {
     return ct_kernel_name(op, device, dtype) != NULL;
 }

@@ -212,13 +212,7 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, cubl
 
 /* dst <- src (broadcast to dst's shape) with the CUDA copy kernel. */
 static ct_status device_copy(ct_tensor *dst, ct_tensor *src) {
-    ct_call c;
-    cti_call_init(&c, CT_OP_COPY);
-    c.in[0] = src;
-    c.nin = 1;
-    c.out[0] = dst;
-    c.nout = 1;
-    return cti_dispatch(&c, dst->storage->device, dst->dtype);
+    return cti_dispatch_one(CT_OP_COPY, NULL, 0, 1, &src, dst, dst->storage->device, dst->dtype);
 }
 
 /* A contiguous copy of t (for a layout cuBLAS cannot read). */
@@ -523,15 +517,9 @@ static ct_status scaled_input(const char *op, ct_tensor *out, ct_tensor *input, 
     if (!s) return ct_last_status();
     *(double *)cti_data(s) = beta;
     cti_pointwise_params p = {.alpha = 1, .ialpha = 1}; /* what ct_mul passes */
-    ct_call c;
-    cti_call_init(&c, CT_OP_MUL);
-    cti_call_params(&c, &p);
-    c.in[0] = out;
-    c.in[1] = s; /* a CPU scalar: the elementwise kernel takes it by value */
-    c.nin = 2;
-    c.out[0] = out;
-    c.nout = 1;
-    st = cti_dispatch(&c, out->storage->device, out->dtype);
+    /* s is a CPU scalar: the elementwise kernel takes it by value */
+    st = cti_dispatch_one(CT_OP_MUL, &p, sizeof p, 2, (ct_tensor *[]){out, s}, out,
+                          out->storage->device, out->dtype);
     ct_tensor_release(s);
     return st;
 }

@@ -339,13 +339,7 @@ static int align_of(const void *p) {
 
 /* dst <- src with the CUDA copy kernel. */
 static ct_status device_copy(ct_tensor *dst, ct_tensor *src) {
-    ct_call c;
-    cti_call_init(&c, CT_OP_COPY);
-    c.in[0] = src;
-    c.nin = 1;
-    c.out[0] = dst;
-    c.nout = 1;
-    return cti_dispatch(&c, dst->storage->device, dst->dtype);
+    return cti_dispatch_one(CT_OP_COPY, NULL, 0, 1, &src, dst, dst->storage->device, dst->dtype);
 }
 
 /* A contiguous copy of t. */
@@ -883,15 +877,8 @@ static ct_status add_bias(ct_tensor *y, ct_tensor *bias) {
     ct_tensor *b = cti_tensor_view(bias, 3, shape, stride, bias->offset);
     if (!b) return ct_last_status();
     cti_pointwise_params p = {.alpha = 1, .ialpha = 1};
-    ct_call c;
-    cti_call_init(&c, CT_OP_ADD);
-    cti_call_params(&c, &p);
-    c.in[0] = y;
-    c.in[1] = b;
-    c.nin = 2;
-    c.out[0] = y;
-    c.nout = 1;
-    ct_status st = cti_dispatch(&c, y->storage->device, y->dtype);
+    ct_status st = cti_dispatch_one(CT_OP_ADD, &p, sizeof p, 2, (ct_tensor *[]){y, b}, y,
+                                    y->storage->device, y->dtype);
     ct_tensor_release(b);
     return st;
 }

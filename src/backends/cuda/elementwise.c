@@ -40,13 +40,7 @@ static ct_dtype array_dtype(const ct_call *c, int k, ct_dtype dt) {
 static ct_tensor *converted(const char *op, ct_tensor *t, ct_dtype dt, int dev) {
     ct_tensor *tmp = cti_tensor_new(op, t->ndim, t->shape, dt, CT_CUDA(dev));
     if (!tmp) return NULL;
-    ct_call cp;
-    cti_call_init(&cp, CT_OP_COPY);
-    cp.in[0] = t;
-    cp.nin = 1;
-    cp.out[0] = tmp;
-    cp.nout = 1;
-    if (cti_dispatch(&cp, CT_CUDA(dev), dt) != CT_OK) {
+    if (cti_dispatch_one(CT_OP_COPY, NULL, 0, 1, &t, tmp, CT_CUDA(dev), dt) != CT_OK) {
         ct_tensor_release(tmp);
         return NULL;
     }

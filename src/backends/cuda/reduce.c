@@ -171,15 +171,8 @@ static ct_status k_linear_dgelu(ct_call *c) {
     if (!dgelu_fits(dpre, pre, c->out[1], &r)) return cti_compose_linear_dgelu(c);
     r.gelu_tanh = CTI_PARAMS(c, cti_pointwise_params)->approximate == CT_GELU_TANH;
     static const cti_gemm_params product = {.beta = 0, .alpha = 1};
-    ct_call mm;
-    cti_call_init(&mm, CT_OP_MM);
-    cti_call_params(&mm, &product);
-    mm.in[0] = c->in[0];
-    mm.in[1] = c->in[1];
-    mm.nin = 2;
-    mm.out[0] = dpre;
-    mm.nout = 1;
-    ct_status st = cti_dispatch(&mm, dpre->storage->device, c->in[0]->dtype);
+    ct_status st = cti_dispatch_one(CT_OP_MM, &product, sizeof product, 2, c->in, dpre,
+                                    dpre->storage->device, c->in[0]->dtype);
     if (st != CT_OK) return st;
     const char *routine = NULL;
     st = launch(c, op, dpre->storage->device.index, &r, &routine);

@@ -228,13 +228,8 @@ static ct_tensor *device_temp(const char *op, int ndim, const int64_t *shape, ct
 
 /* dst <- src on the CPU, through the CPU backend's kernel. */
 static ct_status cpu_copy(ct_tensor *dst, const ct_tensor *src) {
-    ct_call c;
-    cti_call_init(&c, CT_OP_COPY);
-    c.in[0] = (ct_tensor *)src;
-    c.nin = 1;
-    c.out[0] = dst;
-    c.nout = 1;
-    return cti_dispatch(&c, CT_CPU, dst->dtype);
+    ct_tensor *in = (ct_tensor *)src;
+    return cti_dispatch_one(CT_OP_COPY, NULL, 0, 1, &in, dst, CT_CPU, dst->dtype);
 }
 
 /* ---- the four directions ------------------------------------------------------------------- */
