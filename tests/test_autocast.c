@@ -1257,6 +1257,55 @@ static void test_widened_mlp_grads(void **state) {
  * logits and none of their gradient, and bit for bit what the cast path gives (the float32
  * loss of the logits cast to float32; their float32 gradient rounded once), for each
  * reduction, with label smoothing and an ignored target. Class weights take the cast. */
+/* rope reads float32 tables beside a 16-bit x as they are (FIRST_READS_F32): no cast in
+ * the region, and the result and x's gradient are those of tables cast by hand. Tables of
+ * the other 16-bit dtype are still cast to x's. */
+static void test_rope_reads_tables(void **state) {
+    (void)state;
+    static const ct_dtype dts[2] = {CT_BF16, CT_F16};
+    for (int di = 0; di < 2; di++)
+        for (int region = 0; region < 2; region++) {
+            ct_dtype dt = dts[di];
+            ct_tensor *x0 = tu_rand(CT_SHAPE(2, 6, 3, 8), dt, -2, 2, NULL);
+            ct_tensor *cs = tu_rand(CT_SHAPE(6, 1, 4), CT_F32, -1, 1, NULL);
+            ct_tensor *sn = tu_rand(CT_SHAPE(6, 1, 4), CT_F32, -1, 1, NULL);
+            ct_tensor *go = tu_rand(CT_SHAPE(2, 6, 3, 8), dt, -1, 1, NULL);
+            ct_tensor *x[2], *y[2];
+            for (int k = 0; k < 2; k++) {
+                x[k] = checked(ct_clone(x0));
+                ok(ct_requires_grad_(x[k], true));
+            }
+            int64_t c0, h0, c1, h1;
+            cti_autocast_counts(&c0, &h0);
+            tu_trace t = tu_trace_begin();
+            ok(ct_autocast_begin(CT_CPU, dts[region]));
+            y[0] = checked(ct_rope(x[0], cs, sn, CT_ROPE_HALF));
+            ok(ct_autocast_end());
+            char *log = tu_trace_end(&t);
+            cti_autocast_counts(&c1, &h1);
+            assert_int_equal(c1 - c0, 0);
+            assert_int_equal(tu_trace_lines(log, "] copy ", NULL), 0);
+            free(log);
+            ct_tensor *ch = checked(ct_to_dtype(cs, dt)), *sh = checked(ct_to_dtype(sn, dt));
+            y[1] = checked(ct_rope(x[1], ch, sh, CT_ROPE_HALF));
+            expect_identical("rope in a region, float32 tables", y[0], y[1]);
+            for (int k = 0; k < 2; k++) ok(ct_backward(y[k], go, false));
+            expect_identical("rope's gradient in a region", ct_grad(x[0]), ct_grad(x[1]));
+            /* tables of the other 16-bit dtype: cast to x's, twice (cos and sin) */
+            ct_dtype other = dt == CT_BF16 ? CT_F16 : CT_BF16;
+            ct_tensor *co = checked(ct_to_dtype(cs, other)), *so = checked(ct_to_dtype(sn, other));
+            cti_autocast_counts(&c0, &h0);
+            ok(ct_autocast_begin(CT_CPU, dts[region]));
+            ct_tensor *yo = checked(ct_rope(x0, co, so, CT_ROPE_HALF));
+            ok(ct_autocast_end());
+            cti_autocast_counts(&c1, &h1);
+            assert_int_equal(c1 - c0, 2);
+            assert_int_equal(ct_tensor_dtype(yo), dt);
+            ct_tensor *all[] = {x0, cs, sn, go, x[0], x[1], y[0], y[1], ch, sh, co, so, yo};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_release(all[i]);
+        }
+}
+
 static void test_cross_entropy_reads_logits(void **state) {
     (void)state;
     static const ct_dtype dts[2] = {CT_BF16, CT_F16};
@@ -1386,6 +1435,7 @@ int main(void) {
         T(test_lasting_casts_training), T(test_lasting_casts_invalidation),
         T(test_failure_inside_region), T(test_widened_weight_grads),
         T(test_widened_mlp_grads),   T(test_cross_entropy_reads_logits),
+        T(test_rope_reads_tables),
         T(test_step_ops),
         T(test_bad_input),
     };

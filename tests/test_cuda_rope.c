@@ -131,12 +131,14 @@ static geo rand_geo(int style, int64_t D) {
     }
 }
 
-static void rope_case(ct_dtype dt, const geo *g, int layout, int how, bool nc_tables) {
+/* tdt: the tables' dtype, x's or float32 beside a 16-bit x. */
+static void rope_case(ct_dtype dt, ct_dtype tdt, const geo *g, int layout, int how,
+                      bool nc_tables) {
     ct_scope *sc = ct_scope_begin();
     ct_tensor *x = checked(tu_rand(g->nd, g->xs, dt, -2, 2, NULL));
     ct_tensor *gr = checked(tu_rand(g->nd, g->xs, dt, -1, 1, NULL));
     ct_tensor *c, *s;
-    rand_tables(g->tnd, g->ts, dt, &c, &s);
+    rand_tables(g->tnd, g->ts, tdt, &c, &s);
     if (nc_tables) {
         c = checked(tu_noncontig(c));
         s = checked(tu_noncontig(s));
@@ -170,7 +172,8 @@ static void test_rope(void **state) {
                 for (int how = 0; how < 4; how++)
                     for (size_t k = 0; k < NHEAD; k += 1 + (size_t)tu_randint(0, 2)) {
                         geo g = rand_geo(style, head_dims[k]);
-                        rope_case(tu_float_dtypes[t], &g, layout, how, how == 3);
+                        rope_case(tu_float_dtypes[t], tu_float_dtypes[t], &g, layout, how,
+                                  how == 3);
                     }
 }
 
@@ -181,9 +184,45 @@ static void test_rope_large(void **state) {
     for (size_t t = 0; t < 4; t++)
         for (int layout = 0; layout < 2; layout++) {
             geo g = {4, 3, {2, 300, 12, 64}, {300, 1, 32}};
-            rope_case(tu_float_dtypes[t], &g, layout, 0, false);
+            rope_case(tu_float_dtypes[t], tu_float_dtypes[t], &g, layout, 0, false);
             geo h = {4, 2, {3, 7, 129, 128}, {129, 64}};
-            rope_case(tu_float_dtypes[t], &h, layout, 1, false);
+            rope_case(tu_float_dtypes[t], tu_float_dtypes[t], &h, layout, 1, false);
+        }
+}
+
+/* float32 tables beside a float16/bfloat16 x: the GPU rounds each entry to x's dtype as
+ * it reads it, as the CPU does (test_rope.c holds the CPU to the cast tables bit for bit);
+ * the vector path reads two vectors of each table a unit and names itself. */
+static void test_rope_f32_tables(void **state) {
+    (void)state;
+    NEED_GPU();
+    const ct_dtype halves[] = {CT_F16, CT_BF16};
+    for (size_t t = 0; t < 2; t++)
+        for (int layout = 0; layout < 2; layout++) {
+            for (int style = 0; style < 4; style++)
+                for (int how = 0; how < 4; how++)
+                    for (size_t k = 0; k < NHEAD; k += 1 + (size_t)tu_randint(0, 2)) {
+                        geo g = rand_geo(style, head_dims[k]);
+                        rope_case(halves[t], CT_F32, &g, layout, how, how == 3);
+                    }
+            geo big = {4, 3, {2, 300, 12, 64}, {300, 1, 32}};
+            rope_case(halves[t], CT_F32, &big, layout, 0, false);
+            ct_scope *sc = ct_scope_begin();
+            ct_tensor *x = gpu(tu_rand(CT_SHAPE(2, 5, 3, 64), halves[t], -2, 2, NULL));
+            ct_tensor *c, *s;
+            rand_tables(3, (const int64_t[]){5, 1, 32}, CT_F32, &c, &s);
+            ct_tensor *cg = gpu(c), *sg = gpu(s);
+            tu_trace tr = tu_trace_begin();
+            ct_tensor *y = ct_rope(x, cg, sg, (ct_rope_layout)layout);
+            char *log = tu_trace_end(&tr);
+            assert_non_null(y);
+            assert_int_equal(ct_tensor_dtype(y), halves[t]);
+            assert_int_equal(tu_trace_lines(log, layout ? "cten_rope_interleaved_vec16_f32_tables"
+                                                        : "cten_rope_half_vec16_f32_tables",
+                                            NULL),
+                             1);
+            free(log);
+            ct_scope_end(sc);
         }
 }
 
@@ -435,7 +474,8 @@ int main(void) {
     ngpu = tu_cuda_devices_or_skip("cuda_rope");
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_rope),     T(test_rope_large), T(test_rope_tables_gpu), T(test_swiglu),
+        T(test_rope),     T(test_rope_large), T(test_rope_f32_tables), T(test_rope_tables_gpu),
+        T(test_swiglu),
         T(test_swiglu_rows), T(test_chunk_swiglu_autograd),
         T(test_empty),    T(test_autograd),   T(test_mixed_devices),
     };

@@ -222,6 +222,86 @@ static void test_rope_backward(void **state) {
                     rope_case(tu_float_dtypes[t], style, layout, how, how == 2, true);
 }
 
+/* a and b hold the same values bit for bit (same dtype and shape). */
+static void expect_same(const char *what, ct_tensor *a, ct_tensor *b) {
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(ct_tensor_dtype(a), ct_tensor_dtype(b));
+    int64_t n = ct_tensor_numel(b);
+    assert_int_equal(ct_tensor_numel(a), n);
+    double *va = tu_values(a), *vb = tu_values(b);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&va[i], &vb[i], sizeof va[i]) != 0) {
+            fprintf(stderr, "%s: element %lld: %.9g, the cast tables give %.9g\n", what,
+                    (long long)i, va[i], vb[i]);
+            fail();
+        }
+    free(va);
+    free(vb);
+}
+
+/* float32 tables beside a float16/bfloat16 x: the result (forward, backward,
+ * and x's gradient through autograd) is bit for bit that of the tables cast
+ * to x's dtype, and near the float64 rotation by the rounded tables. */
+static void f32_tables_case(ct_dtype dt, int style, int layout, int how, bool nc_tables, bool bwd) {
+    rope_geo g = rand_geo(style);
+    int64_t n = tu_numel(g.nd, g.xs);
+    double *xv = tu_rand_vals(n, dt, -2, 2), *cv, *sv;
+    ct_tensor *c, *s;
+    rand_tables(g.tnd, g.ts, CT_F32, &c, &s, &cv, &sv);
+    ct_tensor *ch = ct_to_dtype(c, dt), *sh = ct_to_dtype(s, dt);
+    if (nc_tables) {
+        ct_tensor *c2 = tu_noncontig(c), *s2 = tu_noncontig(s);
+        ct_tensor_release(c);
+        ct_tensor_release(s);
+        c = c2;
+        s = s2;
+    }
+    int64_t tn = tu_numel(g.tnd, g.ts);
+    for (int64_t i = 0; i < tn; i++) {
+        cv[i] = tu_round(cv[i], dt);
+        sv[i] = tu_round(sv[i], dt);
+    }
+    ct_tensor *x = x_in_layout(xv, &g, dt, how);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    ref_rope(xv, g.nd, g.xs, cv, sv, g.tnd, g.ts, layout, bwd ? -1 : 1, ref);
+    for (int64_t i = 0; i < n; i++) ref[i] = tu_round(ref[i], dt);
+    ct_rope_layout L = (ct_rope_layout)layout;
+    poison_output(g.nd, g.xs, dt);
+    ct_tensor *y = bwd ? ct_rope_backward(x, c, s, L) : ct_rope(x, c, s, L);
+    if (!y) fprintf(stderr, "rope %s, float32 tables: %s\n", ct_dtype_name(dt), ct_last_error());
+    expect(y, ref, g.nd, g.xs, dt);
+    ct_tensor *yh = bwd ? ct_rope_backward(x, ch, sh, L) : ct_rope(x, ch, sh, L);
+    expect_same("rope, float32 tables", y, yh);
+    /* x's gradient through the recorded forward (the saved tables are float32) */
+    ct_tensor *xl = ct_contiguous(x), *xh = ct_contiguous(x);
+    assert_int_equal(ct_requires_grad_(xl, true), CT_OK);
+    assert_int_equal(ct_requires_grad_(xh, true), CT_OK);
+    ct_tensor *go = tu_rand(g.nd, g.xs, dt, -1, 1, NULL);
+    ct_tensor *yl = ct_rope(xl, c, s, L), *yc = ct_rope(xh, ch, sh, L);
+    assert_int_equal(ct_backward(yl, go, false), CT_OK);
+    assert_int_equal(ct_backward(yc, go, false), CT_OK);
+    expect_same("rope's gradient, float32 tables", ct_grad(xl), ct_grad(xh));
+    ct_tensor *all[] = {x, c, s, ch, sh, y, yh, xl, xh, go, yl, yc};
+    release_all(12, all);
+    free(xv);
+    free(cv);
+    free(sv);
+    free(ref);
+}
+
+static void test_rope_f32_tables(void **state) {
+    (void)state;
+    const ct_dtype halves[] = {CT_F16, CT_BF16};
+    for (size_t t = 0; t < 2; t++)
+        for (int style = 0; style < 4; style++)
+            for (int layout = 0; layout < 2; layout++)
+                for (int how = 0; how < 3; how++)
+                    for (int bwd = 0; bwd < 2; bwd++)
+                        f32_tables_case(halves[t], style, layout, how, (how + bwd) % 2 == 1,
+                                        bwd == 1);
+}
+
 /* Many rows of a wide head through the pool's threads, so tasks start at
  * rows inside the leading dims (where x and table offsets must be found from
  * the row index). */
@@ -820,6 +900,23 @@ static void test_rope_bad_input(void **state) {
     tu_assert_null_error(ct_rope(x, cd, s, H), CT_ERR_DTYPE, "ct_rope", "cos", "float64",
                          "float32");
     tu_assert_null_error(ct_rope(x, c, cd, H), CT_ERR_DTYPE, "ct_rope", "sin", "float64");
+    /* float32 tables go with a 16-bit x only; 16-bit or float64 tables with x's dtype only */
+    ct_tensor *xb = ct_tensor_zeros(3, (int64_t[]){2, 3, 8}, CT_BF16, CT_CPU);
+    ct_tensor *cb = ct_tensor_ones(2, (int64_t[]){3, 4}, CT_BF16, CT_CPU);
+    ct_tensor *ch = ct_tensor_ones(2, (int64_t[]){3, 4}, CT_F16, CT_CPU);
+    tu_assert_null_error(ct_rope(xb, cd, cd, H), CT_ERR_DTYPE, "ct_rope", "cos and sin",
+                         "float64", "bfloat16", "float32 beside float16/bfloat16");
+    tu_assert_null_error(ct_rope(xb, ch, ch, H), CT_ERR_DTYPE, "ct_rope", "float16", "bfloat16");
+    tu_assert_null_error(ct_rope(x, cb, cb, H), CT_ERR_DTYPE, "ct_rope", "bfloat16", "float32");
+    tu_assert_null_error(ct_rope(xb, c, cb, H), CT_ERR_DTYPE, "ct_rope", "sin", "bfloat16",
+                         "cos", "float32");
+    tu_assert_null_error(ct_rope_backward(xb, cd, cd, H), CT_ERR_DTYPE, "ct_rope_backward",
+                         "grad_out", "float64");
+    ct_tensor *yb = ct_rope(xb, c, s, H);
+    assert_non_null(yb);
+    assert_int_equal(ct_tensor_dtype(yb), CT_BF16);
+    ct_tensor *more[] = {xb, cb, ch, yb};
+    release_all(4, more);
     tu_assert_null_error(ct_rope(x, c, c1, H), CT_ERR_SHAPE, "ct_rope", "sin", "[1, 4]",
                          "shape of cos", "[3, 4]");
     tu_assert_null_error(ct_rope(x, c5, c5, H), CT_ERR_SHAPE, "ct_rope", "[3, 5]",
@@ -898,6 +995,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_rope_forward),   T(test_rope_backward),    T(test_rope_large),
+        T(test_rope_f32_tables),
         T(test_rope_round_trip), T(test_rope_tables),     T(test_rope_empty),
         T(test_rope_gradcheck), T(test_rope_autograd),    T(test_swiglu),
         T(test_swiglu_empty),   T(test_swiglu_gradcheck), T(test_swiglu_autograd),

@@ -118,10 +118,6 @@ lm_model *lm_model_new(const lm_config *cfg, ct_device device, ct_generator *gen
     if (ok && !gpt2)
         ok = ct_rope_tables(cfg->context, C / cfg->n_head, cfg->rope_base, CT_F32, device,
                             &m->rope_cos, &m->rope_sin) == CT_OK;
-    static const ct_dtype halves[2] = {CT_BF16, CT_F16};
-    for (int k = 0; ok && !gpt2 && k < 2; k++)
-        ok = (m->rope_cos_half[k] = ct_to_dtype(m->rope_cos, halves[k])) &&
-             (m->rope_sin_half[k] = ct_to_dtype(m->rope_sin, halves[k]));
     if (!ok) {
         lm_model_free(m);
         return NULL;
@@ -134,10 +130,6 @@ void lm_model_free(lm_model *m) {
     ct_params_free(m->params); /* the parameters' last references */
     ct_tensor_release(m->rope_cos);
     ct_tensor_release(m->rope_sin);
-    for (int k = 0; k < 2; k++) {
-        ct_tensor_release(m->rope_cos_half[k]);
-        ct_tensor_release(m->rope_sin_half[k]);
-    }
     free(m->blocks);
     free(m);
 }
@@ -165,13 +157,10 @@ static ct_tensor *heads(const lm_model *m, ct_tensor *part, int64_t B, int64_t T
     int64_t hd = m->cfg.n_embd / m->cfg.n_head;
     ct_tensor *x = ct_view(part, CT_SHAPE(B, T, nheads, hd));
     if (rope) {
-        /* tables [T, 1, hd/2] broadcast over batch and heads, in x's dtype */
-        ct_dtype dt = ct_tensor_dtype(x);
-        int h = dt == CT_BF16 ? 0 : dt == CT_F16 ? 1 : -1;
-        ct_tensor *cs = h < 0 ? m->rope_cos : m->rope_cos_half[h];
-        ct_tensor *sn = h < 0 ? m->rope_sin : m->rope_sin_half[h];
-        ct_tensor *cos = ct_unsqueeze(ct_narrow(cs, 0, 0, T), 1);
-        ct_tensor *sin = ct_unsqueeze(ct_narrow(sn, 0, 0, T), 1);
+        /* tables [T, 1, hd/2] broadcast over batch and heads; float32 ones are read as
+         * they are beside a bfloat16 or float16 x (autocast's q and k) */
+        ct_tensor *cos = ct_unsqueeze(ct_narrow(m->rope_cos, 0, 0, T), 1);
+        ct_tensor *sin = ct_unsqueeze(ct_narrow(m->rope_sin, 0, 0, T), 1);
         x = ct_rope(x, cos, sin, CT_ROPE_HALF);
     }
     return ct_transpose(x, 1, 2);

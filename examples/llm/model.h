@@ -66,10 +66,7 @@ typedef struct lm_model {
     ct_tensor *wpe;          /* [context, C], gpt2 only */
     lm_block *blocks;        /* n_layer */
     ct_tensor *normf_w, *normf_b;
-    ct_tensor *rope_cos, *rope_sin; /* [context, head_dim / 2], llama only */
-    /* The same rounded to bfloat16 [0] and float16 [1] once, for q and k of those dtypes
-     * (autocast's bf16 q and k): otherwise ct_rope casts them at every call. */
-    ct_tensor *rope_cos_half[2], *rope_sin_half[2];
+    ct_tensor *rope_cos, *rope_sin; /* [context, head_dim / 2] float32, llama only */
     ct_params *params;       /* every parameter, named as in checkpoints */
     /* Each block through ct_activation_checkpoint: its activations are made again in
      * the backward instead of kept (false after lm_model_new). */

@@ -321,8 +321,11 @@ ct_tensor *ct_dropout_backward(ct_tensor *grad_y, ct_tensor *mask, double p);
 typedef enum ct_rope_layout { CT_ROPE_HALF = 0, CT_ROPE_INTERLEAVED = 1 } ct_rope_layout;
 /* New tensor of x's shape and dtype: x [..., D] (D even, floating) with pair k
  * of each row (a, b) turned by angle k: (a cos - b sin, b cos + a sin). cos and
- * sin: x's dtype and device, equal shapes [..., D/2] that broadcast to x's
- * leading dims (x [B, T, H, D] with [T, 1, D/2]; x [B, H, T, D] with [T, D/2]).
+ * sin: x's device, equal shapes [..., D/2] that broadcast to x's leading dims
+ * (x [B, T, H, D] with [T, 1, D/2]; x [B, H, T, D] with [T, D/2]), and x's
+ * dtype, or float32 beside a float16/bfloat16 x: then each entry is rounded to
+ * x's dtype as it is read, so the result is bit for bit that of tables cast to
+ * x's dtype, without the casts (autocast passes float32 tables so).
  * f16/bf16 compute in f32. Differentiable in x only: cos and sin are tables
  * and get no gradient. */
 ct_tensor *ct_rope(ct_tensor *x, ct_tensor *cos, ct_tensor *sin, ct_rope_layout layout);

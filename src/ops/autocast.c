@@ -232,7 +232,9 @@ static ct_dtype target(cti_autocast_policy policy, ct_dtype lower, ct_device_typ
             if (eligible(in[i], type)) to = ct_promote_types(to, in[i]->dtype);
         return to;
     }
-    case CTI_AUTOCAST_FIRST: return eligible(in[0], type) ? in[0]->dtype : CT_NUM_DTYPES;
+    case CTI_AUTOCAST_FIRST:
+    case CTI_AUTOCAST_FIRST_READS_F32:
+        return eligible(in[0], type) ? in[0]->dtype : CT_NUM_DTYPES;
     }
     return CT_NUM_DTYPES;
 }
@@ -273,11 +275,14 @@ bool cti_autocast_begin_op(cti_autocast_call *ac, cti_autocast_op op, int n,
     ac->n = n;
     ac->ok = true;
     ac->dtype = dtype_of(type);
-    ct_dtype to = target(op_table[op].policy, ac->dtype, type, n, in);
+    cti_autocast_policy policy = op_table[op].policy;
+    ct_dtype to = target(policy, ac->dtype, type, n, in);
+    bool keep32 = policy == CTI_AUTOCAST_FIRST_READS_F32 && (to == CT_F16 || to == CT_BF16);
     for (int i = 0; i < n; i++) {
         ac->temp[i] = NULL;
         ac->in[i] = in[i];
-        if (!ac->ok || to == CT_NUM_DTYPES || !eligible(in[i], type) || in[i]->dtype == to)
+        if (!ac->ok || to == CT_NUM_DTYPES || !eligible(in[i], type) || in[i]->dtype == to ||
+            (keep32 && i > 0 && in[i]->dtype == CT_F32))
             continue;
         ac->in[i] = cast_input(in[i], to, ac->dtype, &ac->temp[i]);
         if (!ac->in[i]) {

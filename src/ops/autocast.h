@@ -44,6 +44,12 @@ typedef enum cti_autocast_policy {
      * for kernels that take one dtype and whose PyTorch counterpart
      * returns its input's dtype */
     CTI_AUTOCAST_FIRST,
+    /* (cten's) as FIRST, except that a float32 input after the first stays
+     * float32 beside a float16/bfloat16 first input: the kernel reads it so,
+     * rounding each value to the first's dtype as the cast would, and the
+     * cast's pass (one a call: such inputs are not leaves that require grad,
+     * so no cache holds their casts) is saved */
+    CTI_AUTOCAST_FIRST_READS_F32,
 } cti_autocast_policy;
 
 /* X(id, front end, policy). Which inputs an op hands over is in its front
@@ -88,9 +94,10 @@ typedef enum cti_autocast_policy {
     /* PyTorch's promote list */                                                                \
     X(SCATTER_ADD, "ct_scatter_add", PROMOTE)                                                   \
     /* cten's: PyTorch's rms_norm computes in float32 and returns its input's dtype; a rope     \
-     * is written there as products with tables cast to x's dtype (LLaMA's) */                  \
+     * is written there as products with tables cast to x's dtype (LLaMA's), which cten's       \
+     * kernels do as they read float32 tables */                                                \
     X(RMS_NORM, "ct_rms_norm", FIRST)                                                           \
-    X(ROPE, "ct_rope", FIRST)                                                                   \
+    X(ROPE, "ct_rope", FIRST_READS_F32)                                                         \
     /* reductions and scans: PyTorch's fp32 list, then its fp32_set_opt_dtype list */         \
     X(LOGSUMEXP, "ct_logsumexp", FP32)                                                          \
     X(CUMPROD, "ct_cumprod", FP32)

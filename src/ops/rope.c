@@ -71,8 +71,14 @@ static ct_status check_layout(const char *op, ct_rope_layout layout) {
                      (int)layout);
 }
 
-/* x [..., D] with D even; cos and sin of x's dtype, one shape [..., D/2]
- * whose leading dims broadcast to x's. */
+/* Whether tables of dtype t may go with x of dtype x: x's own, or float32
+ * beside float16/bfloat16 (read as if cast to x's dtype). */
+static bool table_dtype_ok(ct_dtype t, ct_dtype x) {
+    return t == x || (t == CT_F32 && (x == CT_F16 || x == CT_BF16));
+}
+
+/* x [..., D] with D even; cos and sin of one dtype (table_dtype_ok), one
+ * shape [..., D/2] whose leading dims broadcast to x's. */
 static ct_status check_rope(const char *op, const ct_tensor *x, const char *xname,
                             const ct_tensor *cs, const ct_tensor *sn, ct_rope_layout layout) {
     if (cti_check_floating(op, x, xname) || check_layout(op, layout)) return ct_last_status();
@@ -83,9 +89,12 @@ static ct_status check_rope(const char *op, const ct_tensor *x, const char *xnam
     if (d % 2 != 0)
         return cti_error(CT_ERR_SHAPE, "%s: the last dim of %s %s must be even, got %lld", op,
                          xname, cti_desc(x), (long long)d);
-    if (check_dtype_as(op, cs, "cos", x, xname) || check_dtype_as(op, sn, "sin", x, xname) ||
-        check_shape_as(op, sn, "sin", cs, "cos"))
+    if (check_dtype_as(op, sn, "sin", cs, "cos") || check_shape_as(op, sn, "sin", cs, "cos"))
         return ct_last_status();
+    if (!table_dtype_ok(cs->dtype, x->dtype))
+        return cti_error(CT_ERR_DTYPE, "%s: cos and sin have dtype %s but %s has %s (expected "
+                         "%s's dtype, or float32 beside float16/bfloat16)",
+                         op, ct_dtype_name(cs->dtype), xname, ct_dtype_name(x->dtype), xname);
     bool fits = cs->ndim >= 1 && cs->ndim <= x->ndim && cs->shape[cs->ndim - 1] == d / 2;
     for (int i = 0; fits && i < cs->ndim - 1; i++) {
         int64_t t = cs->shape[i], want = x->shape[x->ndim - cs->ndim + i];

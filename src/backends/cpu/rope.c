@@ -9,7 +9,8 @@
  * negated. swiglu is elementwise over rows with a contiguous last dim (and
  * a row stride each, so chunk halves are read in place). f16/bf16 convert
  * blocks to f32 scratch and back, so every product is computed in f32; f64
- * keeps f64 and libm. */
+ * keeps f64 and libm. Beside an f16/bf16 x, rope's tables may be f32: their
+ * entries are rounded to x's dtype as they are loaded, as a cast would. */
 #if defined(__GNUC__) && !defined(__clang__) /* clang vectorizes them at -O2 and knows no such pragma */
 #pragma GCC optimize("O3")
 #endif
@@ -46,6 +47,20 @@ typedef struct rope_ctx {
 ROPE_ROW(float, rope_row_f32)
 ROPE_ROW(double, rope_row_f64)
 
+/* n table entries of dtype tdt as x's dtype xdt would hold them, in f32. */
+static void load_table(const void *src, ct_dtype tdt, ct_dtype xdt, int64_t n,
+                       float *restrict dst) {
+    if (tdt == xdt) {
+        load_f32(src, xdt, n, 1, dst);
+        return;
+    }
+    const float *s = src;
+    if (xdt == CT_F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = ct_f16_to_f32(ct_f32_to_f16(s[i]));
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = cti_bf16_to_f32(cti_f32_to_bf16(s[i]));
+}
+
 /* Rows [r0, r1): idx steps over x's leading dims (an odometer), giving each
  * row's element offsets in x and in the tables. */
 static void rope_task(int64_t r0, int64_t r1, void *vp) {
@@ -55,8 +70,8 @@ static void rope_task(int64_t r0, int64_t r1, void *vp) {
     ct_tensor *y = c->out[0];
     const int64_t d = k->p->d, h = d / 2;
     const int lead = x->ndim - 1;
-    const ct_dtype dt = x->dtype;
-    const size_t es = ct_dtype_size(dt);
+    const ct_dtype dt = x->dtype, tdt = tc->dtype;
+    const size_t es = ct_dtype_size(dt), tes = ct_dtype_size(tdt);
     int64_t idx[CT_MAX_DIMS] = {0};
     int64_t xo = 0, to = 0;
     for (int64_t i = lead - 1, q = r0; i >= 0; i--) {
@@ -76,7 +91,7 @@ static void rope_task(int64_t r0, int64_t r1, void *vp) {
     for (int64_t r = r0; r < r1; r++) {
         char *yr = cti_data(y) + (size_t)(r * d) * es;
         const char *xr = cti_data(x) + xo * (int64_t)es;
-        const char *cr = cti_data(tc) + to * (int64_t)es, *sr = cti_data(ts) + to * (int64_t)es;
+        const char *cr = cti_data(tc) + to * (int64_t)tes, *sr = cti_data(ts) + to * (int64_t)tes;
         if (dt == CT_F64) {
             rope_row_f64((double *)yr, (const double *)xr, (const double *)cr,
                          (const double *)sr, k->sign, h, k->p->layout);
@@ -86,8 +101,8 @@ static void rope_task(int64_t r0, int64_t r1, void *vp) {
         } else {
             float *xf = buf, *yf = buf + d, *cf = buf + 2 * d, *sf = cf + h;
             load_f32(xr, dt, d, 1, xf);
-            load_f32(cr, dt, h, 1, cf);
-            load_f32(sr, dt, h, 1, sf);
+            load_table(cr, tdt, dt, h, cf);
+            load_table(sr, tdt, dt, h, sf);
             rope_row_f32(yf, xf, cf, sf, (float)k->sign, h, k->p->layout);
             store_f32(yf, dt, d, 1, yr);
         }

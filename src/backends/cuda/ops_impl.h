@@ -310,6 +310,7 @@ cudaError_t cti_nn_dropout(int dt, int bwd, const void *x, void *y, const uint8_
  * otherwise p is 1 and the kernel reads elements. */
 typedef struct cti_cuda_rope_args {
     ct_dtype dt;
+    ct_dtype table_dt; /* dt, or CT_F32 beside an f16/bf16 x (entries rounded to dt) */
     bool interleaved, vec, backward;
     int64_t half; /* d / 2 */
     void *out;
@@ -317,7 +318,8 @@ typedef struct cti_cuda_rope_args {
     cti_cuda_iter it;
 } cti_cuda_rope_args;
 
-/* Pairs of a vector unit for dt (16 bytes of each table; 2 or more), either layout. */
+/* Pairs of a vector unit for dt (16 bytes of each table of dt, 32 of a float32 table
+ * beside a 16-bit x; 2 or more), either layout. */
 int cti_cuda_rope_vec_pairs(ct_dtype dt, bool interleaved);
 cudaError_t cti_cuda_rope(const cti_cuda_rope_args *a, int sm_count, cudaStream_t stream,
                           const char **routine);

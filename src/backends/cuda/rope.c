@@ -32,13 +32,14 @@ static ct_status k_rope(ct_call *c) {
     const int lead = x->ndim - 1;
     const int64_t half = p->d / 2;
     const bool il = p->layout == CTI_ROPE_INTERLEAVED;
-    const size_t es = ct_dtype_size(x->dtype);
-    /* A unit is pp pairs: 16 bytes of each table, and of x (and out) 16 bytes a half
-     * (half layout) or 32 bytes (interleaved), in 16-byte vectors. */
+    const size_t es = ct_dtype_size(x->dtype), tes = ct_dtype_size(tc->dtype);
+    /* A unit is pp pairs: 16 bytes of each table (32 for float32 tables beside a 16-bit
+     * x), and of x (and out) 16 bytes a half (half layout) or 32 bytes (interleaved), in
+     * 16-byte vectors. */
     int64_t pp = cti_cuda_rope_vec_pairs(x->dtype, il), xm = (int64_t)(16 / es);
     bool vec = half % pp == 0 && unit_aligned(x, lead, xm, 16) && unit_aligned(out, lead, xm, 16) &&
-               unit_aligned(tc, lead, pp, (size_t)pp * es) &&
-               unit_aligned(ts, lead, pp, (size_t)pp * es);
+               unit_aligned(tc, lead, pp, (size_t)pp * tes) &&
+               unit_aligned(ts, lead, pp, (size_t)pp * tes);
     if (!vec) pp = 1;
     /* The three operands as [leading dims..., units]: the offset of each unit's first pair. */
     int64_t shape[CT_MAX_DIMS], st[3][CT_MAX_DIMS];
@@ -57,6 +58,7 @@ static ct_status k_rope(ct_call *c) {
             return ct_last_status();
         }
     cti_cuda_rope_args a = {.dt = x->dtype,
+                       .table_dt = tc->dtype,
                        .interleaved = il,
                        .vec = vec,
                        .backward = c->op == CT_OP_ROPE_BACKWARD,

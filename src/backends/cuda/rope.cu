@@ -11,7 +11,9 @@
 // swiglu's unit is one vector of a row; every operand's rows sit at its row
 // stride (the halves of a chunk are read in place, and the backward may write
 // the two halves of one buffer).
-// f16/bf16 compute in f32, f32 in f32, f64 in f64.
+// f16/bf16 compute in f32, f32 in f32, f64 in f64. Beside an f16/bf16 x the
+// tables may be f32: each entry is rounded to x's dtype as it is read, which
+// is what casting the tables first would give, without the cast's pass.
 #include "kernels.cuh"
 #include "ops_impl.h"
 
@@ -53,7 +55,8 @@ __device__ __forceinline__ void store(T *__restrict__ p, const T (&r)[N]) {
 }
 
 // ---- rope -----------------------------------------------------------------------------------
-// Pairs of a vector unit: the pairs of one 16-byte vector of the tables. In
+// Pairs of a vector unit: the pairs of one 16-byte vector of tables of x's
+// dtype (float32 tables beside a 16-bit x take two vectors a unit). In
 // the half layout x's two halves are a vector each; in the interleaved one
 // x's 2 elements a pair fill two vectors, so each thread moves as many bytes
 // a step in both layouts (units of one x vector ran the interleaved forward
@@ -62,18 +65,26 @@ template <int DT, bool IL> constexpr int vec_pairs() {
     return 16 / (int)sizeof(typename dtype<DT>::T);
 }
 
-template <int DT, int P, bool IL, bool VEC, class I>
+// A table entry (of dtype TT: DT, or f32 beside a 16-bit x) in the compute type.
+template <int DT, int TT>
+__device__ __forceinline__ typename Acc<DT>::A entry(typename dtype<TT>::T v) {
+    if constexpr (TT == DT) return dtype<DT>::dec(v);
+    else return dtype<DT>::dec(dtype<DT>::enc(v));
+}
+
+template <int DT, int TT, int P, bool IL, bool VEC, class I>
 __global__ void __launch_bounds__(kThreads)
 rope_k(const cti_cuda_iter it, typename dtype<DT>::T *__restrict__ out,
-       const typename dtype<DT>::T *__restrict__ x, const typename dtype<DT>::T *__restrict__ cs,
-       const typename dtype<DT>::T *__restrict__ sn, int64_t half, typename Acc<DT>::A sign) {
+       const typename dtype<DT>::T *__restrict__ x, const typename dtype<TT>::T *__restrict__ cs,
+       const typename dtype<TT>::T *__restrict__ sn, int64_t half, typename Acc<DT>::A sign) {
     typedef typename dtype<DT>::T T;
+    typedef typename dtype<TT>::T TabT;
     typedef typename Acc<DT>::A A;
     const I n = (I)it.numel, step = (I)gridDim.x * blockDim.x;
     for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += step) {
         int64_t off[3];
         offsets<3, I>(it, u, off);
-        T c[P], s[P];
+        TabT c[P], s[P];
         load<VEC>(cs + off[2], c);
         load<VEC>(sn + off[2], s);
         if constexpr (IL) {
@@ -85,7 +96,7 @@ rope_k(const cti_cuda_iter it, typename dtype<DT>::T *__restrict__ out,
             for (int j = 0; j < P; j++) {
                 const int h = (2 * j) / P, i = (2 * j) % P;
                 A a = dtype<DT>::dec(v[h][i]), b = dtype<DT>::dec(v[h][i + 1]);
-                A ck = dtype<DT>::dec(c[j]), sk = sign * dtype<DT>::dec(s[j]);
+                A ck = entry<DT, TT>(c[j]), sk = sign * entry<DT, TT>(s[j]);
                 o[h][i] = dtype<DT>::enc(a * ck - b * sk);
                 o[h][i + 1] = dtype<DT>::enc(b * ck + a * sk);
             }
@@ -98,7 +109,7 @@ rope_k(const cti_cuda_iter it, typename dtype<DT>::T *__restrict__ out,
 #pragma unroll
             for (int j = 0; j < P; j++) {
                 A a = dtype<DT>::dec(va[j]), b = dtype<DT>::dec(vb[j]);
-                A ck = dtype<DT>::dec(c[j]), sk = sign * dtype<DT>::dec(s[j]);
+                A ck = entry<DT, TT>(c[j]), sk = sign * entry<DT, TT>(s[j]);
                 oa[j] = dtype<DT>::enc(a * ck - b * sk);
                 ob[j] = dtype<DT>::enc(b * ck + a * sk);
             }
@@ -108,31 +119,47 @@ rope_k(const cti_cuda_iter it, typename dtype<DT>::T *__restrict__ out,
     }
 }
 
-template <int DT, int P, bool IL, bool VEC>
+template <int DT, int TT, int P, bool IL, bool VEC>
 cudaError_t rope_launch(const cti_cuda_rope_args *a, int sms, cudaStream_t st) {
     typedef typename dtype<DT>::T T;
+    typedef typename dtype<TT>::T TabT;
     typedef typename Acc<DT>::A A;
     const A sign = a->backward ? (A)-1 : (A)1;
     const unsigned grid = grid_for(a->it.numel, sms);
     if (a->it.use32)
-        rope_k<DT, P, IL, VEC, uint32_t><<<grid, kThreads, 0, st>>>(
-            a->it, (T *)a->out, (const T *)a->x, (const T *)a->cos, (const T *)a->sin, a->half, sign);
+        rope_k<DT, TT, P, IL, VEC, uint32_t><<<grid, kThreads, 0, st>>>(
+            a->it, (T *)a->out, (const T *)a->x, (const TabT *)a->cos, (const TabT *)a->sin,
+            a->half, sign);
     else
-        rope_k<DT, P, IL, VEC, int64_t><<<grid, kThreads, 0, st>>>(
-            a->it, (T *)a->out, (const T *)a->x, (const T *)a->cos, (const T *)a->sin, a->half, sign);
+        rope_k<DT, TT, P, IL, VEC, int64_t><<<grid, kThreads, 0, st>>>(
+            a->it, (T *)a->out, (const T *)a->x, (const TabT *)a->cos, (const TabT *)a->sin,
+            a->half, sign);
     return cudaGetLastError();
+}
+
+template <int DT, int TT>
+cudaError_t rope_tables(const cti_cuda_rope_args *a, int sms, cudaStream_t st,
+                        const char **routine) {
+    const bool wide = TT != DT;
+    if (a->interleaved) {
+        *routine = a->vec ? (wide ? "cten_rope_interleaved_vec16_f32_tables"
+                                  : "cten_rope_interleaved_vec16")
+                          : (wide ? "cten_rope_interleaved_f32_tables" : "cten_rope_interleaved");
+        return a->vec ? rope_launch<DT, TT, vec_pairs<DT, true>(), true, true>(a, sms, st)
+                      : rope_launch<DT, TT, 1, true, false>(a, sms, st);
+    }
+    *routine = a->vec ? (wide ? "cten_rope_half_vec16_f32_tables" : "cten_rope_half_vec16")
+                      : (wide ? "cten_rope_half_f32_tables" : "cten_rope_half");
+    return a->vec ? rope_launch<DT, TT, vec_pairs<DT, false>(), false, true>(a, sms, st)
+                  : rope_launch<DT, TT, 1, false, false>(a, sms, st);
 }
 
 template <int DT>
 cudaError_t rope_dt(const cti_cuda_rope_args *a, int sms, cudaStream_t st, const char **routine) {
-    if (a->interleaved) {
-        *routine = a->vec ? "cten_rope_interleaved_vec16" : "cten_rope_interleaved";
-        return a->vec ? rope_launch<DT, vec_pairs<DT, true>(), true, true>(a, sms, st)
-                      : rope_launch<DT, 1, true, false>(a, sms, st);
-    }
-    *routine = a->vec ? "cten_rope_half_vec16" : "cten_rope_half";
-    return a->vec ? rope_launch<DT, vec_pairs<DT, false>(), false, true>(a, sms, st)
-                  : rope_launch<DT, 1, false, false>(a, sms, st);
+    if constexpr (DT == CT_F16 || DT == CT_BF16)
+        if (a->table_dt == CT_F32) return rope_tables<DT, CT_F32>(a, sms, st, routine);
+    if (a->table_dt != (ct_dtype)DT) return cudaErrorInvalidValue;
+    return rope_tables<DT, DT>(a, sms, st, routine);
 }
 
 // ---- swiglu ---------------------------------------------------------------------------------
