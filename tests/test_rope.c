@@ -173,55 +173,6 @@ static ct_tensor *x_in_layout(const double *v, const rope_geo *g, ct_dtype dt, i
     return x;
 }
 
-static void rope_case(ct_dtype dt, int style, int layout, int how, bool nc_tables, bool bwd) {
-    rope_geo g = rand_geo(style);
-    int64_t n = tu_numel(g.nd, g.xs);
-    double *xv = tu_rand_vals(n, dt, -2, 2), *cv, *sv;
-    ct_tensor *c, *s;
-    rand_tables(g.tnd, g.ts, dt, &c, &s, &cv, &sv);
-    if (nc_tables) {
-        ct_tensor *c2 = tu_noncontig(c), *s2 = tu_noncontig(s);
-        ct_tensor_release(c);
-        ct_tensor_release(s);
-        c = c2;
-        s = s2;
-    }
-    ct_tensor *x = x_in_layout(xv, &g, dt, how);
-    double *ref = malloc(sizeof(double) * (size_t)n);
-    ref_rope(xv, g.nd, g.xs, cv, sv, g.tnd, g.ts, layout, bwd ? -1 : 1, ref);
-    for (int64_t i = 0; i < n; i++) ref[i] = tu_round(ref[i], dt);
-    poison_output(g.nd, g.xs, dt);
-    ct_tensor *y = bwd ? ct_rope_backward(x, c, s, (ct_rope_layout)layout)
-                       : ct_rope(x, c, s, (ct_rope_layout)layout);
-    if (!y) fprintf(stderr, "rope %s: %s\n", ct_dtype_name(dt), ct_last_error());
-    expect(y, ref, g.nd, g.xs, dt);
-    ct_tensor *all[] = {x, c, s, y};
-    release_all(4, all);
-    free(xv);
-    free(cv);
-    free(sv);
-    free(ref);
-}
-
-static void test_rope_forward(void **state) {
-    (void)state;
-    for (size_t t = 0; t < 4; t++)
-        for (int style = 0; style < 4; style++)
-            for (int layout = 0; layout < 2; layout++)
-                for (int how = 0; how < 3; how++)
-                    for (int rep = 0; rep < 2; rep++)
-                        rope_case(tu_float_dtypes[t], style, layout, how, rep == 1, false);
-}
-
-static void test_rope_backward(void **state) {
-    (void)state;
-    for (size_t t = 0; t < 4; t++)
-        for (int style = 0; style < 4; style++)
-            for (int layout = 0; layout < 2; layout++)
-                for (int how = 0; how < 3; how++)
-                    rope_case(tu_float_dtypes[t], style, layout, how, how == 2, true);
-}
-
 /* a and b hold the same values bit for bit (same dtype and shape). */
 static void expect_same(const char *what, ct_tensor *a, ct_tensor *b) {
     assert_non_null(a);
@@ -240,27 +191,45 @@ static void expect_same(const char *what, ct_tensor *a, ct_tensor *b) {
     free(vb);
 }
 
-/* float32 tables beside a float16/bfloat16 x: the result (forward, backward,
- * and x's gradient through autograd) is bit for bit that of the tables cast
- * to x's dtype, and near the float64 rotation by the rounded tables. */
-static void f32_tables_case(ct_dtype dt, int style, int layout, int how, bool nc_tables, bool bwd) {
+/* x's gradient through a recorded ct_rope by tables c, s and by ch, sh: bit for bit equal. */
+static void expect_same_grad(ct_tensor *x, ct_tensor *c, ct_tensor *s, ct_tensor *ch,
+                             ct_tensor *sh, ct_rope_layout L) {
+    ct_tensor *xl = ct_contiguous(x), *xh = ct_contiguous(x);
+    assert_int_equal(ct_requires_grad_(xl, true), CT_OK);
+    assert_int_equal(ct_requires_grad_(xh, true), CT_OK);
+    ct_tensor *go = tu_rand(ct_tensor_ndim(x), ct_tensor_shape(x), ct_tensor_dtype(x), -1, 1, NULL);
+    ct_tensor *yl = ct_rope(xl, c, s, L), *yh = ct_rope(xh, ch, sh, L);
+    assert_int_equal(ct_backward(yl, go, false), CT_OK);
+    assert_int_equal(ct_backward(yh, go, false), CT_OK);
+    expect_same("rope's gradient, float32 tables", ct_grad(xl), ct_grad(xh));
+    ct_tensor *all[] = {xl, xh, go, yl, yh};
+    release_all(5, all);
+}
+
+/* tdt: the tables' dtype, dt or float32 beside a 16-bit x. With float32 tables the result
+ * (and x's gradient through autograd) is also bit for bit that of the tables cast to x's
+ * dtype, and the float64 reference rotates by the rounded tables. */
+static void rope_case(ct_dtype dt, ct_dtype tdt, int style, int layout, int how, bool nc_tables,
+                      bool bwd) {
     rope_geo g = rand_geo(style);
-    int64_t n = tu_numel(g.nd, g.xs);
+    int64_t n = tu_numel(g.nd, g.xs), tn = tu_numel(g.tnd, g.ts);
     double *xv = tu_rand_vals(n, dt, -2, 2), *cv, *sv;
-    ct_tensor *c, *s;
-    rand_tables(g.tnd, g.ts, CT_F32, &c, &s, &cv, &sv);
-    ct_tensor *ch = ct_to_dtype(c, dt), *sh = ct_to_dtype(s, dt);
+    ct_tensor *c, *s, *ch = NULL, *sh = NULL;
+    rand_tables(g.tnd, g.ts, tdt, &c, &s, &cv, &sv);
+    if (tdt != dt) {
+        ch = ct_to_dtype(c, dt);
+        sh = ct_to_dtype(s, dt);
+        for (int64_t i = 0; i < tn; i++) {
+            cv[i] = tu_round(cv[i], dt);
+            sv[i] = tu_round(sv[i], dt);
+        }
+    }
     if (nc_tables) {
         ct_tensor *c2 = tu_noncontig(c), *s2 = tu_noncontig(s);
         ct_tensor_release(c);
         ct_tensor_release(s);
         c = c2;
         s = s2;
-    }
-    int64_t tn = tu_numel(g.tnd, g.ts);
-    for (int64_t i = 0; i < tn; i++) {
-        cv[i] = tu_round(cv[i], dt);
-        sv[i] = tu_round(sv[i], dt);
     }
     ct_tensor *x = x_in_layout(xv, &g, dt, how);
     double *ref = malloc(sizeof(double) * (size_t)n);
@@ -269,25 +238,43 @@ static void f32_tables_case(ct_dtype dt, int style, int layout, int how, bool nc
     ct_rope_layout L = (ct_rope_layout)layout;
     poison_output(g.nd, g.xs, dt);
     ct_tensor *y = bwd ? ct_rope_backward(x, c, s, L) : ct_rope(x, c, s, L);
-    if (!y) fprintf(stderr, "rope %s, float32 tables: %s\n", ct_dtype_name(dt), ct_last_error());
+    if (!y)
+        fprintf(stderr, "rope %s, tables %s: %s\n", ct_dtype_name(dt), ct_dtype_name(tdt),
+                ct_last_error());
     expect(y, ref, g.nd, g.xs, dt);
-    ct_tensor *yh = bwd ? ct_rope_backward(x, ch, sh, L) : ct_rope(x, ch, sh, L);
-    expect_same("rope, float32 tables", y, yh);
-    /* x's gradient through the recorded forward (the saved tables are float32) */
-    ct_tensor *xl = ct_contiguous(x), *xh = ct_contiguous(x);
-    assert_int_equal(ct_requires_grad_(xl, true), CT_OK);
-    assert_int_equal(ct_requires_grad_(xh, true), CT_OK);
-    ct_tensor *go = tu_rand(g.nd, g.xs, dt, -1, 1, NULL);
-    ct_tensor *yl = ct_rope(xl, c, s, L), *yc = ct_rope(xh, ch, sh, L);
-    assert_int_equal(ct_backward(yl, go, false), CT_OK);
-    assert_int_equal(ct_backward(yc, go, false), CT_OK);
-    expect_same("rope's gradient, float32 tables", ct_grad(xl), ct_grad(xh));
-    ct_tensor *all[] = {x, c, s, ch, sh, y, yh, xl, xh, go, yl, yc};
-    release_all(12, all);
+    if (tdt != dt) {
+        ct_tensor *yh = bwd ? ct_rope_backward(x, ch, sh, L) : ct_rope(x, ch, sh, L);
+        expect_same("rope, float32 tables", y, yh);
+        ct_tensor_release(yh);
+        expect_same_grad(x, c, s, ch, sh, L);
+    }
+    ct_tensor *all[] = {x, c, s, y, ch, sh};
+    release_all(6, all);
     free(xv);
     free(cv);
     free(sv);
     free(ref);
+}
+
+static void test_rope_forward(void **state) {
+    (void)state;
+    for (size_t t = 0; t < 4; t++)
+        for (int style = 0; style < 4; style++)
+            for (int layout = 0; layout < 2; layout++)
+                for (int how = 0; how < 3; how++)
+                    for (int rep = 0; rep < 2; rep++)
+                        rope_case(tu_float_dtypes[t], tu_float_dtypes[t], style, layout, how,
+                                  rep == 1, false);
+}
+
+static void test_rope_backward(void **state) {
+    (void)state;
+    for (size_t t = 0; t < 4; t++)
+        for (int style = 0; style < 4; style++)
+            for (int layout = 0; layout < 2; layout++)
+                for (int how = 0; how < 3; how++)
+                    rope_case(tu_float_dtypes[t], tu_float_dtypes[t], style, layout, how,
+                              how == 2, true);
 }
 
 static void test_rope_f32_tables(void **state) {
@@ -298,8 +285,8 @@ static void test_rope_f32_tables(void **state) {
             for (int layout = 0; layout < 2; layout++)
                 for (int how = 0; how < 3; how++)
                     for (int bwd = 0; bwd < 2; bwd++)
-                        f32_tables_case(halves[t], style, layout, how, (how + bwd) % 2 == 1,
-                                        bwd == 1);
+                        rope_case(halves[t], CT_F32, style, layout, how, (how + bwd) % 2 == 1,
+                                  bwd == 1);
 }
 
 /* Many rows of a wide head through the pool's threads, so tasks start at
