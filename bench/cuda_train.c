@@ -7,7 +7,9 @@
  * read back once per block, as a training loop printing progress would.
  * Prints the median ms per step and its ratio to the target (PyTorch eager
  * on the same models measured 0.73 and 1.34 ms on an H200;
- * bench/torch_cuda_train.py measures it beside this program).
+ * bench/torch_cuda_train.py measures it beside this program). The cases of
+ * one model take turns block by block, so each row's ratio to its model's
+ * float32 eager step compares blocks run moments apart.
  *
  * The "CUDA graph" rows run the same step captured once (after one eager
  * step) and replayed: per step, the batch copied into the graph's static
@@ -155,74 +157,134 @@ static double now_ms(void) {
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-/* Median ms per step over blocks of STEPS steps, on the device (events) and
- * on the host (the time to queue the block's steps): when the two agree the
- * step is bound by the host's queueing, not by the GPU. */
-static int bench_case(const bcase *bc, cudaStream_t stream, int blocks, bool profile,
-                      double *ms_step, double *host_ms) {
-    const ct_device dev = CT_CUDA(0);
+/* One case of the run: its model, optimizer, batch, captured step (graph
+ * cases) and the times of its blocks. */
+typedef struct runner {
+    const bcase *bc;
     net m;
-    if (!net_init(&m, bc->cnn, dev)) return die("building the model", ct_last_error());
-    ct_optimizer *opt = ct_optim_sgd_new(m.params, 0.01, 0.9, 0, 0, false);
-    ct_tensor *x = bc->cnn ? ct_tensor_randn(NULL, CT_SHAPE(BATCH, 1, 28, 28), CT_F32, dev)
-                           : ct_tensor_randn(NULL, CT_SHAPE(BATCH, 28 * 28), CT_F32, dev);
-    ct_tensor *y = ct_tensor_randint(NULL, 0, 10, CT_SHAPE(BATCH), CT_I64, dev);
-    if (!opt || !x || !y) return die("setting up", ct_last_error());
+    ct_optimizer *opt;
+    ct_tensor *x, *y;
+    graphed gr;
+    double *per, *host; /* ms per step of each block: device (events), host (queueing) */
+} runner;
+
+static int runner_init(runner *r, const bcase *bc, int blocks) {
+    const ct_device dev = CT_CUDA(0);
+    memset(r, 0, sizeof *r);
+    r->bc = bc;
+    if (!net_init(&r->m, bc->cnn, dev)) return die("building the model", ct_last_error());
+    r->opt = ct_optim_sgd_new(r->m.params, 0.01, 0.9, 0, 0, false);
+    r->x = bc->cnn ? ct_tensor_randn(NULL, CT_SHAPE(BATCH, 1, 28, 28), CT_F32, dev)
+                   : ct_tensor_randn(NULL, CT_SHAPE(BATCH, 28 * 28), CT_F32, dev);
+    r->y = ct_tensor_randint(NULL, 0, 10, CT_SHAPE(BATCH), CT_I64, dev);
+    if (!r->opt || !r->x || !r->y) return die("setting up", ct_last_error());
+    r->per = malloc(sizeof(double) * (size_t)blocks);
+    r->host = malloc(sizeof(double) * (size_t)blocks);
+    if (!r->per || !r->host) return die("malloc", "out of memory");
+    return bc->graph ? capture_step(&r->m, r->opt, r->x, r->y, bc->amp, &r->gr) : 0;
+}
+
+static void runner_free(runner *r) {
+    graphed_free(&r->gr);
+    free(r->per);
+    free(r->host);
+    ct_tensor_release(r->x);
+    ct_tensor_release(r->y);
+    ct_optim_free(r->opt);
+    net_free(&r->m);
+}
+
+/* One block of STEPS steps from an idle device, timed on the device (events
+ * on the library's stream) and on the host (the time to queue the steps):
+ * when the two agree the step is bound by the host's queueing. Block b < 0
+ * is a warmup and keeps no times. */
+static int run_block(runner *r, int b, cudaStream_t stream, cudaEvent_t t0, cudaEvent_t t1) {
+    const bcase *bc = r->bc;
+    if (ct_cuda_synchronize(0) != CT_OK) return die("synchronize", ct_last_error());
+    CUDA_OK(cudaEventRecord(t0, stream));
+    const double h0 = now_ms();
+    ct_tensor *loss = NULL;
+    for (int s = 0; s < STEPS; s++) {
+        bool ok = bc->graph ? graph_step(&r->gr, r->x, r->y)
+                            : train_step(&r->m, r->opt, r->x, r->y, bc->amp,
+                                         s == STEPS - 1 ? &loss : NULL);
+        if (!ok) return die(bc->label, ct_last_error());
+    }
+    if (bc->graph) loss = ct_tensor_retain(r->gr.loss);
+    const double h1 = now_ms();
+    CUDA_OK(cudaEventRecord(t1, stream));
+    double lv;
+    if (ct_tensor_item(loss, &lv) != CT_OK) return die("reading the loss", ct_last_error());
+    ct_tensor_release(loss);
+    if (!(lv == lv)) return die(bc->label, "the loss is NaN");
+    float ms = 0;
+    CUDA_OK(cudaEventSynchronize(t1));
+    CUDA_OK(cudaEventElapsedTime(&ms, t0, t1));
+    if (b >= 0) {
+        r->per[b] = ms / STEPS;
+        r->host[b] = (h1 - h0) / STEPS;
+    }
+    return 0;
+}
+
+/* The dispatcher's per-op table of one eager step. */
+static int runner_profile(runner *r) {
+    ct_profile_reset();
+    ct_set_profile(true);
+    bool ok = train_step(&r->m, r->opt, r->x, r->y, r->bc->amp, NULL);
+    ct_set_profile(false);
+    if (!ok) return die(r->bc->label, ct_last_error());
+    fprintf(stderr, "\none step of %s:\n", r->bc->label);
+    ct_profile_print(stderr);
+    return 0;
+}
+
+/* The cases of one model (an eager float32 anchor and the rows compared with
+ * it), their blocks taken in turn: block b of every case, then block b + 1,
+ * so a slowdown of the shared machine falls on all of them alike. Each row
+ * prints the median of its blocks and, for the rows after the anchor, the
+ * median of its blocks' ratios to the anchor's block of the same turn. */
+static int run_group(const bcase *cases, int n, const char *only, int blocks, bool profile,
+                     cudaStream_t stream) {
+    runner rs[8];
+    int nr = 0, anchor = -1, rc = 0;
+    for (int i = 0; i < n && nr < 8; i++) {
+        if (only && !strstr(cases[i].label, only)) continue;
+        if (cases[i].torch_ms > 0) anchor = nr;
+        if ((rc = runner_init(&rs[nr++], &cases[i], blocks))) goto done;
+    }
     cudaEvent_t t0, t1;
     CUDA_OK(cudaEventCreate(&t0));
     CUDA_OK(cudaEventCreate(&t1));
-    double *per = malloc(sizeof(double) * (size_t)blocks);
-    double *host = malloc(sizeof(double) * (size_t)blocks);
-    if (!per || !host) return die("malloc", "out of memory");
-    graphed gr = {0};
-    if (bc->graph && capture_step(&m, opt, x, y, bc->amp, &gr)) return 1;
-    for (int b = -WARMUP_BLOCKS; b < blocks; b++) {
-        if (ct_cuda_synchronize(0) != CT_OK) return die("synchronize", ct_last_error());
-        CUDA_OK(cudaEventRecord(t0, stream));
-        const double h0 = now_ms();
-        ct_tensor *loss = NULL;
-        for (int s = 0; s < STEPS; s++) {
-            bool ok = bc->graph ? graph_step(&gr, x, y)
-                                : train_step(&m, opt, x, y, bc->amp,
-                                             s == STEPS - 1 ? &loss : NULL);
-            if (!ok) return die(bc->label, ct_last_error());
-        }
-        if (bc->graph) loss = ct_tensor_retain(gr.loss);
-        const double h1 = now_ms();
-        CUDA_OK(cudaEventRecord(t1, stream));
-        double lv;
-        if (ct_tensor_item(loss, &lv) != CT_OK) return die("reading the loss", ct_last_error());
-        ct_tensor_release(loss);
-        if (!(lv == lv)) return die(bc->label, "the loss is NaN");
-        float ms = 0;
-        CUDA_OK(cudaEventSynchronize(t1));
-        CUDA_OK(cudaEventElapsedTime(&ms, t0, t1));
-        if (b >= 0) {
-            per[b] = ms / STEPS;
-            host[b] = (h1 - h0) / STEPS;
-        }
-    }
-    *ms_step = median(per, blocks);
-    *host_ms = median(host, blocks);
-    graphed_free(&gr);
-    if (profile && !bc->graph) {
-        ct_profile_reset();
-        ct_set_profile(true);
-        bool ok = train_step(&m, opt, x, y, bc->amp, NULL);
-        ct_set_profile(false);
-        if (!ok) return die(bc->label, ct_last_error());
-        fprintf(stderr, "\none step of %s:\n", bc->label);
-        ct_profile_print(stderr);
-    }
-    free(per);
-    free(host);
+    for (int b = -WARMUP_BLOCKS; b < blocks && !rc; b++)
+        for (int k = 0; k < nr && !rc; k++) rc = run_block(&rs[k], b, stream, t0, t1);
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
-    ct_tensor_release(x);
-    ct_tensor_release(y);
-    ct_optim_free(opt);
-    net_free(&m);
-    return 0;
+    /* the ratios first: median() sorts the blocks' times in place */
+    double vs[8];
+    for (int k = 0; k < nr && !rc; k++) {
+        vs[k] = -1;
+        if (k == anchor || anchor < 0) continue;
+        double *ratio = malloc(sizeof(double) * (size_t)blocks);
+        if (!ratio) return die("malloc", "out of memory");
+        for (int b = 0; b < blocks; b++) ratio[b] = rs[k].per[b] / rs[anchor].per[b];
+        vs[k] = median(ratio, blocks);
+        free(ratio);
+    }
+    for (int k = 0; k < nr && !rc; k++) {
+        const bcase *c = rs[k].bc;
+        double ms = median(rs[k].per, blocks), host_ms = median(rs[k].host, blocks);
+        if (k == anchor) vs[k] = ms / c->torch_ms;
+        printf("%-30s %10.3f %10.3f %10.2f %11.2fx", c->label, ms, host_ms, c->target_ms,
+               ms / c->target_ms);
+        if (vs[k] >= 0) printf(" %13.2fx\n", vs[k]);
+        else printf(" %14s\n", "-");
+    }
+    for (int k = 0; k < nr && profile && !rc; k++)
+        if (!rs[k].bc->graph) rc = runner_profile(&rs[k]);
+done:
+    for (int k = 0; k < nr; k++) runner_free(&rs[k]);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -246,37 +308,33 @@ int main(int argc, char **argv) {
     if (cti_cuda_begin("bench_cuda_train", 0, &stream) != CT_OK)
         return die("stream", ct_last_error());
     printf("bench_cuda_train on %s (%d SMs): batch %d, float32, TF32 off, SGD momentum; "
-           "median of %d blocks of %d steps, loss read once per block\n",
+           "median of %d blocks of %d steps, the cases of a model taking turns block by block, "
+           "loss read once per block\n",
            p.name, p.multiprocessors, BATCH, blocks, STEPS);
 
-    /* Each graph case follows its model's eager case, its anchor. */
-    /* The bf16 autocast row's anchor is the float32 step above it too: the
-     * goal is that autocast costs nothing at this size. */
-    static const bcase cases[] = {
+    /* Each model's float32 eager step first: the anchor of the rows after it.
+     * The bf16 autocast rows are held to it too: the goal is that autocast
+     * costs nothing at this size. */
+    static const bcase mlp[] = {
         {"train step mlp 784-256-10", false, false, CT_F32, 0.25, 0.73},
         {"  mlp, CUDA graph", false, true, CT_F32, 0.08, 0},
         {"  mlp, bf16 autocast", false, false, CT_BF16, 0.25, 0},
         {"  mlp, bf16 autocast, graph", false, true, CT_BF16, 0.08, 0},
+    };
+    static const bcase cnn[] = {
         {"train step cnn 2conv+fc", true, false, CT_F32, 0.50, 1.34},
         {"  cnn, CUDA graph", true, true, CT_F32, 0.20, 0},
         {"  cnn, bf16 autocast", true, false, CT_BF16, 0.50, 0},
     };
     printf("%-30s %10s %10s %10s %12s %14s\n", "case", "ms/step", "host ms", "target", "ratio",
            "vs anchor");
-    double eager_ms = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const bcase *c = &cases[i];
-        if (only && !strstr(c->label, only)) continue;
-        double ms, host_ms;
-        if (bench_case(c, stream, blocks, profile, &ms, &host_ms)) return 1;
-        double anchor = c->torch_ms > 0 ? c->torch_ms : eager_ms;
-        if (c->torch_ms > 0) eager_ms = ms;
-        printf("%-30s %10.3f %10.3f %10.2f %11.2fx %13.2fx\n", c->label, ms, host_ms,
-               c->target_ms, ms / c->target_ms, ms / anchor);
-    }
+    if (run_group(mlp, 4, only, blocks, profile, stream) ||
+        run_group(cnn, 3, only, blocks, profile, stream))
+        return 1;
     printf("ratio: ms/step over the target (<= 1 meets it); host ms: the host's time to queue a "
            "step; vs anchor: eager rows over PyTorch eager's 0.73 / 1.34 ms on an H200 "
-           "(bench/torch_cuda_train.py measures it in the same run), the other rows over their "
-           "model's float32 eager step\n");
+           "(bench/torch_cuda_train.py measures it in the same run), the other rows the median "
+           "over blocks of their block over the float32 eager step's block of the same turn "
+           "(\"-\": that step was left out by --only)\n");
     return 0;
 }
