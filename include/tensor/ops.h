@@ -495,7 +495,8 @@ ct_status ct_chunk(ct_tensor *x, int64_t chunks, int dim, int max_out, ct_tensor
  *     class weights reads them as they are, computes in float32 and returns a float32
  *     loss: the same values without the casts);
  *   - scatter_add runs in the widest of its inputs' dtypes and the region's;
- *   - rms_norm and rope cast their weight / cos and sin to x's dtype;
+ *   - rms_norm and rope cast their weight / cos and sin to x's dtype (rope reads float32
+ *     cos and sin beside a float16/bfloat16 x as they are, rounding as the cast would);
  *   - add_rms_norm and add_layer_norm add and normalize in float32 (or wider), reading
  *     16-bit inputs as they are, and write y in the out_dtype they are given;
  *   - every other op, and every in-place op, runs on its inputs as given.
