@@ -27,7 +27,7 @@ static void load_row(ct_dtype dt, const char *base, int64_t off, int64_t n, doub
     }
     default: {
         const uint16_t *s = (const uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) d[i] = ct_bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = cti_bf16_to_f32(s[i]);
         break;
     }
     }

@@ -243,7 +243,7 @@ static void load_task(int64_t begin, int64_t end, void *vctx) {
             default: {
                 const uint16_t *r = (const uint16_t *)row;
                 float *d = (float *)k->dst + o;
-                for (int64_t w = 0; w < W; w++) d[w] = ct_bf16_to_f32(r[w * s]);
+                for (int64_t w = 0; w < W; w++) d[w] = cti_bf16_to_f32(r[w * s]);
                 break;
             }
             }
@@ -326,7 +326,7 @@ typedef struct store_ctx {
 static void store_task(int64_t begin, int64_t end, void *vctx) {
     const store_ctx *k = vctx;
     if (k->bf16)
-        for (int64_t i = begin; i < end; i++) k->dst[i] = ct_f32_to_bf16(k->src[i]);
+        for (int64_t i = begin; i < end; i++) k->dst[i] = cti_f32_to_bf16(k->src[i]);
     else
         for (int64_t i = begin; i < end; i++) k->dst[i] = ct_f32_to_f16(k->src[i]);
 }

@@ -149,7 +149,7 @@ static void load(float *dst, const char *src, ct_dtype dt, int64_t m) {
     else if (dt == CT_F16)
         for (int64_t i = 0; i < m; i++) dst[i] = ct_f16_to_f32(s[i]);
     else
-        for (int64_t i = 0; i < m; i++) dst[i] = ct_bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < m; i++) dst[i] = cti_bf16_to_f32(s[i]);
 }
 
 static void store(char *dst, const float *src, ct_dtype dt, int64_t m) {
@@ -158,7 +158,7 @@ static void store(char *dst, const float *src, ct_dtype dt, int64_t m) {
     else if (dt == CT_F16)
         for (int64_t i = 0; i < m; i++) d[i] = ct_f32_to_f16(src[i]);
     else
-        for (int64_t i = 0; i < m; i++) d[i] = ct_f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < m; i++) d[i] = cti_f32_to_bf16(src[i]);
 }
 
 /* Blocks through float32: low-precision parameters, and masters. */
