@@ -288,6 +288,42 @@ static void test_forward(void **state) {
     check_forward(LM_GPT2);
 }
 
+/* Under bfloat16 autocast on the CPU, llama's forward and backward run rope in bfloat16 on
+ * the float32 tables as they are (no cast of a table: two per rope call before), and the
+ * loss is the float32 loss within bfloat16's precision. */
+static void test_autocast_tables(void **state) {
+    (void)state;
+    enum { B = 2, T = 12 };
+    lm_config c = tiny(LM_LLAMA);
+    ct_generator *g = ct_generator_new(tu_next());
+    lm_model *m = lm_model_new(&c, CT_CPU, g);
+    assert_non_null(m);
+    ct_scope *s = ct_scope_begin();
+    ct_tensor *x = ct_tensor_randint(g, 0, 256, CT_SHAPE(B, T), CT_I64, CT_CPU);
+    ct_tensor *y = ct_tensor_randint(g, 0, 256, CT_SHAPE(B, T), CT_I64, CT_CPU);
+    double l32 = 0, l16 = 0;
+    assert_int_equal(ct_tensor_item(lm_model_loss(m, x, y), &l32), CT_OK);
+    tu_trace t = tu_trace_begin();
+    assert_int_equal(ct_autocast_begin(CT_CPU, CT_BF16), CT_OK);
+    ct_tensor *loss = lm_model_loss(m, x, y);
+    assert_int_equal(ct_autocast_end(), CT_OK);
+    assert_non_null(loss);
+    assert_int_equal(ct_backward(loss, NULL, false), CT_OK);
+    char *log = tu_trace_end(&t);
+    /* the tables' rows for T positions, [T, 1, head_dim / 2] */
+    char table[32];
+    snprintf(table, sizeof table, "[%d, 1, %d]", T, (int)(c.n_embd / c.n_head / 2));
+    assert_int_equal(tu_trace_lines(log, "] copy ", table), 0);
+    assert_int_equal(tu_trace_lines(log, "] rope ", "bfloat16"), 2 * (int)c.n_layer);
+    assert_int_equal(tu_trace_lines(log, "] rope_backward ", "bfloat16"), 2 * (int)c.n_layer);
+    free(log);
+    assert_int_equal(ct_tensor_item(loss, &l16), CT_OK);
+    assert_true(fabs(l16 - l32) < 0.05 * fabs(l32));
+    ct_scope_end(s);
+    lm_model_free(m);
+    ct_generator_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_split, setup, teardown),
@@ -296,6 +332,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_config_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_params, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forward, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_autocast_tables, setup, teardown),
     };
     return tu_run_tests(tests);
 }
