@@ -1,6 +1,7 @@
 /* Tests of matmul, mm, bmm, addmm, linear and linear's weight and bias
  * gradients against float64 loops, the
  * BLAS layouts taken without copies, and the OpenBLAS kernel choice. */
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,8 @@
 
 /* Part of every OpenBLAS build; the library under test switched its kernels. */
 char *openblas_get_corename(void);
+/* OpenBLAS's cached OPENBLAS_THREAD_TIMEOUT (0: unset); looked up, as cten does. */
+typedef int (*timeout_fn)(void);
 
 #define NDT 4
 
@@ -1243,6 +1246,36 @@ static void test_blas_kernels(void **state) {
     ct_tensor_release(b);
 }
 
+/* cten restarts OpenBLAS's thread server with a short idle spin unless the user set one;
+ * either way the environment and OpenBLAS's cached copy of it are as they were, and
+ * threaded products (m n k far above OpenBLAS's single-thread limit) stay right on the
+ * restarted workers. tests/meson.build runs this program again with the variable set. */
+static void test_blas_worker_spin(void **state) {
+    (void)state;
+    const char *user = getenv("OPENBLAS_THREAD_TIMEOUT");
+    const char *info = ct_blas_info();
+    timeout_fn cached = (timeout_fn)dlsym(RTLD_DEFAULT, "openblas_thread_timeout");
+    if (user) {
+        assert_null(strstr(info, "set by cten"));
+        assert_string_equal(getenv("OPENBLAS_THREAD_TIMEOUT"), user);
+        if (cached) assert_int_equal(cached(), atoi(user));
+    } else {
+        assert_null(getenv("OPENBLAS_THREAD_TIMEOUT"));
+        if (!cached) skip();
+        fprintf(stderr, "[ info     ] %s\n", info);
+        assert_non_null(strstr(info, "idle workers sleep after 2^16 cycles (set by cten)"));
+        assert_int_equal(cached(), 0);
+    }
+    int saved = ct_get_num_threads();
+    assert_int_equal(ct_set_num_threads(2), CT_OK);
+    ct_tensor *a = tu_rand(2, (const int64_t[]){300, 200}, CT_F32, -1, 1, NULL);
+    ct_tensor *b = tu_rand(2, (const int64_t[]){200, 250}, CT_F32, -1, 1, NULL);
+    for (int i = 0; i < 3; i++) check_matmul(a, b);
+    assert_int_equal(ct_set_num_threads(saved), CT_OK);
+    ct_tensor_release(a);
+    ct_tensor_release(b);
+}
+
 /* Thread-count changes reach OpenBLAS and results stay right. */
 static void test_threads(void **state) {
     (void)state;
@@ -1262,6 +1295,7 @@ int main(void) {
     tu_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_blas_kernels, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blas_worker_spin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mm_shapes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mm_k0_zeros, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mm_layouts, setup, teardown),

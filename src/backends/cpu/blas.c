@@ -1,5 +1,6 @@
 /* OpenBLAS setup: makes sure the library runs the best GEMM kernels for this
- * CPU and shares the thread count with the pool.
+ * CPU, shares the thread count with the pool, and keeps OpenBLAS's idle
+ * workers from taking the pool's cores (shorten_worker_spin below).
  *
  * Why: a DYNAMIC_ARCH OpenBLAS picks its kernels once, when it is loaded, from
  * a table of CPU models it knows. A CPU newer than the OpenBLAS release (e.g.
@@ -91,6 +92,7 @@ static int cpu_rank(void) {
 
 typedef char *(*str_fn)(void);
 typedef void (*void_fn)(void);
+typedef int (*int_fn)(void);
 typedef void *(*balloc_fn)(int);
 typedef void (*bfree_fn)(void *);
 
@@ -157,6 +159,46 @@ static const char *switch_core(blas_lib *lib, str_fn corename, const char *core)
     return corename();
 }
 
+/* OpenBLAS's thread server: after each threaded call its workers spin (with
+ * sched_yield) for 2^OPENBLAS_THREAD_TIMEOUT cycles before they sleep, 2^28
+ * by default, about a tenth of a second. cten's pool runs the ops between
+ * the GEMMs on the same cores, and a training step calls a GEMM every few
+ * milliseconds, so the workers were always spinning while the pool worked:
+ * on 2 cores the language model's CPU step ran 1.13-1.24x faster with the spin
+ * cut. The server reads the setting when it starts its workers, so it is
+ * restarted with 2^16 cycles (about as long as the pool's own spin, so back
+ * to back GEMMs still find them awake): OPENBLAS_THREAD_TIMEOUT set for the
+ * call, OpenBLAS's cached environment read again (openblas_read_env),
+ * blas_thread_shutdown_ and blas_thread_init, then the variable removed and
+ * the environment read again, as it was. A user's OPENBLAS_THREAD_TIMEOUT
+ * (or GOTO_THREAD_TIMEOUT) is left as it is; without these entry points
+ * (another BLAS, a build without the thread server) nothing changes. Runs
+ * during init, before cten's first BLAS call, as the kernel switch does. */
+#define WORKER_SPIN_LOG2 16
+
+static bool shorten_worker_spin(blas_lib *lib) {
+    if (getenv("OPENBLAS_THREAD_TIMEOUT") || getenv("GOTO_THREAD_TIMEOUT")) return false;
+    void_fn read_env = (void_fn)blas_sym(lib, "openblas_read_env");
+    int_fn timeout = (int_fn)blas_sym(lib, "openblas_thread_timeout");
+    int_fn shutdown = (int_fn)blas_sym(lib, "blas_thread_shutdown_");
+    int_fn start = (int_fn)blas_sym(lib, "blas_thread_init");
+    int *running = (int *)blas_sym(lib, "blas_server_avail");
+    if (!read_env || !timeout || !shutdown || !start || !running || !*running) return false;
+    char v[8];
+    snprintf(v, sizeof v, "%d", WORKER_SPIN_LOG2);
+    if (setenv("OPENBLAS_THREAD_TIMEOUT", v, 1) != 0) return false;
+    read_env();
+    bool ok = timeout() == WORKER_SPIN_LOG2;
+    if (ok) {
+        shutdown();
+        start();
+        ok = *running != 0;
+    }
+    unsetenv("OPENBLAS_THREAD_TIMEOUT");
+    read_env();
+    return ok;
+}
+
 static void choose_kernels(void) {
     blas_lib lib = blas_open();
     str_fn corename = (str_fn)blas_sym(&lib, "openblas_get_corename");
@@ -189,6 +231,11 @@ static void choose_kernels(void) {
                          "be switched)",
                          version, now ? now : before, rank_core[want]);
         }
+    }
+    if (shorten_worker_spin(&lib)) {
+        size_t len = strlen(blas_info);
+        snprintf(blas_info + len, sizeof blas_info - len,
+                 "; idle workers sleep after 2^%d cycles (set by cten)", WORKER_SPIN_LOG2);
     }
     if (lib.own_handle) dlclose(lib.handle);
 }
