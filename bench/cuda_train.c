@@ -266,7 +266,10 @@ static int run_group(const bcase *cases, int n, const char *only, int blocks, bo
         vs[k] = -1;
         if (k == anchor || anchor < 0) continue;
         double *ratio = malloc(sizeof(double) * (size_t)blocks);
-        if (!ratio) return die("malloc", "out of memory");
+        if (!ratio) {
+            rc = die("malloc", "out of memory");
+            break;
+        }
         for (int b = 0; b < blocks; b++) ratio[b] = rs[k].per[b] / rs[anchor].per[b];
         vs[k] = median(ratio, blocks);
         free(ratio);

@@ -164,7 +164,7 @@ static const char *switch_core(blas_lib *lib, str_fn corename, const char *core)
  * by default, about a tenth of a second. cten's pool runs the ops between
  * the GEMMs on the same cores, and a training step calls a GEMM every few
  * milliseconds, so the workers were always spinning while the pool worked:
- * on 2 cores the language model's CPU step ran 1.13-1.24x faster with the spin
+ * on 2 cores the language model's CPU step ran 1.25x faster with the spin
  * cut. The server reads the setting when it starts its workers, so it is
  * restarted with 2^16 cycles (about as long as the pool's own spin, so back
  * to back GEMMs still find them awake): OPENBLAS_THREAD_TIMEOUT set for the

@@ -88,6 +88,7 @@ static void rope_task(int64_t r0, int64_t r1, void *vp) {
             return;
         }
     }
+    int64_t loaded = -1; /* the table offset whose entries cf and sf hold */
     for (int64_t r = r0; r < r1; r++) {
         char *yr = cti_data(y) + (size_t)(r * d) * es;
         const char *xr = cti_data(x) + xo * (int64_t)es;
@@ -101,8 +102,13 @@ static void rope_task(int64_t r0, int64_t r1, void *vp) {
         } else {
             float *xf = buf, *yf = buf + d, *cf = buf + 2 * d, *sf = cf + h;
             load_f32(xr, dt, d, 1, xf);
-            load_table(cr, tdt, dt, h, cf);
-            load_table(sr, tdt, dt, h, sf);
+            /* rows under one table row (the heads of [B, T, H, D] beside [T, 1, D/2])
+             * follow each other: its entries are converted once for all of them */
+            if (to != loaded) {
+                load_table(cr, tdt, dt, h, cf);
+                load_table(sr, tdt, dt, h, sf);
+                loaded = to;
+            }
             rope_row_f32(yf, xf, cf, sf, (float)k->sign, h, k->p->layout);
             store_f32(yf, dt, d, 1, yr);
         }
