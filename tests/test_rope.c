@@ -173,24 +173,6 @@ static ct_tensor *x_in_layout(const double *v, const rope_geo *g, ct_dtype dt, i
     return x;
 }
 
-/* a and b hold the same values bit for bit (same dtype and shape). */
-static void expect_same(const char *what, ct_tensor *a, ct_tensor *b) {
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_int_equal(ct_tensor_dtype(a), ct_tensor_dtype(b));
-    int64_t n = ct_tensor_numel(b);
-    assert_int_equal(ct_tensor_numel(a), n);
-    double *va = tu_values(a), *vb = tu_values(b);
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp(&va[i], &vb[i], sizeof va[i]) != 0) {
-            fprintf(stderr, "%s: element %lld: %.9g, the cast tables give %.9g\n", what,
-                    (long long)i, va[i], vb[i]);
-            fail();
-        }
-    free(va);
-    free(vb);
-}
-
 /* x's gradient through a recorded ct_rope by tables c, s and by ch, sh: bit for bit equal. */
 static void expect_same_grad(ct_tensor *x, ct_tensor *c, ct_tensor *s, ct_tensor *ch,
                              ct_tensor *sh, ct_rope_layout L) {
@@ -201,7 +183,7 @@ static void expect_same_grad(ct_tensor *x, ct_tensor *c, ct_tensor *s, ct_tensor
     ct_tensor *yl = ct_rope(xl, c, s, L), *yh = ct_rope(xh, ch, sh, L);
     assert_int_equal(ct_backward(yl, go, false), CT_OK);
     assert_int_equal(ct_backward(yh, go, false), CT_OK);
-    expect_same("rope's gradient, float32 tables", ct_grad(xl), ct_grad(xh));
+    tu_assert_same_bits("rope's gradient, float32 tables", ct_grad(xl), ct_grad(xh));
     ct_tensor *all[] = {xl, xh, go, yl, yh};
     release_all(5, all);
 }
@@ -244,7 +226,7 @@ static void rope_case(ct_dtype dt, ct_dtype tdt, int style, int layout, int how,
     expect(y, ref, g.nd, g.xs, dt);
     if (tdt != dt) {
         ct_tensor *yh = bwd ? ct_rope_backward(x, ch, sh, L) : ct_rope(x, ch, sh, L);
-        expect_same("rope, float32 tables", y, yh);
+        tu_assert_same_bits("rope, float32 tables", y, yh);
         ct_tensor_release(yh);
         expect_same_grad(x, c, s, ch, sh, L);
     }

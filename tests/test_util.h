@@ -186,6 +186,38 @@ static inline void tu_assert_close_(const double *got, const double *ref, int64_
     }
 }
 
+/* Asserts that got and ref have the same dtype and shape and the same bits in every
+ * element (compared as the doubles tu_values gives, which hold every dtype exactly, so a
+ * zero's sign counts and NaN matches only the same NaN); `what` names the pair. */
+#define tu_assert_same_bits(what, got, ref) \
+    tu_assert_same_bits_((what), (got), (ref), __FILE__, __LINE__)
+static inline void tu_assert_same_bits_(const char *what, const ct_tensor *got, const ct_tensor *ref,
+                                        const char *file, int line) {
+    if (!got || !ref) {
+        fprintf(stderr, "%s:%d: %s: %s is NULL (%s)\n", file, line, what, got ? "ref" : "got",
+                ct_last_error());
+        _fail(file, line);
+    }
+    if (ct_tensor_dtype(got) != ct_tensor_dtype(ref) || ct_tensor_ndim(got) != ct_tensor_ndim(ref) ||
+        memcmp(ct_tensor_shape(got), ct_tensor_shape(ref),
+               (size_t)ct_tensor_ndim(ref) * sizeof(int64_t)) != 0) {
+        fprintf(stderr, "%s:%d: %s: dtype or shape differs\n", file, line, what);
+        _fail(file, line);
+    }
+    int64_t n = ct_tensor_numel(ref);
+    double *g = tu_values(got), *r = tu_values(ref);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&g[i], &r[i], sizeof(double)) != 0) {
+            fprintf(stderr, "%s:%d: %s: element %lld: %.17g, expected %.17g\n", file, line, what,
+                    (long long)i, g[i], r[i]);
+            free(g);
+            free(r);
+            _fail(file, line);
+        }
+    free(g);
+    free(r);
+}
+
 /* The library's trace (ct_set_trace) of the calls made between
  * tu_trace_begin and tu_trace_end, which returns it (the caller frees it):
  * stderr goes to a temporary file meanwhile. One capture at a time. */
