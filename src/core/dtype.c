@@ -92,8 +92,8 @@ bool ct_device_eq(ct_device a, ct_device b) {
 }
 
 /* ---- half precision ------------------------------------------------------------
- * The f16 conversions follow the branch-light scheme of Maratyszcza's FP16
- * library: the hardware's float addition does the round-to-nearest-even. */
+ * The conversions are tensor_impl.h's inline ones, which the CPU kernels'
+ * loops use directly. */
 static inline uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -105,36 +105,9 @@ static inline float f32_from(uint32_t u) {
     return f;
 }
 
-uint16_t ct_f32_to_f16(float f) {
-    const float scale_to_inf = 0x1.0p+112f;
-    const float scale_to_zero = 0x1.0p-110f;
-    float base = (__builtin_fabsf(f) * scale_to_inf) * scale_to_zero;
-    const uint32_t w = f32_bits(f);
-    const uint32_t shl1_w = w + w;
-    const uint32_t sign = w & 0x80000000u;
-    uint32_t bias = shl1_w & 0xFF000000u;
-    if (bias < 0x71000000u) bias = 0x71000000u;
-    base = f32_from((bias >> 1) + 0x07800000u) + base;
-    const uint32_t bits = f32_bits(base);
-    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
-    const uint32_t mantissa_bits = bits & 0x00000FFFu;
-    const uint32_t nonsign = exp_bits + mantissa_bits;
-    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
-}
+uint16_t ct_f32_to_f16(float f) { return cti_f32_to_f16(f); }
 
-float ct_f16_to_f32(uint16_t h) {
-    const uint32_t w = (uint32_t)h << 16;
-    const uint32_t sign = w & 0x80000000u;
-    const uint32_t two_w = w + w;
-    const uint32_t exp_offset = 0xE0u << 23;
-    const float exp_scale = 0x1.0p-112f;
-    const float normalized = f32_from((two_w >> 4) + exp_offset) * exp_scale;
-    const uint32_t magic_mask = 126u << 23;
-    const float denormalized = f32_from((two_w >> 17) | magic_mask) - 0.5f;
-    const uint32_t cutoff = 1u << 27;
-    const uint32_t r = sign | (two_w < cutoff ? f32_bits(denormalized) : f32_bits(normalized));
-    return f32_from(r);
-}
+float ct_f16_to_f32(uint16_t h) { return cti_f16_to_f32(h); }
 
 uint16_t ct_f32_to_bf16(float f) {
     uint32_t x = f32_bits(f);

@@ -100,6 +100,56 @@ static inline uint16_t cti_f32_to_bf16(float f) {
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
+/* ---- float16 in loops ------------------------------------------------------------
+ * ct_f32_to_f16 / ct_f16_to_f32 themselves (round to nearest even, NaN made
+ * quiet with its sign kept), inline so that conversion loops vectorize. They
+ * follow the branch-light scheme of Maratyszcza's FP16 library: the float
+ * addition does the rounding, so they assume the default floating-point
+ * environment (no flush-to-zero), as the library's other kernels do. */
+static inline float cti_f16_to_f32(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const uint32_t exp_offset = 0xE0u << 23;
+    const float exp_scale = 0x1.0p-112f;
+    uint32_t u = (two_w >> 4) + exp_offset;
+    float normalized, denormalized;
+    memcpy(&normalized, &u, sizeof u);
+    normalized *= exp_scale;
+    u = (two_w >> 17) | (126u << 23);
+    memcpy(&denormalized, &u, sizeof u);
+    denormalized -= 0.5f;
+    uint32_t nb, db;
+    memcpy(&nb, &normalized, sizeof nb);
+    memcpy(&db, &denormalized, sizeof db);
+    const uint32_t r = sign | (two_w < (1u << 27) ? db : nb);
+    float f;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
+static inline uint16_t cti_f32_to_f16(float f) {
+    const float scale_to_inf = 0x1.0p+112f;
+    const float scale_to_zero = 0x1.0p-110f;
+    float base = (__builtin_fabsf(f) * scale_to_inf) * scale_to_zero;
+    uint32_t w;
+    memcpy(&w, &f, sizeof w);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    const uint32_t bias_bits = (bias >> 1) + 0x07800000u;
+    float bias_f;
+    memcpy(&bias_f, &bias_bits, sizeof bias_f);
+    base = bias_f + base;
+    uint32_t bits;
+    memcpy(&bits, &base, sizeof bits);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
 /* ---- element access --------------------------------------------------------- */
 static inline char *cti_data(const ct_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)ct_dtype_size(t->dtype);

@@ -37,8 +37,8 @@ static ct_status mpi_fail(const char *op, const char *call, int rc) {
 }
 
 /* ---- float16 and bfloat16 reductions, in float32, rounded once per pair ---------------- */
-static float half_get(uint16_t h, bool bf) { return bf ? cti_bf16_to_f32(h) : ct_f16_to_f32(h); }
-static uint16_t half_put(float f, bool bf) { return bf ? cti_f32_to_bf16(f) : ct_f32_to_f16(f); }
+static float half_get(uint16_t h, bool bf) { return bf ? cti_bf16_to_f32(h) : cti_f16_to_f32(h); }
+static uint16_t half_put(float f, bool bf) { return bf ? cti_f32_to_bf16(f) : cti_f32_to_f16(f); }
 
 static void half_reduce(const void *in, void *inout, int n, bool bf, bool max) {
     const uint16_t *a = in;

@@ -246,7 +246,7 @@ static void NN_F(mask_row)(const at_ctx *k, int64_t b, int64_t h, int64_t i, int
         for (int64_t j = 0; j < n; j++) s[j] += (NN_T)((const float *)row)[j * cs];
         break;
     case CT_F16:
-        for (int64_t j = 0; j < n; j++) s[j] += (NN_T)ct_f16_to_f32(((const uint16_t *)row)[j * cs]);
+        for (int64_t j = 0; j < n; j++) s[j] += (NN_T)cti_f16_to_f32(((const uint16_t *)row)[j * cs]);
         break;
     default:
         for (int64_t j = 0; j < n; j++)

@@ -22,7 +22,7 @@ static void load_row(ct_dtype dt, const char *base, int64_t off, int64_t n, doub
     }
     case CT_F16: {
         const uint16_t *s = (const uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) d[i] = ct_f16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = cti_f16_to_f32(s[i]);
         break;
     }
     default: {
@@ -43,7 +43,7 @@ static void store_row(ct_dtype dt, char *base, int64_t off, int64_t n, const dou
     }
     case CT_F16: {
         uint16_t *d = (uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) d[i] = ct_f32_to_f16((float)s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = cti_f32_to_f16((float)s[i]);
         break;
     }
     default: {

@@ -237,7 +237,7 @@ static void load_task(int64_t begin, int64_t end, void *vctx) {
             case CT_F16: {
                 const uint16_t *r = (const uint16_t *)row;
                 float *d = (float *)k->dst + o;
-                for (int64_t w = 0; w < W; w++) d[w] = ct_f16_to_f32(r[w * s]);
+                for (int64_t w = 0; w < W; w++) d[w] = cti_f16_to_f32(r[w * s]);
                 break;
             }
             default: {
@@ -328,7 +328,7 @@ static void store_task(int64_t begin, int64_t end, void *vctx) {
     if (k->bf16)
         for (int64_t i = begin; i < end; i++) k->dst[i] = cti_f32_to_bf16(k->src[i]);
     else
-        for (int64_t i = begin; i < end; i++) k->dst[i] = ct_f32_to_f16(k->src[i]);
+        for (int64_t i = begin; i < end; i++) k->dst[i] = cti_f32_to_f16(k->src[i]);
 }
 
 /* Converts the f32 buffer into the (contiguous, half-typed) output and frees it. */
@@ -441,7 +441,7 @@ static double load_elem(const char *p, ct_dtype dt) {
     switch (dt) {
     case CT_F64: return *(const double *)p;
     case CT_F32: return *(const float *)p;
-    case CT_F16: return ct_f16_to_f32(*(const uint16_t *)p);
+    case CT_F16: return cti_f16_to_f32(*(const uint16_t *)p);
     default: return ct_bf16_to_f32(*(const uint16_t *)p);
     }
 }
@@ -450,7 +450,7 @@ static void store_elem(char *p, ct_dtype dt, double v) {
     switch (dt) {
     case CT_F64: *(double *)p = v; break;
     case CT_F32: *(float *)p = (float)v; break;
-    case CT_F16: *(uint16_t *)p = ct_f32_to_f16((float)v); break;
+    case CT_F16: *(uint16_t *)p = cti_f32_to_f16((float)v); break;
     default: *(uint16_t *)p = ct_f32_to_bf16((float)v); break;
     }
 }

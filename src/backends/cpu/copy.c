@@ -29,16 +29,16 @@ static inline float dec_f16(uint16_t h) {
 #ifdef CTI_HAVE_F16C
     return _cvtsh_ss(h);
 #else
-    return ct_f16_to_f32(h);
+    return cti_f16_to_f32(h);
 #endif
 }
 
 static inline uint16_t enc_f16(float f) {
 #ifdef CTI_HAVE_F16C
-    if (f != f) return ct_f32_to_f16(f); /* the converter's NaN: sign kept, payload dropped */
+    if (f != f) return cti_f32_to_f16(f); /* the converter's NaN: sign kept, payload dropped */
     return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 #else
-    return ct_f32_to_f16(f);
+    return cti_f32_to_f16(f);
 #endif
 }
 

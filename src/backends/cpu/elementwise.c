@@ -75,13 +75,13 @@ static void load_f16(float *restrict dst, const char *src, int64_t stride, int64
         for (; i + 8 <= m; i += 8)
             _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
 #endif
-        for (; i < m; i++) dst[i] = ct_f16_to_f32(s[i]);
+        for (; i < m; i++) dst[i] = cti_f16_to_f32(s[i]);
     } else {
-        const float v0 = ct_f16_to_f32(*(const uint16_t *)src);
+        const float v0 = cti_f16_to_f32(*(const uint16_t *)src);
         if (stride == 0) {
             for (int64_t i = 0; i < m; i++) dst[i] = v0;
         } else {
-            for (int64_t i = 0; i < m; i++) dst[i] = ct_f16_to_f32(*(const uint16_t *)(src + i * stride));
+            for (int64_t i = 0; i < m; i++) dst[i] = cti_f16_to_f32(*(const uint16_t *)(src + i * stride));
         }
     }
 }
@@ -94,9 +94,9 @@ static void store_f16(char *dst, int64_t stride, const float *restrict src, int6
             _mm_storeu_si128((__m128i *)(d + i),
                              _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
-        for (; i < m; i++) d[i] = ct_f32_to_f16(src[i]);
+        for (; i < m; i++) d[i] = cti_f32_to_f16(src[i]);
     } else {
-        for (int64_t i = 0; i < m; i++) *(uint16_t *)(dst + i * stride) = ct_f32_to_f16(src[i]);
+        for (int64_t i = 0; i < m; i++) *(uint16_t *)(dst + i * stride) = cti_f32_to_f16(src[i]);
     }
 }
 static void load_bf16(float *restrict dst, const char *src, int64_t stride, int64_t m) {

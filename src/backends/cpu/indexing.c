@@ -203,7 +203,7 @@ typedef struct scatter_ctx {
 #define ADD_BOOL(a, b) ((uint8_t)((a) | (b)))
 #define ADD_I32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
 #define ADD_I64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
-#define ADD_F16(a, b) ct_f32_to_f16(ct_f16_to_f32(a) + ct_f16_to_f32(b))
+#define ADD_F16(a, b) cti_f32_to_f16(cti_f16_to_f32(a) + cti_f16_to_f32(b))
 #define ADD_BF16(a, b) cti_f32_to_bf16(cti_bf16_to_f32(a) + cti_bf16_to_f32(b))
 
 static void scatter_task(int64_t t0, int64_t t1, void *ctx) {

@@ -89,8 +89,8 @@ static inline uint16_t f32_to_f16(float f) {
     return h;
 }
 #else
-static inline float f16_to_f32(uint16_t h) { return ct_f16_to_f32(h); }
-static inline uint16_t f32_to_f16(float f) { return ct_f32_to_f16(f); }
+static inline float f16_to_f32(uint16_t h) { return cti_f16_to_f32(h); }
+static inline uint16_t f32_to_f16(float f) { return cti_f32_to_f16(f); }
 #endif
 
 static inline float load_f32(ct_dtype dt, const char *base, int64_t i) {

@@ -42,7 +42,7 @@ NN_HELPER void load_f32(const void *src, ct_dtype dt, int64_t n, int64_t stride,
                         float *restrict dst) {
     if (dt == CT_F16) {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = ct_f16_to_f32(s[i * stride]);
+        for (int64_t i = 0; i < n; i++) dst[i] = cti_f16_to_f32(s[i * stride]);
     } else if (dt == CT_BF16) {
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++) dst[i] = cti_bf16_to_f32(s[i * stride]);
@@ -56,7 +56,7 @@ NN_HELPER void store_f32(const float *restrict src, ct_dtype dt, int64_t n, int6
                          void *dst) {
     if (dt == CT_F16) {
         uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i * stride] = ct_f32_to_f16(src[i]);
+        for (int64_t i = 0; i < n; i++) d[i * stride] = cti_f32_to_f16(src[i]);
     } else if (dt == CT_BF16) {
         uint16_t *d = dst;
         for (int64_t i = 0; i < n; i++) d[i * stride] = cti_f32_to_bf16(src[i]);

@@ -77,7 +77,7 @@ static void load_d(const void *src, ct_dtype dt, int64_t n, double *restrict dst
     } else {
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++)
-            dst[i] = dt == CT_F16 ? ct_f16_to_f32(s[i]) : cti_bf16_to_f32(s[i]);
+            dst[i] = dt == CT_F16 ? cti_f16_to_f32(s[i]) : cti_bf16_to_f32(s[i]);
     }
 }
 
@@ -91,7 +91,7 @@ static void store_d(const double *restrict src, ct_dtype dt, int64_t n, void *ds
     } else {
         uint16_t *o = dst;
         for (int64_t i = 0; i < n; i++)
-            o[i] = dt == CT_F16 ? ct_f32_to_f16((float)src[i]) : cti_f32_to_bf16((float)src[i]);
+            o[i] = dt == CT_F16 ? cti_f32_to_f16((float)src[i]) : cti_f32_to_bf16((float)src[i]);
     }
 }
 

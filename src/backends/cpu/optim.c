@@ -147,7 +147,7 @@ static void load(float *dst, const char *src, ct_dtype dt, int64_t m) {
     const uint16_t *s = (const uint16_t *)src;
     if (dt == CT_F32) memcpy(dst, src, (size_t)m * sizeof *dst);
     else if (dt == CT_F16)
-        for (int64_t i = 0; i < m; i++) dst[i] = ct_f16_to_f32(s[i]);
+        for (int64_t i = 0; i < m; i++) dst[i] = cti_f16_to_f32(s[i]);
     else
         for (int64_t i = 0; i < m; i++) dst[i] = cti_bf16_to_f32(s[i]);
 }
@@ -156,7 +156,7 @@ static void store(char *dst, const float *src, ct_dtype dt, int64_t m) {
     uint16_t *d = (uint16_t *)dst;
     if (dt == CT_F32) memcpy(dst, src, (size_t)m * sizeof *src);
     else if (dt == CT_F16)
-        for (int64_t i = 0; i < m; i++) d[i] = ct_f32_to_f16(src[i]);
+        for (int64_t i = 0; i < m; i++) d[i] = cti_f32_to_f16(src[i]);
     else
         for (int64_t i = 0; i < m; i++) d[i] = cti_f32_to_bf16(src[i]);
 }

@@ -56,7 +56,7 @@ static void load_table(const void *src, ct_dtype tdt, ct_dtype xdt, int64_t n,
     }
     const float *s = src;
     if (xdt == CT_F16)
-        for (int64_t i = 0; i < n; i++) dst[i] = ct_f16_to_f32(ct_f32_to_f16(s[i]));
+        for (int64_t i = 0; i < n; i++) dst[i] = cti_f16_to_f32(cti_f32_to_f16(s[i]));
     else
         for (int64_t i = 0; i < n; i++) dst[i] = cti_bf16_to_f32(cti_f32_to_bf16(s[i]));
 }

@@ -75,11 +75,11 @@ static int64_t read_int(const char *x, ct_dtype dt, int64_t i) {
 
 static float read_half(const char *x, ct_dtype dt, int64_t i) {
     uint16_t h = ((const uint16_t *)x)[i];
-    return dt == CT_F16 ? ct_f16_to_f32(h) : cti_bf16_to_f32(h);
+    return dt == CT_F16 ? cti_f16_to_f32(h) : cti_bf16_to_f32(h);
 }
 
 static void write_half(char *y, ct_dtype dt, int64_t i, float v) {
-    ((uint16_t *)y)[i] = dt == CT_F16 ? ct_f32_to_f16(v) : cti_f32_to_bf16(v);
+    ((uint16_t *)y)[i] = dt == CT_F16 ? cti_f32_to_f16(v) : cti_f32_to_bf16(v);
 }
 
 /* One outer slice: the running sums along n, for every inner position. The

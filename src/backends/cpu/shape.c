@@ -25,7 +25,7 @@ static inline double load_f(const char *p, ct_dtype dt) {
     switch (dt) {
     case CT_F32: return *(const float *)p;
     case CT_F64: return *(const double *)p;
-    case CT_F16: return ct_f16_to_f32(*(const uint16_t *)p);
+    case CT_F16: return cti_f16_to_f32(*(const uint16_t *)p);
     case CT_BF16: return cti_bf16_to_f32(*(const uint16_t *)p);
     default: return 0;
     }
@@ -35,7 +35,7 @@ static inline void store_f(char *p, ct_dtype dt, double v) {
     switch (dt) {
     case CT_F32: *(float *)p = (float)v; break;
     case CT_F64: *(double *)p = v; break;
-    case CT_F16: *(uint16_t *)p = ct_f32_to_f16((float)v); break;
+    case CT_F16: *(uint16_t *)p = cti_f32_to_f16((float)v); break;
     case CT_BF16: *(uint16_t *)p = cti_f32_to_bf16((float)v); break;
     default: break;
     }

@@ -20,11 +20,11 @@
 
 static float half_at(const char *x, ct_dtype dt, int64_t i) {
     uint16_t h = ((const uint16_t *)x)[i];
-    return dt == CT_F16 ? ct_f16_to_f32(h) : cti_bf16_to_f32(h);
+    return dt == CT_F16 ? cti_f16_to_f32(h) : cti_bf16_to_f32(h);
 }
 
 static void half_put(char *y, ct_dtype dt, int64_t i, float v) {
-    ((uint16_t *)y)[i] = dt == CT_F16 ? ct_f32_to_f16(v) : cti_f32_to_bf16(v);
+    ((uint16_t *)y)[i] = dt == CT_F16 ? cti_f32_to_f16(v) : cti_f32_to_bf16(v);
 }
 
 static int64_t int_at(const char *x, ct_dtype dt, int64_t i) {
