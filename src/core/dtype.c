@@ -94,26 +94,10 @@ bool ct_device_eq(ct_device a, ct_device b) {
 /* ---- half precision ------------------------------------------------------------
  * The conversions are tensor_impl.h's inline ones, which the CPU kernels'
  * loops use directly. */
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float f32_from(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 uint16_t ct_f32_to_f16(float f) { return cti_f32_to_f16(f); }
 
 float ct_f16_to_f32(uint16_t h) { return cti_f16_to_f32(h); }
 
-uint16_t ct_f32_to_bf16(float f) {
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u); /* quiet NaN */
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
+uint16_t ct_f32_to_bf16(float f) { return cti_f32_to_bf16(f); }
 
-float ct_bf16_to_f32(uint16_t h) { return f32_from((uint32_t)h << 16); }
+float ct_bf16_to_f32(uint16_t h) { return cti_bf16_to_f32(h); }

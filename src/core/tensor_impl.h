@@ -81,7 +81,7 @@ const char *cti_desc(const ct_tensor *t);
 const char *cti_shape_s(int ndim, const int64_t *shape);
 
 /* ---- bfloat16 in loops ----------------------------------------------------------
- * The same conversions as ct_bf16_to_f32 / ct_f32_to_bf16 (round to nearest
+ * ct_bf16_to_f32 / ct_f32_to_bf16 themselves (round to nearest
  * even, NaN kept quiet), inline and branch-free so that conversion loops
  * vectorize instead of calling into the library per element. Every CPU
  * kernel's bf16 loop uses these. */

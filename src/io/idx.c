@@ -135,7 +135,7 @@ static void store(const double *src, int64_t n, ct_dtype dt, void *out) {
     }
     case CT_BF16: {
         uint16_t *o = out;
-        for (int64_t i = 0; i < n; i++) o[i] = ct_f32_to_bf16((float)src[i]);
+        for (int64_t i = 0; i < n; i++) o[i] = cti_f32_to_bf16((float)src[i]);
         break;
     }
     case CT_F32: {

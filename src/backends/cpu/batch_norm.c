@@ -48,7 +48,7 @@ static void store_row(ct_dtype dt, char *base, int64_t off, int64_t n, const dou
     }
     default: {
         uint16_t *d = (uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) d[i] = ct_f32_to_bf16((float)s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = cti_f32_to_bf16((float)s[i]);
         break;
     }
     }

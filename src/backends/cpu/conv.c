@@ -442,7 +442,7 @@ static double load_elem(const char *p, ct_dtype dt) {
     case CT_F64: return *(const double *)p;
     case CT_F32: return *(const float *)p;
     case CT_F16: return cti_f16_to_f32(*(const uint16_t *)p);
-    default: return ct_bf16_to_f32(*(const uint16_t *)p);
+    default: return cti_bf16_to_f32(*(const uint16_t *)p);
     }
 }
 
@@ -451,7 +451,7 @@ static void store_elem(char *p, ct_dtype dt, double v) {
     case CT_F64: *(double *)p = v; break;
     case CT_F32: *(float *)p = (float)v; break;
     case CT_F16: *(uint16_t *)p = cti_f32_to_f16((float)v); break;
-    default: *(uint16_t *)p = ct_f32_to_bf16((float)v); break;
+    default: *(uint16_t *)p = cti_f32_to_bf16((float)v); break;
     }
 }
 

@@ -31,7 +31,7 @@ static double row_scale(const lce_ctx *k, int64_t r) {
     case CT_F64: return ((const double *)p)[r];
     case CT_F32: return ((const float *)p)[r];
     case CT_F16: return cti_f16_to_f32(((const uint16_t *)p)[r]);
-    default: return ct_bf16_to_f32(((const uint16_t *)p)[r]);
+    default: return cti_bf16_to_f32(((const uint16_t *)p)[r]);
     }
 }
 

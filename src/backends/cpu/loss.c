@@ -33,7 +33,7 @@ static double load_one(const void *p, ct_dtype dt, int64_t i) {
     case CT_F64: return ((const double *)p)[i];
     case CT_F32: return ((const float *)p)[i];
     case CT_F16: return cti_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ct_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return cti_bf16_to_f32(((const uint16_t *)p)[i]);
     }
 }
 
@@ -42,7 +42,7 @@ static void store_one(void *p, ct_dtype dt, int64_t i, double v) {
     case CT_F64: ((double *)p)[i] = v; break;
     case CT_F32: ((float *)p)[i] = (float)v; break;
     case CT_F16: ((uint16_t *)p)[i] = cti_f32_to_f16((float)v); break;
-    default: ((uint16_t *)p)[i] = ct_f32_to_bf16((float)v); break;
+    default: ((uint16_t *)p)[i] = cti_f32_to_bf16((float)v); break;
     }
 }
 

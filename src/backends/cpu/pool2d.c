@@ -72,7 +72,7 @@ static void read_plane(const ct_tensor *t, int64_t p, double *restrict dst) {
             break;
         default:
             for (int64_t w = 0; w < W; w++)
-                dst[w] = ct_bf16_to_f32(((const uint16_t *)row)[w * s]);
+                dst[w] = cti_bf16_to_f32(((const uint16_t *)row)[w * s]);
             break;
         }
     }
@@ -90,7 +90,7 @@ static void write_plane(ct_tensor *t, int64_t p, const double *restrict src, int
         for (int64_t i = 0; i < n; i++) ((uint16_t *)base)[i] = cti_f32_to_f16((float)src[i]);
         break;
     default:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)base)[i] = ct_f32_to_bf16((float)src[i]);
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)base)[i] = cti_f32_to_bf16((float)src[i]);
         break;
     }
 }

@@ -201,7 +201,7 @@ static void store_d(ct_dtype dt, char *o, int64_t k, double v) {
     case CT_F64: ((double *)o)[k] = v; break;
     case CT_F32: ((float *)o)[k] = (float)v; break;
     case CT_F16: ((uint16_t *)o)[k] = cti_f32_to_f16((float)v); break;
-    case CT_BF16: ((uint16_t *)o)[k] = ct_f32_to_bf16((float)v); break;
+    case CT_BF16: ((uint16_t *)o)[k] = cti_f32_to_bf16((float)v); break;
     default: break;
     }
 }
